@@ -1,0 +1,140 @@
+// The typed run configuration: one struct per YAML section, with upstream Sana's key
+// names where the concept is the same. Plain data only: loading, overrides and
+// validation live in loader.h / schema.h. Never includes torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sana::config {
+
+struct DataConfig {
+  std::vector<std::string> data_dir;       // folders, metadata files or indexes
+  int64_t image_size = 512;                // base resolution in pixels
+  std::string aspect_ratio_type = "ASPECT_RATIO_512";
+  std::vector<int64_t> multi_scale_sizes;  // extra base sizes for multi-scale runs
+  int64_t bucket_step = 32;                // size step of generated bucket tables
+  std::string tail = "drop";               // last partial global batch of a bucket
+  bool random_flip = false;
+  bool load_vae_feat = false;
+  bool load_text_feat = false;
+};
+
+struct ModelConfig {
+  std::string model = "SanaMS_600M_P1_D28";
+  int64_t image_size = 512;
+  std::string mixed_precision = "bf16";
+  bool fp32_attention = true;
+  std::string load_from;
+  bool multi_scale = true;
+  std::string attn_type = "linear";
+  int64_t linear_head_dim = 32;
+  std::string ffn_type = "glumbconv";
+  double mlp_ratio = 2.5;
+  bool qk_norm = false;
+  double class_dropout_prob = 0.1;
+};
+
+struct VaeConfig {
+  std::string vae_type = "none";  // "none": pixel space; "torchscript": vae_pretrained
+  std::string vae_pretrained;
+  double scale_factor = 0.41407;
+  int64_t vae_latent_dim = 32;
+  int64_t vae_downsample_rate = 32;
+};
+
+struct TextEncoderConfig {
+  std::string text_encoder_name = "none";  // "none": class labels or unconditional
+  std::string text_encoder_path;
+  int64_t caption_channels = 2304;
+  int64_t model_max_length = 300;
+  bool y_norm = true;
+  double y_norm_scale_factor = 0.01;
+};
+
+struct SchedulerConfig {
+  int64_t train_sampling_steps = 1000;
+  bool predict_flow_v = true;
+  std::string noise_schedule = "linear_flow";
+  double flow_shift = 1.0;
+  std::string weighting_scheme = "logit_normal";
+  double logit_mean = 0.0;
+  double logit_std = 1.0;
+  double mode_scale = 1.29;
+  std::string vis_sampler = "flow_euler";
+};
+
+struct OptimizerConfig {
+  std::string type = "AdamW";
+  double lr = 1e-4;
+  double weight_decay = 0.03;
+  // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2);
+  // the loader fills them in so that --print-config shows what will run.
+  std::vector<double> betas;
+  std::vector<double> eps;
+};
+
+struct LrScheduleArgs {
+  int64_t num_warmup_steps = 500;
+  double final_lr_ratio = 0.1;  // cosine_decay_to_constant: floor as a fraction of lr
+};
+
+struct TrainConfig {
+  int64_t seed = 42;
+  int64_t num_epochs = 100;
+  int64_t max_steps = 0;  // optimizer steps; 0 = bounded by num_epochs only
+  int64_t global_batch_size = 32;  // samples per optimizer step, fixed for the run
+  int64_t micro_batch_size = 4;    // samples per process per forward
+  int64_t num_workers = 4;
+  bool grad_checkpointing = false;
+  double gradient_clip = 1.0;  // global-norm clip; 0 disables
+  OptimizerConfig optimizer;
+  std::string lr_schedule = "constant";
+  LrScheduleArgs lr_schedule_args;
+  std::string auto_lr = "none";  // "sqrt": scale lr by sqrt(global_batch_size / 256)
+  double ema_rate = 0.9999;      // 0 disables the EMA copy
+  int64_t log_interval = 50;
+  int64_t save_model_steps = 1000;
+  int64_t save_model_epochs = 1;
+  bool visualize = false;
+  int64_t eval_sampling_steps = 500;
+  std::vector<std::string> validation_prompts;
+  int64_t max_nonfinite = 5;
+};
+
+struct DistConfig {
+  std::string backend = "auto";  // auto | gloo | nccl
+  std::string device = "auto";   // auto | cpu | cuda
+  std::string master_addr;
+  int64_t master_port = 0;       // 0: from the launcher's environment, else 29500
+  double timeout_s = 300.0;
+  std::string socket_ifname;
+};
+
+struct CkptConfig {
+  int64_t keep_last_n = 3;
+  bool async_save = true;
+  bool save_ema = true;
+  bool save_optimizer = true;
+};
+
+struct Config {
+  std::string work_dir = "output/run";
+  std::string resume_from;  // "", "latest" or a checkpoint directory
+  std::string log_level = "info";
+  DataConfig data;
+  ModelConfig model;
+  VaeConfig vae;
+  TextEncoderConfig text_encoder;
+  SchedulerConfig scheduler;
+  TrainConfig train;
+  DistConfig dist;
+  CkptConfig ckpt;
+};
+
+// Micro-steps per optimizer step on `world_size` processes, or 0 when
+// global_batch_size is not micro_batch_size × world_size × a whole number.
+int64_t accumulation_steps(const TrainConfig& train, int64_t world_size);
+
+}  // namespace sana::config

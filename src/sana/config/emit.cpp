@@ -1,0 +1,46 @@
+// Writes a Config as YAML: every key, nested by section, each with its help as a comment.
+// The output loads back to the same Config (tested).
+#include <fmt/format.h>
+
+#include "sana/config/loader.h"
+#include "sana/config/schema.h"
+
+namespace sana::config {
+
+namespace {
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', start)) {
+    parts.push_back(key.substr(start, dot - start));
+    start = dot + 1;
+  }
+  parts.push_back(key.substr(start));
+  return parts;
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& config) {
+  Config copy = config;
+  std::string out = "# sana-train config, fully resolved\n";
+  std::vector<std::string> open;  // the sections the previous key was in
+  for (const Field& f : fields_of(copy)) {
+    std::vector<std::string> parts = split_key(f.key);
+    const std::string name = parts.back();
+    parts.pop_back();
+    size_t common = 0;
+    while (common < open.size() && common < parts.size() && open[common] == parts[common]) {
+      ++common;
+    }
+    for (size_t depth = common; depth < parts.size(); ++depth) {
+      out += fmt::format("{:{}}{}:\n", "", 2 * depth, parts[depth]);
+    }
+    open = parts;
+    out += fmt::format("{:{}}{}: {}  # {}\n", "", 2 * parts.size(), name, value_text(f.ref), f.help);
+  }
+  return out;
+}
+
+}  // namespace sana::config

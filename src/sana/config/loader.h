@@ -1,0 +1,105 @@
+// Builds a Config from YAML files (with `base:` inheritance) and dotted command-line
+// overrides, then validates it. Every problem found is collected and reported at once,
+// each naming the full key path and where the value came from. Never includes torch.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sana/config/config.h"
+
+namespace sana::config {
+
+// Where a value came from: "configs/x.yaml:12:5" or "command line --train.seed".
+struct Origin {
+  std::string file;     // empty for command-line values
+  int line = 0;         // 1-based; 0 = unknown
+  int column = 0;       // 1-based
+  std::string cli_arg;  // the override as typed
+  std::string describe() const;
+};
+
+struct ConfigIssue {
+  std::string key;  // full dotted path; empty for file-level problems (syntax, base)
+  std::string message;
+  Origin origin;
+  std::string hint;  // what to do, may be empty
+  std::string format() const;
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<ConfigIssue> issues);
+  const std::vector<ConfigIssue>& issues() const { return issues_; }
+  // All issues, one per line (each starting with `line_prefix`, e.g. "[rank 3] "),
+  // followed by a count and what to do next.
+  std::string report(const std::string& line_prefix = "") const;
+
+ private:
+  std::vector<ConfigIssue> issues_;
+};
+
+// What validation may assume about the run.
+struct ValidationContext {
+  int64_t world_size = 1;
+  bool check_paths = true;  // data_dir / load_from / ... must exist
+};
+
+// One `--key.path=value` or `--key.path value` from the command line.
+struct Override {
+  std::string key;
+  std::string value;  // YAML text: 3, 1e-4, true, [a, b], "text"
+  std::string as_typed;
+};
+
+// Splits command-line words into overrides. Words that are not `--key...` forms, and
+// keys with no value, become issues.
+std::vector<Override> parse_overrides(const std::vector<std::string>& words,
+                                      std::vector<ConfigIssue>& issues);
+
+class ConfigLoader {
+ public:
+  ConfigLoader();
+  ~ConfigLoader();
+  ConfigLoader(const ConfigLoader&) = delete;
+  ConfigLoader& operator=(const ConfigLoader&) = delete;
+
+  // Layers a YAML file (after the files named by its `base:` key) over what is loaded.
+  void add_file(const std::string& path);
+  // Layers one value over everything loaded so far.
+  void add_override(const Override& o);
+  // Records an issue found outside the loader (e.g. a malformed override word).
+  void add_issue(ConfigIssue issue);
+
+  // Typed, defaulted, validated config; throws ConfigError listing every issue.
+  Config build(const ValidationContext& ctx) const;
+
+ private:
+  struct Layers;
+  std::unique_ptr<Layers> layers_;
+};
+
+// Loads files and overrides in one go (the common case).
+Config load_config(const std::vector<std::string>& files, const std::vector<Override>& overrides,
+                   const ValidationContext& ctx);
+
+// The fully resolved config as YAML that loads back to the same Config.
+std::string to_yaml(const Config& config);
+
+using OriginMap = std::map<std::string, Origin>;
+
+// Every issue in a built config (ranges, choices, combinations, paths). `origins` says
+// where each key's value came from, so messages can point at the file and line.
+std::vector<ConfigIssue> validate(const Config& config, const ValidationContext& ctx,
+                                  const OriginMap& origins = {});
+
+// Fills what defaults to "the chosen option's own default" (e.g. optimizer betas).
+void resolve_defaults(Config& config);
+
+// The closest known key to `key` (full path or last component), or "" if none is close.
+std::string suggest_key(const std::string& key, const std::vector<std::string>& known);
+
+}  // namespace sana::config

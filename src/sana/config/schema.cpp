@@ -1,0 +1,265 @@
+#include "sana/config/schema.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace sana::config {
+
+namespace {
+
+// Adds fields with a common key prefix, so each section below reads as a table.
+class Section {
+ public:
+  Section(std::vector<Field>& out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
+
+  template <class T>
+  Field& add(const char* name, T& value, const char* help) {
+    Field& f = out_.emplace_back();
+    f.key = prefix_.empty() ? name : prefix_ + "." + name;
+    f.ref = &value;
+    f.help = help;
+    return f;
+  }
+
+ private:
+  std::vector<Field>& out_;
+  std::string prefix_;
+};
+
+void describe_data(std::vector<Field>& f, DataConfig& d) {
+  Section s(f, "data");
+  s.add("data_dir", d.data_dir, "image folders, JSONL/CSV metadata files or dataset indexes")
+      .commonly_used();
+  s.add("image_size", d.image_size, "base resolution in pixels").at_least(8).commonly_used();
+  s.add("aspect_ratio_type", d.aspect_ratio_type,
+        "bucket table: upstream's ASPECT_RATIO_<size> or 'generated' (any size, bucket_step)")
+      .one_of({"ASPECT_RATIO_256", "ASPECT_RATIO_512", "ASPECT_RATIO_1024", "ASPECT_RATIO_2048",
+               "generated"});
+  s.add("multi_scale_sizes", d.multi_scale_sizes, "further base sizes trained in the same run")
+      .at_least(8);
+  s.add("bucket_step", d.bucket_step, "pixel step of generated bucket tables").at_least(1);
+  s.add("tail", d.tail, "last partial global batch of a bucket: drop or pad").one_of({"drop", "pad"});
+  s.add("random_flip", d.random_flip, "random horizontal flips (per-sample stream)");
+  s.add("load_vae_feat", d.load_vae_feat, "read precomputed latents instead of images");
+  s.add("load_text_feat", d.load_text_feat, "read precomputed caption features");
+}
+
+void describe_model(std::vector<Field>& f, ModelConfig& m) {
+  Section s(f, "model");
+  s.add("model", m.model, "model preset name").one_of(model_preset_names()).commonly_used();
+  s.add("image_size", m.image_size, "resolution the model is built for (= data.image_size)")
+      .at_least(8);
+  s.add("mixed_precision", m.mixed_precision, "autocast dtype on CUDA (CPU runs in fp32)")
+      .one_of({"fp32", "fp16", "bf16"});
+  s.add("fp32_attention", m.fp32_attention, "linear attention in fp32 under autocast");
+  s.add("load_from", m.load_from, "initial weights (a local checkpoint), before training")
+      .commonly_used();
+  s.add("multi_scale", m.multi_scale, "train on aspect-ratio buckets");
+  s.add("attn_type", m.attn_type, "self-attention kind").one_of({"linear"});
+  s.add("linear_head_dim", m.linear_head_dim, "channels per linear-attention head").at_least(1);
+  s.add("ffn_type", m.ffn_type, "feed-forward kind").one_of({"glumbconv"});
+  s.add("mlp_ratio", m.mlp_ratio, "feed-forward hidden size / model width").above(0);
+  s.add("qk_norm", m.qk_norm, "RMSNorm on queries and keys (SANA-1.5)");
+  s.add("class_dropout_prob", m.class_dropout_prob, "caption/class dropout for guidance")
+      .at_least(0)
+      .at_most(1);
+}
+
+void describe_vae(std::vector<Field>& f, VaeConfig& v) {
+  Section s(f, "vae");
+  s.add("vae_type", v.vae_type, "'none' trains in pixel space; 'torchscript' loads vae_pretrained")
+      .one_of({"none", "torchscript"});
+  s.add("vae_pretrained", v.vae_pretrained, "TorchScript VAE encoder file");
+  s.add("scale_factor", v.scale_factor, "latent scale factor").above(0);
+  s.add("vae_latent_dim", v.vae_latent_dim, "latent channels").at_least(1);
+  s.add("vae_downsample_rate", v.vae_downsample_rate, "pixels per latent cell").at_least(1);
+}
+
+void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
+  Section s(f, "text_encoder");
+  s.add("text_encoder_name", t.text_encoder_name,
+        "'none' (class labels or unconditional) or 'torchscript' (text_encoder_path)")
+      .one_of({"none", "torchscript"});
+  s.add("text_encoder_path", t.text_encoder_path, "TorchScript text encoder file");
+  s.add("caption_channels", t.caption_channels, "caption feature width").at_least(1);
+  s.add("model_max_length", t.model_max_length, "caption tokens").at_least(1);
+  s.add("y_norm", t.y_norm, "RMSNorm on caption features");
+  s.add("y_norm_scale_factor", t.y_norm_scale_factor, "initial RMSNorm weight").above(0);
+}
+
+void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
+  Section s(f, "scheduler");
+  s.add("train_sampling_steps", sc.train_sampling_steps, "timestep resolution").at_least(1);
+  s.add("predict_flow_v", sc.predict_flow_v, "predict the flow velocity (noise - data)");
+  s.add("noise_schedule", sc.noise_schedule, "noise schedule").one_of({"linear_flow"});
+  s.add("flow_shift", sc.flow_shift, "timestep shift towards noise").above(0).commonly_used();
+  s.add("weighting_scheme", sc.weighting_scheme, "timestep density")
+      .one_of({"logit_normal", "mode", "uniform"});
+  s.add("logit_mean", sc.logit_mean, "mean of the logit-normal timestep density");
+  s.add("logit_std", sc.logit_std, "std of the logit-normal timestep density").above(0);
+  s.add("mode_scale", sc.mode_scale, "scale of the 'mode' timestep density");
+  s.add("vis_sampler", sc.vis_sampler, "sampler for preview images")
+      .one_of({"flow_euler", "flow_dpm-solver"});
+}
+
+void describe_train(std::vector<Field>& f, TrainConfig& t) {
+  Section s(f, "train");
+  s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
+  s.add("num_epochs", t.num_epochs, "epochs to train").at_least(1).commonly_used();
+  s.add("max_steps", t.max_steps, "optimizer steps to train; 0 = all epochs").at_least(0)
+      .commonly_used();
+  s.add("global_batch_size", t.global_batch_size, "samples per optimizer step, all processes")
+      .at_least(1)
+      .commonly_used();
+  s.add("micro_batch_size", t.micro_batch_size, "samples per process per forward").at_least(1)
+      .commonly_used();
+  s.add("num_workers", t.num_workers, "data loading threads per process").at_least(0);
+  s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
+  s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
+  Section o(f, "train.optimizer");
+  o.add("type", t.optimizer.type, "optimizer").one_of({"AdamW", "CAME"}).commonly_used();
+  o.add("lr", t.optimizer.lr, "peak learning rate").above(0).commonly_used();
+  o.add("weight_decay", t.optimizer.weight_decay, "decoupled weight decay").at_least(0);
+  o.add("betas", t.optimizer.betas, "AdamW: 2 values; CAME: 3 (default: the optimizer's)")
+      .at_least(0)
+      .at_most(0.999999999);
+  o.add("eps", t.optimizer.eps, "AdamW: 1 value; CAME: 2 (default: the optimizer's)").above(0);
+  s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup")
+      .one_of({"constant", "cosine", "cosine_decay_to_constant"});
+  Section a(f, "train.lr_schedule_args");
+  a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")
+      .at_least(0);
+  a.add("final_lr_ratio", t.lr_schedule_args.final_lr_ratio,
+        "cosine_decay_to_constant: final lr / lr")
+      .at_least(0)
+      .at_most(1);
+  s.add("auto_lr", t.auto_lr, "'sqrt' scales lr by sqrt(global_batch_size / 256)")
+      .one_of({"none", "sqrt"});
+  s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
+      0.999999999);
+  s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
+      .commonly_used();
+  s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = only at the end")
+      .at_least(0)
+      .commonly_used();
+  s.add("save_model_epochs", t.save_model_epochs, "epochs between checkpoints; 0 = never")
+      .at_least(0);
+  s.add("visualize", t.visualize, "write preview images");
+  s.add("eval_sampling_steps", t.eval_sampling_steps, "steps between previews").at_least(1);
+  s.add("validation_prompts", t.validation_prompts, "captions of the preview images");
+  s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
+      .at_least(1);
+}
+
+void describe_dist(std::vector<Field>& f, DistConfig& d) {
+  Section s(f, "dist");
+  s.add("backend", d.backend, "collective backend").one_of({"auto", "gloo", "nccl"});
+  s.add("device", d.device, "device kind").one_of({"auto", "cpu", "cuda"});
+  s.add("master_addr", d.master_addr, "rendezvous host (default: the launcher's)");
+  s.add("master_port", d.master_port, "rendezvous port; 0 = the launcher's or 29500")
+      .at_least(0)
+      .at_most(65535);
+  s.add("timeout_s", d.timeout_s, "limit of every collective and store wait, seconds")
+      .above(0)
+      .commonly_used();
+  s.add("socket_ifname", d.socket_ifname, "network interface for Gloo (GLOO_SOCKET_IFNAME)");
+}
+
+void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {
+  Section s(f, "ckpt");
+  s.add("keep_last_n", c.keep_last_n, "checkpoints kept; 0 keeps all").at_least(0);
+  s.add("async_save", c.async_save, "write checkpoints on a background thread");
+  s.add("save_ema", c.save_ema, "include the EMA weights");
+  s.add("save_optimizer", c.save_optimizer, "include the optimizer state");
+}
+
+std::string format_double(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+template <class T, class Fn>
+std::string flow_list(const std::vector<T>& values, Fn&& one) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + one(values[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::vector<Field> fields_of(Config& c) {
+  std::vector<Field> f;
+  Section top(f, "");
+  top.add("work_dir", c.work_dir, "output folder: logs, checkpoints, previews").commonly_used();
+  top.add("resume_from", c.resume_from, "'latest' or a checkpoint folder to resume").commonly_used();
+  top.add("log_level", c.log_level, "log verbosity").one_of({"debug", "info", "warn", "error"});
+  describe_data(f, c.data);
+  describe_model(f, c.model);
+  describe_vae(f, c.vae);
+  describe_text_encoder(f, c.text_encoder);
+  describe_scheduler(f, c.scheduler);
+  describe_train(f, c.train);
+  describe_dist(f, c.dist);
+  describe_ckpt(f, c.ckpt);
+  return f;
+}
+
+std::string type_name(const FieldRef& ref) {
+  struct Name {
+    std::string operator()(int64_t*) const { return "integer"; }
+    std::string operator()(double*) const { return "number"; }
+    std::string operator()(bool*) const { return "boolean"; }
+    std::string operator()(std::string*) const { return "string"; }
+    std::string operator()(std::vector<std::string>*) const { return "list of strings"; }
+    std::string operator()(std::vector<int64_t>*) const { return "list of integers"; }
+    std::string operator()(std::vector<double>*) const { return "list of numbers"; }
+  };
+  return std::visit(Name{}, ref);
+}
+
+std::string value_text(const FieldRef& ref) {
+  struct Text {
+    std::string operator()(int64_t* v) const { return std::to_string(*v); }
+    std::string operator()(double* v) const { return format_double(*v); }
+    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(std::string* v) const { return quote(*v); }
+    std::string operator()(std::vector<std::string>* v) const { return flow_list(*v, quote); }
+    std::string operator()(std::vector<int64_t>* v) const {
+      return flow_list(*v, [](int64_t x) { return std::to_string(x); });
+    }
+    std::string operator()(std::vector<double>* v) const { return flow_list(*v, format_double); }
+  };
+  return std::visit(Text{}, ref);
+}
+
+std::vector<std::string> section_keys(const std::vector<Field>& fields) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const auto& field : fields) {
+    for (size_t dot = field.key.find('.'); dot != std::string::npos;
+         dot = field.key.find('.', dot + 1)) {
+      std::string prefix = field.key.substr(0, dot);
+      if (seen.insert(prefix).second) out.push_back(prefix);
+    }
+  }
+  return out;
+}
+
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = {"SanaMS_600M_P1_D28", "SanaMS_1600M_P1_D20",
+                                                 "SanaMS_tiny_P2_D4"};
+  return names;
+}
+
+}  // namespace sana::config

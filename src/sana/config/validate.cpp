@@ -1,0 +1,234 @@
+// Checks a typed Config: bounds and choices from the schema, then combinations of keys,
+// then (when the run will touch them) paths on disk.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "sana/config/loader.h"
+#include "sana/config/schema.h"
+
+namespace fs = std::filesystem;
+
+namespace sana::config {
+
+int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
+  const int64_t per_micro_step = train.micro_batch_size * world_size;
+  if (per_micro_step <= 0 || train.global_batch_size % per_micro_step != 0) return 0;
+  return train.global_batch_size / per_micro_step;
+}
+
+void resolve_defaults(Config& config) {
+  auto& opt = config.train.optimizer;
+  const bool came = opt.type == "CAME";
+  if (opt.betas.empty()) opt.betas = came ? std::vector<double>{0.9, 0.999, 0.9999}
+                                          : std::vector<double>{0.9, 0.999};
+  if (opt.eps.empty()) opt.eps = came ? std::vector<double>{1e-30, 1e-16}
+                                      : std::vector<double>{1e-10};
+}
+
+namespace {
+
+class Checker {
+ public:
+  Checker(const OriginMap& origins, std::vector<ConfigIssue>& out)
+      : origins_(origins), out_(out) {}
+
+  void fail(const std::string& key, std::string message, std::string hint = "") {
+    auto it = origins_.find(key);
+    out_.push_back({key, std::move(message), it == origins_.end() ? Origin{} : it->second,
+                    std::move(hint)});
+  }
+
+  void bounds(const Field& f, double v) {
+    const bool low = f.min && (f.min_exclusive ? v <= *f.min : v < *f.min);
+    const bool high = f.max && v > *f.max;
+    if (!low && !high) return;
+    std::string range;
+    if (f.min && f.max) {
+      range = fmt::format("in {}{}, {}]", f.min_exclusive ? "(" : "[", *f.min, *f.max);
+    } else if (f.min) {
+      range = fmt::format("{} {}", f.min_exclusive ? ">" : ">=", *f.min);
+    } else {
+      range = fmt::format("<= {}", *f.max);
+    }
+    fail(f.key, fmt::format("{} is out of range: must be {}", v, range));
+  }
+
+  void choice(const Field& f, const std::string& v) {
+    if (f.choices.empty() ||
+        std::find(f.choices.begin(), f.choices.end(), v) != f.choices.end()) {
+      return;
+    }
+    const std::string close = suggest_key(v, f.choices);
+    fail(f.key, fmt::format("'{}' is not one of: {}", v, fmt::join(f.choices, ", ")),
+         close.empty() ? "" : fmt::format("did you mean {}?", close));
+  }
+
+ private:
+  const OriginMap& origins_;
+  std::vector<ConfigIssue>& out_;
+};
+
+struct CheckField {
+  Checker& c;
+  const Field& f;
+  void operator()(int64_t* v) const { c.bounds(f, static_cast<double>(*v)); }
+  void operator()(double* v) const { c.bounds(f, *v); }
+  void operator()(bool*) const {}
+  void operator()(std::string* v) const { c.choice(f, *v); }
+  void operator()(std::vector<std::string>* v) const {
+    for (const auto& s : *v) c.choice(f, s);
+  }
+  void operator()(std::vector<int64_t>* v) const {
+    for (int64_t x : *v) c.bounds(f, static_cast<double>(x));
+  }
+  void operator()(std::vector<double>* v) const {
+    for (double x : *v) c.bounds(f, x);
+  }
+};
+
+std::string working_world_sizes(const TrainConfig& t) {
+  if (t.global_batch_size % t.micro_batch_size != 0) return "";
+  const int64_t micro_batches = t.global_batch_size / t.micro_batch_size;
+  std::vector<int64_t> sizes;
+  for (int64_t w = 1; w <= micro_batches; ++w) {
+    if (micro_batches % w == 0) sizes.push_back(w);
+  }
+  return fmt::format("{}", fmt::join(sizes, ", "));
+}
+
+void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
+  if (t.global_batch_size < 1 || t.micro_batch_size < 1 || world_size < 1) return;
+  if (accumulation_steps(t, world_size) > 0) return;
+  const std::string sizes = working_world_sizes(t);
+  if (sizes.empty()) {
+    c.fail("train.global_batch_size",
+           fmt::format("{} is not a multiple of train.micro_batch_size {}", t.global_batch_size,
+                       t.micro_batch_size),
+           "make global_batch_size = micro_batch_size x world size x accumulation steps");
+    return;
+  }
+  c.fail("train.global_batch_size",
+         fmt::format("{} is not train.micro_batch_size {} x world size {} x a whole number",
+                     t.global_batch_size, t.micro_batch_size, world_size),
+         fmt::format("with these batch sizes the world size must be one of: {}; or change "
+                     "train.micro_batch_size",
+                     sizes));
+}
+
+void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
+  check_batch(c, cfg.train, ctx.world_size);
+
+  const auto& opt = cfg.train.optimizer;
+  const size_t want_betas = opt.type == "CAME" ? 3 : 2;
+  const size_t want_eps = opt.type == "CAME" ? 2 : 1;
+  if (opt.betas.size() != want_betas) {
+    c.fail("train.optimizer.betas",
+           fmt::format("{} takes {} betas, got {}", opt.type, want_betas, opt.betas.size()),
+           "remove the key to use the optimizer's defaults");
+  }
+  if (opt.eps.size() != want_eps) {
+    c.fail("train.optimizer.eps",
+           fmt::format("{} takes {} eps value{}, got {}", opt.type, want_eps,
+                       want_eps == 1 ? "" : "s", opt.eps.size()),
+           "remove the key to use the optimizer's defaults");
+  }
+
+  const auto& d = cfg.data;
+  if (cfg.model.image_size != d.image_size) {
+    c.fail("model.image_size",
+           fmt::format("{} differs from data.image_size {}", cfg.model.image_size, d.image_size),
+           "set both to the same base resolution");
+  }
+  if (d.aspect_ratio_type != "generated") {
+    const std::string table_size = d.aspect_ratio_type.substr(d.aspect_ratio_type.rfind('_') + 1);
+    if (table_size != std::to_string(d.image_size)) {
+      c.fail("data.aspect_ratio_type",
+             fmt::format("{} is upstream's table for {} px, but data.image_size is {}",
+                         d.aspect_ratio_type, table_size, d.image_size),
+             fmt::format("use ASPECT_RATIO_{} if upstream has it, or 'generated'", d.image_size));
+    }
+    for (int64_t s : d.multi_scale_sizes) {
+      if (s != 256 && s != 512 && s != 1024 && s != 2048) {
+        c.fail("data.multi_scale_sizes",
+               fmt::format("{} has no upstream bucket table (256, 512, 1024, 2048)", s),
+               "set data.aspect_ratio_type: generated for other sizes");
+      }
+    }
+  } else {
+    std::vector<int64_t> sizes = d.multi_scale_sizes;
+    sizes.push_back(d.image_size);
+    for (int64_t s : sizes) {
+      if (d.bucket_step > 0 && s % d.bucket_step != 0) {
+        c.fail(s == d.image_size ? "data.image_size" : "data.multi_scale_sizes",
+               fmt::format("{} is not a multiple of data.bucket_step {}", s, d.bucket_step));
+      }
+    }
+  }
+  if (cfg.dist.backend == "nccl" && cfg.dist.device == "cpu") {
+    c.fail("dist.backend", "nccl needs CUDA devices, but dist.device is cpu",
+           "use backend gloo (or auto) with device cpu");
+  }
+  if (cfg.vae.vae_type == "torchscript" && cfg.vae.vae_pretrained.empty()) {
+    c.fail("vae.vae_pretrained", "is required when vae.vae_type is torchscript",
+           "give the TorchScript encoder file, or set vae.vae_type: none");
+  }
+  if (cfg.text_encoder.text_encoder_name == "torchscript" &&
+      cfg.text_encoder.text_encoder_path.empty()) {
+    c.fail("text_encoder.text_encoder_path", "is required when text_encoder_name is torchscript",
+           "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
+  }
+  if (cfg.work_dir.empty()) c.fail("work_dir", "must not be empty", "e.g. work_dir: output/run");
+}
+
+void check_existing(Checker& c, const std::string& key, const std::string& path,
+                    const char* what) {
+  if (path.rfind("hf://", 0) == 0 || path.find("://") != std::string::npos) {
+    c.fail(key, fmt::format("'{}' is a remote location; sana-train reads local files only", path),
+           fmt::format("download the {} and give its local path", what));
+    return;
+  }
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    c.fail(key, fmt::format("{} '{}' does not exist", what, path),
+           "check the path (relative paths are relative to the working directory)");
+  }
+}
+
+void check_paths(Checker& c, const Config& cfg) {
+  if (cfg.data.data_dir.empty()) {
+    c.fail("data.data_dir", "is required: no training data given",
+           "set it to an image folder, a JSONL/CSV metadata file or an index");
+  }
+  for (const auto& dir : cfg.data.data_dir) check_existing(c, "data.data_dir", dir, "data source");
+  if (!cfg.model.load_from.empty()) {
+    check_existing(c, "model.load_from", cfg.model.load_from, "checkpoint");
+  }
+  if (cfg.vae.vae_type == "torchscript" && !cfg.vae.vae_pretrained.empty()) {
+    check_existing(c, "vae.vae_pretrained", cfg.vae.vae_pretrained, "VAE encoder");
+  }
+  if (cfg.text_encoder.text_encoder_name == "torchscript" &&
+      !cfg.text_encoder.text_encoder_path.empty()) {
+    check_existing(c, "text_encoder.text_encoder_path", cfg.text_encoder.text_encoder_path,
+                   "text encoder");
+  }
+  if (!cfg.resume_from.empty() && cfg.resume_from != "latest") {
+    check_existing(c, "resume_from", cfg.resume_from, "checkpoint");
+  }
+}
+
+}  // namespace
+
+std::vector<ConfigIssue> validate(const Config& config, const ValidationContext& ctx,
+                                  const OriginMap& origins) {
+  std::vector<ConfigIssue> issues;
+  Checker checker(origins, issues);
+  Config copy = config;  // fields_of points into a mutable Config
+  for (const Field& f : fields_of(copy)) std::visit(CheckField{checker, f}, f.ref);
+  check_combinations(checker, config, ctx);
+  if (ctx.check_paths) check_paths(checker, config);
+  return issues;
+}
+
+}  // namespace sana::config
