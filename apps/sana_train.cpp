@@ -1,56 +1,65 @@
 // sana-train: the command line. Reads as the table of contents of a run:
 // command line -> launch environment -> config (validated before anything else) ->
-// logging -> training. Exit codes: 0 done, 1 the run failed, 2 usage or config error.
+// logging -> the subcommand (train, launch, check-dist).
+// Exit codes (util/exit_codes.h): 0 done, 1 the run failed, 2 usage/config/launch/device
+// error, 3 stopped because another rank failed.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
 
-#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
+#include "sana/dist/check_dist.h"
+#include "sana/dist/devices.h"
 #include "sana/dist/launch_env.h"
+#include "sana/dist/launcher.h"
+#include "sana/dist/run_guard.h"
 #include "sana/train/interim_trainer.h"
+#include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
 
 namespace {
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
+using namespace sana;
 
 // ---------------------------------------------------------------------------------------
 // Help
 
 std::string help_footer() {
-  sana::config::Config defaults;
+  config::Config defaults;
   std::string out =
       "\nCommands:\n"
       "  sana-train --config FILE [--key.path=VALUE | --key.path VALUE]...   train\n"
       "  sana-train --config FILE --print-config    print the resolved config as YAML\n"
       "  sana-train --list-keys                     every config key with type and default\n"
+      "  sana-train launch --nproc-per-node N -- ARGS...   start N local workers (torchrun-style)\n"
+      "  sana-train check-dist [--seconds S] [--dist.KEY=VALUE]...   pre-flight check of a "
+      "cluster\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
-  for (const auto& f : sana::config::fields_of(defaults)) {
+  for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
-    out += fmt::format("  --{:<34} {} (default {})\n", f.key, f.help,
-                       sana::config::value_text(f.ref));
+    out += fmt::format("  --{:<34} {} (default {})\n", f.key, f.help, config::value_text(f.ref));
   }
   out +=
       "\nExamples:\n"
       "  sana-train --config configs/sana_tiny_cpu.yaml --train.max_steps=20\n"
       "  sana-train --config configs/Sana_600M_img512.yaml --train.optimizer.lr 2e-5 "
-      "--resume_from=latest\n";
+      "--resume_from=latest\n"
+      "  sana-train launch --nproc-per-node 2 -- check-dist --dist.timeout_s=30\n";
   return out;
 }
 
 void print_keys() {
-  sana::config::Config defaults;
-  sana::config::resolve_defaults(defaults);
-  for (const auto& f : sana::config::fields_of(defaults)) {
-    std::string line = fmt::format("{:<40} {:<17} {:<24} {}", f.key,
-                                   sana::config::type_name(f.ref),
-                                   sana::config::value_text(f.ref), f.help);
+  config::Config defaults;
+  config::resolve_defaults(defaults);
+  for (const auto& f : config::fields_of(defaults)) {
+    std::string line = fmt::format("{:<40} {:<17} {:<24} {}", f.key, config::type_name(f.ref),
+                                   config::value_text(f.ref), f.help);
     if (!f.choices.empty()) line += fmt::format(" [{}]", fmt::join(f.choices, "|"));
     std::cout << line << "\n";
   }
@@ -59,55 +68,91 @@ void print_keys() {
 // ---------------------------------------------------------------------------------------
 // Config
 
-sana::config::Config load(const std::string& path, const std::vector<std::string>& extras,
-                          const sana::config::ValidationContext& ctx) {
-  sana::config::ConfigLoader loader;
-  std::vector<sana::config::ConfigIssue> cli_issues;
-  const auto overrides = sana::config::parse_overrides(extras, cli_issues);
+config::Config load(const std::string& path, const std::vector<std::string>& extras,
+                    const config::ValidationContext& ctx) {
+  config::ConfigLoader loader;
+  std::vector<config::ConfigIssue> cli_issues;
+  const auto overrides = config::parse_overrides(extras, cli_issues);
   for (auto& issue : cli_issues) loader.add_issue(std::move(issue));
   if (!path.empty()) loader.add_file(path);
   for (const auto& o : overrides) loader.add_override(o);
   return loader.build(ctx);
 }
 
+std::string rank_prefix(const dist::LaunchEnv& env) {
+  return env.world_size > 1 ? fmt::format("[rank {}] ", env.rank) : "";
+}
+
 // ---------------------------------------------------------------------------------------
 // Training
 
-int train(const sana::config::Config& cfg, const sana::dist::LaunchEnv& env) {
+int run_training(const config::Config& cfg, const dist::LaunchEnv& env) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(cfg.work_dir, ec);
   if (ec) {
-    sana::log::error("cannot create work_dir '{}': {}", cfg.work_dir, ec.message());
+    log::error("cannot create work_dir '{}': {}", cfg.work_dir, ec.message());
     return kExitFailure;
   }
   const std::string log_name =
       env.rank == 0 ? "train.log" : fmt::format("train.rank{}.log", env.rank);
   std::string err;
-  if (!sana::log::open_file((fs::path(cfg.work_dir) / log_name).string(), &err)) {
-    sana::log::error("{}", err);
+  if (!log::open_file((fs::path(cfg.work_dir) / log_name).string(), &err)) {
+    log::error("{}", err);
     return kExitFailure;
   }
   if (env.rank == 0) {
-    std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << sana::config::to_yaml(cfg);
+    std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << config::to_yaml(cfg);
   }
-  sana::log::info("sana-train: launcher {}, rank {} of {}, work_dir {}", env.launcher, env.rank,
-                  env.world_size, cfg.work_dir);
+  log::info("sana-train {}: launcher {}, rank {} of {}, work_dir {}", SANA_VERSION, env.launcher,
+            env.rank, env.world_size, cfg.work_dir);
+  if (env.world_size > 1) {
+    log::error("world size {} from {}: multi-process training is not available in this build "
+               "yet; run one process (sana-train check-dist tests a multi-process setup)",
+               env.world_size, env.launcher);
+    return kExitUsage;
+  }
+  train::InterimResult result;
+  try {
+    result = train::run_interim_training(cfg);
+  } catch (const train::UnsupportedByInterimTrainer& e) {
+    log::error("{}", e.what());
+    return kExitUsage;
+  }
+  log::info("done: {} steps on {} images in {:.1f} s; loss {:.4f} (first interval) -> "
+            "{:.4f} (last interval)",
+            result.steps, result.images, result.seconds, result.first_loss, result.last_loss);
+  return kExitOk;
+}
 
-  const auto result = sana::train::run_interim_training(cfg);
-  sana::log::info("done: {} steps on {} images in {:.1f} s; loss {:.4f} (first interval) -> "
-                  "{:.4f} (last interval)",
-                  result.steps, result.images, result.seconds, result.first_loss,
-                  result.last_loss);
-  return 0;
+// ---------------------------------------------------------------------------------------
+// The launcher's own arguments end at "--"; what follows is the worker's command line.
+
+std::vector<std::string> split_at_double_dash(int& argc, char** argv) {
+  std::vector<std::string> rest;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") != 0) continue;
+    for (int j = i + 1; j < argc; ++j) rest.emplace_back(argv[j]);
+    argc = i;
+    break;
+  }
+  return rest;
+}
+
+std::string self_executable(const char* argv0) {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   // --- Command line -------------------------------------------------------------------
+  const std::vector<std::string> worker_args = split_at_double_dash(argc, argv);
   CLI::App app{"sana-train: train Sana-style multi-scale linear diffusion transformers"};
   app.allow_extras();
+  app.require_subcommand(0, 1);
   app.footer(help_footer());
   std::string config_path;
   bool print_config = false;
@@ -115,59 +160,88 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "YAML config file (its base: files load first)");
   app.add_flag("--print-config", print_config, "print the fully resolved config as YAML and exit");
   app.add_flag("--list-keys", list_keys, "list every config key and exit");
+
+  dist::LaunchOptions launch_opts;
+  auto* launch = app.add_subcommand(
+      "launch", "start workers with a torchrun-style environment: launch [OPTIONS] -- ARGS...");
+  launch->add_option("--nproc-per-node", launch_opts.nproc_per_node, "workers on this node")
+      ->required();
+  launch->add_option("--nnodes", launch_opts.nnodes, "nodes in the job");
+  launch->add_option("--node-rank", launch_opts.node_rank, "this node's index");
+  launch->add_option("--master-addr", launch_opts.master_addr, "node 0's address");
+  launch->add_option("--master-port", launch_opts.master_port, "rendezvous port; 0 = a free one");
+  launch->add_option("--max-restarts", launch_opts.max_restarts,
+                     "restart all workers after a failure up to this many times");
+  launch->add_option("--grace-seconds", launch_opts.grace_s,
+                     "time between SIGTERM and SIGKILL when stopping workers");
+
+  dist::CheckDistOptions check_opts;
+  auto* check = app.add_subcommand("check-dist", "pre-flight check: rendezvous, devices, "
+                                                 "agreement, all-reduce bandwidth");
+  check->allow_extras();
+  check->add_option("-c,--config", config_path, "optional config (its dist section is used)");
+  check->add_option("--seconds", check_opts.soak_seconds,
+                    "keep all-reducing this many seconds after the table (a soak)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
+    return code == 0 ? kExitOk : kExitUsage;
   }
   if (list_keys) {
     print_keys();
-    return 0;
+    return kExitOk;
+  }
+
+  if (launch->parsed()) {
+    launch_opts.program = self_executable(argv[0]);
+    launch_opts.worker_args = worker_args;
+    const std::string problem = dist::check_launch_options(launch_opts);
+    if (!problem.empty()) {
+      std::cerr << "usage error: launch: " << problem << "\n";
+      return kExitUsage;
+    }
+    return dist::run_launcher(launch_opts);
+  }
+  if (!worker_args.empty()) {
+    std::cerr << "usage error: '--' separates worker arguments for 'sana-train launch' only\n";
+    return kExitUsage;
   }
 
   // --- Launch environment -------------------------------------------------------------
-  sana::dist::LaunchEnv env;
+  dist::LaunchEnv env;
   try {
-    env = sana::dist::detect_launch_env();
-  } catch (const sana::dist::LaunchEnvError& e) {
+    env = dist::detect_launch_env();
+  } catch (const dist::LaunchEnvError& e) {
     std::cerr << "launch error: " << e.what() << "\n";
     return kExitUsage;
   }
-  sana::log::set_rank(env.rank, env.world_size);
+  log::set_rank(env.rank, env.world_size);
 
   // --- Config: every mistake is reported here, before any process could wait ----------
-  if (config_path.empty() && !print_config) {
+  const bool checking = check->parsed();
+  if (config_path.empty() && !print_config && !checking) {
     std::cerr << "usage error: --config FILE is required (sana-train --help)\n";
     return kExitUsage;
   }
-  sana::config::Config cfg;
+  config::Config cfg;
   try {
-    cfg = load(config_path, app.remaining(), {env.world_size, /*check_paths=*/!print_config});
-  } catch (const sana::config::ConfigError& e) {
-    std::cerr << e.report(env.world_size > 1 ? fmt::format("[rank {}] ", env.rank) : "");
+    const auto extras = checking ? check->remaining() : app.remaining();
+    cfg = load(config_path, extras, {env.world_size, /*check_paths=*/!print_config && !checking});
+  } catch (const config::ConfigError& e) {
+    std::cerr << e.report(rank_prefix(env));
+    dist::report_startup_failure(env, "", 0, "config error: " + e.issues().front().format());
     return kExitUsage;
   }
   if (print_config) {
-    std::cout << sana::config::to_yaml(cfg);
-    return 0;
+    std::cout << config::to_yaml(cfg);
+    return kExitOk;
   }
-  sana::log::set_level(*sana::log::parse_level(cfg.log_level));
+  log::set_level(*log::parse_level(cfg.log_level));
 
-  // --- Training -----------------------------------------------------------------------
-  if (env.world_size > 1) {
-    sana::log::error("world size {} from {}: multi-process training is not available in this "
-                     "build yet; run one process",
-                     env.world_size, env.launcher);
-    return kExitUsage;
-  }
-  try {
-    return train(cfg, env);
-  } catch (const sana::train::UnsupportedByInterimTrainer& e) {
-    sana::log::error("{}", e.what());
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    sana::log::error("training failed: {}", e.what());
-    return kExitFailure;
-  }
+  // --- The subcommand -----------------------------------------------------------------
+  return dist::run_guarded(env, [&] {
+    if (checking) return dist::run_check_dist(cfg, env, check_opts);
+    return run_training(cfg, env);
+  });
 }

@@ -109,7 +109,10 @@ struct DistConfig {
   std::string master_addr;
   int64_t master_port = 0;       // 0: from the launcher's environment, else 29500
   double timeout_s = 300.0;
+  double heartbeat_timeout_s = 30.0;  // a rank silent this long is declared dead
   std::string socket_ifname;
+  bool allow_shared_device = false;   // debugging only: several ranks on one GPU (gloo)
+  int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
 };
 
 struct CkptConfig {

@@ -1,6 +1,10 @@
 // Writes a Config as YAML: every key, nested by section, each with its help as a comment.
 // The output loads back to the same Config (tested).
 #include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
@@ -22,11 +26,14 @@ std::vector<std::string> split_key(const std::string& key) {
 
 }  // namespace
 
-std::string to_yaml(const Config& config) {
+namespace {
+
+std::string emit(const Config& config, const std::vector<std::string>& skip) {
   Config copy = config;
   std::string out = "# sana-train config, fully resolved\n";
   std::vector<std::string> open;  // the sections the previous key was in
   for (const Field& f : fields_of(copy)) {
+    if (std::find(skip.begin(), skip.end(), f.key) != skip.end()) continue;
     std::vector<std::string> parts = split_key(f.key);
     const std::string name = parts.back();
     parts.pop_back();
@@ -41,6 +48,20 @@ std::string to_yaml(const Config& config) {
     out += fmt::format("{:{}}{}: {}  # {}\n", "", 2 * parts.size(), name, value_text(f.ref), f.help);
   }
   return out;
+}
+
+}  // namespace
+
+std::string to_yaml(const Config& config) { return emit(config, {}); }
+
+std::string config_fingerprint(const Config& config) {
+  // Keys that may rightly differ between ranks (per host or per process).
+  static const std::vector<std::string> per_rank = {"log_level", "dist.master_addr",
+                                                     "dist.socket_ifname",
+                                                     "dist.threads_per_process",
+                                                     "train.num_workers"};
+  const std::string text = emit(config, per_rank);
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
 }
 
 }  // namespace sana::config

@@ -91,6 +91,10 @@ std::string to_yaml(const Config& config);
 
 using OriginMap = std::map<std::string, Origin>;
 
+// A short hash of the config, leaving out keys that may differ per rank (log level,
+// network interface, threads): ranks compare it at start-up.
+std::string config_fingerprint(const Config& config);
+
 // Every issue in a built config (ranges, choices, combinations, paths). `origins` says
 // where each key's value came from, so messages can point at the file and line.
 std::vector<ConfigIssue> validate(const Config& config, const ValidationContext& ctx,

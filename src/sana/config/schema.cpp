@@ -163,7 +163,15 @@ void describe_dist(std::vector<Field>& f, DistConfig& d) {
   s.add("timeout_s", d.timeout_s, "limit of every collective and store wait, seconds")
       .above(0)
       .commonly_used();
+  s.add("heartbeat_timeout_s", d.heartbeat_timeout_s,
+        "a rank silent this long is declared dead (capped by timeout_s)")
+      .above(0);
   s.add("socket_ifname", d.socket_ifname, "network interface for Gloo (GLOO_SOCKET_IFNAME)");
+  s.add("allow_shared_device", d.allow_shared_device,
+        "debugging only: let several ranks share one GPU (needs backend gloo)");
+  s.add("threads_per_process", d.threads_per_process,
+        "CPU threads per process; 0 = cores / processes on the host")
+      .at_least(0);
 }
 
 void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {

@@ -170,6 +170,10 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
     c.fail("dist.backend", "nccl needs CUDA devices, but dist.device is cpu",
            "use backend gloo (or auto) with device cpu");
   }
+  if (cfg.dist.allow_shared_device && cfg.dist.backend == "nccl") {
+    c.fail("dist.allow_shared_device", "NCCL cannot run two ranks on one GPU",
+           "use dist.backend=gloo for shared-device debugging runs");
+  }
   if (cfg.vae.vae_type == "torchscript" && cfg.vae.vae_pretrained.empty()) {
     c.fail("vae.vae_pretrained", "is required when vae.vae_type is torchscript",
            "give the TorchScript encoder file, or set vae.vae_type: none");

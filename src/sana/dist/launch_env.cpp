@@ -66,9 +66,80 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
       throw LaunchEnvError(fmt::format("{}={} is not below {}={}", s.rank, e.rank, s.world_size,
                                        e.world_size));
     }
+    if (const char* addr = env("MASTER_ADDR")) e.master_addr = addr;
+    e.master_port = read_int(env, "MASTER_PORT", s.launcher, false, 0);
+    if (e.master_port > 65535) throw LaunchEnvError("MASTER_PORT must be at most 65535");
+    const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+    e.agent_store = e.launcher == "torchrun" && agent != nullptr && std::string(agent) == "True";
+    e.restart_count = read_int(env, "TORCHELASTIC_RESTART_COUNT", s.launcher, e.agent_store, 0);
+    if (e.launcher == "slurm") {
+      const char* nodes = env("SLURM_STEP_NODELIST");
+      if (nodes == nullptr) nodes = env("SLURM_JOB_NODELIST");
+      if (nodes != nullptr) e.first_host = first_slurm_host(nodes);
+      if (const char* job = env("SLURM_JOB_ID")) e.job_id = job;
+    }
     return e;
   }
   return LaunchEnv{};
+}
+
+std::string first_slurm_host(const std::string& nodelist) {
+  // The first entry ends at a comma outside brackets: "a[1-2,5],b" -> "a[1-2,5]".
+  size_t end = 0;
+  int depth = 0;
+  for (; end < nodelist.size(); ++end) {
+    if (nodelist[end] == '[') ++depth;
+    if (nodelist[end] == ']') --depth;
+    if (nodelist[end] == ',' && depth == 0) break;
+  }
+  const std::string first = nodelist.substr(0, end);
+  const size_t open = first.find('[');
+  if (open == std::string::npos) return first;
+  // "node[01-03,07]" -> "node" + "01": the range's first number keeps its zero padding.
+  const size_t stop = first.find_first_of(",-]", open + 1);
+  return first.substr(0, open) + first.substr(open + 1, stop - open - 1);
+}
+
+RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& config_addr,
+                                    int config_port) {
+  RendezvousEndpoint ep;
+  const bool overridden = !config_addr.empty() || config_port > 0;
+  if (env.agent_store && !overridden) {
+    // torchrun's agent already listens on MASTER_ADDR:MASTER_PORT.
+    ep.host = env.master_addr;
+    ep.port = env.master_port;
+    ep.server = false;
+    ep.key_prefix = fmt::format("/worker/attempt_{}", env.restart_count);
+    if (ep.host.empty() || ep.port == 0) {
+      throw LaunchEnvError(
+          "TORCHELASTIC_USE_AGENT_STORE=True but MASTER_ADDR or MASTER_PORT is not set");
+    }
+    return ep;
+  }
+  ep.server = env.rank == 0;
+  ep.host = !config_addr.empty() ? config_addr : env.master_addr;
+  if (ep.host.empty()) ep.host = env.first_host;
+  if (ep.host.empty()) {
+    if (env.local_world_size < env.world_size) {
+      throw LaunchEnvError(fmt::format(
+          "{} started {} processes on several hosts ({} on this one) but MASTER_ADDR is not set; "
+          "set MASTER_ADDR to rank 0's host (mpirun: -x MASTER_ADDR=host -x MASTER_PORT=port) "
+          "or the config key dist.master_addr",
+          env.launcher, env.world_size, env.local_world_size));
+    }
+    ep.host = "127.0.0.1";  // every process is on this host
+  }
+  if (config_port > 0) {
+    ep.port = config_port;
+  } else if (env.master_port > 0) {
+    ep.port = env.master_port;
+  } else if (!env.job_id.empty()) {
+    // Jobs sharing a node must not share a port: derive one from the Slurm job id.
+    ep.port = 20000 + static_cast<int>(std::strtoul(env.job_id.c_str(), nullptr, 10) % 20000);
+  } else {
+    ep.port = kDefaultMasterPort;
+  }
+  return ep;
 }
 
 }  // namespace sana::dist

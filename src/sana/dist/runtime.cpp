@@ -1,0 +1,277 @@
+#include "sana/dist/runtime.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "sana/dist/backend_factory.h"
+#include "sana/dist/failure_watch.h"
+#include "sana/dist/run_guard.h"
+#include "sana/util/log.h"
+
+namespace sana::dist {
+
+namespace {
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The store
+
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
+                                           std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(
+        endpoint.host,
+        compat::tcp_store_options(static_cast<uint16_t>(endpoint.port), endpoint.server, timeout));
+  } catch (const std::exception& e) {
+    if (endpoint.server) {
+      throw DistTimeout(fmt::format(
+          "rank 0 could not listen on port {} ({}); another run may hold it: set MASTER_PORT or "
+          "dist.master_port",
+          endpoint.port, e.what()));
+    }
+    throw DistTimeout(fmt::format(
+        "could not reach the store of rank 0 at {}:{} within {} s ({}); check that rank 0 "
+        "started, MASTER_ADDR/MASTER_PORT (or dist.master_addr/master_port) and the firewall",
+        endpoint.host, endpoint.port, timeout.count() / 1000.0, e.what()));
+  }
+  return c10::make_intrusive<c10d::PrefixStore>(endpoint.key_prefix + kStorePrefix, tcp);
+}
+
+void report_startup_failure(const LaunchEnv& env, const std::string& addr, int port,
+                            const std::string& reason) noexcept {
+  if (env.world_size <= 1) return;
+  try {
+    const RendezvousEndpoint ep = resolve_endpoint(env, addr, port);
+    auto store = open_store(ep, std::chrono::seconds(5));
+    publish_failure(*store, fmt::format("rank {} failed at start-up: {}", env.rank, reason));
+    store->set(keys::ack(env.rank), bytes("1"));
+    if (ep.server) wait_for_acks(*store, env.world_size, std::chrono::seconds(10));
+  } catch (const std::exception&) {
+    // No store to tell: the others stop when their rendezvous times out.
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up
+
+Runtime::Runtime(LaunchEnv env, config::DistConfig cfg)
+    : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()) {}
+
+Runtime::~Runtime() {
+  if (watch_) watch_->stop();
+}
+
+std::chrono::milliseconds Runtime::timeout() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(cfg_.timeout_s * 1000));
+}
+
+std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::DistConfig& cfg,
+                                        const StartChecks& checks) {
+  std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
+  rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
+  torch::set_num_threads(rt->threads_);
+  if (env.world_size > 1) {
+    rt->connect();
+    rt->join();
+    rt->agree("world size", std::to_string(env.world_size));
+    rt->agree("program version", checks.version);
+    rt->agree("config (fingerprint of the resolved config)", checks.config_fingerprint);
+  }
+  VisibleDevices visible = injected_devices();
+  if (!visible.injected) visible = visible_cuda_devices();
+  rt->claim_ = choose_device(env, cfg, visible, rt->host_);
+  if (env.world_size > 1) {
+    for (const auto& line : rt->all_gather("device", rt->claim_.encode())) {
+      rt->device_map_.push_back(DeviceClaim::decode(line));
+    }
+  } else {
+    rt->device_map_ = {rt->claim_};
+  }
+  const auto clashes = find_device_clashes(rt->device_map_, cfg.allow_shared_device);
+  if (!clashes.empty()) throw DeviceError(fmt::format("{}", fmt::join(clashes, "\n")));
+  rt->backend_name_ = choose_backend(cfg, rt->claim_, nccl_available());
+  if (env.world_size > 1) rt->create_backend();
+  return rt;
+}
+
+void Runtime::connect() {
+  endpoint_ = resolve_endpoint(env_, cfg_.master_addr, static_cast<int>(cfg_.master_port));
+  log::debug("rendezvous at {}:{}{}", endpoint_.host, endpoint_.port,
+             endpoint_.server ? " (hosting the store)" : "");
+  store_ = open_store(endpoint_, timeout());
+}
+
+void Runtime::join() {
+  store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
+  std::vector<std::string> all;
+  for (int r = 0; r < world_size(); ++r) all.push_back("join/" + std::to_string(r));
+  wait_for_keys(all, "joining the rendezvous");
+  const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(
+      std::min(cfg_.heartbeat_timeout_s, cfg_.timeout_s) * 1000));
+  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat, timeout());
+}
+
+void Runtime::wait_for_keys(const std::vector<std::string>& wanted, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout();
+  while (!store_->check(wanted)) {
+    const std::string failure = published_failure(*store_);
+    if (!failure.empty()) {
+      store_->set(keys::ack(rank()), bytes("1"));
+      throw PeerFailure(failure);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<std::string> missing;
+      for (const auto& k : wanted) {
+        if (!store_->check({k})) missing.push_back(k.substr(k.rfind('/') + 1));
+      }
+      throw DistTimeout(fmt::format(
+          "timed out after {} s {}: no word from rank {} (not started, crashed, or started "
+          "with another MASTER_ADDR/MASTER_PORT or world size)",
+          cfg_.timeout_s, what, fmt::join(missing, ", ")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Runtime::create_backend() {
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg/", store_);
+  try {
+    if (backend_name_ == "nccl") {
+      backend_ = make_nccl_backend(pg_store, rank(), world_size(), timeout());
+    } else {
+      backend_ = make_gloo_backend(pg_store, rank(), world_size(), timeout(), cfg_.socket_ifname,
+                                   env_.local_world_size == env_.world_size);
+    }
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string failure = published_failure(*store_);
+    if (!failure.empty()) throw PeerFailure(failure);
+    throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, e.what()));
+  }
+}
+
+torch::Device Runtime::device() const {
+  if (claim_.kind == "cuda" && torch::cuda::is_available()) {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(claim_.index));
+  }
+  return torch::Device(torch::kCPU);
+}
+
+// ---------------------------------------------------------------------------------------
+// Store-based helpers
+
+std::vector<std::string> Runtime::all_gather(const std::string& name, const std::string& mine) {
+  if (world_size() == 1) return {mine};
+  const std::string base = fmt::format("gather/{}/{}/", gather_generation_++, name);
+  store_->set(base + std::to_string(rank()), bytes(mine));
+  std::vector<std::string> all;
+  for (int r = 0; r < world_size(); ++r) all.push_back(base + std::to_string(r));
+  wait_for_keys(all, "exchanging " + name);
+  std::vector<std::string> out;
+  for (const auto& k : all) out.push_back(text(store_->get(k)));
+  return out;
+}
+
+void Runtime::agree(const std::string& what, const std::string& mine) {
+  const auto values = all_gather("agree", mine);
+  std::map<std::string, std::vector<int>> holders;
+  for (size_t r = 0; r < values.size(); ++r) holders[values[r]].push_back(static_cast<int>(r));
+  if (holders.size() == 1) return;
+  std::vector<std::string> parts;
+  for (const auto& [value, ranks] : holders) {
+    parts.push_back(fmt::format("{} {}", rank_list(ranks), value));
+  }
+  throw Disagreement(fmt::format(
+      "ranks disagree on the {}: {}. Start every rank with the same program, config and "
+      "overrides",
+      what, fmt::join(parts, "; ")));
+}
+
+std::string Runtime::broadcast_string(const std::string& value) {
+  return all_gather("broadcast", rank() == 0 ? value : "").front();
+}
+
+// ---------------------------------------------------------------------------------------
+// Backend collectives
+
+namespace {
+void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    throw PeerFailure(fmt::format("{} failed ({}); another rank has probably failed", what,
+                                  e.what()));
+  }
+}
+}  // namespace
+
+void Runtime::barrier() {
+  if (world_size() == 1) return;
+  wait_work(backend_->barrier(), "barrier");
+}
+
+void Runtime::all_reduce(torch::Tensor& t) {
+  if (world_size() == 1) return;
+  std::vector<torch::Tensor> tensors{t};
+  wait_work(backend_->allreduce(tensors), "all-reduce");
+}
+
+void Runtime::broadcast(torch::Tensor& t) {
+  if (world_size() == 1) return;
+  std::vector<torch::Tensor> tensors{t};
+  wait_work(backend_->broadcast(tensors), "broadcast");
+}
+
+double Runtime::all_reduce_sum(double value) {
+  auto t = torch::tensor({value}, torch::dtype(torch::kFloat64).device(device()));
+  all_reduce(t);
+  return t.item<double>();
+}
+
+// ---------------------------------------------------------------------------------------
+// The end
+
+void Runtime::fail(const std::string& reason) noexcept {
+  if (!store_) return;
+  publish_failure(*store_, fmt::format("rank {} on {} failed: {}", rank(), host_, reason));
+  try {
+    store_->set(keys::ack(rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(5));
+  } catch (const std::exception&) {
+  }
+}
+
+void Runtime::finish() {
+  if (finished_ || !store_) return;
+  finished_ = true;
+  store_->set(keys::finished(rank()), bytes("1"));
+  if (endpoint_.server) {
+    std::vector<std::string> all;
+    for (int r = 0; r < world_size(); ++r) all.push_back(keys::finished(r));
+    wait_for_keys(all, "waiting for every rank to finish");
+  }
+  if (watch_) watch_->stop();
+}
+
+}  // namespace sana::dist
