@@ -79,8 +79,10 @@ config::Config load(const std::string& path, const std::vector<std::string>& ext
   return loader.build(ctx);
 }
 
+// Our launcher puts "[rank N] " before every worker line already.
 std::string rank_prefix(const dist::LaunchEnv& env) {
-  return env.world_size > 1 ? fmt::format("[rank {}] ", env.rank) : "";
+  return env.world_size > 1 && env.launcher != "sana-launch" ? fmt::format("[rank {}] ", env.rank)
+                                                             : "";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -194,8 +196,14 @@ int main(int argc, char** argv) {
   }
 
   if (launch->parsed()) {
-    launch_opts.program = self_executable(argv[0]);
+    // "launch -- check-dist ..." runs sana-train; "launch -- ./tool args" runs ./tool.
     launch_opts.worker_args = worker_args;
+    if (!worker_args.empty() && worker_args.front().find('/') != std::string::npos) {
+      launch_opts.program = worker_args.front();
+      launch_opts.worker_args.erase(launch_opts.worker_args.begin());
+    } else if (!worker_args.empty()) {
+      launch_opts.program = self_executable(argv[0]);
+    }
     const std::string problem = dist::check_launch_options(launch_opts);
     if (!problem.empty()) {
       std::cerr << "usage error: launch: " << problem << "\n";
@@ -227,10 +235,14 @@ int main(int argc, char** argv) {
   config::Config cfg;
   try {
     const auto extras = checking ? check->remaining() : app.remaining();
-    cfg = load(config_path, extras, {env.world_size, /*check_paths=*/!print_config && !checking});
+    config::ValidationContext ctx;
+    ctx.world_size = env.world_size;
+    ctx.check_paths = !print_config && !checking;  // check-dist reads no data
+    ctx.check_batch = !checking;
+    cfg = load(config_path, extras, ctx);
   } catch (const config::ConfigError& e) {
     std::cerr << e.report(rank_prefix(env));
-    dist::report_startup_failure(env, "", 0, "config error: " + e.issues().front().format());
+    dist::report_startup_failure(env, "", 0, e.issues().front().format());
     return kExitUsage;
   }
   if (print_config) {

@@ -172,12 +172,16 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Parsers leave `out` untouched on failure, so one bad value yields one error.
 bool parse_int(const YAML::Node& n, int64_t& out) {
   if (!n.IsScalar()) return false;
   const std::string& s = n.Scalar();
   const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
-  auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), out);
-  return ec == std::errc() && ptr == s.data() + s.size() && begin != ptr;
+  int64_t value = 0;
+  auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), value);
+  if (ec != std::errc() || ptr != s.data() + s.size() || begin == ptr) return false;
+  out = value;
+  return true;
 }
 
 bool parse_double(const YAML::Node& n, double& out) {
@@ -185,8 +189,10 @@ bool parse_double(const YAML::Node& n, double& out) {
   const std::string& s = n.Scalar();
   char* end = nullptr;
   errno = 0;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && errno == 0 && std::isfinite(out);
+  const double value = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno != 0 || !std::isfinite(value)) return false;
+  out = value;
+  return true;
 }
 
 bool parse_bool(const YAML::Node& n, bool& out) {

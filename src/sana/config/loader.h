@@ -46,6 +46,7 @@ class ConfigError : public std::runtime_error {
 struct ValidationContext {
   int64_t world_size = 1;
   bool check_paths = true;  // data_dir / load_from / ... must exist
+  bool check_batch = true;  // global batch fits world_size (not for check-dist)
 };
 
 // One `--key.path=value` or `--key.path value` from the command line.

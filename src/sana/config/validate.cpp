@@ -118,7 +118,7 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
 }
 
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
-  check_batch(c, cfg.train, ctx.world_size);
+  if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
 
   const auto& opt = cfg.train.optimizer;
   const size_t want_betas = opt.type == "CAME" ? 3 : 2;

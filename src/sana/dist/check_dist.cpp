@@ -23,6 +23,13 @@ std::string human_bytes(int64_t b) {
   return fmt::format("{} B", b);
 }
 
+std::string store_text(const Runtime& rt) {
+  if (rt.world_size() == 1) return "none (one process)";
+  const auto& ep = rt.endpoint();
+  return fmt::format("{}:{} hosted by {}", ep.host, ep.port,
+                     ep.key_prefix.empty() ? "rank 0" : "the torchrun agent");
+}
+
 void print_device_map(const Runtime& rt) {
   std::cout << fmt::format("{:>5}  {:<20} {}\n", "rank", "host", "device");
   for (const auto& c : rt.device_map()) {
@@ -75,6 +82,7 @@ void soak(Runtime& rt, double seconds) {
   auto last_report = start;
   int64_t ops = 0;
   const float expected = static_cast<float>(w * (w + 1) / 2);
+  if (rt.rank() == 0) log::info("soak: all-reducing 1 MiB for {} s", seconds);
   while (true) {
     payload.fill_(static_cast<float>(rt.rank() + 1));
     rt.all_reduce(payload);
@@ -106,10 +114,9 @@ int run_check_dist(const config::Config& cfg, const LaunchEnv& env, const CheckD
   try {
     if (rt->rank() == 0) {
       std::cout << fmt::format(
-          "check-dist: {} rank{} via {}, store {}:{}, backend {}, {} thread{} per process, "
+          "check-dist: {} rank{} via {}, store {}, backend {}, {} thread{} per process, "
           "start-up {:.2f} s\n",
-          rt->world_size(), rt->world_size() == 1 ? "" : "s", env.launcher,
-          rt->endpoint().host.empty() ? "-" : rt->endpoint().host, rt->endpoint().port,
+          rt->world_size(), rt->world_size() == 1 ? "" : "s", env.launcher, store_text(*rt),
           rt->backend_name(), rt->threads(), rt->threads() == 1 ? "" : "s",
           std::chrono::duration<double>(Clock::now() - start).count());
       print_device_map(*rt);

@@ -32,10 +32,12 @@ std::string published_failure(c10d::Store& store) {
   return text(store.get(keys::kFailed));
 }
 
-void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace) noexcept {
+void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace,
+                   int dead_rank) noexcept {
   const auto deadline = std::chrono::steady_clock::now() + grace;
   try {
     for (int r = 1; r < world_size; ++r) {
+      if (r == dead_rank) continue;
       while (!store.check({keys::ack(r)}) && !store.check({keys::finished(r)})) {
         if (std::chrono::steady_clock::now() > deadline) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -46,12 +48,12 @@ void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds
 }
 
 void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
-                           const std::string& reason) {
+                           const std::string& reason, int dead_rank) {
   log::error("stopping: {}", reason);
   if (store != nullptr) {
     try {
       store->set(keys::ack(rank), bytes("1"));
-      if (rank == 0) wait_for_acks(*store, world_size, std::chrono::seconds(5));
+      if (rank == 0) wait_for_acks(*store, world_size, std::chrono::seconds(5), dead_rank);
     } catch (const std::exception&) {
     }
   }
@@ -128,7 +130,7 @@ void FailureWatch::check_heartbeats(std::vector<int64_t>& last,
           "rank {} stopped responding (no heartbeat for {:.0f} s): it was killed, crashed or hung",
           r, secs);
       publish_failure(*store_, reason);
-      exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_));
+      exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_), r);
     }
   }
 }

@@ -33,11 +33,13 @@ std::string published_failure(c10d::Store& store);
 
 // Rank 0 hosts the store: before it exits it gives the other ranks up to `grace` to read
 // the failure (each acknowledges), so they stop with the real reason.
-void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace) noexcept;
+// `dead_rank` (if >= 0) is not waited for.
+void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace,
+                   int dead_rank = -1) noexcept;
 
 // Logs `reason`, acknowledges it in the store, and ends the process with kExitPeerFailed.
 [[noreturn]] void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
-                                        const std::string& reason);
+                                        const std::string& reason, int dead_rank = -1);
 
 class FailureWatch {
  public:

@@ -58,6 +58,10 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     if (std::strcmp(s.launcher, "slurm") == 0 && env("SLURM_STEP_ID") == nullptr) continue;
     LaunchEnv e;
     e.launcher = s.launcher;
+    const char* ours = env("SANA_LAUNCHER");
+    if (e.launcher == "torchrun" && ours != nullptr && std::string(ours) == "1") {
+      e.launcher = "sana-launch";  // our launcher speaks torchrun's environment
+    }
     e.rank = read_int(env, s.rank, s.launcher, true, 0);
     e.world_size = read_int(env, s.world_size, s.launcher, true, 1);
     e.local_rank = read_int(env, s.local_rank, s.launcher, false, e.rank);

@@ -11,7 +11,7 @@
 namespace sana::dist {
 
 struct LaunchEnv {
-  std::string launcher = "none";  // torchrun | openmpi | mpich | slurm | none
+  std::string launcher = "none";  // torchrun | sana-launch | openmpi | mpich | slurm | none
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;

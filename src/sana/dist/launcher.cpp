@@ -197,10 +197,17 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, int& user_signal)
       if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.exit_code = exit_code_of(status);
       kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
-      if (*w.exit_code != 0 && first_failure == 0 && user_signal == 0) {
-        first_failure = *w.exit_code;
-        say(fmt::format("rank {} exited with code {}; stopping the other workers", w.rank,
-                        *w.exit_code));
+      const int code = *w.exit_code;
+      if (code == 0 || user_signal != 0) continue;
+      // A worker that stopped because another failed (code 3), or because we stopped it,
+      // is not the cause: the cause's code wins even when it arrives a moment later.
+      const bool consequence = code == kExitPeerFailed || (kill_at && code == 128 + SIGTERM);
+      if (first_failure == 0 || (first_failure == kExitPeerFailed && !consequence)) {
+        first_failure = code;
+        say(fmt::format("rank {} exited with code {}{}", w.rank, code,
+                        kill_at ? "" : "; stopping the other workers"));
+      }
+      if (!kill_at) {
         signal_all(workers, SIGTERM);
         kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(o.grace_s));
@@ -248,7 +255,7 @@ std::string check_launch_options(const LaunchOptions& o) {
   }
   if (o.master_port < 0 || o.master_port > 65535) return "--master-port must be in [0, 65535]";
   if (o.max_restarts < 0) return "--max-restarts must be at least 0";
-  if (o.worker_args.empty()) {
+  if (o.program.empty()) {
     return "nothing to run: give the worker's arguments after --, e.g. "
            "sana-train launch --nproc-per-node 2 -- check-dist";
   }

@@ -17,7 +17,7 @@ struct LaunchOptions {
   int master_port = 0;  // 0: a free port (single node only)
   int max_restarts = 0;
   double grace_s = 10;      // after SIGTERM, workers get this long before SIGKILL
-  std::string program;      // worker executable (this one by default)
+  std::string program;      // worker executable: this one, or worker_args[0] if it is a path
   std::vector<std::string> worker_args;
 };
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -90,28 +91,61 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::Dist
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   torch::set_num_threads(rt->threads_);
-  if (env.world_size > 1) {
-    rt->connect();
-    rt->join();
-    rt->agree("world size", std::to_string(env.world_size));
-    rt->agree("program version", checks.version);
-    rt->agree("config (fingerprint of the resolved config)", checks.config_fingerprint);
+  if (env.world_size > 1) rt->connect();
+  try {
+    rt->start_checked(checks);
+  } catch (const Disagreement&) {
+    rt->leave();  // every rank found it: nobody to tell, but rank 0 must outlive the reads
+    throw;
+  } catch (const DeviceError&) {
+    rt->leave();
+    throw;
+  } catch (const PeerFailure&) {
+    rt->leave();
+    throw;
+  } catch (const std::exception& e) {
+    rt->fail(e.what());
+    throw;
   }
+  return rt;
+}
+
+void Runtime::start_checked(const StartChecks& checks) {
+  if (world_size() > 1) {
+    join();
+    agree("world size", std::to_string(world_size()));
+    agree("program version", checks.version);
+    agree("config (fingerprint of the resolved config)", checks.config_fingerprint);
+  }
+  claim_devices();
+  backend_name_ = choose_backend(cfg_, claim_, nccl_available());
+  if (world_size() > 1) create_backend();
+}
+
+// Every rank publishes its device (or why it has none) before any backend exists, so
+// a bad device map is reported by every rank instead of surfacing as an NCCL error.
+void Runtime::claim_devices() {
   VisibleDevices visible = injected_devices();
   if (!visible.injected) visible = visible_cuda_devices();
-  rt->claim_ = choose_device(env, cfg, visible, rt->host_);
-  if (env.world_size > 1) {
-    for (const auto& line : rt->all_gather("device", rt->claim_.encode())) {
-      rt->device_map_.push_back(DeviceClaim::decode(line));
-    }
-  } else {
-    rt->device_map_ = {rt->claim_};
+  std::string mine;
+  try {
+    claim_ = choose_device(env_, cfg_, visible, host_);
+    mine = "ok\t" + claim_.encode();
+  } catch (const DeviceError& e) {
+    mine = std::string("error\t") + e.what();
   }
-  const auto clashes = find_device_clashes(rt->device_map_, cfg.allow_shared_device);
-  if (!clashes.empty()) throw DeviceError(fmt::format("{}", fmt::join(clashes, "\n")));
-  rt->backend_name_ = choose_backend(cfg, rt->claim_, nccl_available());
-  if (env.world_size > 1) rt->create_backend();
-  return rt;
+  std::vector<std::string> problems;
+  for (const auto& line : all_gather("device", mine)) {
+    const std::string body = line.substr(line.find('\t') + 1);
+    if (line.rfind("ok\t", 0) == 0) {
+      device_map_.push_back(DeviceClaim::decode(body));
+    } else {
+      problems.push_back(body);
+    }
+  }
+  const auto clashes = find_device_clashes(device_map_, cfg_.allow_shared_device);
+  problems.insert(problems.end(), clashes.begin(), clashes.end());
+  if (!problems.empty()) throw DeviceError(fmt::format("{}", fmt::join(problems, "\n")));
 }
 
 void Runtime::connect() {
@@ -122,7 +156,9 @@ void Runtime::connect() {
 }
 
 void Runtime::join() {
-  store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
+  guard_store([&] {
+    store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
+  });
   std::vector<std::string> all;
   for (int r = 0; r < world_size(); ++r) all.push_back("join/" + std::to_string(r));
   wait_for_keys(all, "joining the rendezvous");
@@ -132,6 +168,26 @@ void Runtime::join() {
 }
 
 void Runtime::wait_for_keys(const std::vector<std::string>& wanted, const std::string& what) {
+  guard_store([&] { wait_for_keys_unguarded(wanted, what); });
+}
+
+void Runtime::guard_store(const std::function<void()>& op) {
+  try {
+    op();
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const DistTimeout&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (endpoint_.server) throw;
+    throw PeerFailure(fmt::format(
+        "lost the connection to the store on rank 0 ({}:{}): {}; rank 0 has probably failed",
+        endpoint_.host, endpoint_.port, e.what()));
+  }
+}
+
+void Runtime::wait_for_keys_unguarded(const std::vector<std::string>& wanted,
+                                      const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout();
   while (!store_->check(wanted)) {
     const std::string failure = published_failure(*store_);
@@ -184,19 +240,26 @@ torch::Device Runtime::device() const {
 std::vector<std::string> Runtime::all_gather(const std::string& name, const std::string& mine) {
   if (world_size() == 1) return {mine};
   const std::string base = fmt::format("gather/{}/{}/", gather_generation_++, name);
-  store_->set(base + std::to_string(rank()), bytes(mine));
-  std::vector<std::string> all;
-  for (int r = 0; r < world_size(); ++r) all.push_back(base + std::to_string(r));
-  wait_for_keys(all, "exchanging " + name);
   std::vector<std::string> out;
-  for (const auto& k : all) out.push_back(text(store_->get(k)));
+  guard_store([&] {
+    store_->set(base + std::to_string(rank()), bytes(mine));
+    std::vector<std::string> all;
+    for (int r = 0; r < world_size(); ++r) all.push_back(base + std::to_string(r));
+    wait_for_keys_unguarded(all, "exchanging " + name);
+    for (const auto& k : all) out.push_back(text(store_->get(k)));
+  });
   return out;
 }
 
 void Runtime::agree(const std::string& what, const std::string& mine) {
   const auto values = all_gather("agree", mine);
-  std::map<std::string, std::vector<int>> holders;
-  for (size_t r = 0; r < values.size(); ++r) holders[values[r]].push_back(static_cast<int>(r));
+  std::vector<std::pair<std::string, std::vector<int>>> holders;  // by lowest rank
+  for (size_t r = 0; r < values.size(); ++r) {
+    auto it = std::find_if(holders.begin(), holders.end(),
+                           [&](const auto& h) { return h.first == values[r]; });
+    if (it == holders.end()) it = holders.insert(holders.end(), {values[r], {}});
+    it->second.push_back(static_cast<int>(r));
+  }
   if (holders.size() == 1) return;
   std::vector<std::string> parts;
   for (const auto& [value, ranks] : holders) {
@@ -215,16 +278,21 @@ std::string Runtime::broadcast_string(const std::string& value) {
 // ---------------------------------------------------------------------------------------
 // Backend collectives
 
-namespace {
-void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   try {
     work->wait();
   } catch (const std::exception& e) {
+    // Name the failed rank when it already told the store; else say what we saw.
+    std::string known;
+    try {
+      known = published_failure(*store_);
+    } catch (const std::exception&) {
+    }
+    if (!known.empty()) throw PeerFailure(known);
     throw PeerFailure(fmt::format("{} failed ({}); another rank has probably failed", what,
                                   e.what()));
   }
 }
-}  // namespace
 
 void Runtime::barrier() {
   if (world_size() == 1) return;
@@ -251,6 +319,15 @@ double Runtime::all_reduce_sum(double value) {
 
 // ---------------------------------------------------------------------------------------
 // The end
+
+void Runtime::leave() noexcept {
+  if (!store_) return;
+  try {
+    store_->set(keys::ack(rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(10));
+  } catch (const std::exception&) {
+  }
+}
 
 void Runtime::fail(const std::string& reason) noexcept {
   if (!store_) return;

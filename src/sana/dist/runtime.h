@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -87,9 +88,17 @@ class Runtime {
  private:
   Runtime(LaunchEnv env, config::DistConfig cfg);
   void connect();
+  void start_checked(const StartChecks& checks);
   void join();
+  void claim_devices();
   void create_backend();
   void wait_for_keys(const std::vector<std::string>& keys, const std::string& what);
+  void wait_for_keys_unguarded(const std::vector<std::string>& keys, const std::string& what);
+  // Runs store operations; a lost connection to rank 0's store becomes a PeerFailure.
+  void guard_store(const std::function<void()>& op);
+  // Acknowledges the end of the run's start-up to rank 0, which waits for everyone.
+  void leave() noexcept;
+  void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
   std::chrono::milliseconds timeout() const;
 
   LaunchEnv env_;

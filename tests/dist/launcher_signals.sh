@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The launcher gets SIGTERM: it forwards it, every worker stops, it exits 143, and no
+# process of the run remains. Also: a launcher killed with SIGKILL takes its workers along.
+. "$(dirname "$0")/lib.sh"
+out=$SCRATCH/term.log
+"$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --dist.timeout_s=20 \
+  --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
+launcher=$!
+wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
+kill -TERM "$launcher"
+t0=$(now)
+wait_for_exit "$launcher" 20 || fail "the launcher still runs 20 s after SIGTERM"
+echo "SIGTERM -> launcher exited after $(elapsed_since "$t0") s"
+code_of "$launcher"; assert_code "$CODE" 143 "launcher after SIGTERM"
+assert_contains "$out" "got signal 15; stopping all workers" "the launcher says why it stops"
+assert_no_leftovers
+
+out=$SCRATCH/kill.log
+"$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --dist.timeout_s=20 \
+  --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
+launcher=$!
+wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
+kill -KILL "$launcher"
+code_of "$launcher"
+deadline=$(( $(date +%s) + 10 ))
+while pgrep -f "$TOKEN" > /dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+assert_no_leftovers
+
+# Restarts: a worker that fails on the first attempt only.
+out=$SCRATCH/restart.log
+marker=$SCRATCH/failed-once
+timeout 90 "$BIN" launch --nproc-per-node 2 --max-restarts 2 -- /bin/sh -c \
+  "if [ \"\$RANK\" = 1 ] && [ ! -e $marker ]; then touch $marker; exit 7; fi; echo attempt \$TORCHELASTIC_RESTART_COUNT; exec $BIN check-dist --dist.timeout_s=30 --work_dir=$SCRATCH/$TOKEN" \
+  > "$out" 2>&1
+assert_code $? 0 "a run that fails once and then succeeds"
+assert_contains "$out" "rank 1 exited with code 7" "the first failure is reported"
+assert_contains "$out" "restart 1 of 2" "the launcher restarts all workers"
+assert_contains "$out" "[rank 0] attempt 1" "workers see the restart counter"
+assert_no_leftovers
+finish

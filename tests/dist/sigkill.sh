@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A rank is killed with SIGKILL during `check-dist --seconds 60`. Without a launcher the
+# survivors learn it from the store or the backend and exit with code 3 within
+# dist.timeout_s plus a few seconds; with the launcher, the launcher stops everyone and
+# exits 137. Prints the time from the SIGKILL to the last survivor's exit.
+. "$(dirname "$0")/lib.sh"
+timeout_s=20
+soak=(check-dist --seconds 60 --dist.timeout_s=$timeout_s --dist.heartbeat_timeout_s=5)
+
+for victim in 1 0; do
+  port=$(free_port)
+  for r in 0 1 2; do start_rank "$r" 3 "$port" "${soak[@]}"; done
+  if ! wait_for_line "$SCRATCH/rank0.log" "soak: all-reducing" 60; then
+    fail "the soak did not start"; cat "$SCRATCH"/rank*.log; finish
+  fi
+  kill -KILL "${PIDS[$victim]}"
+  t0=$(now)
+  for r in 0 1 2; do
+    [ "$r" = "$victim" ] && continue
+    wait_for_exit "${PIDS[$r]}" $((timeout_s + 10)) || fail "rank $r still runs $((timeout_s + 10)) s after the SIGKILL"
+  done
+  secs=$(elapsed_since "$t0")
+  echo "SIGKILL of rank $victim -> last survivor exited after ${secs} s (dist.timeout_s=$timeout_s)"
+  for r in 0 1 2; do
+    [ "$r" = "$victim" ] && continue
+    code_of "${PIDS[$r]}"; assert_code "$CODE" 3 "survivor rank $r"
+  done
+  if awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t + 5) }'; then
+    pass "survivors stopped within dist.timeout_s + 5 s"
+  else
+    fail "survivors took ${secs} s"
+  fi
+  assert_no_leftovers
+done
+
+# A hung rank (SIGSTOP: its sockets stay open, so no backend error comes): rank 0 notices
+# the missing heartbeats and every survivor exits naming the rank.
+port=$(free_port)
+for r in 0 1 2; do start_rank "$r" 3 "$port" "${soak[@]}"; done
+wait_for_line "$SCRATCH/rank0.log" "soak: all-reducing" 60 || fail "the soak did not start"
+kill -STOP "${PIDS[2]}"
+t0=$(now)
+for r in 0 1; do
+  wait_for_exit "${PIDS[$r]}" $((timeout_s + 10)) || fail "rank $r still runs after rank 2 hung"
+done
+echo "SIGSTOP of rank 2 -> last survivor exited after $(elapsed_since "$t0") s (heartbeat timeout 5 s)"
+for r in 0 1; do
+  code_of "${PIDS[$r]}"; assert_code "$CODE" 3 "survivor rank $r of a hung rank"
+  assert_contains "$SCRATCH/rank$r.log" "rank 2 stopped responding" "rank $r names the hung rank"
+done
+kill -KILL "${PIDS[2]}"
+code_of "${PIDS[2]}"
+assert_no_leftovers
+
+# With the launcher: it notices the death, stops the others and reports the code.
+out=$SCRATCH/launch.log
+"$BIN" launch --nproc-per-node 3 -- "${soak[@]}" --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
+launcher=$!
+wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start under the launcher"
+victim=$(pid_of_rank 1)
+kill -KILL "$victim"
+t0=$(now)
+wait_for_exit "$launcher" $((timeout_s + 10)) || fail "the launcher still runs"
+echo "SIGKILL of rank 1 under the launcher -> launcher exited after $(elapsed_since "$t0") s"
+code_of "$launcher"; assert_code "$CODE" 137 "launcher exit code is the killed rank's"
+assert_contains "$out" "rank 1 exited with code 137" "the launcher names rank 1"
+assert_no_leftovers
+finish
