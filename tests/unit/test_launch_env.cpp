@@ -53,3 +53,64 @@ TEST_CASE("an incomplete or inconsistent environment names the variable", "[dist
   CHECK_THROWS_WITH(detect_launch_env(env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}})),
                     Catch::Contains("RANK=2 is not below WORLD_SIZE=2"));
 }
+
+TEST_CASE("the rendezvous endpoint comes from the launcher, the config or the job", "[dist]") {
+  using sana::dist::resolve_endpoint;
+  SECTION("torchrun's agent hosts the store: every rank is a client under the attempt prefix") {
+    const auto e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"},
+                                             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                             {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+    const auto ep = resolve_endpoint(e, "", 0);
+    CHECK_FALSE(ep.server);
+    CHECK(ep.host == "10.0.0.1");
+    CHECK(ep.port == 1234);
+    CHECK(ep.key_prefix == "/worker/attempt_2");
+  }
+  SECTION("otherwise rank 0 hosts it, and config overrides win") {
+    const auto e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"},
+                                             {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}));
+    auto ep = resolve_endpoint(e, "", 0);
+    CHECK(ep.server);
+    CHECK(ep.key_prefix.empty());
+    ep = resolve_endpoint(e, "10.9.9.9", 4321);
+    CHECK((ep.host == "10.9.9.9" && ep.port == 4321));
+  }
+  SECTION("mpirun on one host needs no MASTER_ADDR") {
+    const auto e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+    const auto ep = resolve_endpoint(e, "", 0);
+    CHECK(ep.host == "127.0.0.1");
+    CHECK(ep.port == sana::dist::kDefaultMasterPort);
+    CHECK_FALSE(ep.server);
+  }
+  SECTION("mpirun across hosts without MASTER_ADDR says which variable to set") {
+    const auto e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+    CHECK_THROWS_WITH(resolve_endpoint(e, "", 0),
+                      Catch::Contains("MASTER_ADDR is not set") && Catch::Contains("-x MASTER_ADDR"));
+    CHECK(resolve_endpoint(e, "node0", 0).host == "node0");
+  }
+  SECTION("srun: the first host of the step and a port from the job id") {
+    const auto e = detect_launch_env(env_of({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "8"},
+                                             {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "123456"},
+                                             {"SLURM_STEP_NODELIST", "gpu[007-008,010],cpu1"},
+                                             {"SLURM_NTASKS_PER_NODE", "4(x2)"}}));
+    const auto ep = resolve_endpoint(e, "", 0);
+    CHECK(ep.host == "gpu007");
+    CHECK(ep.port == 20000 + 123456 % 20000);
+  }
+}
+
+TEST_CASE("Slurm node lists give their first host", "[dist]") {
+  using sana::dist::first_slurm_host;
+  CHECK(first_slurm_host("node1") == "node1");
+  CHECK(first_slurm_host("node1,node2") == "node1");
+  CHECK(first_slurm_host("node[01-04]") == "node01");
+  CHECK(first_slurm_host("rack2-n[7,9-11],other") == "rack2-n7");
+}
+
+TEST_CASE("our launcher is recognised by name", "[dist]") {
+  const auto e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SANA_LAUNCHER", "1"}}));
+  CHECK(e.launcher == "sana-launch");
+}

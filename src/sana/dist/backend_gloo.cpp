@@ -1,6 +1,9 @@
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "sana/dist/backend_factory.h"
+#include "sana/dist/launch_env.h"
 
 namespace sana::dist {
 
@@ -14,7 +17,14 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_gloo_backend(
     if (const char* env = std::getenv("GLOO_SOCKET_IFNAME")) iface = env;
   }
   if (!iface.empty()) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+    try {
+      options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+    } catch (const std::exception&) {
+      throw LaunchEnvError(fmt::format(
+          "network interface '{}' (from {}) has no address on this host; list interfaces with "
+          "'ip addr' and set dist.socket_ifname or GLOO_SOCKET_IFNAME to one of them",
+          iface, ifname.empty() ? "GLOO_SOCKET_IFNAME" : "dist.socket_ifname"));
+    }
   } else if (single_host) {
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   } else {

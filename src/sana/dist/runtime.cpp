@@ -220,6 +220,8 @@ void Runtime::create_backend() {
     }
   } catch (const PeerFailure&) {
     throw;
+  } catch (const LaunchEnvError&) {
+    throw;
   } catch (const std::exception& e) {
     const std::string failure = published_failure(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
