@@ -217,6 +217,7 @@ int main(int argc, char** argv) {
   }
 
   // --- Launch environment -------------------------------------------------------------
+  dist::exit_with_launcher();
   dist::LaunchEnv env;
   try {
     env = dist::detect_launch_env();

@@ -25,8 +25,10 @@ case "$launcher" in
     code=$?
     expect_via="torchrun"; expect_store="store 127.0.0.1:$port hosted by the torchrun agent" ;;
   slurm)
-    # What srun sets for one step on one node; the port comes from the job id.
-    job=$((RANDOM % 20000))
+    # What srun sets for one step on one node; the port comes from the job id
+    # (20000 + id % 20000), so pick an id whose port is free.
+    job=$(( $(free_port) - 20000 ))
+    while [ "$job" -lt 0 ] || [ "$job" -ge 20000 ]; do job=$(( $(free_port) - 20000 )); done
     pids=()
     for ((r = 0; r < n; r++)); do
       SLURM_PROCID=$r SLURM_NTASKS=$n SLURM_LOCALID=$r SLURM_NTASKS_PER_NODE="$n(x1)" \

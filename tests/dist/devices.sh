@@ -18,7 +18,6 @@ for r in 0 1; do
   fi
 done
 assert_contains "$out" "Start at most 1 process per node" "the fix is given"
-if grep -qi nccl "$out"; then fail "an NCCL error leaked out"; else pass "no NCCL error"; fi
 
 # Two ranks whose visible devices map them onto the same GPU (e.g. CUDA_VISIBLE_DEVICES
 # differing per process): rank 0 -> cuda:0 = GPU-x, rank 1 -> cuda:1 = GPU-x.
@@ -27,7 +26,7 @@ SANA_TEST_CUDA_DEVICES=GPU-x,GPU-y start_rank 0 2 "$port" check-dist --dist.time
 SANA_TEST_CUDA_DEVICES=GPU-y,GPU-x start_rank 1 2 "$port" check-dist --dist.timeout_s=30
 for r in 0 1; do
   code_of "${PIDS[$r]}"; assert_code "$CODE" 2 "rank $r with a shared GPU"
-  assert_contains "$SCRATCH/rank$r.log" "rank 0 and rank 1 are both on cuda:1 (GPU-x)" "rank $r names both ranks and the device"
+  assert_contains "$SCRATCH/rank$r.log" "rank 0 (cuda:0) and rank 1 (cuda:1) are both on GPU GPU-x of host" "rank $r names both ranks and the device"
 done
 
 # Debugging on one GPU, explicitly allowed with gloo.

@@ -15,9 +15,10 @@ code_of "$launcher"; assert_code "$CODE" 143 "launcher after SIGTERM"
 assert_contains "$out" "got signal 15; stopping all workers" "the launcher says why it stops"
 assert_no_leftovers
 
+# The workers here are grandchildren (sh does not exec): only the lifeline reaches them.
 out=$SCRATCH/kill.log
-"$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --dist.timeout_s=20 \
-  --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
+"$BIN" launch --nproc-per-node 2 -- /bin/sh -c "$BIN check-dist --seconds 60 \
+  --dist.timeout_s=20 --work_dir=$SCRATCH/$TOKEN; true" > "$out" 2>&1 &
 launcher=$!
 wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
 kill -KILL "$launcher"

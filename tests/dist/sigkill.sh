@@ -8,6 +8,7 @@ timeout_s=20
 soak=(check-dist --seconds 60 --dist.timeout_s=$timeout_s --dist.heartbeat_timeout_s=5)
 
 for victim in 1 0; do
+  rm -f "$SCRATCH"/rank*.log  # no line of the previous round may satisfy a wait
   port=$(free_port)
   for r in 0 1 2; do start_rank "$r" 3 "$port" "${soak[@]}"; done
   if ! wait_for_line "$SCRATCH/rank0.log" "soak: all-reducing" 60; then
@@ -35,6 +36,7 @@ done
 
 # A hung rank (SIGSTOP: its sockets stay open, so no backend error comes): rank 0 notices
 # the missing heartbeats and every survivor exits naming the rank.
+rm -f "$SCRATCH"/rank*.log
 port=$(free_port)
 for r in 0 1 2; do start_rank "$r" 3 "$port" "${soak[@]}"; done
 wait_for_line "$SCRATCH/rank0.log" "soak: all-reducing" 60 || fail "the soak did not start"

@@ -65,7 +65,8 @@ TEST_CASE("two ranks on one device of one host clash; other hosts and CPUs do no
   map.push_back(cpu);
   const auto clashes = find_device_clashes(map, false);
   REQUIRE(clashes.size() == 1);
-  CHECK(clashes[0].find("rank 0 and rank 3 are both on cuda:0 (GPU-1) on host a") != std::string::npos);
+  CHECK(clashes[0].find("rank 0 (cuda:0) and rank 3 (cuda:0) are both on GPU GPU-1 of host a") !=
+        std::string::npos);
   CHECK(find_device_clashes(map, true).empty());
   CHECK(DeviceClaim::decode(map[3].encode()).describe() == map[3].describe());
 }

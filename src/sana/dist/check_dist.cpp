@@ -45,7 +45,7 @@ double time_all_reduce(Runtime& rt, int64_t bytes, int iters) {
   rt.barrier();
   const auto start = Clock::now();
   for (int i = 0; i < iters; ++i) rt.all_reduce(t);
-  if (t.is_cuda()) torch::cuda::synchronize();
+  if (t.is_cuda()) torch::cuda::synchronize(t.device().index());
   const double secs = std::chrono::duration<double>(Clock::now() - start).count() / iters;
   std::vector<double> all;
   for (const auto& s : rt.all_gather("time", fmt::format("{}", secs))) all.push_back(std::stod(s));
@@ -125,10 +125,8 @@ int run_check_dist(const config::Config& cfg, const LaunchEnv& env, const CheckD
     if (rt->world_size() > 1) bandwidth_table(*rt, opts);
     if (opts.soak_seconds > 0) soak(*rt, opts.soak_seconds);
     rt->finish();
-  } catch (const PeerFailure&) {
-    throw;
   } catch (const std::exception& e) {
-    rt->fail(e.what());
+    rt->fail(e.what());  // tells the others what this rank saw, unless one already did
     throw;
   }
   if (rt->rank() == 0) std::cout << "check-dist: healthy\n";

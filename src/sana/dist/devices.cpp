@@ -89,10 +89,10 @@ std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& cla
     if (fresh) continue;
     const DeviceClaim& first = *it->second;
     out.push_back(fmt::format(
-        "rank {} and rank {} are both on {}: each rank needs its own GPU. Start fewer "
-        "processes per node, check CUDA_VISIBLE_DEVICES and LOCAL_RANK, or for debugging only "
-        "set dist.backend=gloo and dist.allow_shared_device=true",
-        first.rank, c.rank, c.describe()));
+        "rank {} (cuda:{}) and rank {} (cuda:{}) are both on GPU {} of host {}: each rank needs "
+        "its own GPU. Start fewer processes per node, check CUDA_VISIBLE_DEVICES and LOCAL_RANK, "
+        "or for debugging only set dist.backend=gloo and dist.allow_shared_device=true",
+        first.rank, first.index, c.rank, c.index, c.id, c.host));
   }
   return out;
 }

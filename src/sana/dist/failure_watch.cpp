@@ -58,6 +58,7 @@ void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
     }
   }
   log::close_file();
+  std::fflush(stdout);
   std::fflush(stderr);
   std::_Exit(kExitPeerFailed);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +25,7 @@ constexpr Scheme kSchemes[] = {
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
 };
 
 int read_int(const EnvLookup& env, const char* name, const char* launcher, bool required,
@@ -39,12 +40,29 @@ int read_int(const EnvLookup& env, const char* name, const char* launcher, bool 
   int value = 0;
   const char* end = text + std::strlen(text);
   auto [ptr, ec] = std::from_chars(text, end, value);
-  // Slurm writes per-node counts like "2(x3)": the leading number is the one we need.
-  const bool slurm_count = std::strncmp(name, "SLURM_NTASKS_PER_NODE", 21) == 0;
-  if (ec != std::errc() || (ptr != end && !(slurm_count && *ptr == '(')) || value < 0) {
+  if (ec != std::errc() || ptr != end || value < 0) {
     throw LaunchEnvError(fmt::format("{}='{}' is not a non-negative integer", name, text));
   }
   return value;
+}
+
+// Tasks of this Slurm step on this node. Slurm sets SLURM_NTASKS_PER_NODE only with
+// --ntasks-per-node; SLURM_STEP_TASKS_PER_NODE ("4(x2),3") always. When the count for this
+// node cannot be known, it is taken as below the world size, so no rank assumes that
+// every process is on its host.
+int slurm_tasks_on_this_node(const EnvLookup& env, int world_size) {
+  const char* nodes = env("SLURM_STEP_NUM_NODES");
+  if (nodes == nullptr) nodes = env("SLURM_NNODES");
+  if (nodes != nullptr && std::atoi(nodes) == 1) return world_size;
+  for (const char* name : {"SLURM_NTASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    const char* v = env(name);
+    if (v == nullptr || *v == '\0') continue;
+    const std::string text(v);
+    const int first = std::atoi(v);
+    // Homogeneous forms only: "4" or "4(x2)"; a list means per-node counts differ.
+    if (text.find(',') == std::string::npos && first > 0) return std::min(first, world_size);
+  }
+  return std::max(1, world_size - 1);
 }
 
 }  // namespace
@@ -65,7 +83,9 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     e.rank = read_int(env, s.rank, s.launcher, true, 0);
     e.world_size = read_int(env, s.world_size, s.launcher, true, 1);
     e.local_rank = read_int(env, s.local_rank, s.launcher, false, e.rank);
-    e.local_world_size = read_int(env, s.local_world_size, s.launcher, false, e.world_size);
+    e.local_world_size = s.local_world_size == nullptr
+                             ? e.world_size
+                             : read_int(env, s.local_world_size, s.launcher, false, e.world_size);
     if (e.world_size < 1 || e.rank >= e.world_size) {
       throw LaunchEnvError(fmt::format("{}={} is not below {}={}", s.rank, e.rank, s.world_size,
                                        e.world_size));
@@ -81,6 +101,15 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
       if (nodes == nullptr) nodes = env("SLURM_JOB_NODELIST");
       if (nodes != nullptr) e.first_host = first_slurm_host(nodes);
       if (const char* job = env("SLURM_JOB_ID")) e.job_id = job;
+      e.local_world_size = slurm_tasks_on_this_node(env, e.world_size);
+    }
+    for (const char* name : {"SANA_RUN_ID", "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid"}) {
+      const char* v = env(name);
+      if (v != nullptr && *v != '\0' && e.run_id.empty()) e.run_id = v;
+    }
+    if (e.run_id.empty() && !e.job_id.empty()) {
+      const char* step = env("SLURM_STEP_ID");
+      e.run_id = e.job_id + "." + (step ? step : "0");
     }
     return e;
   }
@@ -107,6 +136,7 @@ std::string first_slurm_host(const std::string& nodelist) {
 RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& config_addr,
                                     int config_port) {
   RendezvousEndpoint ep;
+  ep.run_id = env.run_id;
   const bool overridden = !config_addr.empty() || config_port > 0;
   if (env.agent_store && !overridden) {
     // torchrun's agent already listens on MASTER_ADDR:MASTER_PORT.

@@ -23,6 +23,9 @@ struct LaunchEnv {
   int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
   std::string first_host;    // Slurm: first host of the step's node list
   std::string job_id;        // Slurm: SLURM_JOB_ID, for a per-job default port
+  // Names this run among others that might share a store endpoint: the launcher's run id
+  // (SANA_RUN_ID, TORCHELASTIC_RUN_ID, Slurm job.step, OpenMPI job id), or "".
+  std::string run_id;
 };
 
 // A launcher environment that is present but unusable (names the variable to fix).
@@ -42,6 +45,7 @@ struct RendezvousEndpoint {
   int port = 0;
   bool server = false;      // this process hosts the TCPStore
   std::string key_prefix;   // torchrun: "/worker/attempt_<n>"
+  std::string run_id;       // from LaunchEnv::run_id
 };
 
 // Resolves the endpoint from the environment and config overrides (empty/0 = not set).

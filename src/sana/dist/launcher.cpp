@@ -12,8 +12,11 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "sana/util/exit_codes.h"
 
@@ -85,9 +88,12 @@ int exit_code_of(int status) {
 }
 
 std::vector<std::string> worker_environment(const LaunchOptions& o, int local_rank, int port,
-                                            int attempt) {
+                                            int attempt, const std::string& run_id,
+                                            int lifeline_fd) {
   const int world = o.nnodes * o.nproc_per_node;
   return {
+      fmt::format("SANA_RUN_ID={}", run_id),
+      fmt::format("SANA_LIFELINE_FD={}", lifeline_fd),
       fmt::format("RANK={}", o.node_rank * o.nproc_per_node + local_rank),
       fmt::format("WORLD_SIZE={}", world),
       fmt::format("LOCAL_RANK={}", local_rank),
@@ -102,26 +108,45 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
   };
 }
 
-Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt) {
+// The read end of this pipe is inherited by every worker (and what it starts); the
+// launcher alone holds the write end, so its death, even by SIGKILL, is EOF for them.
+int g_lifeline[2] = {-1, -1};
+
+Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt,
+             const std::string& run_id) {
   Worker w;
   w.rank = o.node_rank * o.nproc_per_node + local_rank;
-  int out_pipe[2], err_pipe[2];
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
   if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-    throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
+    const std::string why = std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    throw std::runtime_error(fmt::format("pipe: {}", why));
   }
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    throw std::runtime_error(fmt::format("fork: {}", why));
+  }
   if (pid == 0) {
     setpgid(0, 0);  // its own group: signals reach the worker and anything it starts
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher dies -> the worker dies
     if (getppid() != parent) _exit(kExitFailure);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
+    // A worker in a background group that read the terminal would stop for ever.
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    fcntl(g_lifeline[0], F_SETFD, 0);  // inherited across exec
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
-    for (auto& kv : worker_environment(o, local_rank, port, attempt)) putenv(strdup(kv.c_str()));
+    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, g_lifeline[0])) {
+      putenv(strdup(kv.c_str()));
+    }
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(o.program.c_str()));
     for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -156,11 +181,29 @@ bool all_exited(const std::vector<Worker>& workers) {
 
 // One attempt: all workers from start to end. Returns the attempt's first failure code
 // (0 when all succeeded); sets `user_signal` when the launcher was told to stop.
-int run_attempt(const LaunchOptions& o, int port, int attempt, int& user_signal) {
+int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string& run_id,
+                int& user_signal) {
   std::vector<Worker> workers;
-  for (int i = 0; i < o.nproc_per_node; ++i) workers.push_back(spawn(o, i, port, attempt));
   int first_failure = 0;
-  std::optional<Clock::time_point> kill_at;
+  bool stopping = false;
+  bool kill_pending = false;  // SIGKILL at kill_at unless all have exited
+  Clock::time_point kill_at{};
+  bool draining = false;     // all reaped: output gets until drain_until
+  Clock::time_point drain_until{};
+  auto stop_all = [&](int sig) {
+    stopping = true;
+    signal_all(workers, sig);
+    kill_pending = true;
+    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(o.grace_s));
+  };
+  try {
+    for (int i = 0; i < o.nproc_per_node; ++i) workers.push_back(spawn(o, i, port, attempt, run_id));
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot start the workers: {}", e.what()));
+    first_failure = kExitFailure;
+    stop_all(SIGKILL);
+  }
 
   while (!all_exited(workers)) {
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
@@ -179,9 +222,7 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, int& user_signal)
       if (read(g_signal_pipe[0], &sig, 1) == 1 && user_signal == 0) {
         user_signal = sig;
         say(fmt::format("got signal {}; stopping all workers", static_cast<int>(sig)));
-        signal_all(workers, sig);
-        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(o.grace_s));
+        stop_all(sig);
       }
     }
     for (size_t i = 0; i < streams.size(); ++i) {
@@ -199,30 +240,60 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, int& user_signal)
       kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
       const int code = *w.exit_code;
       if (code == 0 || user_signal != 0) continue;
-      // A worker that stopped because another failed (code 3), or because we stopped it,
-      // is not the cause: the cause's code wins even when it arrives a moment later.
-      const bool consequence = code == kExitPeerFailed || (kill_at && code == 128 + SIGTERM);
+      // A worker that stopped because another failed (code 3), or that we stopped, is
+      // not the cause: the cause's code wins even when it arrives a moment later.
+      const bool consequence = code == kExitPeerFailed ||
+                               (stopping && (code == 128 + SIGTERM || code == 128 + SIGKILL));
       if (first_failure == 0 || (first_failure == kExitPeerFailed && !consequence)) {
         first_failure = code;
         say(fmt::format("rank {} exited with code {}{}", w.rank, code,
-                        kill_at ? "" : "; stopping the other workers"));
+                        stopping ? "" : "; stopping the other workers"));
       }
-      if (!kill_at) {
-        signal_all(workers, SIGTERM);
-        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(o.grace_s));
-      }
+      if (!stopping) stop_all(SIGTERM);
     }
-    if (kill_at && Clock::now() > *kill_at) {
+    if (kill_pending && Clock::now() > kill_at) {
       say("workers still running after the grace period; killing them");
       signal_all(workers, SIGKILL);
-      kill_at.reset();
+      kill_pending = false;
+    }
+    // Every worker is reaped: a descendant that left its group may still hold a pipe.
+    const bool reaped = std::all_of(workers.begin(), workers.end(),
+                                    [](const Worker& w) { return w.exit_code.has_value(); });
+    if (reaped && !draining) {
+      draining = true;
+      drain_until = Clock::now() + std::chrono::seconds(2);
+    }
+    if (draining && Clock::now() > drain_until) {
+      for (auto& w : workers) {
+        for (Stream* st : {&w.out, &w.err}) {
+          if (st->fd >= 0) {
+            close(st->fd);
+            st->fd = -1;
+          }
+        }
+      }
     }
   }
   return first_failure;
 }
 
 }  // namespace
+
+void exit_with_launcher() {
+  const char* fd_text = std::getenv("SANA_LIFELINE_FD");
+  if (fd_text == nullptr) return;
+  const int fd = std::atoi(fd_text);
+  if (fd <= 2 || fcntl(fd, F_GETFD) < 0) return;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);  // our own children need not hold it
+  std::thread([fd] {
+    char c;
+    while (read(fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    const char msg[] = "sana-train: the launcher is gone; stopping\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    std::_Exit(kExitPeerFailed);
+  }).detach();
+}
 
 int pick_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -255,6 +326,10 @@ std::string check_launch_options(const LaunchOptions& o) {
   }
   if (o.master_port < 0 || o.master_port > 65535) return "--master-port must be in [0, 65535]";
   if (o.max_restarts < 0) return "--max-restarts must be at least 0";
+  if (o.max_restarts > 0 && o.nnodes > 1) {
+    return "--max-restarts needs --nnodes 1: the launchers of several nodes do not restart in "
+           "step with each other";
+  }
   if (o.program.empty()) {
     return "nothing to run: give the worker's arguments after --, e.g. "
            "sana-train launch --nproc-per-node 2 -- check-dist";
@@ -264,6 +339,7 @@ std::string check_launch_options(const LaunchOptions& o) {
 
 int run_launcher(const LaunchOptions& o) {
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return kExitFailure;
+  if (pipe2(g_lifeline, O_CLOEXEC) != 0) return kExitFailure;
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
@@ -274,10 +350,15 @@ int run_launcher(const LaunchOptions& o) {
 
   int user_signal = 0;
   int code = 0;
+  // Every node's launcher derives the same run id from the endpoint; one node adds a
+  // random part so two runs on a host never share store keys.
+  const std::string base_id =
+      o.nnodes > 1 ? fmt::format("launch-{}-{}", o.master_addr, o.master_port)
+                   : fmt::format("launch-{}-{}", getpid(), Clock::now().time_since_epoch().count());
   for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
     const int port = o.master_port != 0 ? o.master_port : pick_free_port();
     if (attempt > 0) say(fmt::format("restart {} of {}", attempt, o.max_restarts));
-    code = run_attempt(o, port, attempt, user_signal);
+    code = run_attempt(o, port, attempt, fmt::format("{}-{}", base_id, attempt), user_signal);
     if (code == 0 || user_signal != 0) break;
   }
   if (user_signal != 0) return 128 + user_signal;

@@ -31,4 +31,9 @@ int run_launcher(const LaunchOptions& opts);
 // A TCP port that was free a moment ago.
 int pick_free_port();
 
+// In a worker started by `sana-train launch` (SANA_LIFELINE_FD set): a background thread
+// that ends this process when the launcher is gone, even if it was killed with SIGKILL
+// and this process is not its direct child.
+void exit_with_launcher();
+
 }  // namespace sana::dist

@@ -55,12 +55,15 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
         "started, MASTER_ADDR/MASTER_PORT (or dist.master_addr/master_port) and the firewall",
         endpoint.host, endpoint.port, timeout.count() / 1000.0, e.what()));
   }
-  return c10::make_intrusive<c10d::PrefixStore>(endpoint.key_prefix + kStorePrefix, tcp);
+  return c10::make_intrusive<c10d::PrefixStore>(
+      endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/", tcp);
 }
 
 void report_startup_failure(const LaunchEnv& env, const std::string& addr, int port,
                             const std::string& reason) noexcept {
-  if (env.world_size <= 1) return;
+  // Only where the launcher named the endpoint: a guessed default port could belong to
+  // another run, which must not be told that it failed.
+  if (env.world_size <= 1 || (env.master_port == 0 && !env.agent_store && addr.empty())) return;
   try {
     const RendezvousEndpoint ep = resolve_endpoint(env, addr, port);
     auto store = open_store(ep, std::chrono::seconds(5));
@@ -200,10 +203,12 @@ void Runtime::wait_for_keys_unguarded(const std::vector<std::string>& wanted,
       for (const auto& k : wanted) {
         if (!store_->check({k})) missing.push_back(k.substr(k.rfind('/') + 1));
       }
+      std::vector<int> ranks;
+      for (const auto& m : missing) ranks.push_back(std::atoi(m.c_str()));
       throw DistTimeout(fmt::format(
-          "timed out after {} s {}: no word from rank {} (not started, crashed, or started "
+          "timed out after {} s {}: no word from {} (stuck, crashed, not started, or started "
           "with another MASTER_ADDR/MASTER_PORT or world size)",
-          cfg_.timeout_s, what, fmt::join(missing, ", ")));
+          cfg_.timeout_s, what, rank_list(ranks)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -223,7 +228,11 @@ void Runtime::create_backend() {
   } catch (const LaunchEnvError&) {
     throw;
   } catch (const std::exception& e) {
-    const std::string failure = published_failure(*store_);
+    std::string failure;
+    try {
+      failure = published_failure(*store_);
+    } catch (const std::exception&) {
+    }
     if (!failure.empty()) throw PeerFailure(failure);
     throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, e.what()));
   }
@@ -324,6 +333,7 @@ double Runtime::all_reduce_sum(double value) {
 
 void Runtime::leave() noexcept {
   if (!store_) return;
+  if (!endpoint_.server && watch_) watch_->stop();
   try {
     store_->set(keys::ack(rank()), bytes("1"));
     if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(10));
@@ -333,6 +343,8 @@ void Runtime::leave() noexcept {
 
 void Runtime::fail(const std::string& reason) noexcept {
   if (!store_) return;
+  // Our own watcher would read the failure we publish and exit 3, hiding the cause.
+  if (watch_) watch_->stop();
   publish_failure(*store_, fmt::format("rank {} on {} failed: {}", rank(), host_, reason));
   try {
     store_->set(keys::ack(rank()), bytes("1"));
@@ -344,7 +356,10 @@ void Runtime::fail(const std::string& reason) noexcept {
 void Runtime::finish() {
   if (finished_ || !store_) return;
   finished_ = true;
-  store_->set(keys::finished(rank()), bytes("1"));
+  // A client's watcher must stop before rank 0 may close the store; rank 0 keeps
+  // watching while it waits for everyone.
+  if (!endpoint_.server && watch_) watch_->stop();
+  guard_store([&] { store_->set(keys::finished(rank()), bytes("1")); });
   if (endpoint_.server) {
     std::vector<std::string> all;
     for (int r = 0; r < world_size(); ++r) all.push_back(keys::finished(r));
