@@ -14,6 +14,8 @@
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
+#include "sana/data/data_commands.h"
+#include "sana/data/dataset_index.h"
 #include "sana/dist/check_dist.h"
 #include "sana/dist/devices.h"
 #include "sana/dist/launch_env.h"
@@ -40,6 +42,9 @@ std::string help_footer() {
       "  sana-train launch --nproc-per-node N -- ARGS...   start N local workers (torchrun-style)\n"
       "  sana-train check-dist [--seconds S] [--dist.KEY=VALUE]...   pre-flight check of a "
       "cluster\n"
+      "  sana-train index --input SRC... --output FILE   build a dataset index\n"
+      "  sana-train plan --config FILE [--world-size W --rank R --epoch E --json]   the epoch "
+      "plan\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -184,6 +189,22 @@ int main(int argc, char** argv) {
   check->add_option("-c,--config", config_path, "optional config (its dist section is used)");
   check->add_option("--seconds", check_opts.soak_seconds,
                     "keep all-reducing this many seconds after the table (a soak)");
+  data::IndexCommand index_cmd;
+  auto* index = app.add_subcommand("index", "build a dataset index from folders, JSONL/CSV "
+                                            "metadata or other indexes");
+  index->add_option("--input", index_cmd.inputs, "a source (repeat for several)")->required();
+  index->add_option("--output", index_cmd.output, "the index file to write")->required();
+  index->add_option("--threads", index_cmd.threads, "threads reading image headers (0: all cores)");
+
+  data::PlanCommand plan_cmd;
+  auto* plan = app.add_subcommand("plan", "the epoch plan: bucket histogram, steps per epoch, "
+                                          "and with --json a rank's sample ids per step");
+  plan->allow_extras();
+  plan->add_option("-c,--config", config_path, "YAML config file")->required();
+  plan->add_option("--world-size", plan_cmd.world_size, "world size to slice the plan for");
+  plan->add_option("--rank", plan_cmd.rank, "the rank whose slices --json lists");
+  plan->add_option("--epoch", plan_cmd.epoch, "epoch number (from 0)");
+  plan->add_flag("--json", plan_cmd.json, "print JSON: steps_per_epoch, num_samples, steps, ...");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -215,6 +236,14 @@ int main(int argc, char** argv) {
     std::cerr << "usage error: '--' separates worker arguments for 'sana-train launch' only\n";
     return kExitUsage;
   }
+  if (index->parsed()) {
+    try {
+      return data::run_index_command(index_cmd);
+    } catch (const data::IndexError& e) {
+      std::cerr << "index error: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
 
   // --- Launch environment -------------------------------------------------------------
   dist::exit_with_launcher();
@@ -229,15 +258,17 @@ int main(int argc, char** argv) {
 
   // --- Config: every mistake is reported here, before any process could wait ----------
   const bool checking = check->parsed();
+  const bool planning = plan->parsed();
   if (config_path.empty() && !print_config && !checking) {
     std::cerr << "usage error: --config FILE is required (sana-train --help)\n";
     return kExitUsage;
   }
   config::Config cfg;
   try {
-    const auto extras = checking ? check->remaining() : app.remaining();
+    const auto extras = checking ? check->remaining()
+                                 : planning ? plan->remaining() : app.remaining();
     config::ValidationContext ctx;
-    ctx.world_size = env.world_size;
+    ctx.world_size = planning ? plan_cmd.world_size : env.world_size;
     ctx.check_paths = !print_config && !checking;  // check-dist reads no data
     ctx.check_batch = !checking;
     cfg = load(config_path, extras, ctx);
@@ -251,6 +282,14 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   log::set_level(*log::parse_level(cfg.log_level));
+  if (planning) {
+    try {
+      return data::run_plan_command(cfg, plan_cmd);
+    } catch (const data::IndexError& e) {
+      log::error("data error: {}", e.what());
+      return kExitUsage;
+    }
+  }
 
   // --- The subcommand -----------------------------------------------------------------
   return dist::run_guarded(env, [&] {

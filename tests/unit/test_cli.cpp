@@ -1,6 +1,9 @@
 // The real sana-train binary: help, --print-config, overrides and exit codes.
 #include <catch2/catch.hpp>
 
+#include <nlohmann/json.hpp>
+#include <set>
+
 #include "test_support.h"
 
 using sana::test::run_command;
@@ -70,4 +73,58 @@ TEST_CASE("usage and config errors exit with code 2 and no stack trace", "[cli]"
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("WORLD_SIZE is not set") != std::string::npos);
   }
+}
+
+namespace {
+nlohmann::json plan_json(const std::string& work, int world, int rank, int epoch) {
+  // Only stdout: the log goes to stderr.
+  const auto r = run_command("{ " + kBin + " plan --config " + kTiny +
+                             " --data.data_dir=/usr/share/backgrounds/mate --work_dir=" + work +
+                             " --train.global_batch_size=8 --train.micro_batch_size=2 --json" +
+                             " --world-size " + std::to_string(world) + " --rank " +
+                             std::to_string(rank) + " --epoch " + std::to_string(epoch) +
+                             " 2>/dev/null; }");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.output);
+}
+}  // namespace
+
+TEST_CASE("plan --json: every world size slices the same global batches", "[cli][plan]") {
+  TempDir dir;
+  const auto whole = plan_json(dir.path("w"), 1, 0, 0);
+  CHECK(whole["num_samples"] == 30);
+  const int steps = whole["steps_per_epoch"];
+  REQUIRE(steps > 0);
+  CHECK(whole["steps"].size() == static_cast<size_t>(steps));
+  for (int world : {2, 4}) {
+    std::vector<nlohmann::json> ranks;
+    for (int r = 0; r < world; ++r) ranks.push_back(plan_json(dir.path("w"), world, r, 0));
+    for (int s = 0; s < steps; ++s) {
+      std::multiset<int> joined;
+      for (const auto& p : ranks) {
+        CHECK(p["steps_per_epoch"] == steps);
+        CHECK(p["steps"][static_cast<size_t>(s)].size() == static_cast<size_t>(8 / world));
+        for (int id : p["steps"][static_cast<size_t>(s)]) joined.insert(id);
+      }
+      const std::vector<int> batch = whole["steps"][static_cast<size_t>(s)];
+      CHECK(joined == std::multiset<int>(batch.begin(), batch.end()));
+    }
+  }
+  CHECK(plan_json(dir.path("w"), 1, 0, 1)["fingerprint"] != whole["fingerprint"]);
+}
+
+TEST_CASE("plan prints a bucket histogram and refuses a world size the batch cannot fit",
+          "[cli][plan]") {
+  TempDir dir;
+  const std::string base = kBin + " plan --config " + kTiny +
+                           " --data.data_dir=/usr/share/backgrounds/mate --work_dir=" +
+                           dir.path("w");
+  const auto r = run_command(base);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("steps per epoch:") != std::string::npos);
+  CHECK(r.output.find("32: 0.6 -> 24x40") != std::string::npos);  // 16:10 wallpapers
+  const auto bad = run_command(base + " --world-size 3");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("world size must be one of: 1, 2") != std::string::npos);
 }

@@ -15,7 +15,12 @@ struct DataConfig {
   std::string aspect_ratio_type = "ASPECT_RATIO_512";
   std::vector<int64_t> multi_scale_sizes;  // extra base sizes for multi-scale runs
   int64_t bucket_step = 32;                // size step of generated bucket tables
+  std::string multi_scale_rule = "largest_fitting";  // base size per sample
   std::string tail = "drop";               // last partial global batch of a bucket
+  std::string sampler = "bucket";          // bucket | distributed (single resolution)
+  std::string interpolation = "bicubic";   // resize filter
+  double max_bad_fraction = 0.01;          // bad samples tolerated before stopping
+  int64_t prefetch_batches = 4;            // loader queue depth per process
   bool random_flip = false;
   bool load_vae_feat = false;
   bool load_text_feat = false;

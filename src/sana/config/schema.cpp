@@ -39,7 +39,20 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("multi_scale_sizes", d.multi_scale_sizes, "further base sizes trained in the same run")
       .at_least(8);
   s.add("bucket_step", d.bucket_step, "pixel step of generated bucket tables").at_least(1);
+  s.add("multi_scale_rule", d.multi_scale_rule,
+        "base size of a sample: the largest not above its native size, the nearest, or the largest")
+      .one_of({"largest_fitting", "nearest", "largest"});
   s.add("tail", d.tail, "last partial global batch of a bucket: drop or pad").one_of({"drop", "pad"});
+  s.add("sampler", d.sampler,
+        "bucket: the epoch plan; distributed: torch's DistributedSampler (single resolution)")
+      .one_of({"bucket", "distributed"});
+  s.add("interpolation", d.interpolation, "resize filter")
+      .one_of({"area", "bilinear", "bicubic", "lanczos"});
+  s.add("max_bad_fraction", d.max_bad_fraction,
+        "fraction of bad samples tolerated; beyond it all ranks stop together")
+      .at_least(0)
+      .at_most(1);
+  s.add("prefetch_batches", d.prefetch_batches, "batches decoded ahead per process").at_least(1);
   s.add("random_flip", d.random_flip, "random horizontal flips (per-sample stream)");
   s.add("load_vae_feat", d.load_vae_feat, "read precomputed latents instead of images");
   s.add("load_text_feat", d.load_text_feat, "read precomputed caption features");
