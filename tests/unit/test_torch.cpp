@@ -7,6 +7,9 @@
 #include <fstream>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
+#include "sana/data/distributed_sampler.h"
 #include "test_support.h"
 
 using sana::test::run_command;
@@ -51,4 +54,30 @@ TEST_CASE("a short training run on real images lowers the loss", "[torch][train]
                                    dir.path("run/config.yaml") + " --print-config");
   CHECK(printed.exit_code == 0);
   CHECK(printed.output.find("max_steps: 40") != std::string::npos);
+}
+
+TEST_CASE("the distributed sampler partitions exactly as torch's DistributedSampler",
+          "[torch][sampler]") {
+  // Each case: n, world, seed, epoch, shuffle, drop_last. Debian's python3-torch runs
+  // torch's own DistributedSampler as the reference.
+  const nlohmann::json cases = {{10, 3, 0, 0, 1, 0},  {10, 3, 0, 0, 1, 1},   {11, 4, 42, 3, 1, 0},
+                                {11, 4, 42, 3, 1, 1}, {7, 8, 1, 0, 1, 0},    {100, 6, 5, 2, 0, 0},
+                                {100, 6, 5, 2, 0, 1}, {1000, 8, 123, 7, 1, 0}, {3, 2, 9, 9, 1, 1},
+                                {64, 1, 2, 1, 1, 0},  {5000, 3, 77, 11, 1, 1}};
+  const auto r = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                             "/tests/reference/distributed_sampler.py '" + cases.dump() +
+                             "' 2>/dev/null");
+  REQUIRE(r.exit_code == 0);
+  const auto expected = nlohmann::json::parse(r.output);
+  REQUIRE(expected.size() == cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    const int world = c[1];
+    for (int rank = 0; rank < world; ++rank) {
+      INFO("case " << c.dump() << " rank " << rank);
+      const auto ours = sana::data::distributed_sampler_indices(
+          c[0], world, rank, c[2], c[3], c[4] == 1, c[5] == 1);
+      CHECK(ours == expected[i][static_cast<size_t>(rank)].get<std::vector<int64_t>>());
+    }
+  }
 }
