@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev libopencv-dev libfmt-dev
   nlohmann-json3-dev libxxhash-dev catch2
   libopenblas0-pthread
-  openmpi-bin python3-torch python3-torchvision python3-numpy
+  openmpi-bin python3-torch python3-torchvision python3-numpy python3-pil
   mate-backgrounds time
 )
 

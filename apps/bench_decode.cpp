@@ -1,0 +1,61 @@
+// Benchmark: decode + bucket transform of real photos on one core. Ours (reduced JPEG
+// decoding, resize to cover, center-crop, RGB, float CHW in [-1, 1]) against a plain
+// full-resolution OpenCV decode of the same files. scripts/bench_decode.sh runs it next to
+// the torchvision pipeline.
+//   bench_decode DIR [ROUNDS=3] [BASE=512]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <vector>
+
+#include "sana/data/buckets.h"
+#include "sana/data/decode.h"
+#include "sana/data/image_header.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fmt::print(stderr, "usage: bench_decode DIR [ROUNDS=3] [BASE=512]\n");
+    return 2;
+  }
+  const int rounds = argc > 2 ? std::atoi(argv[2]) : 3;
+  const int base = argc > 3 ? std::atoi(argv[3]) : 512;
+  cv::setNumThreads(1);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(argv[1])) {
+    const auto ext = e.path().extension().string();
+    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png") files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  const auto table = sana::data::BucketTable::upstream(fmt::format("ASPECT_RATIO_{}", base));
+  std::vector<sana::data::ImageSize> sizes;
+  for (const auto& f : files) sizes.push_back(sana::data::read_image_size(f));
+
+  using Clock = std::chrono::steady_clock;
+  std::vector<float> chw;
+  double ours = 0, plain = 0;
+  int64_t pixels = 0;
+  for (int r = 0; r < rounds; ++r) {
+    auto t0 = Clock::now();
+    for (size_t i = 0; i < files.size(); ++i) {
+      const auto& b = table.buckets()[static_cast<size_t>(table.closest(sizes[i].height, sizes[i].width))];
+      const auto d = sana::data::decode_to_bucket(files[i], b.height, b.width, false, {},
+                                                  sizes[i].width, sizes[i].height);
+      chw.resize(static_cast<size_t>(3 * b.height * b.width));
+      sana::data::to_chw_normalized(d.rgb, chw.data());
+    }
+    ours += std::chrono::duration<double>(Clock::now() - t0).count();
+    t0 = Clock::now();
+    for (const auto& f : files) pixels += cv::imread(f, cv::IMREAD_COLOR).total();
+    plain += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  const double n = static_cast<double>(files.size()) * rounds;
+  fmt::print("{} files x {} rounds, ASPECT_RATIO_{} buckets, 1 thread\n", files.size(), rounds, base);
+  fmt::print("sana-train decode+bucket transform: {:7.1f} images/s\n", n / ours);
+  fmt::print("plain OpenCV full-resolution decode: {:7.1f} images/s ({:.1f} Mpixel/image)\n",
+             n / plain, static_cast<double>(pixels) / n / 1e6);
+  return 0;
+}

@@ -1,0 +1,111 @@
+// Decoding for training, on files PIL wrote: every mode and depth becomes 8-bit RGB at the
+// bucket's size; upstream's resize-to-cover + center-crop; EXIF orientation; reduced
+// decoding; and a corpus of bad files that come back as reasons, never as crashes.
+#include <catch2/catch.hpp>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "sana/data/decode.h"
+#include "test_support.h"
+
+using namespace sana::data;
+using sana::test::TempDir;
+
+namespace {
+const TempDir& fixtures() {
+  static TempDir dir;
+  static const bool made = [] {
+    const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                           "/tests/reference/make_image_fixtures.py " + dir.path());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return true;
+  }();
+  (void)made;
+  return dir;
+}
+DecodeOptions defaults() { return DecodeOptions{}; }
+}  // namespace
+
+TEST_CASE("every kind of image becomes 8-bit RGB at the bucket's size", "[decode]") {
+  for (const char* name : {"gray.png", "rgba.png", "palette.png", "cmyk.jpg", "sixteen.png",
+                           "plain.webp", "plain.bmp", "rotated.jpg", "large.jpg"}) {
+    INFO(name);
+    const auto d = decode_to_bucket(fixtures().path(name), 48, 64, false, defaults());
+    REQUIRE(d.ok());
+    CHECK(d.rgb.rows == 48);
+    CHECK(d.rgb.cols == 64);
+    CHECK(d.rgb.type() == CV_8UC3);
+  }
+  // Values survive the conversions: 16-bit white is 255, gray 200 stays 200, CMYK cyan
+  // is mostly blue-green, the WebP is blue (RGB order).
+  CHECK(decode_to_bucket(fixtures().path("sixteen.png"), 8, 8, false, defaults()).rgb.at<cv::Vec3b>(4, 4)[0] == 255);
+  CHECK(decode_to_bucket(fixtures().path("gray.png"), 8, 8, false, defaults()).rgb.at<cv::Vec3b>(4, 4)[1] == 200);
+  const auto webp = decode_to_bucket(fixtures().path("plain.webp"), 8, 8, false, defaults());
+  CHECK(webp.rgb.at<cv::Vec3b>(4, 4)[2] > 200);
+  CHECK(webp.rgb.at<cv::Vec3b>(4, 4)[0] < 50);
+}
+
+TEST_CASE("EXIF orientation is honoured", "[decode]") {
+  // Stored left red / right blue, orientation 6: displayed with red on top.
+  const auto d = decode_to_bucket(fixtures().path("rotated.jpg"), 120, 80, false, defaults());
+  REQUIRE(d.ok());
+  const auto top = d.rgb.at<cv::Vec3b>(10, 40), bottom = d.rgb.at<cv::Vec3b>(110, 40);
+  CHECK(top[0] > 200);     // red
+  CHECK(bottom[2] > 200);  // blue
+}
+
+TEST_CASE("resize to cover, then center-crop, as upstream", "[decode]") {
+  // 200 wide x 100 high -> 50 x 50: scale 0.5 gives 100 x 50, the crop keeps columns 25..74.
+  cv::Mat src(100, 200, CV_8UC3);
+  for (int x = 0; x < 200; ++x) src.col(x).setTo(cv::Scalar(x, x, x));
+  const cv::Mat out = cover_and_crop(src, 50, 50, cv::INTER_AREA);
+  REQUIRE((out.rows == 50 && out.cols == 50));
+  CHECK(std::abs(out.at<cv::Vec3b>(25, 0)[0] - 50) <= 1);   // source column ~50
+  CHECK(std::abs(out.at<cv::Vec3b>(25, 49)[0] - 148) <= 1);  // source column ~148
+  // Flips mirror the crop.
+  TempDir dir;
+  cv::imwrite(dir.path("ramp.png"), src);
+  const auto plain = decode_to_bucket(dir.path("ramp.png"), 50, 50, false, defaults());
+  const auto flipped = decode_to_bucket(dir.path("ramp.png"), 50, 50, true, defaults());
+  CHECK(plain.rgb.at<cv::Vec3b>(10, 0) == flipped.rgb.at<cv::Vec3b>(10, 49));
+}
+
+TEST_CASE("large JPEGs decode at reduced size with nearly the same result", "[decode]") {
+  const auto fast = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, defaults(), 1600, 1200);
+  DecodeOptions full_opts;
+  full_opts.reduced_decode = false;
+  const auto full = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, full_opts, 1600, 1200);
+  REQUIRE((fast.ok() && full.ok()));
+  CHECK(fast.reduce == 4);  // 1600/4 = 400 >= 256 and 1200/4 = 300 >= 192; /8 would not cover
+  CHECK(full.reduce == 1);
+  cv::Mat diff;
+  cv::absdiff(fast.rgb, full.rgb, diff);
+  CHECK(cv::mean(diff)[0] < 2.0);
+}
+
+TEST_CASE("bad files come back with a reason and never crash", "[decode]") {
+  const std::vector<std::pair<std::string, BadReason>> corpus = {
+      {"no_such_file.jpg", BadReason::missing},     {"bad_empty.jpg", BadReason::empty},
+      {"bad_truncated.jpg", BadReason::truncated},  {"bad_truncated.png", BadReason::truncated},
+      {"bad_text.jpg", BadReason::not_an_image},    {"bad_html.png", BadReason::not_an_image},
+      {"bad_random.webp", BadReason::not_an_image}, {"bad_corrupt.jpg", BadReason::corrupt},
+      {"bad_bomb.png", BadReason::too_large},       {"bad_directory.jpg", BadReason::missing},
+  };
+  for (const auto& [name, reason] : corpus) {
+    INFO(name);
+    const auto d = decode_to_bucket(fixtures().path(name), 32, 32, false, defaults());
+    CHECK(d.bad == reason);
+    CHECK(d.rgb.empty());
+  }
+}
+
+TEST_CASE("pixels become float CHW in [-1, 1]", "[decode]") {
+  cv::Mat rgb(2, 3, CV_8UC3, cv::Scalar(0, 255, 51));
+  std::vector<float> out(18);
+  to_chw_normalized(rgb, out.data());
+  CHECK(out[0] == -1.0f);           // R plane
+  CHECK(out[6] == 1.0f);            // G plane
+  CHECK(out[12] == Approx(-0.6f));  // B plane: 51/127.5 - 1
+}
