@@ -14,6 +14,7 @@
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
+#include "sana/data/check_data.h"
 #include "sana/data/data_commands.h"
 #include "sana/data/dataset_index.h"
 #include "sana/dist/check_dist.h"
@@ -45,6 +46,7 @@ std::string help_footer() {
       "  sana-train index --input SRC... --output FILE   build a dataset index\n"
       "  sana-train plan --config FILE [--world-size W --rank R --epoch E --json]   the epoch "
       "plan\n"
+      "  sana-train check-data --config FILE [--limit N]   decode every sample, count bad ones\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -205,6 +207,12 @@ int main(int argc, char** argv) {
   plan->add_option("--rank", plan_cmd.rank, "the rank whose slices --json lists");
   plan->add_option("--epoch", plan_cmd.epoch, "epoch number (from 0)");
   plan->add_flag("--json", plan_cmd.json, "print JSON: steps_per_epoch, num_samples, steps, ...");
+  int64_t check_data_limit = 0;
+  auto* check_data = app.add_subcommand(
+      "check-data", "decode every sample through the real loader; count bad ones by reason");
+  check_data->allow_extras();
+  check_data->add_option("-c,--config", config_path, "YAML config file")->required();
+  check_data->add_option("--limit", check_data_limit, "decode only this many samples");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -259,14 +267,17 @@ int main(int argc, char** argv) {
   // --- Config: every mistake is reported here, before any process could wait ----------
   const bool checking = check->parsed();
   const bool planning = plan->parsed();
+  const bool checking_data = check_data->parsed();
   if (config_path.empty() && !print_config && !checking) {
     std::cerr << "usage error: --config FILE is required (sana-train --help)\n";
     return kExitUsage;
   }
   config::Config cfg;
   try {
-    const auto extras = checking ? check->remaining()
-                                 : planning ? plan->remaining() : app.remaining();
+    const auto extras = checking        ? check->remaining()
+                        : planning      ? plan->remaining()
+                        : checking_data ? check_data->remaining()
+                                        : app.remaining();
     config::ValidationContext ctx;
     ctx.world_size = planning ? plan_cmd.world_size : env.world_size;
     ctx.check_paths = !print_config && !checking;  // check-dist reads no data
@@ -282,12 +293,16 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   log::set_level(*log::parse_level(cfg.log_level));
-  if (planning) {
+  if (planning || checking_data) {
     try {
-      return data::run_plan_command(cfg, plan_cmd);
+      return planning ? data::run_plan_command(cfg, plan_cmd)
+                      : data::run_check_data(cfg, check_data_limit);
     } catch (const data::IndexError& e) {
       log::error("data error: {}", e.what());
       return kExitUsage;
+    } catch (const std::exception& e) {
+      log::error("failed: {}", e.what());
+      return kExitFailure;
     }
   }
 

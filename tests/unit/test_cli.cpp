@@ -1,6 +1,7 @@
 // The real sana-train binary: help, --print-config, overrides and exit codes.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -127,4 +128,28 @@ TEST_CASE("plan prints a bucket histogram and refuses a world size the batch can
   const auto bad = run_command(base + " --world-size 3");
   CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("world size must be one of: 1, 2") != std::string::npos);
+}
+
+TEST_CASE("check-data counts bad samples by reason and fails past max_bad_fraction", "[cli][data]") {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  fs::create_directories(dir.path("d"));
+  for (const auto& e : fs::directory_iterator("/usr/share/backgrounds/mate/nature")) {
+    fs::copy_file(e.path(), dir.path("d/" + e.path().filename().string()));
+  }
+  dir.write("d/zero.jpg", "");
+  dir.write("d/notes.png", "plain text");
+  const std::string base = kBin + " check-data --config " + kTiny + " --data.data_dir=" +
+                           dir.path("d") + " --work_dir=" + dir.path("w");
+  const auto strict = run_command(base);
+  CHECK(strict.exit_code == 1);
+  CHECK(strict.output.find("check-data: 14 samples") != std::string::npos);
+  CHECK(strict.output.find("good: 12") != std::string::npos);
+  CHECK(strict.output.find("bad, empty: 1") != std::string::npos);
+  CHECK(strict.output.find("bad, not an image: 1") != std::string::npos);
+  CHECK(strict.output.find("'" + dir.path("d/zero.jpg") + "': empty") != std::string::npos);
+  const auto lenient = run_command(base + " --data.max_bad_fraction=0.5 --limit 13");
+  CHECK(lenient.exit_code == 0);
+  CHECK(lenient.output.find("check-data: 13 samples") != std::string::npos);
+  CHECK(lenient.output.find("check-data: ok") != std::string::npos);
 }
