@@ -153,3 +153,37 @@ TEST_CASE("check-data counts bad samples by reason and fails past max_bad_fracti
   CHECK(lenient.output.find("check-data: 13 samples") != std::string::npos);
   CHECK(lenient.output.find("check-data: ok") != std::string::npos);
 }
+
+TEST_CASE("plan with data.sampler=distributed gives each rank torch's DistributedSampler list",
+          "[cli][plan]") {
+  TempDir dir;
+  const std::string base = kBin + " plan --config " + kTiny +
+                           " --data.data_dir=/usr/share/backgrounds/mate --work_dir=" +
+                           dir.path("w") + " --model.multi_scale=false --data.sampler=distributed" +
+                           " --train.seed=3 --train.global_batch_size=4 --train.micro_batch_size=1";
+  // 30 samples, 2 ranks, seed 3, epoch 1, drop_last (tail drop): 15 per rank, 7 steps of 2.
+  const auto ref = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                               "/tests/reference/distributed_sampler.py '[[30, 2, 3, 1, 1, 1]]'" +
+                               " 2>/dev/null");
+  REQUIRE(ref.exit_code == 0);
+  const auto expected = nlohmann::json::parse(ref.output)[0];
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto r = run_command("{ " + base + " --world-size 2 --epoch 1 --json --rank " +
+                               std::to_string(rank) + " 2>/dev/null; }");
+    REQUIRE(r.exit_code == 0);
+    const auto plan = nlohmann::json::parse(r.output);
+    CHECK(plan["steps_per_epoch"] == 7);
+    std::vector<int64_t> mine;
+    for (const auto& step : plan["steps"]) {
+      for (int64_t id : step) mine.push_back(id);
+    }
+    std::vector<int64_t> want = expected[static_cast<size_t>(rank)];
+    want.resize(mine.size());
+    CHECK(mine == want);
+  }
+  const auto multi = run_command(kBin + " plan --config " + kTiny +
+                                 " --data.data_dir=/usr/share/backgrounds/mate --work_dir=" +
+                                 dir.path("w") + " --data.sampler=distributed");
+  CHECK(multi.exit_code == 2);
+  CHECK(multi.output.find("needs single-resolution data") != std::string::npos);
+}
