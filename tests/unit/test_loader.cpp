@@ -94,6 +94,21 @@ TEST_CASE("batches follow the plan and do not depend on the number of workers", 
 
 TEST_CASE("bad files are replaced from the same bucket and counted by reason", "[loader]") {
   Fixture fx;
+  // The whole corpus of bad files (written by PIL and by hand) goes through the loader.
+  TempDir corpus;
+  const auto made = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                            "/tests/reference/make_image_fixtures.py " +
+                                            corpus.path());
+  REQUIRE(made.exit_code == 0);
+  int bad_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(corpus.path())) {
+    if (e.is_regular_file() && e.path().filename().string().rfind("bad_", 0) == 0) {
+      std::filesystem::copy_file(e.path(), fx.dir.path("images/" + e.path().filename().string()));
+      ++bad_files;
+    }
+  }
+  CHECK(bad_files >= 8);
+  fx.dataset = std::make_unique<Dataset>(Dataset::open(fx.cfg));
   const auto plan = fx.dataset->plan(0);  // tail pad: every sample appears
   Loader loader(*fx.dataset, plan, fx.options(2));
   int substituted = 0;
@@ -105,13 +120,16 @@ TEST_CASE("bad files are replaced from the same bucket and counted by reason", "
       CHECK(path.find("zero.jpg") == std::string::npos);
       CHECK(path.find("words.png") == std::string::npos);
       CHECK(path.find("cut.jpg") == std::string::npos);
+      CHECK(path.find("bad_") == std::string::npos);
     }
   }
   auto counts = loader.bad_counts();
-  CHECK(counts.by_reason["empty"] >= 1);
-  CHECK(counts.by_reason["not an image"] >= 1);
-  CHECK(counts.by_reason["truncated"] >= 1);
-  CHECK(substituted >= 3);
+  CHECK(counts.by_reason["empty"] >= 2);
+  CHECK(counts.by_reason["not an image"] >= 4);
+  CHECK(counts.by_reason["truncated"] >= 3);
+  CHECK(counts.by_reason["corrupt"] >= 1);
+  CHECK(counts.by_reason["too large"] >= 1);
+  CHECK(substituted >= 3 + bad_files);
   CHECK(counts.substituted == substituted);
 }
 
