@@ -1,0 +1,158 @@
+#include "sana/data/decode.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <stdexcept>
+#include <vector>
+
+#include "sana/data/image_header.h"
+
+namespace sana::data {
+
+const char* reason_name(BadReason r) {
+  switch (r) {
+    case BadReason::none: return "ok";
+    case BadReason::missing: return "missing";
+    case BadReason::empty: return "empty";
+    case BadReason::truncated: return "truncated";
+    case BadReason::corrupt: return "corrupt";
+    case BadReason::not_an_image: return "not an image";
+    case BadReason::too_large: return "too large";
+  }
+  return "unknown";
+}
+
+int interpolation_flag(const std::string& name) {
+  if (name == "area") return cv::INTER_AREA;
+  if (name == "bilinear") return cv::INTER_LINEAR;
+  if (name == "bicubic") return cv::INTER_CUBIC;
+  if (name == "lanczos") return cv::INTER_LANCZOS4;
+  throw std::invalid_argument("unknown interpolation " + name);
+}
+
+namespace {
+
+DecodedImage bad(BadReason r, std::string detail) {
+  DecodedImage d;
+  d.bad = r;
+  d.detail = std::move(detail);
+  return d;
+}
+
+// A JPEG must end with its EOI marker and a PNG with its IEND chunk; decoders fill a cut
+// file with gray and say nothing, so the check is ours.
+bool looks_complete(const std::vector<uchar>& b) {
+  size_t end = b.size();
+  while (end > 0 && b[end - 1] == 0) --end;  // some writers pad with zeros
+  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8) {
+    return end >= 2 && b[end - 2] == 0xFF && b[end - 1] == 0xD9;
+  }
+  if (b.size() >= 8 && b[0] == 0x89 && b[1] == 'P') {
+    static const uchar iend[] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+    return end >= 8 && std::equal(iend, iend + 8, b.begin() + static_cast<std::ptrdiff_t>(end - 8));
+  }
+  return true;
+}
+
+}  // namespace
+
+cv::Mat cover_and_crop(const cv::Mat& bgr, int th, int tw, int interpolation) {
+  // Upstream: scale so both sides cover the bucket (int() truncation), then center-crop
+  // with torchvision's rounding.
+  const double sh = static_cast<double>(th) / bgr.rows;
+  const double sw = static_cast<double>(tw) / bgr.cols;
+  int rh, rw;
+  if (sh > sw) {
+    rh = th;
+    rw = std::max(tw, static_cast<int>(bgr.cols * sh));
+  } else {
+    rh = std::max(th, static_cast<int>(bgr.rows * sw));
+    rw = tw;
+  }
+  cv::Mat resized;
+  if (rh == bgr.rows && rw == bgr.cols) {
+    resized = bgr;
+  } else {
+    cv::resize(bgr, resized, cv::Size(rw, rh), 0, 0, interpolation);
+  }
+  const int top = static_cast<int>(std::lround((rh - th) / 2.0));
+  const int left = static_cast<int>(std::lround((rw - tw) / 2.0));
+  return resized(cv::Rect(left, top, tw, th));
+}
+
+DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip,
+                              const DecodeOptions& opts, int source_w, int source_h) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return bad(BadReason::missing, std::filesystem::exists(path, ec) ? "not a regular file"
+                                                                     : "no such file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return bad(BadReason::missing, "cannot open the file");
+  std::vector<uchar> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.empty()) return bad(BadReason::empty, "zero bytes");
+  if (source_w <= 0 || source_h <= 0) {
+    const ImageSize s = read_image_size(path);
+    if (s.ok) {
+      source_w = s.width;
+      source_h = s.height;
+    }
+  }
+  if (static_cast<double>(source_w) * source_h > opts.max_pixels) {
+    return bad(BadReason::too_large, fmt::format("{}x{} pixels", source_w, source_h));
+  }
+  if (!looks_complete(bytes)) return bad(BadReason::truncated, "the file ends early");
+
+  int flags = cv::IMREAD_COLOR;  // any depth, gray, alpha or palette -> 8-bit BGR
+  int reduce = 1;
+  const bool jpeg = bytes.size() > 2 && bytes[0] == 0xFF && bytes[1] == 0xD8;
+  if (opts.reduced_decode && jpeg && source_w > 0 && source_h > 0) {
+    for (int f : {8, 4, 2}) {
+      if (source_w / f >= tw && source_h / f >= th) {
+        reduce = f;
+        break;
+      }
+    }
+    if (reduce == 2) flags = cv::IMREAD_REDUCED_COLOR_2;
+    if (reduce == 4) flags = cv::IMREAD_REDUCED_COLOR_4;
+    if (reduce == 8) flags = cv::IMREAD_REDUCED_COLOR_8;
+  }
+  cv::Mat bgr;
+  try {
+    bgr = cv::imdecode(bytes, flags);
+  } catch (const cv::Exception& e) {
+    return bad(BadReason::corrupt, e.what());
+  }
+  if (bgr.empty()) {
+    const ImageSize s = read_image_size(path);
+    return s.ok ? bad(BadReason::corrupt, "the decoder rejected it")
+                : bad(BadReason::not_an_image, s.error);
+  }
+  DecodedImage out;
+  out.reduce = reduce;
+  cv::Mat crop = cover_and_crop(bgr, th, tw, opts.interpolation);
+  if (flip) cv::flip(crop, crop, 1);
+  cv::cvtColor(crop, out.rgb, cv::COLOR_BGR2RGB);
+  return out;
+}
+
+void to_chw_normalized(const cv::Mat& rgb, float* out) {
+  const int h = rgb.rows, w = rgb.cols;
+  const size_t plane = static_cast<size_t>(h) * static_cast<size_t>(w);
+  for (int y = 0; y < h; ++y) {
+    const uchar* row = rgb.ptr<uchar>(y);
+    for (int x = 0; x < w; ++x) {
+      const size_t at = static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x);
+      for (int c = 0; c < 3; ++c) {
+        out[static_cast<size_t>(c) * plane + at] = row[3 * x + c] / 127.5f - 1.0f;
+      }
+    }
+  }
+}
+
+}  // namespace sana::data

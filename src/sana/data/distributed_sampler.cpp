@@ -1,0 +1,89 @@
+#include "sana/data/distributed_sampler.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace sana::data {
+
+std::vector<int64_t> distributed_sampler_indices(int64_t n, int world_size, int rank,
+                                                 uint64_t seed, int64_t epoch, bool shuffle,
+                                                 bool drop_last) {
+  // num_samples and total_size as torch computes them.
+  const int64_t w = world_size;
+  const int64_t num_samples =
+      drop_last && n % w != 0 ? (n - w + w - 1) / w : (n + w - 1) / w;
+  const int64_t total = num_samples * w;
+  std::vector<int64_t> indices(static_cast<size_t>(n));
+  if (shuffle) {
+    auto gen = at::detail::createCPUGenerator(seed + static_cast<uint64_t>(epoch));
+    const auto perm = torch::randperm(n, gen, torch::kLong);
+    std::copy_n(perm.data_ptr<int64_t>(), n, indices.begin());
+  } else {
+    for (int64_t i = 0; i < n; ++i) indices[static_cast<size_t>(i)] = i;
+  }
+  if (!drop_last) {
+    const auto original = indices;
+    while (static_cast<int64_t>(indices.size()) < total) {
+      const int64_t need = total - static_cast<int64_t>(indices.size());
+      const int64_t take = std::min<int64_t>(need, static_cast<int64_t>(original.size()));
+      indices.insert(indices.end(), original.begin(), original.begin() + take);
+    }
+  } else {
+    indices.resize(static_cast<size_t>(total));
+  }
+  std::vector<int64_t> out;
+  for (int64_t i = rank; i < total; i += w) out.push_back(indices[static_cast<size_t>(i)]);
+  return out;
+}
+
+EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
+                          int world_size) {
+  if (cfg.data.sampler != "distributed") return ds.plan(epoch);
+  const auto& of = ds.bucket_of();
+  if (std::any_of(of.begin(), of.end(), [&](uint16_t b) { return b != of.front(); })) {
+    throw std::invalid_argument(
+        "data.sampler=distributed needs single-resolution data (one bucket), but the samples "
+        "fall into several; set model.multi_scale: false or data.sampler: bucket");
+  }
+  const int64_t n = static_cast<int64_t>(of.size());
+  const int64_t g = cfg.train.global_batch_size, m = cfg.train.micro_batch_size;
+  const int64_t a = g / (m * world_size);
+  std::vector<std::vector<int64_t>> per_rank;
+  for (int r = 0; r < world_size; ++r) {
+    per_rank.push_back(distributed_sampler_indices(n, world_size, r,
+                                                   static_cast<uint64_t>(cfg.train.seed), epoch,
+                                                   true, cfg.data.tail == "drop"));
+  }
+  const int64_t per_rank_len = static_cast<int64_t>(per_rank.front().size());
+  const int64_t steps = per_rank_len / (a * m);
+  std::vector<SampleId> ids(static_cast<size_t>(steps * g));
+  for (int64_t j = 0; j < steps; ++j) {
+    for (int64_t t = 0; t < a; ++t) {
+      for (int r = 0; r < world_size; ++r) {
+        for (int64_t k = 0; k < m; ++k) {
+          ids[static_cast<size_t>(j * g + (t * world_size + r) * m + k)] = static_cast<SampleId>(
+              per_rank[static_cast<size_t>(r)][static_cast<size_t>((j * a + t) * m + k)]);
+        }
+      }
+    }
+  }
+  PlanStats st;
+  st.num_samples = n;
+  st.samples_per_bucket.assign(static_cast<size_t>(ds.buckets().size()), 0);
+  st.steps_per_bucket.assign(static_cast<size_t>(ds.buckets().size()), 0);
+  if (n > 0) {
+    st.samples_per_bucket[of.front()] = n;
+    st.steps_per_bucket[of.front()] = steps;
+  }
+  st.dropped = std::max<int64_t>(0, n - steps * g);
+  st.padded = std::max<int64_t>(0, steps * g - n);
+  return EpochPlan::from_batches(std::move(ids),
+                                 std::vector<uint16_t>(static_cast<size_t>(steps),
+                                                       n > 0 ? of.front() : 0),
+                                 g, epoch, std::move(st));
+}
+
+}  // namespace sana::data

@@ -1,0 +1,20 @@
+// Image sizes from file headers alone (JPEG, PNG, GIF, BMP, WebP): what indexing a
+// dataset without width/height columns needs, without decoding any pixels. JPEG EXIF
+// orientations 5-8 swap width and height, as decoding with the orientation honoured does.
+// No torch, no OpenCV.
+#pragma once
+
+#include <string>
+
+namespace sana::data {
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+  bool ok = false;
+  std::string error;  // why not, when !ok: "missing", "empty", "not an image", "truncated"
+};
+
+ImageSize read_image_size(const std::string& path);
+
+}  // namespace sana::data

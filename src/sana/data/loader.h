@@ -1,0 +1,108 @@
+// The per-process data loader: decodes this rank's micro-batches of an epoch plan on
+// data.num_workers threads into a bounded prefetch queue, in plan order, so a batch's
+// contents never depend on the number of workers. A bad sample is replaced by a
+// deterministic substitute from the same bucket (counted by reason, logged once per file):
+// batch shapes and step counts never change. Never calls a collective.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sana/data/dataset.h"
+#include "sana/data/decode.h"
+
+namespace sana::data {
+
+struct LoaderOptions {
+  int rank = 0;
+  int world_size = 1;
+  int64_t micro_batch = 1;
+  int workers = 2;
+  int prefetch = 4;           // micro-batches decoded ahead
+  bool pin_memory = false;    // page-locked host memory for fast copies to CUDA
+  bool random_flip = false;
+  uint64_t seed = 0;
+  DecodeOptions decode;
+  double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
+};
+
+struct Batch {
+  int64_t step = 0;
+  int64_t micro_step = 0;
+  int bucket = 0;
+  torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1]
+  std::vector<SampleId> ids;          // as planned
+  std::vector<SampleId> decoded_ids;  // after substitutions
+  std::vector<int32_t> labels;        // -1: none
+  std::vector<std::string> captions;
+  int substituted = 0;
+};
+
+struct BadSampleCounts {
+  std::map<std::string, int64_t> by_reason;
+  int64_t substituted = 0;
+  int64_t decoded = 0;
+};
+
+class LoaderError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Loader {
+ public:
+  // Starts decoding at `first_step` (a resume position) of `plan`.
+  Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts, int64_t first_step = 0);
+  ~Loader();  // stops and joins the workers, mid-epoch too
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next micro-batch in plan order, or nothing at the end of the epoch.
+  std::optional<Batch> next();
+  // Seconds the caller has spent waiting inside next().
+  double wait_seconds() const { return wait_seconds_; }
+  BadSampleCounts bad_counts() const;
+
+ private:
+  struct Job {
+    int64_t step, micro_step;
+  };
+  void work();
+  Batch decode_job(const Job& job);
+  bool decode_sample(SampleId id, int bucket, int64_t epoch, float* out, int h, int w,
+                     SampleId& used);
+  const std::vector<SampleId>& bucket_members(int bucket);
+
+  const Dataset& dataset_;
+  const EpochPlan& plan_;
+  LoaderOptions opts_;
+  std::vector<Job> jobs_;
+  std::vector<std::thread> threads_;
+
+  std::mutex mutex_;
+  std::condition_variable ready_;  // a result arrived
+  std::condition_variable room_;   // the consumer took one: room to decode ahead
+  size_t next_job_ = 0;            // next job a worker takes
+  size_t next_out_ = 0;            // next job the consumer takes
+  std::map<size_t, Batch> done_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  double wait_seconds_ = 0;
+
+  mutable std::mutex bad_mutex_;
+  BadSampleCounts bad_;
+  std::set<SampleId> logged_;
+  std::map<int, std::vector<SampleId>> members_;
+};
+
+}  // namespace sana::data
