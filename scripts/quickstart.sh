@@ -8,4 +8,4 @@ cd "$root"
 bash scripts/install_deps.sh
 bash scripts/build.sh
 bash scripts/prepare_example_data.sh
-exec build/apps/sana-train --config configs/sana_tiny_cpu.yaml "$@"
+exec "${SANA_BUILD_DIR:-$root/build}/apps/sana-train" --config configs/sana_tiny_cpu.yaml "$@"
