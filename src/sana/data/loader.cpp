@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "sana/data/tensor_file.h"
 #include "sana/util/log.h"
 #include "sana/util/random.h"
 
@@ -97,19 +98,67 @@ Batch Loader::decode_job(const Job& job) {
                             job.micro_step);
   const Bucket& bucket = dataset_.buckets().bucket(b.bucket);
   const int h = bucket.height, w = bucket.width;
+  const auto n = static_cast<int64_t>(b.ids.size());
   auto options = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(opts_.pin_memory);
-  b.images = torch::empty({static_cast<int64_t>(b.ids.size()), 3, h, w}, options);
-  float* out = b.images.data_ptr<float>();
   const auto& index = dataset_.index();
-  for (size_t i = 0; i < b.ids.size(); ++i) {
-    SampleId used = b.ids[i];
-    if (!decode_sample(b.ids[i], b.bucket, plan_.epoch(), out + i * 3 * h * w, h, w, used)) {
-      throw LoaderError(fmt::format(
-          "sample {} and {} substitutes from its bucket ({}) could not be decoded: the data is "
-          "mostly unreadable; run sana-train check-data",
-          b.ids[i], kSubstituteAttempts, dataset_.buckets().describe(b.bucket)));
-    }
-    if (used != b.ids[i]) ++b.substituted;
+  const int64_t f = opts_.latent_downsample;
+  if (opts_.load_latents) {
+    b.latents = torch::empty({n, opts_.latent_channels, h / f, w / f}, options);
+  } else {
+    b.images = torch::empty({n, 3, h, w}, options);
+  }
+  if (opts_.load_text_feat) {
+    b.text_feat = torch::zeros({n, opts_.text_length, opts_.text_channels}, options);
+    b.text_mask = torch::zeros({n, opts_.text_length}, options);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const SampleId planned = b.ids[static_cast<size_t>(i)];
+    const SampleId used = with_substitutes(planned, b.bucket, plan_.epoch(), [&](SampleId c) {
+      const SampleText text = index.text(c);
+      if (opts_.load_latents) {
+        if (text.latent.empty()) return std::string("no latent");
+        torch::Tensor lat;
+        try {
+          lat = read_tensor_file(std::string(text.latent));
+        } catch (const TensorFileError& e) {
+          return std::string("unreadable latent: ") + e.what();
+        }
+        if (lat.sizes() != b.latents[i].sizes()) {
+          return fmt::format("wrong latent shape: {} is not {} for bucket {}x{}",
+                             fmt::join(lat.sizes(), "x"), fmt::join(b.latents[i].sizes(), "x"), h, w);
+        }
+        b.latents[i].copy_(lat);
+      } else {
+        const IndexRecord& r = index.record(c);
+        // Flips are a pure function of (seed, epoch, sample): any worker, any world size.
+        util::RandomStream flip_rng(util::stream_key(
+            "sample.flip", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), c}));
+        const bool flip = opts_.random_flip && flip_rng.below(2) == 1;
+        const auto d = decode_to_bucket(std::string(text.path), h, w, flip, opts_.decode,
+                                        static_cast<int>(r.width), static_cast<int>(r.height));
+        if (!d.ok()) return std::string(reason_name(d.bad)) + ": " + d.detail;
+        to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
+      }
+      if (opts_.load_text_feat) {
+        if (text.text_feat.empty()) return std::string("no text features");
+        torch::Tensor feat;
+        try {
+          feat = read_tensor_file(std::string(text.text_feat));
+        } catch (const TensorFileError& e) {
+          return std::string("unreadable text features: ") + e.what();
+        }
+        if (feat.dim() == 3 && feat.size(0) == 1) feat = feat[0];
+        if (feat.dim() != 2 || feat.size(1) != opts_.text_channels) {
+          return fmt::format("wrong text feature shape: {}, expected [length, {}]",
+                             fmt::join(feat.sizes(), "x"), opts_.text_channels);
+        }
+        const int64_t len = std::min(feat.size(0), opts_.text_length);
+        b.text_feat[i].slice(0, 0, len).copy_(feat.slice(0, 0, len));
+        b.text_mask[i].slice(0, 0, len).fill_(1);
+      }
+      return std::string();
+    });
+    if (used != planned) ++b.substituted;
     b.decoded_ids.push_back(used);
     b.labels.push_back(index.record(used).label);
     b.captions.emplace_back(index.text(used).caption);
@@ -117,37 +166,27 @@ Batch Loader::decode_job(const Job& job) {
   return b;
 }
 
-bool Loader::decode_sample(SampleId id, int bucket, int64_t epoch, float* out, int h, int w,
-                           SampleId& used) {
-  const auto& index = dataset_.index();
+void Loader::count(SampleId candidate, const std::string& reason, bool substitute) {
+  std::lock_guard<std::mutex> lock(bad_mutex_);
+  ++bad_.decoded;
+  if (reason.empty()) {
+    if (substitute) ++bad_.substituted;
+    return;
+  }
+  ++bad_.by_reason[reason.substr(0, reason.find(':'))];
+  if (logged_.insert(candidate).second) {
+    log::warn("bad sample {} '{}': {}; using a substitute from the same bucket", candidate,
+              dataset_.index().text(candidate).path, reason);
+  }
+}
+
+SampleId Loader::with_substitutes(SampleId id, int bucket, int64_t epoch,
+                                  const std::function<std::string(SampleId)>& read) {
   SampleId candidate = id;
   for (int attempt = 0; attempt <= kSubstituteAttempts; ++attempt) {
-    const IndexRecord& r = index.record(candidate);
-    // Flips are a pure function of (seed, epoch, sample): any worker, any world size.
-    util::RandomStream flip_rng(util::stream_key(
-        "sample.flip", {opts_.seed, static_cast<uint64_t>(epoch), candidate}));
-    const bool flip = opts_.random_flip && flip_rng.below(2) == 1;
-    const auto d = decode_to_bucket(std::string(index.text(candidate).path), h, w, flip,
-                                    opts_.decode, static_cast<int>(r.width),
-                                    static_cast<int>(r.height));
-    {
-      std::lock_guard<std::mutex> lock(bad_mutex_);
-      ++bad_.decoded;
-      if (d.ok()) {
-        if (attempt > 0) ++bad_.substituted;
-      } else {
-        ++bad_.by_reason[reason_name(d.bad)];
-        if (logged_.insert(candidate).second) {
-          log::warn("bad sample {} '{}': {} ({}); using a substitute from the same bucket",
-                    candidate, index.text(candidate).path, reason_name(d.bad), d.detail);
-        }
-      }
-    }
-    if (d.ok()) {
-      to_chw_normalized(d.rgb, out);
-      used = candidate;
-      return true;
-    }
+    const std::string reason = read(candidate);
+    count(candidate, reason, attempt > 0);
+    if (reason.empty()) return candidate;
     // The substitute is a pure function of (seed, epoch, sample, attempt) too.
     const auto& members = bucket_members(bucket);
     util::RandomStream pick(util::stream_key(
@@ -155,7 +194,10 @@ bool Loader::decode_sample(SampleId id, int bucket, int64_t epoch, float* out, i
         {opts_.seed, static_cast<uint64_t>(epoch), id, static_cast<uint64_t>(attempt)}));
     candidate = members[pick.below(members.size())];
   }
-  return false;
+  throw LoaderError(fmt::format(
+      "sample {} and {} substitutes from its bucket ({}) could not be read: the data is mostly "
+      "unreadable; run sana-train check-data",
+      id, kSubstituteAttempts, dataset_.buckets().describe(bucket)));
 }
 
 const std::vector<SampleId>& Loader::bucket_members(int bucket) {

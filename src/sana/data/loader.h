@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,13 +35,23 @@ struct LoaderOptions {
   uint64_t seed = 0;
   DecodeOptions decode;
   double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
+  // Precomputed features instead of pixels (data.load_vae_feat / data.load_text_feat).
+  bool load_latents = false;
+  int64_t latent_channels = 32;    // vae.vae_latent_dim
+  int64_t latent_downsample = 32;  // vae.vae_downsample_rate: bucket h, w / this
+  bool load_text_feat = false;
+  int64_t text_length = 300;       // text_encoder.model_max_length (pad or cut)
+  int64_t text_channels = 2304;    // text_encoder.caption_channels
 };
 
 struct Batch {
   int64_t step = 0;
   int64_t micro_step = 0;
   int bucket = 0;
-  torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1]
+  torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
+  torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
+  torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), zero-padded
+  torch::Tensor text_mask;            // [micro, L] 1 for real tokens
   std::vector<SampleId> ids;          // as planned
   std::vector<SampleId> decoded_ids;  // after substitutions
   std::vector<int32_t> labels;        // -1: none
@@ -79,8 +90,11 @@ class Loader {
   };
   void work();
   Batch decode_job(const Job& job);
-  bool decode_sample(SampleId id, int bucket, int64_t epoch, float* out, int h, int w,
-                     SampleId& used);
+  // Tries `read` on `id`, then on substitutes from its bucket; `read` returns "" on
+  // success or the reason it failed. Returns the id that worked.
+  SampleId with_substitutes(SampleId id, int bucket, int64_t epoch,
+                            const std::function<std::string(SampleId)>& read);
+  void count(SampleId candidate, const std::string& reason, bool substitute);
   const std::vector<SampleId>& bucket_members(int bucket);
 
   const Dataset& dataset_;

@@ -1,0 +1,131 @@
+#include "sana/data/tensor_file.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <vector>
+
+namespace sana::data {
+
+namespace {
+
+std::vector<char> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TensorFileError(fmt::format("cannot open '{}'", path));
+  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+torch::Tensor from_bytes(const char* data, size_t available, torch::ScalarType type,
+                         const std::vector<int64_t>& shape, const std::string& path) {
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw TensorFileError(fmt::format("'{}' has a negative dimension", path));
+    count *= d;
+  }
+  const size_t need = static_cast<size_t>(count) * torch::elementSize(type);
+  if (need > available) {
+    throw TensorFileError(fmt::format("'{}' is truncated: {} bytes of data for a {} tensor of "
+                                      "{} bytes",
+                                      path, available, fmt::join(shape, "x"), need));
+  }
+  auto t = torch::empty(shape, torch::TensorOptions().dtype(type));
+  std::memcpy(t.data_ptr(), data, need);
+  return t.to(torch::kFloat32);
+}
+
+torch::Tensor read_npy(const std::string& path, const std::vector<char>& b) {
+  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) {
+    throw TensorFileError(fmt::format("'{}' is not a .npy file", path));
+  }
+  const int major = static_cast<unsigned char>(b[6]);
+  const size_t len_bytes = major == 1 ? 2 : 4;
+  size_t header_len = static_cast<unsigned char>(b[8]) | static_cast<unsigned char>(b[9]) << 8;
+  if (len_bytes == 4) {
+    if (b.size() < 12) throw TensorFileError(fmt::format("'{}' is truncated", path));
+    header_len |= static_cast<size_t>(static_cast<unsigned char>(b[10])) << 16 |
+                  static_cast<size_t>(static_cast<unsigned char>(b[11])) << 24;
+  }
+  const size_t start = 8 + len_bytes;
+  if (start + header_len > b.size()) throw TensorFileError(fmt::format("'{}' is truncated", path));
+  const std::string header(b.data() + start, header_len);
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex(R"('descr':\s*'([<|>]?)([a-z])(\d+)')"))) {
+    throw TensorFileError(fmt::format("'{}': no dtype in the .npy header", path));
+  }
+  if (m[1] == ">") throw TensorFileError(fmt::format("'{}' is big-endian; save it little-endian", path));
+  const std::string kind = m[2].str() + m[3].str();
+  torch::ScalarType type;
+  if (kind == "f4") type = torch::kFloat32;
+  else if (kind == "f2") type = torch::kFloat16;
+  else if (kind == "f8") type = torch::kFloat64;
+  else throw TensorFileError(fmt::format("'{}' holds dtype {}; latents must be floating point", path, kind));
+  if (header.find("'fortran_order': True") != std::string::npos) {
+    throw TensorFileError(fmt::format("'{}' is in Fortran order; save it C-contiguous", path));
+  }
+  if (!std::regex_search(header, m, std::regex(R"('shape':\s*\(([^)]*)\))"))) {
+    throw TensorFileError(fmt::format("'{}': no shape in the .npy header", path));
+  }
+  std::vector<int64_t> shape;
+  const std::string dims = m[1];
+  const std::regex num(R"(\d+)");
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
+    shape.push_back(std::stoll(it->str()));
+  }
+  return from_bytes(b.data() + start + header_len, b.size() - start - header_len, type, shape, path);
+}
+
+torch::Tensor read_safetensors(const std::string& path, const std::vector<char>& b,
+                               const std::string& key) {
+  if (b.size() < 8) throw TensorFileError(fmt::format("'{}' is not a safetensors file", path));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+  if (n > b.size() - 8) throw TensorFileError(fmt::format("'{}' is truncated or not safetensors", path));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  } catch (const std::exception& e) {
+    throw TensorFileError(fmt::format("'{}': bad safetensors header: {}", path, e.what()));
+  }
+  std::string name = key;
+  if (name.empty()) {
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") continue;
+      if (!name.empty()) throw TensorFileError(fmt::format("'{}' holds several tensors; name one", path));
+      name = it.key();
+    }
+  }
+  if (name.empty() || !header.contains(name)) {
+    throw TensorFileError(fmt::format("'{}' has no tensor '{}'", path, name));
+  }
+  const auto& t = header[name];
+  const std::string dtype = t.value("dtype", "");
+  torch::ScalarType type;
+  if (dtype == "F32") type = torch::kFloat32;
+  else if (dtype == "F16") type = torch::kFloat16;
+  else if (dtype == "BF16") type = torch::kBFloat16;
+  else if (dtype == "F64") type = torch::kFloat64;
+  else throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}", path, name, dtype));
+  const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
+  const uint64_t data_start = 8 + n;
+  if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start + offsets[1] > b.size()) {
+    throw TensorFileError(fmt::format("'{}' is truncated: tensor '{}' lies past the end", path, name));
+  }
+  return from_bytes(b.data() + data_start + offsets[0], offsets[1] - offsets[0], type,
+                    t.at("shape").get<std::vector<int64_t>>(), path);
+}
+
+}  // namespace
+
+torch::Tensor read_tensor_file(const std::string& path, const std::string& key) {
+  const auto bytes = read_all(path);
+  if (bytes.empty()) throw TensorFileError(fmt::format("'{}' is empty", path));
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return read_npy(path, bytes);
+  if (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
+    return read_safetensors(path, bytes, key);
+  }
+  throw TensorFileError(fmt::format("'{}' is neither .npy nor .safetensors", path));
+}
+
+}  // namespace sana::data

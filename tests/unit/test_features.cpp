@@ -1,0 +1,93 @@
+// Precomputed latents and caption features: the .npy and safetensors readers, and the
+// loader serving them in place of pixels, with bad files substituted like bad images.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include "sana/data/loader.h"
+#include "sana/data/tensor_file.h"
+#include "test_support.h"
+
+using namespace sana::data;
+using sana::test::TempDir;
+
+namespace {
+const TempDir& features() {
+  static TempDir dir;
+  static const bool made = [] {
+    const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                           "/tests/reference/make_feature_fixtures.py " + dir.path());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return true;
+  }();
+  (void)made;
+  return dir;
+}
+}  // namespace
+
+TEST_CASE("npy and safetensors files read as float32 tensors", "[features]") {
+  const auto& d = features();
+  const auto half = read_tensor_file(d.path("half.npy"));
+  CHECK(half.sizes() == torch::IntArrayRef({2, 3}));
+  CHECK(half.dtype() == torch::kFloat32);
+  CHECK(half[1][2].item<float>() == 5.0f);
+  const auto lat = read_tensor_file(d.path("lat0.safetensors"));
+  CHECK(lat.sizes() == torch::IntArrayRef({4, 6, 10}));
+  const auto bf16 = read_tensor_file(d.path("two.safetensors"), "a");
+  CHECK(bf16[3].item<float>() == 3.0f);
+  CHECK(read_tensor_file(d.path("two.safetensors"), "b")[1].item<float>() == 1.0f);
+  CHECK_THROWS_WITH(read_tensor_file(d.path("two.safetensors")), Catch::Contains("several tensors"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("lat3.npy")), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("ints.npy")), Catch::Contains("floating point"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("fortran.npy")), Catch::Contains("Fortran order"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("big.npy")), Catch::Contains("big-endian"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("empty.npy")), Catch::Contains("is empty"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("none.npy")), Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("meta.jsonl")), Catch::Contains("neither .npy nor"));
+}
+
+TEST_CASE("the loader serves precomputed latents and caption features", "[features][loader]") {
+  const auto& d = features();
+  TempDir work;
+  sana::config::Config cfg;
+  cfg.data.data_dir = {d.path("meta.jsonl")};
+  cfg.work_dir = work.path();
+  cfg.data.image_size = cfg.model.image_size = 32;
+  cfg.data.aspect_ratio_type = "generated";
+  cfg.data.bucket_step = 8;
+  cfg.train.global_batch_size = 4;
+  cfg.train.micro_batch_size = 2;
+  const auto ds = Dataset::open(cfg);
+  const auto plan = ds.plan(0);
+  REQUIRE(plan.steps() == 3);  // 12 samples of one size: one bucket (0.6: 24x40)
+  LoaderOptions o;
+  o.micro_batch = 2;
+  o.workers = 2;
+  o.load_latents = true;
+  o.latent_channels = 4;
+  o.latent_downsample = 4;  // 24x40 bucket -> 6x10 latents
+  o.load_text_feat = true;
+  o.text_length = 8;
+  o.text_channels = 6;
+  Loader loader(ds, plan, o);
+  int substituted = 0;
+  while (auto b = loader.next()) {
+    REQUIRE(b->latents.sizes() == torch::IntArrayRef({2, 4, 6, 10}));
+    CHECK_FALSE(b->images.defined());
+    for (int i = 0; i < 2; ++i) {
+      const auto used = static_cast<float>(b->decoded_ids[static_cast<size_t>(i)]);
+      CHECK(b->latents[i].min().item<float>() == used);  // the file's contents
+      CHECK(b->latents[i].max().item<float>() == used);
+      CHECK(b->text_feat[i][4][5].item<float>() == used);
+      CHECK(b->text_feat[i][5].abs().sum().item<float>() == 0.0f);  // zero padding
+      CHECK(b->text_mask[i].sum().item<float>() == 5.0f);
+      CHECK(b->decoded_ids[static_cast<size_t>(i)] != 3);
+      CHECK(b->decoded_ids[static_cast<size_t>(i)] != 5);
+    }
+    substituted += b->substituted;
+  }
+  auto counts = loader.bad_counts();
+  CHECK(counts.by_reason["unreadable latent"] >= 1);
+  CHECK(counts.by_reason["wrong latent shape"] >= 1);
+  CHECK(substituted == 2);
+}
