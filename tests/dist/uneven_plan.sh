@@ -26,4 +26,19 @@ s0=$(grep -o '\[rank 0\] rank 0: 3 epochs, [0-9]* steps' "$out" | grep -o '[0-9]
 s1=$(grep -o '\[rank 1\] rank 1: 3 epochs, [0-9]* steps' "$out" | grep -o '[0-9]* steps')
 if [ -n "$s0" ] && [ "$s0" = "$s1" ]; then pass "both ranks took $s0"; else fail "step counts differ: '$s0' vs '$s1'"; cat "$out"; fi
 assert_no_leftovers
+
+# A third of the samples unreadable and data.max_bad_fraction 0.05: both ranks stop at the
+# same step with the same message instead of one rank waiting for the other.
+bad=$SCRATCH/bad.jsonl
+{ cat "$meta"; for ((i = 0; i < 120; i++)); do printf '{"path": "%s/missing%d.jpg", "width": 40, "height": 40}\n' "$SCRATCH" $i; done; } > "$bad"
+out=$SCRATCH/bad.log
+timeout 300 "$BIN" launch --nproc-per-node 2 -- "$program" "$bad" "$SCRATCH/$TOKEN" 0.05 > "$out" 2>&1
+assert_code $? 1 "too many bad samples"
+for r in 0 1; do
+  assert_contains "$out" "[rank $r] stopped: " "rank $r stops"
+done
+m0=$(grep -o '\[rank 0\] stopped: .*' "$out" | cut -d' ' -f3-)
+m1=$(grep -o '\[rank 1\] stopped: .*' "$out" | cut -d' ' -f3-)
+if [ -n "$m0" ] && [ "$m0" = "$m1" ]; then pass "both ranks stop at the same totals: $m0"; else fail "ranks disagree: '$m0' vs '$m1'"; fi
+assert_no_leftovers
 finish

@@ -2,7 +2,7 @@
 // step (seed 000: ranks finishing an epoch at different steps and hanging). Each rank
 // iterates three epochs of its slices; per step the ranks all-reduce the sum of the
 // sample ids they decoded, which must equal the sum over the global batch of the plan.
-//   plan_allreduce DATA_SOURCE WORK_DIR   (under sana-train launch / mpirun / torchrun)
+//   plan_allreduce DATA_SOURCE WORK_DIR [MAX_BAD_FRACTION]   (under a launcher)
 #include <fmt/format.h>
 
 #include <iostream>
@@ -10,9 +10,9 @@
 #include "sana/config/loader.h"
 #include "sana/data/loader.h"
 #include "sana/dist/runtime.h"
+#include "sana/train/data_guards.h"
 
-int main(int argc, char** argv) {
-  if (argc < 3) return 2;
+int run(int argc, char** argv) {
   sana::config::Config cfg;
   cfg.data.data_dir = {argv[1]};
   cfg.work_dir = argv[2];
@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   cfg.train.global_batch_size = 8;
   cfg.train.micro_batch_size = 2;
   cfg.dist.timeout_s = 60;
+  cfg.data.max_bad_fraction = argc > 3 ? std::atof(argv[3]) : 1.0;
   const auto env = sana::dist::detect_launch_env();
   auto rt = sana::dist::Runtime::start(env, cfg.dist,
                                        {SANA_VERSION, sana::config::config_fingerprint(cfg)});
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   int64_t steps = 0;
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
     const auto plan = ds.plan(epoch);
-    rt->agree("epoch plan", fmt::format("{} steps {}", plan.steps(), plan.fingerprint()));
+    sana::train::agree_on_epoch_plan(*rt, plan);
     sana::data::LoaderOptions o;
     o.rank = rt->rank();
     o.world_size = rt->world_size();
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     o.seed = 1;
     sana::data::Loader loader(ds, plan, o);
     const int64_t accumulation = plan.global_batch() / (o.micro_batch * o.world_size);
+    sana::train::BadSampleGuard guard(cfg.data.max_bad_fraction);
     for (int64_t s = 0; s < plan.steps(); ++s) {
       double sum = 0;
       for (int64_t t = 0; t < accumulation; ++t) {
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
         if (!b || b->step != s) throw std::runtime_error("the loader left the plan");
         for (auto id : b->ids) sum += id;
       }
+      guard.check(*rt, loader.bad_counts());
       const double total = rt->all_reduce_sum(sum);
       double expected = 0;
       for (int64_t k = 0; k < plan.global_batch(); ++k) expected += plan.batch(s)[k];
@@ -61,4 +64,14 @@ int main(int argc, char** argv) {
   std::cout << fmt::format("rank {}: 3 epochs, {} steps, every all-reduce matched the plan\n",
                            rt->rank(), steps);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 3) return 2;
+  try {
+    return run(argc, argv);
+  } catch (const sana::train::TooManyBadSamples& e) {
+    std::cout << "stopped: " << e.what() << "\n";
+    return 1;
+  }
 }

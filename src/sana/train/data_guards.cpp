@@ -1,0 +1,29 @@
+#include "sana/train/data_guards.h"
+
+#include <fmt/format.h>
+
+namespace sana::train {
+
+void agree_on_epoch_plan(dist::Runtime& rt, const data::EpochPlan& plan) {
+  rt.agree(fmt::format("epoch {} plan (steps and fingerprint)", plan.epoch()),
+           fmt::format("{} steps, {}", plan.steps(), plan.fingerprint()));
+}
+
+void BadSampleGuard::check(dist::Runtime& rt, const data::BadSampleCounts& counts) {
+  int64_t bad = 0;
+  for (const auto& [reason, n] : counts.by_reason) bad += n;
+  // One all-reduce of (bad, read) so every rank sees the same totals and decides alike.
+  auto t = torch::tensor({static_cast<double>(bad), static_cast<double>(counts.decoded)},
+                         torch::kFloat64);
+  rt.all_reduce(t);
+  const double total_bad = t[0].item<double>(), total = t[1].item<double>();
+  if (total > 0 && total_bad / total > max_fraction_) {
+    throw TooManyBadSamples(fmt::format(
+        "{:.0f} of {:.0f} samples read on all ranks were bad ({:.2f}%, more than "
+        "data.max_bad_fraction {}); every rank stops here. Run sana-train check-data to list "
+        "them",
+        total_bad, total, 100.0 * total_bad / total, max_fraction_));
+  }
+}
+
+}  // namespace sana::train

@@ -1,0 +1,34 @@
+// The checks that keep every rank on the same data: at each epoch start the ranks
+// compare the plan (fingerprint and step count), and at every step they add up their bad
+// samples so that all stop together once data.max_bad_fraction is exceeded. The only
+// place where data/ meets dist/ (DESIGN.md: train/ combines them).
+#pragma once
+
+#include <stdexcept>
+
+#include "sana/data/epoch_plan.h"
+#include "sana/data/loader.h"
+#include "sana/dist/runtime.h"
+
+namespace sana::train {
+
+// Throws dist::Disagreement on every rank when the ranks' plans differ.
+void agree_on_epoch_plan(dist::Runtime& rt, const data::EpochPlan& plan);
+
+// Too many bad samples across all ranks: every rank throws this at the same step.
+class TooManyBadSamples : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class BadSampleGuard {
+ public:
+  explicit BadSampleGuard(double max_fraction) : max_fraction_(max_fraction) {}
+  // A collective: every rank calls it at the same steps with its loader's counts.
+  void check(dist::Runtime& rt, const data::BadSampleCounts& counts);
+
+ private:
+  double max_fraction_;
+};
+
+}  // namespace sana::train
