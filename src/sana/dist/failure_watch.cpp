@@ -34,12 +34,27 @@ std::string published_failure(c10d::Store& store) {
 
 void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace,
                    int dead_rank) noexcept {
-  const auto deadline = std::chrono::steady_clock::now() + grace;
+  // A rank is through when it acknowledged or finished; one whose heartbeat stands still
+  // for three beats is gone (killed), and waiting for it would only delay the others.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + grace;
+  std::vector<std::string> last(static_cast<size_t>(world_size));
+  std::vector<Clock::time_point> since(static_cast<size_t>(world_size), Clock::now());
   try {
     for (int r = 1; r < world_size; ++r) {
       if (r == dead_rank) continue;
+      const auto i = static_cast<size_t>(r);
       while (!store.check({keys::ack(r)}) && !store.check({keys::finished(r)})) {
-        if (std::chrono::steady_clock::now() > deadline) return;
+        const auto now = Clock::now();
+        if (now > deadline) return;
+        const std::string beat =
+            store.check({keys::heartbeat(r)}) ? text(store.get(keys::heartbeat(r))) : "";
+        if (beat != last[i]) {
+          last[i] = beat;
+          since[i] = now;
+        } else if (now - since[i] > 3 * kBeat) {
+          break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
     }
