@@ -108,6 +108,12 @@ int run_plan_command(const config::Config& cfg, const PlanCommand& cmd) {
     log::error("plan: {}", e.what());
     return kExitUsage;
   }
+  if (plan.steps() == 0 && plan.stats().num_samples > 0) {
+    log::error("plan: no step: every bucket holds fewer than train.global_batch_size {} samples "
+               "and data.tail is {}; use data.tail=pad or a smaller global batch",
+               cfg.train.global_batch_size, cfg.data.tail);
+    return kExitUsage;
+  }
   if (cmd.json) {
     print_json(plan, cfg, cmd, ds.fingerprint());
   } else {

@@ -46,9 +46,11 @@ DatasetIndex DatasetIndex::open(const std::string& path) {
                                  "this sana-train reads version {}; {}",
                                  path, h->version, h->record_size, kIndexVersion, rebuild));
   }
-  const uint64_t records_end = h->records_offset + h->count * sizeof(IndexRecord);
-  if (h->records_offset != sizeof(IndexHeader) || records_end != h->blob_offset ||
-      h->blob_offset + h->blob_size != size) {
+  // Compared by subtraction: a damaged header must not overflow its way past the checks.
+  const bool counts_fit = h->count <= (size - sizeof(IndexHeader)) / sizeof(IndexRecord);
+  if (h->records_offset != sizeof(IndexHeader) || !counts_fit ||
+      h->blob_offset != sizeof(IndexHeader) + h->count * sizeof(IndexRecord) ||
+      h->blob_offset > size || h->blob_size != size - h->blob_offset) {
     throw IndexError(fmt::format(
         "dataset index '{}' is truncated or damaged: {} bytes on disk, {} expected for {} "
         "records; {}",
@@ -82,7 +84,7 @@ DatasetIndex& DatasetIndex::operator=(DatasetIndex&& o) noexcept {
 SampleText DatasetIndex::text(uint64_t i) const {
   const IndexRecord& r = records_[i];
   const uint64_t total = uint64_t{r.path_len} + r.caption_len + r.latent_len + r.text_feat_len;
-  if (r.offset + total > header_->blob_size) {
+  if (r.offset > header_->blob_size || total > header_->blob_size - r.offset) {
     throw IndexError(fmt::format("dataset index '{}' is damaged: record {} points outside its "
                                  "string blob; rebuild it with 'sana-train index'",
                                  file_, i));

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -74,14 +75,26 @@ cv::Mat cover_and_crop(const cv::Mat& bgr, int th, int tw, int interpolation) {
     rh = std::max(th, static_cast<int>(bgr.rows * sw));
     rw = tw;
   }
+  if (static_cast<double>(rh) * rw > 16.0 * th * tw) {
+    // An extreme aspect ratio (a 1 x 4000 strip) would resize to a huge image first:
+    // crop the matching region of the source, then resize it to the bucket.
+    const double scale = std::max(sh, sw);
+    const int ch = std::clamp(static_cast<int>(std::lround(th / scale)), 1, bgr.rows);
+    const int cw = std::clamp(static_cast<int>(std::lround(tw / scale)), 1, bgr.cols);
+    const cv::Mat region = bgr(cv::Rect((bgr.cols - cw) / 2, (bgr.rows - ch) / 2, cw, ch));
+    cv::Mat out;
+    cv::resize(region, out, cv::Size(tw, th), 0, 0, interpolation);
+    return out;
+  }
   cv::Mat resized;
   if (rh == bgr.rows && rw == bgr.cols) {
     resized = bgr;
   } else {
     cv::resize(bgr, resized, cv::Size(rw, rh), 0, 0, interpolation);
   }
-  const int top = static_cast<int>(std::lround((rh - th) / 2.0));
-  const int left = static_cast<int>(std::lround((rw - tw) / 2.0));
+  // torchvision's CenterCrop rounds with Python's round(): halves go to the even number.
+  const int top = static_cast<int>(std::nearbyint((rh - th) / 2.0));
+  const int left = static_cast<int>(std::nearbyint((rw - tw) / 2.0));
   return resized(cv::Rect(left, top, tw, th));
 }
 
@@ -135,9 +148,13 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   }
   DecodedImage out;
   out.reduce = reduce;
-  cv::Mat crop = cover_and_crop(bgr, th, tw, opts.interpolation);
-  if (flip) cv::flip(crop, crop, 1);
-  cv::cvtColor(crop, out.rgb, cv::COLOR_BGR2RGB);
+  try {
+    cv::Mat crop = cover_and_crop(bgr, th, tw, opts.interpolation);
+    if (flip) cv::flip(crop, crop, 1);
+    cv::cvtColor(crop, out.rgb, cv::COLOR_BGR2RGB);
+  } catch (const std::exception& e) {
+    return bad(BadReason::corrupt, e.what());
+  }
   return out;
 }
 

@@ -107,7 +107,7 @@ ImageSize read_image_size(const std::string& path) {
   } else if (n >= 10 && (std::memcmp(h, "GIF87a", 6) == 0 || std::memcmp(h, "GIF89a", 6) == 0)) {
     out = make(le16(h + 6), le16(h + 8));
   } else if (n >= 26 && h[0] == 'B' && h[1] == 'M') {
-    const int32_t bh = static_cast<int32_t>(le32(h + 22));
+    const int64_t bh = static_cast<int32_t>(le32(h + 22));
     out = make(le32(h + 18), static_cast<uint32_t>(bh < 0 ? -bh : bh));
   } else if (n >= 30 && std::memcmp(h, "RIFF", 4) == 0 && std::memcmp(h + 8, "WEBP", 4) == 0) {
     if (std::memcmp(h + 12, "VP8 ", 4) == 0) {

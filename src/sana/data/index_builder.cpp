@@ -43,7 +43,8 @@ bool is_image_file(const fs::path& p) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  for (const char* e : {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"}) {
+  // Formats whose size the header reader knows (TIFF is not among them).
+  for (const char* e : {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}) {
     if (ext == e) return true;
   }
   return false;
@@ -72,6 +73,18 @@ std::string json_text(const nlohmann::json& obj, std::initializer_list<const cha
   return "";
 }
 
+int32_t parse_label(const std::string& text, const std::string& where) {
+  if (text.empty()) return -1;
+  try {
+    size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used != text.size() || v < 0 || v > (1L << 30)) throw std::out_of_range("label");
+    return static_cast<int32_t>(v);
+  } catch (const std::exception&) {
+    throw IndexError(fmt::format("{}: label '{}' is not a class number (0, 1, 2, ...)", where, text));
+  }
+}
+
 class FolderSource : public RowSource {
  public:
   explicit FolderSource(const std::string& dir) {
@@ -92,8 +105,7 @@ class FolderSource : public RowSource {
       try {
         const auto j = nlohmann::json::parse(read_file(side));
         row.caption = json_text(j, {"caption", "prompt", "text"});
-        const std::string label = json_text(j, {"label", "class", "class_id"});
-        if (!label.empty()) row.label = std::stoi(label);
+        row.label = parse_label(json_text(j, {"label", "class", "class_id"}), side.string());
       } catch (const std::exception& e) {
         throw IndexError(fmt::format("caption file '{}' is not valid JSON: {}", side.string(), e.what()));
       }
@@ -149,8 +161,7 @@ class JsonlSource : public RowSource {
       row.caption = json_text(j, {"caption", "prompt", "text"});
       row.width = parse_size(json_text(j, {"width", "w"}), where, "width");
       row.height = parse_size(json_text(j, {"height", "h"}), where, "height");
-      const std::string label = json_text(j, {"label", "class", "class_id"});
-      if (!label.empty()) row.label = static_cast<int32_t>(std::stol(label));
+      row.label = parse_label(json_text(j, {"label", "class", "class_id"}), where);
       row.latent = resolve(base_, json_text(j, {"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, json_text(j, {"text_feat", "text_feat_path", "caption_feature"}));
       return true;
@@ -222,8 +233,7 @@ class CsvSource : public RowSource {
       row.caption = get({"caption", "prompt", "text"});
       row.width = parse_size(get({"width", "w"}), where, "width");
       row.height = parse_size(get({"height", "h"}), where, "height");
-      const std::string label = get({"label", "class", "class_id"});
-      if (!label.empty()) row.label = static_cast<int32_t>(std::stol(label));
+      row.label = parse_label(get({"label", "class", "class_id"}), where);
       row.latent = resolve(base_, get({"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, get({"text_feat", "text_feat_path", "caption_feature"}));
       return true;
@@ -418,7 +428,9 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
   {
     TempFile out(tmp_out);
     out.write(&h, sizeof h);
-    XXH3_state_t* state = XXH3_createState();
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hasher(XXH3_createState(),
+                                                                     &XXH3_freeState);
+    XXH3_state_t* state = hasher.get();
     XXH3_64bits_reset(state);
     std::vector<char> buf(1 << 20);
     for (TempFile* part : {&records, &blob}) {
@@ -431,7 +443,6 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
       }
     }
     h.content_hash = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
     std::rewind(out.get());
     out.write(&h, sizeof h);
     if (std::fflush(out.get()) != 0 || fsync(fileno(out.get())) != 0) {
@@ -450,21 +461,30 @@ std::string ensure_index(const std::vector<std::string>& sources, const std::str
   if (sources.size() == 1 && fs::is_regular_file(sources[0]) && is_index_file(sources[0])) {
     return sources[0];
   }
-  // The cache key: every source's path, size and modification time (and for folders,
-  // the folder's own time: adding or removing files changes it).
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  for (const auto& src : sources) {
+  // The cache key: every source file's path, size and modification time; for a folder,
+  // every file in it (a caption edited deep inside changes the key).
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                   &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  auto add = [&](const fs::path& p) {
     std::error_code ec;
-    const std::string abs = fs::absolute(src, ec).string();
-    const auto mtime = fs::last_write_time(src, ec).time_since_epoch().count();
-    const uintmax_t size = fs::is_regular_file(src, ec) ? fs::file_size(src, ec) : 0;
-    XXH3_64bits_update(state, abs.data(), abs.size() + 1);
-    XXH3_64bits_update(state, &mtime, sizeof mtime);
-    XXH3_64bits_update(state, &size, sizeof size);
+    const std::string abs = fs::absolute(p, ec).string();
+    const auto mtime = fs::last_write_time(p, ec).time_since_epoch().count();
+    const uintmax_t size = fs::is_regular_file(p, ec) ? fs::file_size(p, ec) : 0;
+    XXH3_64bits_update(state.get(), abs.data(), abs.size() + 1);
+    XXH3_64bits_update(state.get(), &mtime, sizeof mtime);
+    XXH3_64bits_update(state.get(), &size, sizeof size);
+  };
+  for (const auto& src : sources) {
+    add(src);
+    std::error_code ec;
+    if (!fs::is_directory(src, ec)) continue;
+    std::vector<fs::path> files;
+    for (const auto& e : fs::recursive_directory_iterator(src, ec)) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) add(f);
   }
-  const uint64_t key = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
+  const uint64_t key = XXH3_64bits_digest(state.get());
   const std::string path = (fs::path(cache_dir) / fmt::format("index-{:016x}.sidx", key)).string();
   if (fs::exists(path)) return path;
   log::info("indexing {} source{} into {}", sources.size(), sources.size() == 1 ? "" : "s", path);

@@ -59,7 +59,7 @@ void Loader::work() {
       done_.emplace(k, std::move(b));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
+      errors_.emplace(k, std::current_exception());
     }
     ready_.notify_all();
   }
@@ -71,10 +71,11 @@ std::optional<Batch> Loader::next() {
   if (next_out_ >= jobs_.size()) return std::nullopt;
   const auto limit = std::chrono::duration<double>(opts_.wait_timeout_s);
   const bool arrived = ready_.wait_for(lock, limit, [&] {
-    return error_ != nullptr || done_.count(next_out_) > 0;
+    return errors_.count(next_out_) > 0 || done_.count(next_out_) > 0;
   });
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (error_) std::rethrow_exception(error_);
+  // An error surfaces at its own place in the plan: the same step on every worker count.
+  if (auto e = errors_.find(next_out_); e != errors_.end()) std::rethrow_exception(e->second);
   if (!arrived) {
     throw LoaderError(fmt::format("no batch decoded within {} s (step {}): a worker is stuck, "
                                   "e.g. on a hung network file system",
@@ -115,6 +116,10 @@ Batch Loader::decode_job(const Job& job) {
     const SampleId planned = b.ids[static_cast<size_t>(i)];
     const SampleId used = with_substitutes(planned, b.bucket, plan_.epoch(), [&](SampleId c) {
       const SampleText text = index.text(c);
+      // Its size was unknown at indexing, so its bucket is a guess: never train it as is.
+      const bool size_unknown = (index.record(c).flags & kSizeUnknown) != 0;
+      const std::string unknown_size = "unreadable header: its size was unknown at indexing";
+      if (size_unknown && opts_.load_latents) return unknown_size;
       if (opts_.load_latents) {
         if (text.latent.empty()) return std::string("no latent");
         torch::Tensor lat;
@@ -137,6 +142,7 @@ Batch Loader::decode_job(const Job& job) {
         const auto d = decode_to_bucket(std::string(text.path), h, w, flip, opts_.decode,
                                         static_cast<int>(r.width), static_cast<int>(r.height));
         if (!d.ok()) return std::string(reason_name(d.bad)) + ": " + d.detail;
+        if (size_unknown) return unknown_size;
         to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
       }
       if (opts_.load_text_feat) {
@@ -157,7 +163,7 @@ Batch Loader::decode_job(const Job& job) {
         b.text_mask[i].slice(0, 0, len).fill_(1);
       }
       return std::string();
-    });
+    }, b);
     if (used != planned) ++b.substituted;
     b.decoded_ids.push_back(used);
     b.labels.push_back(index.record(used).label);
@@ -181,23 +187,42 @@ void Loader::count(SampleId candidate, const std::string& reason, bool substitut
 }
 
 SampleId Loader::with_substitutes(SampleId id, int bucket, int64_t epoch,
-                                  const std::function<std::string(SampleId)>& read) {
+                                  const std::function<std::string(SampleId)>& read,
+                                  Batch& batch) {
   SampleId candidate = id;
+  std::set<SampleId> tried;
+  const auto& members = bucket_members(bucket);
+  const uint64_t total = dataset_.index().size();
+  // Substitutes come from the bucket unless it has no other member; then from anywhere
+  // (the decoder fits any image to this bucket, so the batch keeps its shape).
+  const bool whole_dataset = members.size() <= 1;
   for (int attempt = 0; attempt <= kSubstituteAttempts; ++attempt) {
-    const std::string reason = read(candidate);
+    tried.insert(candidate);
+    std::string reason;
+    try {
+      reason = read(candidate);
+    } catch (const std::exception& e) {
+      reason = std::string("unreadable: ") + e.what();
+    }
+    ++batch.reads;
     count(candidate, reason, attempt > 0);
     if (reason.empty()) return candidate;
+    batch.bad_reasons.push_back(reason.substr(0, reason.find(':')));
+    const uint64_t pool = whole_dataset ? total : members.size();
+    if (tried.size() >= pool) break;
     // The substitute is a pure function of (seed, epoch, sample, attempt) too.
-    const auto& members = bucket_members(bucket);
     util::RandomStream pick(util::stream_key(
         "sample.substitute",
         {opts_.seed, static_cast<uint64_t>(epoch), id, static_cast<uint64_t>(attempt)}));
-    candidate = members[pick.below(members.size())];
+    do {
+      const uint64_t k = pick.below(pool);
+      candidate = whole_dataset ? static_cast<SampleId>(k) : members[k];
+    } while (tried.count(candidate) > 0);
   }
   throw LoaderError(fmt::format(
-      "sample {} and {} substitutes from its bucket ({}) could not be read: the data is mostly "
-      "unreadable; run sana-train check-data",
-      id, kSubstituteAttempts, dataset_.buckets().describe(bucket)));
+      "sample {} and {} substitutes ({}) could not be read: the data is mostly unreadable; run "
+      "sana-train check-data",
+      id, tried.size() - 1, dataset_.buckets().describe(bucket)));
 }
 
 const std::vector<SampleId>& Loader::bucket_members(int bucket) {

@@ -57,6 +57,8 @@ struct Batch {
   std::vector<int32_t> labels;        // -1: none
   std::vector<std::string> captions;
   int substituted = 0;
+  int64_t reads = 0;                     // files tried, substitutes included
+  std::vector<std::string> bad_reasons;  // one per failed read, in order
 };
 
 struct BadSampleCounts {
@@ -74,6 +76,8 @@ class Loader {
  public:
   // Starts decoding at `first_step` (a resume position) of `plan`.
   Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts, int64_t first_step = 0);
+  // The loader keeps a reference to the plan: a temporary would dangle.
+  Loader(const Dataset& dataset, EpochPlan&& plan, LoaderOptions opts, int64_t first_step = 0) = delete;
   ~Loader();  // stops and joins the workers, mid-epoch too
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -90,10 +94,11 @@ class Loader {
   };
   void work();
   Batch decode_job(const Job& job);
-  // Tries `read` on `id`, then on substitutes from its bucket; `read` returns "" on
+  // Tries `read` on `id`, then on substitutes from its bucket (never the same sample
+  // twice; from the whole dataset when the bucket has no other); `read` returns "" on
   // success or the reason it failed. Returns the id that worked.
   SampleId with_substitutes(SampleId id, int bucket, int64_t epoch,
-                            const std::function<std::string(SampleId)>& read);
+                            const std::function<std::string(SampleId)>& read, Batch& batch);
   void count(SampleId candidate, const std::string& reason, bool substitute);
   const std::vector<SampleId>& bucket_members(int bucket);
 
@@ -109,7 +114,7 @@ class Loader {
   size_t next_job_ = 0;            // next job a worker takes
   size_t next_out_ = 0;            // next job the consumer takes
   std::map<size_t, Batch> done_;
-  std::exception_ptr error_;
+  std::map<size_t, std::exception_ptr> errors_;  // rethrown in plan order, like batches
   bool stopping_ = false;
   double wait_seconds_ = 0;
 

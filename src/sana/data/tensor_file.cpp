@@ -21,8 +21,9 @@ torch::Tensor from_bytes(const char* data, size_t available, torch::ScalarType t
                          const std::vector<int64_t>& shape, const std::string& path) {
   int64_t count = 1;
   for (int64_t d : shape) {
-    if (d < 0) throw TensorFileError(fmt::format("'{}' has a negative dimension", path));
-    count *= d;
+    if (d < 0 || __builtin_mul_overflow(count, d, &count) || count > (int64_t{1} << 40)) {
+      throw TensorFileError(fmt::format("'{}' has an impossible shape", path));
+    }
   }
   const size_t need = static_cast<size_t>(count) * torch::elementSize(type);
   if (need > available) {
@@ -48,7 +49,9 @@ torch::Tensor read_npy(const std::string& path, const std::vector<char>& b) {
                   static_cast<size_t>(static_cast<unsigned char>(b[11])) << 24;
   }
   const size_t start = 8 + len_bytes;
-  if (start + header_len > b.size()) throw TensorFileError(fmt::format("'{}' is truncated", path));
+  if (header_len > (1 << 20) || header_len > b.size() - start) {
+    throw TensorFileError(fmt::format("'{}' is truncated or has a damaged header", path));
+  }
   const std::string header(b.data() + start, header_len);
   std::smatch m;
   if (!std::regex_search(header, m, std::regex(R"('descr':\s*'([<|>]?)([a-z])(\d+)')"))) {
@@ -71,6 +74,7 @@ torch::Tensor read_npy(const std::string& path, const std::vector<char>& b) {
   const std::string dims = m[1];
   const std::regex num(R"(\d+)");
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
+    if (it->str().size() > 12) throw TensorFileError(fmt::format("'{}' has an impossible shape", path));
     shape.push_back(std::stoll(it->str()));
   }
   return from_bytes(b.data() + start + header_len, b.size() - start - header_len, type, shape, path);
@@ -109,7 +113,8 @@ torch::Tensor read_safetensors(const std::string& path, const std::vector<char>&
   else throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}", path, name, dtype));
   const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
   const uint64_t data_start = 8 + n;
-  if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start + offsets[1] > b.size()) {
+  if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start > b.size() ||
+      offsets[1] > b.size() - data_start) {
     throw TensorFileError(fmt::format("'{}' is truncated: tensor '{}' lies past the end", path, name));
   }
   return from_bytes(b.data() + data_start + offsets[0], offsets[1] - offsets[0], type,
@@ -118,7 +123,20 @@ torch::Tensor read_safetensors(const std::string& path, const std::vector<char>&
 
 }  // namespace
 
+torch::Tensor read_tensor_file_unchecked(const std::string& path, const std::string& key);
+
 torch::Tensor read_tensor_file(const std::string& path, const std::string& key) {
+  try {
+    return read_tensor_file_unchecked(path, key);
+  } catch (const TensorFileError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A damaged file must never be more than a bad sample (JSON type errors, c10 errors).
+    throw TensorFileError(fmt::format("'{}' is damaged: {}", path, e.what()));
+  }
+}
+
+torch::Tensor read_tensor_file_unchecked(const std::string& path, const std::string& key) {
   const auto bytes = read_all(path);
   if (bytes.empty()) throw TensorFileError(fmt::format("'{}' is empty", path));
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return read_npy(path, bytes);

@@ -9,15 +9,18 @@ void agree_on_epoch_plan(dist::Runtime& rt, const data::EpochPlan& plan) {
            fmt::format("{} steps, {}", plan.steps(), plan.fingerprint()));
 }
 
-void BadSampleGuard::check(dist::Runtime& rt, const data::BadSampleCounts& counts) {
-  int64_t bad = 0;
-  for (const auto& [reason, n] : counts.by_reason) bad += n;
+void BadSampleGuard::add(const data::Batch& batch) {
+  bad_ += static_cast<int64_t>(batch.bad_reasons.size());
+  reads_ += batch.reads;
+}
+
+void BadSampleGuard::check(dist::Runtime& rt) {
   // One all-reduce of (bad, read) so every rank sees the same totals and decides alike.
-  auto t = torch::tensor({static_cast<double>(bad), static_cast<double>(counts.decoded)},
-                         torch::kFloat64);
+  auto t = torch::tensor({static_cast<double>(bad_), static_cast<double>(reads_)},
+                         torch::dtype(torch::kFloat64).device(rt.device()));
   rt.all_reduce(t);
   const double total_bad = t[0].item<double>(), total = t[1].item<double>();
-  if (total > 0 && total_bad / total > max_fraction_) {
+  if (total >= static_cast<double>(min_reads_) && total_bad / total > max_fraction_) {
     throw TooManyBadSamples(fmt::format(
         "{:.0f} of {:.0f} samples read on all ranks were bad ({:.2f}%, more than "
         "data.max_bad_fraction {}); every rank stops here. Run sana-train check-data to list "

@@ -21,14 +21,21 @@ class TooManyBadSamples : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Counts what the batches this rank consumed contained (not what was decoded ahead, which
+// depends on thread timing), so every rank decides at the same step.
 class BadSampleGuard {
  public:
-  explicit BadSampleGuard(double max_fraction) : max_fraction_(max_fraction) {}
-  // A collective: every rank calls it at the same steps with its loader's counts.
-  void check(dist::Runtime& rt, const data::BadSampleCounts& counts);
+  explicit BadSampleGuard(double max_fraction, int64_t min_reads = 64)
+      : max_fraction_(max_fraction), min_reads_(min_reads) {}
+  void add(const data::Batch& batch);
+  // A collective: every rank calls it at the same steps.
+  void check(dist::Runtime& rt);
 
  private:
   double max_fraction_;
+  int64_t min_reads_;  // below this many reads in all, a fraction means little
+  int64_t bad_ = 0;
+  int64_t reads_ = 0;
 };
 
 }  // namespace sana::train
