@@ -363,7 +363,10 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
                                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const fs::path out_path(output);
   if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
-  const std::string tmp_base = fmt::format("{}.tmp{}", output, getpid());
+  // Host and pid: ranks of several nodes may build the same cached index on a shared disk.
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string tmp_base = fmt::format("{}.tmp.{}.{}", output, host, getpid());
   TempFile records(tmp_base + ".records"), blob(tmp_base + ".blob");
   uint64_t blob_size = 0;
   auto last_report = start;

@@ -10,6 +10,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "sana/diffusion/flow_matching.h"
 #include "sana/util/log.h"
 
 namespace fs = std::filesystem;
@@ -121,21 +122,7 @@ struct DenoiserImpl : torch::nn::Module {
 TORCH_MODULE(Denoiser);
 
 // ---------------------------------------------------------------------------------------
-// Objective pieces: timestep density, flow shift, learning rate.
-
-torch::Tensor sample_timesteps(const config::SchedulerConfig& s, int64_t n) {
-  torch::Tensor u;
-  if (s.weighting_scheme == "logit_normal") {
-    u = torch::sigmoid(torch::randn({n}) * s.logit_std + s.logit_mean);
-  } else if (s.weighting_scheme == "mode") {
-    u = torch::rand({n});
-    u = 1 - u - s.mode_scale * (torch::cos(M_PI * u / 2).pow(2) - 1 + u);
-  } else {
-    u = torch::rand({n});
-  }
-  // Shift towards noise as upstream does for higher resolutions: t' = s t / (1 + (s-1) t).
-  return s.flow_shift * u / (1 + (s.flow_shift - 1) * u);
-}
+// Learning rate: warmup, then constant or cosine.
 
 double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps) {
   const double peak = t.optimizer.lr;
@@ -210,12 +197,14 @@ InterimResult run_interim_training(const config::Config& cfg) {
     double step_loss = 0;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       const int64_t first = (step % steps_per_epoch) * t.global_batch_size + micro * t.micro_batch_size;
-      auto x0 = data.index_select(0, order.slice(0, first, first + t.micro_batch_size));
-      auto noise = torch::randn_like(x0);
-      auto ts = sample_timesteps(cfg.scheduler, x0.size(0));
-      auto tt = ts.view({-1, 1, 1, 1});
-      auto xt = (1 - tt) * x0 + tt * noise;
-      auto loss = torch::mse_loss(model->forward(xt, ts), noise - x0) / accumulation;
+      const auto picked = order.slice(0, first, first + t.micro_batch_size);
+      auto x0 = data.index_select(0, picked);
+      std::vector<uint32_t> ids;
+      for (int64_t k = 0; k < picked.size(0); ++k) ids.push_back(static_cast<uint32_t>(picked[k].item<int64_t>()));
+      // Noise and sigma per sample from (seed, epoch, id): the objective the real trainer uses.
+      const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(t.seed), epoch,
+                                                 cfg.scheduler);
+      auto loss = diffusion::flow_loss(model->forward(fb.noisy, fb.sigmas), fb.target) / accumulation;
       loss.backward();
       step_loss += loss.item<double>();
     }

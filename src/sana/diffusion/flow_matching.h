@@ -1,0 +1,55 @@
+// The flow-matching objective (as upstream Sana trains): per-sample sigma from the
+// configured density (logit-normal, uniform or "mode"), shifted by scheduler.flow_shift,
+// x_t = (1 - sigma) x0 + sigma eps, the model sees timestep sigma * 1000, the target is
+// eps - x0. Every draw for a sample (eps, sigma, caption dropout) is a pure function of
+// (train.seed, epoch, sample id, purpose): never of rank, world size, worker or order,
+// so the loss of a step is the same at any world size and a resume needs no RNG state.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "sana/config/config.h"
+
+namespace sana::diffusion {
+
+struct SampleKey {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  uint64_t sample = 0;
+};
+
+// A CPU generator for one purpose of one sample (torch's Philox-free mt19937, seeded from
+// a strong hash of the key): tensors drawn from it are the same in any thread or process.
+at::Generator sample_generator(const SampleKey& key, std::string_view purpose);
+
+// eps ~ N(0, 1) of `shape` (float32, CPU) for one sample.
+torch::Tensor sample_noise(const SampleKey& key, at::IntArrayRef shape);
+
+// The unshifted sigma in (0, 1) from the scheduler's weighting scheme.
+double sample_sigma(const SampleKey& key, const config::SchedulerConfig& sched);
+
+// sigma' = s * sigma / (1 + (s - 1) * sigma)
+double shift_sigma(double sigma, double flow_shift);
+
+// Whether this sample's caption (or class) is replaced by the null embedding.
+bool caption_dropped(const SampleKey& key, double probability);
+
+struct FlowBatch {
+  torch::Tensor noisy;      // x_t, like x0
+  torch::Tensor target;     // eps - x0
+  torch::Tensor timesteps;  // [B] sigma' * 1000
+  torch::Tensor sigmas;     // [B] sigma'
+};
+
+// x0: [B, ...] (any device); ids: the batch's sample ids, in order.
+FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
+                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched);
+
+// Mean squared error between the prediction and the target.
+torch::Tensor flow_loss(const torch::Tensor& prediction, const torch::Tensor& target);
+
+}  // namespace sana::diffusion

@@ -1,0 +1,83 @@
+// The objective's random draws are pure functions of (seed, epoch, sample, purpose):
+// bitwise the same in any thread, order or batch grouping; and the objective's formulas.
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "sana/diffusion/flow_matching.h"
+
+using namespace sana::diffusion;
+
+TEST_CASE("per-sample draws are the same in any thread and order", "[diffusion][streams]") {
+  sana::config::SchedulerConfig sched;
+  const int n = 64;
+  std::vector<torch::Tensor> serial(n);
+  std::vector<double> sigma(n);
+  for (int i = n - 1; i >= 0; --i) {  // backwards on purpose
+    serial[static_cast<size_t>(i)] = sample_noise({7, 3, static_cast<uint64_t>(i)}, {3, 4, 5});
+    sigma[static_cast<size_t>(i)] = sample_sigma({7, 3, static_cast<uint64_t>(i)}, sched);
+  }
+  std::vector<torch::Tensor> threaded(n);
+  std::vector<double> threaded_sigma(n);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = t; i < n; i += 4) {
+        threaded[static_cast<size_t>(i)] = sample_noise({7, 3, static_cast<uint64_t>(i)}, {3, 4, 5});
+        threaded_sigma[static_cast<size_t>(i)] = sample_sigma({7, 3, static_cast<uint64_t>(i)}, sched);
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (int i = 0; i < n; ++i) {
+    CHECK(torch::equal(serial[static_cast<size_t>(i)], threaded[static_cast<size_t>(i)]));
+    CHECK(sigma[static_cast<size_t>(i)] == threaded_sigma[static_cast<size_t>(i)]);
+  }
+  // Different samples, epochs or seeds draw differently.
+  CHECK_FALSE(torch::equal(serial[0], serial[1]));
+  CHECK_FALSE(torch::equal(serial[0], sample_noise({7, 4, 0}, {3, 4, 5})));
+  CHECK_FALSE(torch::equal(serial[0], sample_noise({8, 3, 0}, {3, 4, 5})));
+}
+
+TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[diffusion][streams]") {
+  sana::config::SchedulerConfig sched;
+  sched.flow_shift = 3.0;
+  const auto x0 = torch::rand({4, 3, 8, 8});
+  const auto whole = make_flow_batch(x0, {10, 11, 12, 13}, 5, 2, sched);
+  const auto half = make_flow_batch(x0.slice(0, 2, 4), {12, 13}, 5, 2, sched);  // another rank
+  CHECK(torch::equal(whole.noisy.slice(0, 2, 4), half.noisy));
+  CHECK(torch::equal(whole.target.slice(0, 2, 4), half.target));
+}
+
+TEST_CASE("flow-matching formulas", "[diffusion]") {
+  sana::config::SchedulerConfig sched;
+  sched.flow_shift = 3.0;
+  CHECK(shift_sigma(0.5, 3.0) == Approx(0.75));
+  CHECK(shift_sigma(0.25, 1.0) == 0.25);
+  const auto x0 = torch::rand({2, 3, 4, 4});
+  const auto b = make_flow_batch(x0, {0, 1}, 1, 0, sched);
+  for (int i = 0; i < 2; ++i) {
+    const double s = shift_sigma(sample_sigma({1, 0, static_cast<uint64_t>(i)}, sched), 3.0);
+    const auto eps = sample_noise({1, 0, static_cast<uint64_t>(i)}, {3, 4, 4});
+    CHECK(b.sigmas[i].item<double>() == Approx(s));
+    CHECK(b.timesteps[i].item<double>() == Approx(1000 * s));
+    CHECK(torch::allclose(b.noisy[i], (1 - s) * x0[i] + s * eps, 1e-5, 1e-6));
+    CHECK(torch::allclose(b.target[i], eps - x0[i]));
+  }
+  CHECK(flow_loss(b.target, b.target).item<float>() == 0.0f);
+  // Logit-normal(0, 1) has median 0.5; uniform stays in [0, 1); dropout hits its rate.
+  std::vector<double> draws;
+  int dropped = 0;
+  sana::config::SchedulerConfig uniform;
+  uniform.weighting_scheme = "uniform";
+  for (uint64_t i = 0; i < 4000; ++i) {
+    draws.push_back(sample_sigma({2, 0, i}, sched));
+    const double u = sample_sigma({2, 0, i}, uniform);
+    CHECK((u >= 0.0 && u < 1.0));
+    dropped += caption_dropped({2, 0, i}, 0.1) ? 1 : 0;
+  }
+  std::nth_element(draws.begin(), draws.begin() + 2000, draws.end());
+  CHECK(draws[2000] == Approx(0.5).margin(0.03));
+  CHECK(dropped == Approx(400).margin(60));
+}
