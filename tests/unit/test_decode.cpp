@@ -13,18 +13,7 @@ using namespace sana::data;
 using sana::test::TempDir;
 
 namespace {
-const TempDir& fixtures() {
-  static TempDir dir;
-  static const bool made = [] {
-    const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                           "/tests/reference/make_image_fixtures.py " + dir.path());
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    return true;
-  }();
-  (void)made;
-  return dir;
-}
+const TempDir& fixtures() { return sana::test::reference_fixtures("make_image_fixtures.py"); }
 DecodeOptions defaults() { return DecodeOptions{}; }
 }  // namespace
 

@@ -11,18 +11,7 @@ using namespace sana::data;
 using sana::test::TempDir;
 
 namespace {
-const TempDir& features() {
-  static TempDir dir;
-  static const bool made = [] {
-    const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                           "/tests/reference/make_feature_fixtures.py " + dir.path());
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    return true;
-  }();
-  (void)made;
-  return dir;
-}
+const TempDir& features() { return sana::test::reference_fixtures("make_feature_fixtures.py"); }
 }  // namespace
 
 TEST_CASE("npy and safetensors files read as float32 tensors", "[features]") {

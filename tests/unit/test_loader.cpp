@@ -95,11 +95,7 @@ TEST_CASE("batches follow the plan and do not depend on the number of workers", 
 TEST_CASE("bad files are replaced from the same bucket and counted by reason", "[loader]") {
   Fixture fx;
   // The whole corpus of bad files (written by PIL and by hand) goes through the loader.
-  TempDir corpus;
-  const auto made = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                            "/tests/reference/make_image_fixtures.py " +
-                                            corpus.path());
-  REQUIRE(made.exit_code == 0);
+  const TempDir& corpus = sana::test::reference_fixtures("make_image_fixtures.py");
   int bad_files = 0;
   for (const auto& e : std::filesystem::directory_iterator(corpus.path())) {
     if (e.is_regular_file() && e.path().filename().string().rfind("bad_", 0) == 0) {

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <sys/wait.h>
 
@@ -53,6 +56,20 @@ inline RunResult run_command(const std::string& command) {
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs tests/reference/<script> (Debian's python3) once per test process, writing its
+// fixtures into a temporary folder that lives until the process ends.
+inline const TempDir& reference_fixtures(const std::string& script) {
+  static std::map<std::string, std::unique_ptr<TempDir>> made;
+  auto& dir = made[script];
+  if (!dir) {
+    dir = std::make_unique<TempDir>();
+    const auto r = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                               "/tests/reference/" + script + " " + dir->path());
+    if (r.exit_code != 0) throw std::runtime_error(script + " failed:\n" + r.output);
+  }
+  return *dir;
 }
 
 }  // namespace sana::test
