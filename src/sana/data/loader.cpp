@@ -12,7 +12,18 @@ namespace sana::data {
 
 namespace {
 constexpr int kSubstituteAttempts = 16;
+
+// Reads a precomputed feature file into `out`; returns "" or why it is a bad sample.
+std::string read_feature(std::string_view path, const char* what, torch::Tensor& out) {
+  if (path.empty()) return fmt::format("no {}", what);
+  try {
+    out = read_tensor_file(std::string(path));
+  } catch (const TensorFileError& e) {
+    return fmt::format("unreadable {}: {}", what, e.what());
+  }
+  return "";
 }
+}  // namespace
 
 Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts,
                int64_t first_step)
@@ -121,13 +132,8 @@ Batch Loader::decode_job(const Job& job) {
       const std::string unknown_size = "unreadable header: its size was unknown at indexing";
       if (size_unknown && opts_.load_latents) return unknown_size;
       if (opts_.load_latents) {
-        if (text.latent.empty()) return std::string("no latent");
         torch::Tensor lat;
-        try {
-          lat = read_tensor_file(std::string(text.latent));
-        } catch (const TensorFileError& e) {
-          return std::string("unreadable latent: ") + e.what();
-        }
+        if (auto bad = read_feature(text.latent, "latent", lat); !bad.empty()) return bad;
         if (lat.sizes() != b.latents[i].sizes()) {
           return fmt::format("wrong latent shape: {} is not {} for bucket {}x{}",
                              fmt::join(lat.sizes(), "x"), fmt::join(b.latents[i].sizes(), "x"), h, w);
@@ -146,13 +152,8 @@ Batch Loader::decode_job(const Job& job) {
         to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
       }
       if (opts_.load_text_feat) {
-        if (text.text_feat.empty()) return std::string("no text features");
         torch::Tensor feat;
-        try {
-          feat = read_tensor_file(std::string(text.text_feat));
-        } catch (const TensorFileError& e) {
-          return std::string("unreadable text features: ") + e.what();
-        }
+        if (auto bad = read_feature(text.text_feat, "text features", feat); !bad.empty()) return bad;
         if (feat.dim() == 3 && feat.size(0) == 1) feat = feat[0];
         if (feat.dim() != 2 || feat.size(1) != opts_.text_channels) {
           return fmt::format("wrong text feature shape: {}, expected [length, {}]",

@@ -32,6 +32,14 @@ std::string published_failure(c10d::Store& store) {
   return text(store.get(keys::kFailed));
 }
 
+std::string published_failure_or_empty(c10d::Store& store) noexcept {
+  try {
+    return published_failure(store);
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds grace,
                    int dead_rank) noexcept {
   // A rank is through when it acknowledged or finished; one whose heartbeat stands still

@@ -30,6 +30,8 @@ void publish_failure(c10d::Store& store, const std::string& reason) noexcept;
 
 // The failure reason if one was published, else "".
 std::string published_failure(c10d::Store& store);
+// The same, but "" also when the store cannot be asked (it is gone): for error paths.
+std::string published_failure_or_empty(c10d::Store& store) noexcept;
 
 // Rank 0 hosts the store: before it exits it gives the other ranks up to `grace` to read
 // the failure (each acknowledges), so they stop with the real reason.

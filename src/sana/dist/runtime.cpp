@@ -228,11 +228,7 @@ void Runtime::create_backend() {
   } catch (const LaunchEnvError&) {
     throw;
   } catch (const std::exception& e) {
-    std::string failure;
-    try {
-      failure = published_failure(*store_);
-    } catch (const std::exception&) {
-    }
+    const std::string failure = published_failure_or_empty(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
     throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, e.what()));
   }
@@ -294,11 +290,7 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
     work->wait();
   } catch (const std::exception& e) {
     // Name the failed rank when it already told the store; else say what we saw.
-    std::string known;
-    try {
-      known = published_failure(*store_);
-    } catch (const std::exception&) {
-    }
+    const std::string known = published_failure_or_empty(*store_);
     if (!known.empty()) throw PeerFailure(known);
     throw PeerFailure(fmt::format("{} failed ({}); another rank has probably failed", what,
                                   e.what()));
