@@ -39,6 +39,7 @@ struct ModelConfig {
   double mlp_ratio = 2.5;
   bool qk_norm = false;
   double class_dropout_prob = 0.1;
+  int64_t num_classes = 0;  // >0 without captions: class-conditional (labels from the data)
 };
 
 struct VaeConfig {

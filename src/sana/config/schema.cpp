@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include "sana/model/spec.h"
+
 namespace sana::config {
 
 namespace {
@@ -77,6 +79,9 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
   s.add("class_dropout_prob", m.class_dropout_prob, "caption/class dropout for guidance")
       .at_least(0)
       .at_most(1);
+  s.add("num_classes", m.num_classes,
+        "without captions: >0 conditions on the data's class labels, 0 trains unconditionally")
+      .at_least(0);
 }
 
 void describe_vae(std::vector<Field>& f, VaeConfig& v) {
@@ -278,8 +283,11 @@ std::vector<std::string> section_keys(const std::vector<Field>& fields) {
 }
 
 const std::vector<std::string>& model_preset_names() {
-  static const std::vector<std::string> names = {"SanaMS_600M_P1_D28", "SanaMS_1600M_P1_D20",
-                                                 "SanaMS_tiny_P2_D4"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& p : model::presets()) out.push_back(p.name);
+    return out;
+  }();
   return names;
 }
 

@@ -7,6 +7,8 @@
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
+#include "sana/data/buckets.h"
+#include "sana/model/spec.h"
 
 namespace fs = std::filesystem;
 
@@ -117,6 +119,54 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
                      sizes));
 }
 
+// The preset's shape against the model keys, and every bucket against the model's cell
+// (VAE downsampling x patch size): a bucket the model cannot tile is a config error now,
+// not a shape error at the first batch of that bucket.
+void check_model(Checker& c, const Config& cfg) {
+  model::ModelSpec spec;
+  try {
+    spec = model::spec_from_config(cfg);
+  } catch (const model::SpecError& e) {
+    const std::string what = e.what();
+    const auto colon = what.find(':');
+    c.fail(what.substr(0, colon), what.substr(colon + 2));
+    return;
+  }
+  const int64_t cell = spec.downsample * spec.patch;
+  std::vector<data::BucketTable> tables;
+  try {
+    const auto& d = cfg.data;
+    std::vector<int64_t> sizes = d.multi_scale_sizes;
+    sizes.insert(sizes.begin(), d.image_size);
+    for (int64_t size : sizes) {
+      if (!cfg.model.multi_scale) {
+        tables.push_back(data::BucketTable::square(static_cast<int>(size)));
+      } else if (d.aspect_ratio_type == "generated") {
+        tables.push_back(data::BucketTable::generated(static_cast<int>(size),
+                                                      static_cast<int>(d.bucket_step)));
+      } else {
+        tables.push_back(data::BucketTable::upstream("ASPECT_RATIO_" + std::to_string(size)));
+      }
+    }
+  } catch (const std::exception&) {
+    return;  // the table itself is reported by the checks above
+  }
+  for (const auto& table : tables) {
+    for (const auto& b : table.buckets()) {
+      if (b.height % cell == 0 && b.width % cell == 0) continue;
+      c.fail(cfg.data.aspect_ratio_type == "generated" ? "data.bucket_step" : "model.model",
+             fmt::format("bucket {}x{} of the {} px table is not a multiple of {} (the model's "
+                         "cell: {} px per {} x patch {} of {})",
+                         b.height, b.width, table.base(), cell, spec.downsample,
+                         spec.downsample == 1 ? "pixel" : "latent", spec.patch, spec.name),
+             cfg.data.aspect_ratio_type == "generated"
+                 ? fmt::format("use a data.bucket_step that is a multiple of {}", cell)
+                 : "use a preset with a smaller patch size");
+      return;
+    }
+  }
+}
+
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
 
@@ -184,6 +234,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
   }
   if (cfg.work_dir.empty()) c.fail("work_dir", "must not be empty", "e.g. work_dir: output/run");
+  check_model(c, cfg);
 }
 
 void check_existing(Checker& c, const std::string& key, const std::string& path,

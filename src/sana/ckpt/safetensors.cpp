@@ -1,0 +1,108 @@
+#include "sana/ckpt/safetensors.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+namespace sana::ckpt {
+
+namespace {
+
+const std::vector<std::pair<torch::ScalarType, const char*>>& dtype_names() {
+  static const std::vector<std::pair<torch::ScalarType, const char*>> names = {
+      {torch::kFloat64, "F64"}, {torch::kFloat32, "F32"}, {torch::kFloat16, "F16"},
+      {torch::kBFloat16, "BF16"}, {torch::kInt64, "I64"}, {torch::kInt32, "I32"},
+      {torch::kUInt8, "U8"},     {torch::kBool, "BOOL"}};
+  return names;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<torch::Tensor> data;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const auto& names = dtype_names();
+    const auto it = std::find_if(names.begin(), names.end(),
+                                 [&](const auto& n) { return n.first == tensor.scalar_type(); });
+    if (it == names.end()) {
+      throw SafetensorsError(fmt::format("'{}': tensor '{}' has a dtype safetensors cannot hold here",
+                                         path, name));
+    }
+    if (header.contains(name)) throw SafetensorsError(fmt::format("'{}': tensor '{}' twice", path, name));
+    auto cpu = tensor.detach().to(torch::kCPU).contiguous();
+    const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
+    header[name] = {{"dtype", it->second}, {"shape", cpu.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    data.push_back(std::move(cpu));
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw SafetensorsError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  uint64_t n = text.size();
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out.write(len, 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const auto& t : data) {
+    out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  }
+  out.flush();
+  if (!out) throw SafetensorsError(fmt::format("writing '{}' failed: {}", path, std::strerror(errno)));
+}
+
+torch::Tensor SafetensorsFile::get(const std::string& name) const {
+  for (const auto& [n, t] : tensors) {
+    if (n == name) return t;
+  }
+  throw SafetensorsError(fmt::format("no tensor '{}'", name));
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SafetensorsError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  const std::vector<char> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (b.size() < 8) throw SafetensorsError(fmt::format("'{}' is too short for safetensors", path));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
+  if (n > b.size() - 8) throw SafetensorsError(fmt::format("'{}' is truncated (header)", path));
+  SafetensorsFile file;
+  try {
+    const auto header = nlohmann::ordered_json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+    const uint64_t data_size = b.size() - 8 - n;
+    for (auto it = header.begin(); it != header.end(); ++it) {
+      if (it.key() == "__metadata__") {
+        file.metadata = it.value().get<std::map<std::string, std::string>>();
+        continue;
+      }
+      const auto dtype = it.value().at("dtype").get<std::string>();
+      const auto& names = dtype_names();
+      const auto d = std::find_if(names.begin(), names.end(), [&](const auto& x) { return dtype == x.second; });
+      if (d == names.end()) throw SafetensorsError(fmt::format("'{}': tensor '{}' has dtype {}", path, it.key(), dtype));
+      const auto shape = it.value().at("shape").get<std::vector<int64_t>>();
+      const auto off = it.value().at("data_offsets").get<std::vector<uint64_t>>();
+      auto t = torch::empty(shape, torch::TensorOptions().dtype(d->first));
+      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+      if (off.size() != 2 || off[1] < off[0] || off[1] > data_size || off[1] - off[0] != bytes) {
+        throw SafetensorsError(fmt::format("'{}' is truncated or damaged: tensor '{}' does not fit", path, it.key()));
+      }
+      std::memcpy(t.data_ptr(), b.data() + 8 + n + off[0], bytes);
+      file.tensors.emplace_back(it.key(), std::move(t));
+    }
+  } catch (const SafetensorsError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw SafetensorsError(fmt::format("'{}': bad safetensors header: {}", path, e.what()));
+  }
+  return file;
+}
+
+}  // namespace sana::ckpt

@@ -1,0 +1,38 @@
+// The safetensors format (an 8-byte little-endian header length, a JSON header naming
+// each tensor's dtype, shape and byte range, then the raw bytes), written and read here
+// because Debian has no C++ package for it. Python reads these files with numpy alone
+// (tests/reference/safetensors_np.py) or with the safetensors package.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sana::ckpt {
+
+class SafetensorsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Writes CPU copies of `tensors` (F64, F32, F16, BF16, I64, I32, U8, BOOL) in the given
+// order. Throws SafetensorsError when the file cannot be written.
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // in file order
+  std::map<std::string, std::string> metadata;
+  torch::Tensor get(const std::string& name) const;  // throws SafetensorsError
+};
+
+// Reads every tensor; a truncated or malformed file is a SafetensorsError naming it.
+SafetensorsFile read_safetensors(const std::string& path);
+
+}  // namespace sana::ckpt

@@ -1,0 +1,491 @@
+#include "sana/model/sana_ms.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace sana::model {
+
+namespace {
+
+thread_local FlopTrace* g_trace = nullptr;
+
+torch::Tensor make(at::IntArrayRef shape, const torch::TensorOptions& options) {
+  return torch::empty(shape, options);
+}
+
+// t2i_modulate(x, shift, scale) = x (1 + scale) + shift
+torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale) {
+  return x * (1 + scale) + shift;
+}
+
+torch::Tensor layer_norm(const torch::Tensor& x) {
+  return torch::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+}
+
+}  // namespace
+
+// --- FLOP tracing -----------------------------------------------------------------------
+
+FlopTrace::FlopTrace() : outer_(g_trace) { g_trace = this; }
+FlopTrace::~FlopTrace() { g_trace = outer_; }
+void FlopTrace::add(double flops) {
+  for (FlopTrace* t = g_trace; t != nullptr; t = t->outer_) t->flops_ += flops;
+}
+
+// --- Layers -----------------------------------------------------------------------------
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& o) {
+  weight = register_parameter("weight", make({out, in}, o));
+  if (with_bias) bias = register_parameter("bias", make({out}, o));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
+  return torch::linear(x, weight, bias);
+}
+
+Conv2dImpl::Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_,
+                       int64_t groups_, bool with_bias, const torch::TensorOptions& o)
+    : stride(stride_), padding(padding_), groups(groups_) {
+  weight = register_parameter("weight", make({out, in / groups_, kernel, kernel}, o));
+  if (with_bias) bias = register_parameter("bias", make({out}, o));
+}
+
+torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
+  auto y = torch::conv2d(x, weight, bias, stride, padding, 1, groups);
+  if (g_trace) {
+    FlopTrace::add(2.0 * static_cast<double>(y.numel()) *
+                   static_cast<double>(weight.size(1) * weight.size(2) * weight.size(3)));
+  }
+  return y;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double scale, double eps_, const torch::TensorOptions& o)
+    : eps(eps_) {
+  weight = register_parameter("weight", make({dim}, o));
+  if (!o.device().is_meta()) {
+    torch::NoGradGuard no_grad;
+    weight.fill_(scale);
+  }
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  const auto xf = x.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+  const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+// --- Attention --------------------------------------------------------------------------
+
+LiteLAImpl::LiteLAImpl(const ModelSpec& s, const torch::TensorOptions& o)
+    : heads(s.linear_heads()), head_dim(s.linear_head_dim), fp32(s.fp32_attention) {
+  qkv = register_module("qkv", Linear(s.hidden, 3 * s.hidden, false, o));
+  proj = register_module("proj", Linear(s.hidden, s.hidden, true, o));
+  if (s.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(s.hidden, 1.0, s.norm_eps, o));
+    k_norm = register_module("k_norm", RMSNorm(s.hidden, 1.0, s.norm_eps, o));
+  }
+}
+
+torch::Tensor LiteLAImpl::attend(const torch::Tensor& q_in, const torch::Tensor& k_in,
+                                 const torch::Tensor& v_in, double eps, bool in_fp32) {
+  auto q = torch::relu(q_in);
+  auto k = torch::relu(k_in);
+  auto v = v_in;
+  if (in_fp32 && q.scalar_type() != torch::kFloat64) {
+    q = q.to(torch::kFloat32);
+    k = k.to(torch::kFloat32);
+    v = v.to(torch::kFloat32);
+  }
+  // v padded with a row of ones: its product gives the normaliser sum_n k_n . q.
+  const auto v_pad = torch::constant_pad_nd(v, {0, 0, 0, 1}, 1.0);  // [B, h, d+1, N]
+  const auto vk = torch::matmul(v_pad, k.transpose(-1, -2));      // [B, h, d+1, d]
+  auto out = torch::matmul(vk, q);                                 // [B, h, d+1, N]
+  if (g_trace) {
+    const double n = static_cast<double>(q.size(-1)), d = static_cast<double>(q.size(-2));
+    FlopTrace::add(4.0 * static_cast<double>(q.size(0) * q.size(1)) * (d + 1) * d * n);
+  }
+  if (out.scalar_type() == torch::kHalf || out.scalar_type() == torch::kBFloat16) {
+    out = out.to(torch::kFloat32);
+  }
+  const int64_t d = v.size(-2);
+  return out.narrow(-2, 0, d) / (out.narrow(-2, d, 1) + eps);
+}
+
+torch::Tensor LiteLAImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), N = x.size(1), C = x.size(2);
+  auto parts = qkv->forward(x).reshape({B, N, 3, C}).unbind(2);
+  auto q = parts[0], k = parts[1], v = parts[2];
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  auto heads_of = [&](const torch::Tensor& t) {
+    return t.transpose(-1, -2).reshape({B, heads, head_dim, N});
+  };
+  const auto out = attend(heads_of(q), heads_of(k), heads_of(v), kEps, fp32).to(x.scalar_type());
+  return proj->forward(out.reshape({B, C, N}).permute({0, 2, 1}));
+}
+
+CrossAttentionImpl::CrossAttentionImpl(int64_t hidden, int64_t heads_, const torch::TensorOptions& o)
+    : heads(heads_) {
+  q_linear = register_module("q_linear", Linear(hidden, hidden, true, o));
+  kv_linear = register_module("kv_linear", Linear(hidden, 2 * hidden, true, o));
+  proj = register_module("proj", Linear(hidden, hidden, true, o));
+}
+
+torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& y,
+                                          const torch::Tensor& bias) {
+  const int64_t B = x.size(0), N = x.size(1), C = x.size(2), L = y.size(1);
+  const int64_t hd = C / heads;
+  const auto q = q_linear->forward(x).view({B, N, heads, hd}).transpose(1, 2);
+  const auto kv = kv_linear->forward(y).view({B, L, 2, C}).unbind(2);
+  const auto k = kv[0].reshape({B, L, heads, hd}).transpose(1, 2);
+  const auto v = kv[1].reshape({B, L, heads, hd}).transpose(1, 2);
+  auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  if (bias.defined()) scores = scores + bias;
+  const auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, h, N, hd]
+  if (g_trace) FlopTrace::add(4.0 * static_cast<double>(B * N * L * C));
+  return proj->forward(out.transpose(1, 2).reshape({B, N, C}));
+}
+
+// --- Feed-forward -----------------------------------------------------------------------
+
+ConvLayerImpl::ConvLayerImpl(int64_t in, int64_t out, int64_t kernel, int64_t groups, bool bias,
+                             const torch::TensorOptions& o) {
+  conv = register_module("conv", Conv2d(in, out, kernel, 1, kernel / 2, groups, bias, o));
+}
+
+GLUMBConvImpl::GLUMBConvImpl(int64_t hidden, int64_t mh, const torch::TensorOptions& o) {
+  inverted_conv = register_module("inverted_conv", ConvLayer(hidden, 2 * mh, 1, 1, true, o));
+  depth_conv = register_module("depth_conv", ConvLayer(2 * mh, 2 * mh, 3, 2 * mh, true, o));
+  point_conv = register_module("point_conv", ConvLayer(mh, hidden, 1, 1, false, o));
+}
+
+torch::Tensor GLUMBConvImpl::forward(const torch::Tensor& x, int64_t h, int64_t w) {
+  const int64_t B = x.size(0), C = x.size(2);
+  auto t = x.reshape({B, h, w, C}).permute({0, 3, 1, 2});
+  t = torch::silu(inverted_conv->forward(t));
+  t = depth_conv->forward(t);
+  const auto parts = t.chunk(2, 1);
+  t = point_conv->forward(parts[0] * torch::silu(parts[1]));
+  return t.reshape({B, C, h * w}).permute({0, 2, 1});
+}
+
+// --- Block ------------------------------------------------------------------------------
+
+SanaMSBlockImpl::SanaMSBlockImpl(const ModelSpec& s, const torch::TensorOptions& o) {
+  attn = register_module("attn", LiteLA(s, o));
+  if (s.conditioning != Conditioning::none) {
+    cross_attn = register_module("cross_attn", CrossAttention(s.hidden, s.cross_heads, o));
+  }
+  mlp = register_module("mlp", GLUMBConv(s.hidden, s.mlp_hidden(), o));
+  scale_shift_table = register_parameter("scale_shift_table", make({6, s.hidden}, o));
+}
+
+torch::Tensor SanaMSBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& y,
+                                       const torch::Tensor& t0, const torch::Tensor& bias,
+                                       int64_t h, int64_t w) {
+  const int64_t B = x_in.size(0), C = x_in.size(2);
+  const auto mod = (scale_shift_table.unsqueeze(0) + t0.reshape({B, 6, C})).chunk(6, 1);
+  // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: each [B, 1, C]
+  auto x = x_in + mod[2] * attn->forward(modulate(layer_norm(x_in), mod[0], mod[1]));
+  if (cross_attn) x = x + cross_attn->forward(x, y, bias);
+  x = x + mod[5] * mlp->forward(modulate(layer_norm(x), mod[3], mod[4]), h, w);
+  return x;
+}
+
+namespace {
+
+// Gradient checkpointing of one block: the forward keeps only the block's inputs; the
+// backward runs the block again with autograd on and differentiates that.
+struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, SanaMSBlockImpl* block, const torch::Tensor& x,
+      const c10::optional<torch::Tensor>& y, const torch::Tensor& t0,
+      const c10::optional<torch::Tensor>& bias, int64_t h, int64_t w, at::TensorList params) {
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    ctx->saved_data["h"] = h;
+    ctx->saved_data["w"] = w;
+    ctx->saved_data["x"] = x.detach();
+    ctx->saved_data["t0"] = t0.detach();
+    ctx->saved_data["x_grad"] = x.requires_grad();
+    ctx->saved_data["t0_grad"] = t0.requires_grad();
+    ctx->saved_data["has_y"] = y.has_value();
+    if (y) {
+      ctx->saved_data["y"] = y->detach();
+      ctx->saved_data["y_grad"] = y->requires_grad();
+    }
+    ctx->saved_data["has_bias"] = bias.has_value();
+    if (bias) ctx->saved_data["bias"] = bias->detach();
+    ctx->saved_data["params"] = static_cast<int64_t>(params.size());
+    return {block->forward(x, y ? *y : torch::Tensor(), t0, bias ? *bias : torch::Tensor(), h, w)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto& d = ctx->saved_data;
+    auto* block = reinterpret_cast<SanaMSBlockImpl*>(d["block"].toInt());
+    const bool has_y = d["has_y"].toBool(), has_bias = d["has_bias"].toBool();
+    auto x = d["x"].toTensor().detach().requires_grad_(d["x_grad"].toBool());
+    auto t0 = d["t0"].toTensor().detach().requires_grad_(d["t0_grad"].toBool());
+    torch::Tensor y, bias;
+    if (has_y) y = d["y"].toTensor().detach().requires_grad_(d["y_grad"].toBool());
+    if (has_bias) bias = d["bias"].toTensor();
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = block->forward(x, y, t0, bias, d["h"].toInt(), d["w"].toInt());
+    }
+    std::vector<torch::Tensor> inputs;
+    std::vector<size_t> slot;  // position of each differentiated input in the result
+    torch::autograd::variable_list result(1 + 3 + 1 + 2 + static_cast<size_t>(d["params"].toInt()));
+    auto want = [&](const torch::Tensor& t, size_t pos) {
+      if (t.defined() && t.requires_grad()) {
+        inputs.push_back(t);
+        slot.push_back(pos);
+      }
+    };
+    want(x, 1);
+    if (has_y) want(y, 2);
+    want(t0, 3);
+    size_t pos = 7;
+    for (const auto& p : block->parameters()) want(p, pos++);
+    if (inputs.empty()) return result;
+    const auto g = torch::autograd::grad({out}, inputs, {grads[0]}, false, false, true);
+    for (size_t i = 0; i < g.size(); ++i) result[slot[i]] = g[i];
+    return result;
+  }
+};
+
+}  // namespace
+
+// --- Top level --------------------------------------------------------------------------
+
+PatchEmbedImpl::PatchEmbedImpl(const ModelSpec& s, const torch::TensorOptions& o) {
+  // kernel = stride = patch; an odd kernel gets "same" padding, as upstream.
+  const int64_t pad = s.patch % 2 == 1 ? s.patch / 2 : 0;
+  proj = register_module("proj", Conv2d(s.in_channels, s.hidden, s.patch, s.patch, pad, 1, true, o));
+}
+
+torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) {
+  return proj->forward(x).flatten(2).transpose(1, 2);
+}
+
+TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden, const torch::TensorOptions& o) {
+  mlp = register_module("mlp", torch::nn::Sequential(Linear(256, hidden, true, o), torch::nn::SiLU(),
+                                                      Linear(hidden, hidden, true, o)));
+}
+
+torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
+  const int64_t half = dim / 2;
+  const auto freqs = torch::exp(-std::log(10000.0) *
+                                torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32)) /
+                                static_cast<double>(half))
+                         .to(t.device());
+  const auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);
+  auto emb = torch::cat({torch::cos(args), torch::sin(args)}, -1);
+  if (dim % 2) emb = torch::cat({emb, torch::zeros_like(emb.narrow(1, 0, 1))}, -1);
+  return emb;
+}
+
+torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& t) {
+  const auto dtype = mlp[0]->as<LinearImpl>()->weight.scalar_type();
+  return mlp->forward(timestep_features(t).to(dtype));
+}
+
+MlpImpl::MlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& o) {
+  fc1 = register_module("fc1", Linear(in, hidden, true, o));
+  fc2 = register_module("fc2", Linear(hidden, hidden, true, o));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return fc2->forward(torch::gelu(fc1->forward(x), "tanh"));
+}
+
+CaptionEmbedderImpl::CaptionEmbedderImpl(const ModelSpec& s, const torch::TensorOptions& o) {
+  y_proj = register_module("y_proj", Mlp(s.caption_channels, s.hidden, o));
+  y_embedding = register_buffer("y_embedding", make({s.caption_tokens, s.caption_channels}, o));
+}
+
+torch::Tensor CaptionEmbedderImpl::forward(const torch::Tensor& y_in, const torch::Tensor& drop) {
+  if (y_in.dim() != 3 || y_in.size(1) != y_embedding.size(0) || y_in.size(2) != y_embedding.size(1)) {
+    throw std::invalid_argument(fmt::format(
+        "caption features have shape {}, the model takes [batch, {}, {}] "
+        "(text_encoder.model_max_length, text_encoder.caption_channels)",
+        fmt::join(y_in.sizes(), "x"), y_embedding.size(0), y_embedding.size(1)));
+  }
+  auto y = y_in.to(y_embedding.scalar_type());
+  if (drop.defined()) y = torch::where(drop.to(y.device()).view({-1, 1, 1}), y_embedding.unsqueeze(0), y);
+  return y_proj->forward(y);
+}
+
+TableImpl::TableImpl(int64_t rows, int64_t cols, const torch::TensorOptions& o) {
+  weight = register_parameter("weight", make({rows, cols}, o));
+}
+
+LabelEmbedderImpl::LabelEmbedderImpl(const ModelSpec& s, const torch::TensorOptions& o)
+    : num_classes(s.num_classes) {
+  embedding_table = register_module("embedding_table", Table(s.num_classes + 1, s.hidden, o));
+}
+
+torch::Tensor LabelEmbedderImpl::forward(const torch::Tensor& labels_in, const torch::Tensor& drop) {
+  auto labels = labels_in.to(torch::kLong);
+  if (labels.numel() > 0) {
+    const int64_t lo = labels.min().item<int64_t>(), hi = labels.max().item<int64_t>();
+    if (lo < 0 || hi >= num_classes) {
+      throw std::invalid_argument(fmt::format(
+          "class label {} is outside [0, {}) (model.num_classes); samples without a label "
+          "cannot train a class-conditional model",
+          lo < 0 ? lo : hi, num_classes));
+    }
+  }
+  if (drop.defined()) labels = torch::where(drop.to(labels.device()), torch::full_like(labels, num_classes), labels);
+  return torch::embedding(embedding_table->weight, labels).unsqueeze(1);
+}
+
+FinalLayerImpl::FinalLayerImpl(const ModelSpec& s, const torch::TensorOptions& o) {
+  linear = register_module("linear", Linear(s.hidden, s.patch * s.patch * s.out_channels, true, o));
+  scale_shift_table = register_parameter("scale_shift_table", make({2, s.hidden}, o));
+}
+
+torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& t) {
+  const auto mod = (scale_shift_table.unsqueeze(0) + t.unsqueeze(1)).chunk(2, 1);
+  return linear->forward(modulate(layer_norm(x), mod[0], mod[1]));
+}
+
+SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spec_(spec) {
+  auto o = torch::TensorOptions().dtype(options.dtype);
+  if (options.meta) o = o.device(torch::kMeta);
+  x_embedder = register_module("x_embedder", PatchEmbed(spec, o));
+  t_embedder = register_module("t_embedder", TimestepEmbedder(spec.hidden, o));
+  t_block = register_module("t_block", torch::nn::Sequential(torch::nn::SiLU(),
+                                                             Linear(spec.hidden, 6 * spec.hidden, true, o)));
+  if (spec.conditioning == Conditioning::caption) {
+    caption_embedder = register_module("y_embedder", CaptionEmbedder(spec, o));
+  } else if (spec.conditioning == Conditioning::class_label) {
+    label_embedder = register_module("y_embedder", LabelEmbedder(spec, o));
+  }
+  if (spec.conditioning != Conditioning::none && spec.y_norm) {
+    attention_y_norm = register_module("attention_y_norm", RMSNorm(spec.hidden, spec.y_norm_scale, spec.norm_eps, o));
+  }
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < spec.depth; ++i) blocks->push_back(SanaMSBlock(spec, o));
+  final_layer = register_module("final_layer", FinalLayer(spec, o));
+  if (!options.meta) initialize(options.seed);
+}
+
+void SanaMSImpl::initialize(uint64_t seed) {
+  // As upstream's SanaMS.initialize: every Linear xavier-uniform with zero bias; the patch
+  // embedding xavier-uniform over its flattened kernel; the timestep and caption MLPs
+  // N(0, 0.02); convolutions PyTorch's default; modulation tables randn / sqrt(C).
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  auto uniform = [&](torch::Tensor& t, double bound) {
+    t.copy_(torch::empty(t.sizes(), t.options().device(torch::kCPU)).uniform_(-bound, bound, gen));
+  };
+  auto normal = [&](torch::Tensor& t, double std) {
+    t.copy_(torch::empty(t.sizes(), t.options().device(torch::kCPU)).normal_(0, std, gen));
+  };
+  for (auto& item : named_modules("", /*include_self=*/false)) {
+    if (auto* lin = item.value()->as<LinearImpl>()) {
+      const double fan_in = static_cast<double>(lin->weight.size(1));
+      const double fan_out = static_cast<double>(lin->weight.size(0));
+      uniform(lin->weight, std::sqrt(6.0 / (fan_in + fan_out)));
+      if (lin->bias.defined()) lin->bias.zero_();
+    } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
+      const double fan_in = static_cast<double>(conv->weight[0].numel());
+      uniform(conv->weight, 1.0 / std::sqrt(fan_in));  // kaiming_uniform(a=sqrt(5))
+      if (conv->bias.defined()) uniform(conv->bias, 1.0 / std::sqrt(fan_in));
+    }
+  }
+  auto& pw = x_embedder->proj->weight;
+  uniform(pw, std::sqrt(6.0 / static_cast<double>(pw[0].numel() + pw.size(0))));
+  for (auto& p : t_embedder->mlp->named_parameters()) {
+    if (p.key().find("weight") != std::string::npos) normal(p.value(), 0.02);
+  }
+  normal(t_block->named_parameters()["1.weight"], 0.02);
+  const double inv_sqrt_c = 1.0 / std::sqrt(static_cast<double>(spec_.hidden));
+  for (auto& b : *blocks) {
+    auto& table = b->as<SanaMSBlockImpl>()->scale_shift_table;
+    normal(table, inv_sqrt_c);
+  }
+  normal(final_layer->scale_shift_table, inv_sqrt_c);
+  if (caption_embedder) {
+    normal(caption_embedder->y_proj->fc1->weight, 0.02);
+    normal(caption_embedder->y_proj->fc2->weight, 0.02);
+    normal(caption_embedder->y_embedding, 1.0 / std::sqrt(static_cast<double>(spec_.caption_channels)));
+  }
+  if (label_embedder) normal(label_embedder->embedding_table->weight, 0.02);
+}
+
+std::pair<torch::Tensor, torch::Tensor> SanaMSImpl::embed_condition(const Condition& cond, int64_t batch) {
+  if (spec_.conditioning == Conditioning::none) return {};
+  if (!cond.y.defined()) {
+    throw std::invalid_argument(fmt::format("{} is {}-conditional but the batch has no {}", spec_.name,
+                                            conditioning_name(spec_.conditioning),
+                                            spec_.conditioning == Conditioning::caption ? "caption features" : "labels"));
+  }
+  if (cond.y.size(0) != batch) {
+    throw std::invalid_argument(fmt::format("condition batch {} != image batch {}", cond.y.size(0), batch));
+  }
+  torch::Tensor y = caption_embedder ? caption_embedder->forward(cond.y, cond.drop)
+                                     : label_embedder->forward(cond.y, cond.drop);
+  if (attention_y_norm) y = attention_y_norm->forward(y);
+  torch::Tensor bias;
+  if (cond.mask.defined() && caption_embedder) {
+    bias = ((1 - cond.mask.to(y.scalar_type())) * -10000.0).view({batch, 1, 1, -1});
+  }
+  return {y, bias};
+}
+
+torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor& timestep,
+                                  const Condition& cond) {
+  const int64_t B = x_in.size(0), p = spec_.patch;
+  if (x_in.dim() != 4 || x_in.size(1) != spec_.in_channels || x_in.size(2) % p || x_in.size(3) % p) {
+    throw std::invalid_argument(fmt::format(
+        "{} takes [batch, {}, H, W] with H and W multiples of {}, got {}", spec_.name,
+        spec_.in_channels, p, fmt::join(x_in.sizes(), "x")));
+  }
+  const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
+  const auto dtype = x_embedder->proj->weight.scalar_type();
+  auto x = x_embedder->forward(x_in.to(dtype));
+  const auto t = t_embedder->forward(timestep.reshape({B}));
+  const auto t0 = t_block->forward(t);
+  const auto [y, bias] = embed_condition(cond, B);
+  const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  for (auto& m : *blocks) {
+    auto* block = m->as<SanaMSBlockImpl>();
+    if (checkpoint) {
+      const auto params = block->parameters();
+      x = CheckpointBlock::apply(block, x, y.defined() ? c10::optional<torch::Tensor>(y) : c10::nullopt, t0,
+                                 bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
+                                 at::TensorList(params))[0];
+    } else {
+      x = block->forward(x, y, t0, bias, h, w);
+    }
+  }
+  x = final_layer->forward(x, t);  // [B, N, p*p*c]
+  const int64_t c = spec_.out_channels;
+  return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
+}
+
+std::vector<std::pair<std::string, int64_t>> SanaMSImpl::parameter_counts() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& child : named_children()) {
+    int64_t n = 0;
+    for (const auto& p : child.value()->parameters()) n += p.numel();
+    out.emplace_back(child.key(), n);
+  }
+  return out;
+}
+
+int64_t SanaMSImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace sana::model

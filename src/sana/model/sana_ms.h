@@ -1,0 +1,239 @@
+// SanaMS, the multi-scale linear diffusion transformer, in LibTorch: patch embedding
+// without positional embedding (any bucket whose sides divide by the patch runs through
+// one model), AdaLN-single timestep conditioning, ReLU linear self-attention (LiteLA),
+// softmax cross-attention to caption tokens or a class token, the GLUMBConv Mix-FFN, and
+// a final layer with its own modulation table. Parameter names follow upstream's module
+// paths (x_embedder.proj.weight, blocks.3.attn.qkv.weight, ...), so upstream state dicts
+// map one to one. The layers are our own small modules so that a model can be built on
+// the meta device (shapes and counts without memory) and its FLOPs traced.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sana/model/spec.h"
+
+namespace sana::model {
+
+// Adds 2 x multiply-adds of every matrix product and convolution run on this thread while
+// it lives (the tests hold the analytic count in forward_flops() against it).
+class FlopTrace {
+ public:
+  FlopTrace();
+  ~FlopTrace();
+  FlopTrace(const FlopTrace&) = delete;
+  FlopTrace& operator=(const FlopTrace&) = delete;
+  double flops() const { return flops_; }
+  static void add(double flops);
+
+ private:
+  double flops_ = 0;
+  FlopTrace* outer_;
+};
+
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+class Conv2dImpl : public torch::nn::Module {
+ public:
+  Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+             int64_t groups, bool bias, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+  int64_t stride, padding, groups;
+};
+TORCH_MODULE(Conv2d);
+
+// x * rsqrt(mean(x^2) + eps) computed in fp32, times a weight initialised to `scale`.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double scale, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// Linear self-attention with a ReLU kernel: per head, out = (v_pad k^T) q with v padded by
+// a row of ones, divided by that row (+ eps); in fp32 when fp32_attention.
+class LiteLAImpl : public torch::nn::Module {
+ public:
+  LiteLAImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  // The attention core alone: q, k, v are [B, heads, head_dim, N]; returns [B, heads, head_dim, N].
+  static torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, double eps, bool fp32);
+  Linear qkv{nullptr}, proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  int64_t heads, head_dim;
+  bool fp32;
+  static constexpr double kEps = 1e-8;
+};
+TORCH_MODULE(LiteLA);
+
+// Softmax attention of image tokens to conditioning tokens; `bias` is [B, 1, 1, L]
+// (0 for real tokens, -10000 for padding) or undefined.
+class CrossAttentionImpl : public torch::nn::Module {
+ public:
+  CrossAttentionImpl(int64_t hidden, int64_t heads, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& bias);
+  Linear q_linear{nullptr}, kv_linear{nullptr}, proj{nullptr};
+  int64_t heads;
+};
+TORCH_MODULE(CrossAttention);
+
+// upstream's ConvLayer: a Conv2d under the name "conv".
+class ConvLayerImpl : public torch::nn::Module {
+ public:
+  ConvLayerImpl(int64_t in, int64_t out, int64_t kernel, int64_t groups, bool bias,
+                const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) { return conv->forward(x); }
+  Conv2d conv{nullptr};
+};
+TORCH_MODULE(ConvLayer);
+
+// 1x1 conv C -> 2H (+bias, SiLU), depthwise 3x3 on 2H (+bias), a * SiLU(g), 1x1 H -> C.
+class GLUMBConvImpl : public torch::nn::Module {
+ public:
+  GLUMBConvImpl(int64_t hidden, int64_t mlp_hidden, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, int64_t h, int64_t w);  // x: [B, h*w, C]
+  ConvLayer inverted_conv{nullptr}, depth_conv{nullptr}, point_conv{nullptr};
+};
+TORCH_MODULE(GLUMBConv);
+
+class SanaMSBlockImpl : public torch::nn::Module {
+ public:
+  SanaMSBlockImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  // x: [B, N, C]; y: [B, L, C] or undefined; t0: [B, 6C]; bias as CrossAttention.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& t0,
+                        const torch::Tensor& bias, int64_t h, int64_t w);
+  LiteLA attn{nullptr};
+  CrossAttention cross_attn{nullptr};
+  GLUMBConv mlp{nullptr};
+  torch::Tensor scale_shift_table;  // [6, C]
+};
+TORCH_MODULE(SanaMSBlock);
+
+// What the model is conditioned on, per sample.
+struct Condition {
+  torch::Tensor y;     // caption: [B, L, caption_channels] features; class: [B] int64 labels
+  torch::Tensor mask;  // caption: [B, L], nonzero for real tokens (optional)
+  torch::Tensor drop;  // [B] bool: use the null caption / null class (optional)
+};
+
+struct BuildOptions {
+  torch::Dtype dtype = torch::kFloat32;
+  bool meta = false;   // shapes only: no memory, no initialisation
+  uint64_t seed = 0;   // initial weights are a pure function of the seed
+};
+
+// Top-level pieces, each named as upstream names it.
+class PatchEmbedImpl : public torch::nn::Module {  // x_embedder
+ public:
+  PatchEmbedImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, Cin, H, W] -> [B, N, C]
+  Conv2d proj{nullptr};
+};
+TORCH_MODULE(PatchEmbed);
+
+class TimestepEmbedderImpl : public torch::nn::Module {  // t_embedder
+ public:
+  TimestepEmbedderImpl(int64_t hidden, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& t);  // [B] -> [B, C]
+  torch::nn::Sequential mlp{nullptr};             // mlp.0, SiLU, mlp.2
+};
+TORCH_MODULE(TimestepEmbedder);
+
+class MlpImpl : public torch::nn::Module {  // y_embedder.y_proj: fc1, GELU(tanh), fc2
+ public:
+  MlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class CaptionEmbedderImpl : public torch::nn::Module {  // y_embedder (captions)
+ public:
+  CaptionEmbedderImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  // y: [B, L, D]; drop: [B] bool or undefined -> [B, L, C]
+  torch::Tensor forward(const torch::Tensor& y, const torch::Tensor& drop);
+  Mlp y_proj{nullptr};
+  torch::Tensor y_embedding;  // buffer [L, D]: the null caption (as upstream: not trained)
+};
+TORCH_MODULE(CaptionEmbedder);
+
+class TableImpl : public torch::nn::Module {  // a bare "weight" (embedding_table.weight)
+ public:
+  TableImpl(int64_t rows, int64_t cols, const torch::TensorOptions& options);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Table);
+
+class LabelEmbedderImpl : public torch::nn::Module {  // y_embedder (class labels)
+ public:
+  LabelEmbedderImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  // labels: [B] int64; drop: [B] bool or undefined -> [B, 1, C]; row num_classes is null
+  torch::Tensor forward(const torch::Tensor& labels, const torch::Tensor& drop);
+  Table embedding_table{nullptr};
+  int64_t num_classes;
+};
+TORCH_MODULE(LabelEmbedder);
+
+class FinalLayerImpl : public torch::nn::Module {  // final_layer
+ public:
+  FinalLayerImpl(const ModelSpec& spec, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t);  // t: [B, C]
+  Linear linear{nullptr};
+  torch::Tensor scale_shift_table;  // [2, C]
+};
+TORCH_MODULE(FinalLayer);
+
+class SanaMSImpl : public torch::nn::Module {
+ public:
+  explicit SanaMSImpl(const ModelSpec& spec, const BuildOptions& options = {});
+
+  // x: [B, in_channels, H, W] with H, W multiples of the patch; timestep: [B] (sigma * 1000).
+  // Returns [B, out_channels, H, W].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& timestep,
+                        const Condition& cond = {});
+
+  const ModelSpec& spec() const { return spec_; }
+  void set_grad_checkpointing(bool on) { grad_checkpointing_ = on; }
+  bool grad_checkpointing() const { return grad_checkpointing_; }
+  // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),
+  // in registration order.
+  std::vector<std::pair<std::string, int64_t>> parameter_counts() const;
+  int64_t parameter_count() const;
+
+  // The conditioning tokens [B, L, C] and the attention bias [B, 1, 1, L] (or undefined).
+  std::pair<torch::Tensor, torch::Tensor> embed_condition(const Condition& cond, int64_t batch);
+
+  PatchEmbed x_embedder{nullptr};
+  TimestepEmbedder t_embedder{nullptr};
+  torch::nn::Sequential t_block{nullptr};  // SiLU, t_block.1
+  CaptionEmbedder caption_embedder{nullptr};  // registered as y_embedder (captions)
+  LabelEmbedder label_embedder{nullptr};      // registered as y_embedder (classes)
+  RMSNorm attention_y_norm{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  FinalLayer final_layer{nullptr};
+
+ private:
+  void initialize(uint64_t seed);
+  ModelSpec spec_;
+  bool grad_checkpointing_ = false;
+};
+TORCH_MODULE(SanaMS);
+
+// The sinusoidal timestep features upstream feeds t_embedder: [cos(t f), sin(t f)],
+// f_i = exp(-ln(10000) i / half), float32.
+torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim = 256);
+
+}  // namespace sana::model

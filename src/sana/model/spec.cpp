@@ -1,0 +1,114 @@
+#include "sana/model/spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace sana::model {
+
+const char* conditioning_name(Conditioning c) {
+  switch (c) {
+    case Conditioning::caption: return "caption";
+    case Conditioning::class_label: return "class";
+    case Conditioning::none: return "none";
+  }
+  return "?";
+}
+
+int64_t ModelSpec::cond_tokens() const {
+  switch (conditioning) {
+    case Conditioning::caption: return caption_tokens;
+    case Conditioning::class_label: return 1;
+    case Conditioning::none: return 0;
+  }
+  return 0;
+}
+
+const std::vector<Preset>& presets() {
+  // Upstream's registry (diffusion/model/nets/sana_multi_scale.py) for the first two;
+  // the rest are ours, small enough for CPUs and for timing checkpoints.
+  static const std::vector<Preset> all = {
+      {"SanaMS_600M_P1_D28", 1152, 28, 16, 1, false, "about 0.6 B (Sana-0.6B: 590 M)"},
+      {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (upstream's comment)"},
+      {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, ""},
+      {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, ""},
+      {"SanaMS_tiny_P2_D4", 128, 4, 4, 2, true, ""},
+      {"SanaMS_tiny_P4_D4", 128, 4, 4, 4, true, ""},
+  };
+  return all;
+}
+
+ModelSpec spec_from_config(const config::Config& cfg) {
+  const auto& all = presets();
+  const auto it = std::find_if(all.begin(), all.end(),
+                               [&](const Preset& p) { return p.name == cfg.model.model; });
+  if (it == all.end()) {
+    throw SpecError(fmt::format("model.model: unknown preset '{}'", cfg.model.model));
+  }
+  ModelSpec s;
+  s.name = it->name;
+  s.hidden = it->hidden;
+  s.depth = it->depth;
+  s.cross_heads = it->cross_heads;
+  s.patch = it->patch;
+  const bool latent = cfg.data.load_vae_feat || cfg.vae.vae_type != "none";
+  s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
+  s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
+  s.linear_head_dim = cfg.model.linear_head_dim;
+  s.mlp_ratio = cfg.model.mlp_ratio;
+  s.caption_channels = cfg.text_encoder.caption_channels;
+  s.caption_tokens = cfg.text_encoder.model_max_length;
+  s.num_classes = cfg.model.num_classes;
+  if (cfg.data.load_text_feat || cfg.text_encoder.text_encoder_name != "none") {
+    s.conditioning = Conditioning::caption;
+  } else if (cfg.model.num_classes > 0) {
+    s.conditioning = Conditioning::class_label;
+  } else {
+    s.conditioning = Conditioning::none;
+  }
+  s.y_norm = cfg.text_encoder.y_norm;
+  s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
+  s.qk_norm = cfg.model.qk_norm;
+  s.fp32_attention = cfg.model.fp32_attention;
+  s.class_dropout_prob = cfg.model.class_dropout_prob;
+  if (s.hidden % s.linear_head_dim != 0) {
+    throw SpecError(fmt::format(
+        "model.linear_head_dim: {} does not divide the width {} of {}; use a divisor such as 32",
+        s.linear_head_dim, s.hidden, s.name));
+  }
+  if (s.mlp_hidden() < 1) {
+    throw SpecError(fmt::format("model.mlp_ratio: {} gives no feed-forward channels", s.mlp_ratio));
+  }
+  return s;
+}
+
+Flops forward_flops(const ModelSpec& s, int64_t height_px, int64_t width_px) {
+  const int64_t cell = s.downsample * s.patch;
+  Flops f;
+  f.tokens = (height_px / cell) * (width_px / cell);
+  const double n = static_cast<double>(f.tokens);
+  const double c = static_cast<double>(s.hidden);
+  const double l = static_cast<double>(s.cond_tokens());
+  const double h = static_cast<double>(s.mlp_hidden());
+  const double d = static_cast<double>(s.linear_head_dim);
+  const double pp = static_cast<double>(s.patch * s.patch);
+  // Per block: qkv, linear attention (v_pad k^T then (.) q, d+1 rows per head), proj,
+  // cross-attention (q, kv over the tokens, scores, weights x v, proj), GLUMBConv.
+  double block = 2 * n * c * 3 * c + 4 * n * c * (d + 1) + 2 * n * c * c;
+  if (s.conditioning != Conditioning::none) {
+    block += 2 * n * c * c + 2 * l * c * 2 * c + 2 * 2 * n * l * c + 2 * n * c * c;
+  }
+  block += 2 * n * c * 2 * h + 2 * n * 2 * h * 9 + 2 * n * h * c;
+  f.per_block = block;
+  double total = block * static_cast<double>(s.depth);
+  total += 2 * n * (static_cast<double>(s.in_channels) * pp) * c;  // patch embedding
+  total += 2 * (256 * c + c * c) + 2 * c * 6 * c;                  // t_embedder, t_block
+  if (s.conditioning == Conditioning::caption) {
+    total += 2 * l * (static_cast<double>(s.caption_channels) * c + c * c);  // y_proj
+  }
+  total += 2 * n * c * (pp * static_cast<double>(s.out_channels));  // final layer
+  f.total = total;
+  return f;
+}
+
+}  // namespace sana::model

@@ -1,0 +1,76 @@
+// The shape of a SanaMS linear DiT as plain numbers: presets by name (upstream's shapes
+// plus small ones for CPUs), the spec a run's config resolves to, and the forward FLOPs
+// of one sample at a bucket's size. Never includes torch, so `sana-train model` and the
+// config checks can use it without building a model.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sana/config/config.h"
+
+namespace sana::model {
+
+// What the cross-attention attends to: caption features (text encoder output, [L, D]
+// tokens with a mask), a class label (one learned token per class plus a null class),
+// or nothing (no cross-attention at all).
+enum class Conditioning { caption, class_label, none };
+const char* conditioning_name(Conditioning c);
+
+struct ModelSpec {
+  std::string name;
+  int64_t hidden = 1152;        // C
+  int64_t depth = 28;           // blocks
+  int64_t cross_heads = 16;     // softmax cross-attention heads
+  int64_t patch = 1;            // patch size (kernel = stride)
+  int64_t in_channels = 32;     // latent channels, or 3 in pixel space
+  int64_t out_channels = 32;
+  int64_t downsample = 32;      // pixels per input cell: the VAE's rate, 1 for pixels
+  int64_t linear_head_dim = 32; // self-attention heads = hidden / linear_head_dim
+  double mlp_ratio = 2.5;       // GLUMBConv hidden = int(hidden * mlp_ratio)
+  Conditioning conditioning = Conditioning::caption;
+  int64_t caption_channels = 2304;
+  int64_t caption_tokens = 300;  // model_max_length
+  int64_t num_classes = 0;       // class_label: the table has num_classes + 1 rows
+  bool y_norm = true;            // RMSNorm on the conditioning tokens
+  double y_norm_scale = 0.01;    // its initial weight
+  double norm_eps = 1e-5;        // RMSNorm eps (y_norm and qk_norm)
+  bool qk_norm = false;          // RMSNorm on self-attention q and k (SANA-1.5)
+  bool fp32_attention = true;    // linear attention in fp32 under autocast
+  double class_dropout_prob = 0.1;
+
+  int64_t mlp_hidden() const { return static_cast<int64_t>(static_cast<double>(hidden) * mlp_ratio); }
+  int64_t linear_heads() const { return hidden / linear_head_dim; }
+  int64_t cond_tokens() const;  // tokens the cross-attention sees: L, 1 or 0
+};
+
+struct Preset {
+  std::string name;
+  int64_t hidden, depth, cross_heads, patch;
+  bool cpu_sized;  // made for CPUs (pixel space works); not an upstream model
+  std::string upstream_params;  // what upstream reports, "" for our own presets
+};
+const std::vector<Preset>& presets();
+
+class SpecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The spec a config asks for: the preset's shape, channels from the VAE / pixel space,
+// conditioning from the text encoder / data.load_text_feat / model.num_classes.
+// Throws SpecError naming the key when the combination cannot work.
+ModelSpec spec_from_config(const config::Config& cfg);
+
+// Multiply-adds x 2 of the matrix products and convolutions of one forward pass of one
+// sample whose bucket is height x width pixels (elementwise work not counted).
+struct Flops {
+  double total = 0;
+  double per_block = 0;
+  int64_t tokens = 0;  // image tokens
+};
+Flops forward_flops(const ModelSpec& spec, int64_t height_px, int64_t width_px);
+
+}  // namespace sana::model
