@@ -22,6 +22,7 @@
 #include "sana/dist/launch_env.h"
 #include "sana/dist/launcher.h"
 #include "sana/dist/run_guard.h"
+#include "sana/model/model_command.h"
 #include "sana/train/interim_trainer.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -47,6 +48,7 @@ std::string help_footer() {
       "  sana-train plan --config FILE [--world-size W --rank R --epoch E --json]   the epoch "
       "plan\n"
       "  sana-train check-data --config FILE [--limit N]   decode every sample, count bad ones\n"
+      "  sana-train model --config FILE [--json]   parameters per module and FLOPs per bucket\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -213,6 +215,12 @@ int main(int argc, char** argv) {
   check_data->allow_extras();
   check_data->add_option("-c,--config", config_path, "YAML config file")->required();
   check_data->add_option("--limit", check_data_limit, "decode only this many samples");
+  model::ModelCommand model_cmd;
+  auto* model_sub = app.add_subcommand(
+      "model", "the config's model: parameters per module, FLOPs per sample for a few buckets");
+  model_sub->allow_extras();
+  model_sub->add_option("-c,--config", config_path, "YAML config file")->required();
+  model_sub->add_flag("--json", model_cmd.json, "print JSON");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -268,6 +276,7 @@ int main(int argc, char** argv) {
   const bool checking = check->parsed();
   const bool planning = plan->parsed();
   const bool checking_data = check_data->parsed();
+  const bool describing = model_sub->parsed();
   if (config_path.empty() && !print_config && !checking) {
     std::cerr << "usage error: --config FILE is required (sana-train --help)\n";
     return kExitUsage;
@@ -277,11 +286,12 @@ int main(int argc, char** argv) {
     const auto extras = checking        ? check->remaining()
                         : planning      ? plan->remaining()
                         : checking_data ? check_data->remaining()
+                        : describing    ? model_sub->remaining()
                                         : app.remaining();
     config::ValidationContext ctx;
     ctx.world_size = planning ? plan_cmd.world_size : env.world_size;
-    ctx.check_paths = !print_config && !checking;  // check-dist reads no data
-    ctx.check_batch = !checking;
+    ctx.check_paths = !print_config && !checking && !describing;  // these read no data
+    ctx.check_batch = !checking && !describing;
     cfg = load(config_path, extras, ctx);
   } catch (const config::ConfigError& e) {
     std::cerr << e.report(rank_prefix(env));
@@ -293,6 +303,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   log::set_level(*log::parse_level(cfg.log_level));
+  if (describing) return model::run_model_command(cfg, model_cmd);
   if (planning || checking_data) {
     try {
       return planning ? data::run_plan_command(cfg, plan_cmd)

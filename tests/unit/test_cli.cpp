@@ -187,3 +187,34 @@ TEST_CASE("plan with data.sampler=distributed gives each rank torch's Distribute
   CHECK(multi.exit_code == 2);
   CHECK(multi.output.find("needs single-resolution data") != std::string::npos);
 }
+
+TEST_CASE("model: parameters per module and FLOPs per bucket, without allocating weights", "[cli][model]") {
+  const std::string cfg600 = std::string(SANA_SOURCE_DIR) + "/configs/Sana_600M_img512.yaml";
+  const auto r = run_command(kBin + " model --config " + cfg600 + " --json");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j["model"] == "SanaMS_600M_P1_D28");
+  const int64_t total = j["parameters"]["total"];
+  CHECK(total > 550'000'000);
+  CHECK(total < 650'000'000);
+  int64_t sum = 0;
+  for (const auto& [name, n] : j["parameters"].items()) {
+    if (name != "total") sum += n.get<int64_t>();
+  }
+  CHECK(sum == total);
+  CHECK(j["parameters"]["blocks"].get<int64_t>() > total * 9 / 10);
+  // 512 px through a /32 VAE with patch 1: 16 x 16 tokens in the square bucket.
+  REQUIRE(j["flops"].size() >= 1);
+  CHECK(j["flops"][0]["height"] == 512);
+  CHECK(j["flops"][0]["tokens"] == 256);
+  CHECK(j["flops"][0]["forward"].get<double>() > 2.0 * total * 256 * 0.9);
+
+  const auto text = run_command(kBin + " model --config " + kTiny);
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.output, Catch::Contains("SanaMS_tiny_P2_D4") && Catch::Contains("total") &&
+                              Catch::Contains("32x32"));
+  // A head size that does not divide the width is a config error naming the key.
+  const auto bad = run_command(kBin + " model --config " + kTiny + " --model.linear_head_dim=48");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("model.linear_head_dim"));
+}

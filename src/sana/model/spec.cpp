@@ -29,7 +29,7 @@ const std::vector<Preset>& presets() {
   // the rest are ours, small enough for CPUs and for timing checkpoints.
   static const std::vector<Preset> all = {
       {"SanaMS_600M_P1_D28", 1152, 28, 16, 1, false, "about 0.6 B (Sana-0.6B: 590 M)"},
-      {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (upstream's comment)"},
+      {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (a comment in upstream's registry, also pasted on the P2 preset)"},
       {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, ""},
       {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, ""},
       {"SanaMS_tiny_P2_D4", 128, 4, 4, 2, true, ""},
