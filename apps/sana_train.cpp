@@ -49,6 +49,7 @@ std::string help_footer() {
       "plan\n"
       "  sana-train check-data --config FILE [--limit N]   decode every sample, count bad ones\n"
       "  sana-train model --config FILE [--json]   parameters per module and FLOPs per bucket\n"
+      "  sana-train preview --config FILE [--weights F] [--out DIR]   sample preview grids\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -133,6 +134,8 @@ int run_training(const config::Config& cfg, const dist::LaunchEnv& env) {
   log::info("done: {} steps on {} images in {:.1f} s; loss {:.4f} (first interval) -> "
             "{:.4f} (last interval)",
             result.steps, result.images, result.seconds, result.first_loss, result.last_loss);
+  log::info("weights: {}", result.weights);
+  for (const auto& p : result.previews) log::info("preview: {}", p);
   return kExitOk;
 }
 
@@ -148,6 +151,15 @@ std::vector<std::string> split_at_double_dash(int& argc, char** argv) {
     break;
   }
   return rest;
+}
+
+// A subcommand that reads a config (required) and takes --key.path overrides after it.
+CLI::App* config_subcommand(CLI::App& app, const char* name, const char* description,
+                            std::string& config_path) {
+  auto* sub = app.add_subcommand(name, description);
+  sub->allow_extras();
+  sub->add_option("-c,--config", config_path, "YAML config file")->required();
+  return sub;
 }
 
 std::string self_executable(const char* argv0) {
@@ -201,26 +213,30 @@ int main(int argc, char** argv) {
   index->add_option("--threads", index_cmd.threads, "threads reading image headers (0: all cores)");
 
   data::PlanCommand plan_cmd;
-  auto* plan = app.add_subcommand("plan", "the epoch plan: bucket histogram, steps per epoch, "
-                                          "and with --json a rank's sample ids per step");
-  plan->allow_extras();
-  plan->add_option("-c,--config", config_path, "YAML config file")->required();
+  auto* plan = config_subcommand(app, "plan",
+                                 "the epoch plan: bucket histogram, steps per epoch, and with "
+                                 "--json a rank's sample ids per step",
+                                 config_path);
   plan->add_option("--world-size", plan_cmd.world_size, "world size to slice the plan for");
   plan->add_option("--rank", plan_cmd.rank, "the rank whose slices --json lists");
   plan->add_option("--epoch", plan_cmd.epoch, "epoch number (from 0)");
   plan->add_flag("--json", plan_cmd.json, "print JSON: steps_per_epoch, num_samples, steps, ...");
   int64_t check_data_limit = 0;
-  auto* check_data = app.add_subcommand(
-      "check-data", "decode every sample through the real loader; count bad ones by reason");
-  check_data->allow_extras();
-  check_data->add_option("-c,--config", config_path, "YAML config file")->required();
+  auto* check_data = config_subcommand(
+      app, "check-data", "decode every sample through the real loader; count bad ones by reason",
+      config_path);
   check_data->add_option("--limit", check_data_limit, "decode only this many samples");
   model::ModelCommand model_cmd;
-  auto* model_sub = app.add_subcommand(
-      "model", "the config's model: parameters per module, FLOPs per sample for a few buckets");
-  model_sub->allow_extras();
-  model_sub->add_option("-c,--config", config_path, "YAML config file")->required();
+  auto* model_sub = config_subcommand(
+      app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets",
+      config_path);
   model_sub->add_flag("--json", model_cmd.json, "print JSON");
+  model::PreviewCommand preview_cmd;
+  auto* preview_sub = config_subcommand(
+      app, "preview", "sample preview grids (square, tallest, widest bucket) from initial or given weights",
+      config_path);
+  preview_sub->add_option("--weights", preview_cmd.weights, "model weights (.safetensors or torch.save'd)");
+  preview_sub->add_option("--out", preview_cmd.out, "output folder (default: <work_dir>/previews)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -277,6 +293,7 @@ int main(int argc, char** argv) {
   const bool planning = plan->parsed();
   const bool checking_data = check_data->parsed();
   const bool describing = model_sub->parsed();
+  const bool previewing = preview_sub->parsed();
   if (config_path.empty() && !print_config && !checking) {
     std::cerr << "usage error: --config FILE is required (sana-train --help)\n";
     return kExitUsage;
@@ -287,11 +304,12 @@ int main(int argc, char** argv) {
                         : planning      ? plan->remaining()
                         : checking_data ? check_data->remaining()
                         : describing    ? model_sub->remaining()
+                        : previewing    ? preview_sub->remaining()
                                         : app.remaining();
     config::ValidationContext ctx;
     ctx.world_size = planning ? plan_cmd.world_size : env.world_size;
-    ctx.check_paths = !print_config && !checking && !describing;  // these read no data
-    ctx.check_batch = !checking && !describing;
+    ctx.check_paths = !print_config && !checking && !describing && !previewing;  // no data read
+    ctx.check_batch = !checking && !describing && !previewing;
     cfg = load(config_path, extras, ctx);
   } catch (const config::ConfigError& e) {
     std::cerr << e.report(rank_prefix(env));
@@ -304,6 +322,7 @@ int main(int argc, char** argv) {
   }
   log::set_level(*log::parse_level(cfg.log_level));
   if (describing) return model::run_model_command(cfg, model_cmd);
+  if (previewing) return model::run_preview_command(cfg, preview_cmd);
   if (planning || checking_data) {
     try {
       return planning ? data::run_plan_command(cfg, plan_cmd)

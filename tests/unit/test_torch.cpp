@@ -1,6 +1,8 @@
 // The tensor side as a user would notice it: a fast BLAS under LibTorch, and a short real
 // training run whose loss goes down.
 #include <catch2/catch.hpp>
+
+#include <filesystem>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -54,6 +56,21 @@ TEST_CASE("a short training run on real images lowers the loss", "[torch][train]
                                    dir.path("run/config.yaml") + " --print-config");
   CHECK(printed.exit_code == 0);
   CHECK(printed.output.find("max_steps: 40") != std::string::npos);
+  // The trained weights and preview grids (square, tallest, widest bucket) are written.
+  CHECK(std::filesystem::file_size(dir.path("run/model.safetensors")) > 1'000'000);
+  for (const char* grid : {"step000040_32x32.png", "step000040_64x16.png", "step000040_16x64.png"}) {
+    CHECK(std::filesystem::exists(dir.path("run/previews/") + grid));
+  }
+  // `preview` samples from those weights; weights of another model are refused by name.
+  const std::string preview = std::string(SANA_TRAIN_BIN) + " preview --config " + SANA_SOURCE_DIR +
+                              "/configs/sana_tiny_cpu.yaml --weights " + dir.path("run/model.safetensors");
+  const auto shown = run_command(preview + " --out " + dir.path("shown"));
+  INFO(shown.output);
+  CHECK(shown.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.path("shown/preview_64x16.png")));
+  const auto refused = run_command(preview + " --model.model=SanaMS_tiny_P4_D4 --out " + dir.path("x"));
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("x_embedder.proj.weight (file 128x3x2x2, model 128x3x4x4)") != std::string::npos);
 }
 
 TEST_CASE("the distributed sampler partitions exactly as torch's DistributedSampler",

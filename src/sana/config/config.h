@@ -106,6 +106,9 @@ struct TrainConfig {
   bool visualize = false;
   int64_t eval_sampling_steps = 500;
   std::vector<std::string> validation_prompts;
+  int64_t preview_steps = 20;
+  double preview_cfg_scale = 4.5;
+  int64_t preview_images = 4;
   int64_t max_nonfinite = 5;
 };
 

@@ -166,6 +166,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("visualize", t.visualize, "write preview images");
   s.add("eval_sampling_steps", t.eval_sampling_steps, "steps between previews").at_least(1);
   s.add("validation_prompts", t.validation_prompts, "captions of the preview images");
+  s.add("preview_steps", t.preview_steps, "sampler steps per preview image").at_least(1);
+  s.add("preview_cfg_scale", t.preview_cfg_scale, "classifier-free guidance scale of previews (1: none)")
+      .at_least(0);
+  s.add("preview_images", t.preview_images, "preview images per bucket").at_least(1);
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
 }

@@ -7,7 +7,7 @@
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
-#include "sana/data/buckets.h"
+#include "sana/data/dataset.h"
 #include "sana/model/spec.h"
 
 namespace fs = std::filesystem;
@@ -135,19 +135,7 @@ void check_model(Checker& c, const Config& cfg) {
   const int64_t cell = spec.downsample * spec.patch;
   std::vector<data::BucketTable> tables;
   try {
-    const auto& d = cfg.data;
-    std::vector<int64_t> sizes = d.multi_scale_sizes;
-    sizes.insert(sizes.begin(), d.image_size);
-    for (int64_t size : sizes) {
-      if (!cfg.model.multi_scale) {
-        tables.push_back(data::BucketTable::square(static_cast<int>(size)));
-      } else if (d.aspect_ratio_type == "generated") {
-        tables.push_back(data::BucketTable::generated(static_cast<int>(size),
-                                                      static_cast<int>(d.bucket_step)));
-      } else {
-        tables.push_back(data::BucketTable::upstream("ASPECT_RATIO_" + std::to_string(size)));
-      }
-    }
+    tables = data::bucket_tables_for(cfg);
   } catch (const std::exception&) {
     return;  // the table itself is reported by the checks above
   }

@@ -97,6 +97,24 @@ BucketTable BucketTable::square(int base) {
   return t;
 }
 
+std::vector<Bucket> showcase_buckets(const BucketTable& table) {
+  const auto& b = table.buckets();
+  const auto wider = [](const Bucket& x, const Bucket& y) {
+    return static_cast<double>(x.width) * y.height < static_cast<double>(y.width) * x.height;
+  };
+  const auto square = std::min_element(b.begin(), b.end(), [](const Bucket& x, const Bucket& y) {
+    return std::abs(std::log(x.ratio)) < std::abs(std::log(y.ratio));
+  });
+  const auto [tall, wide] = std::minmax_element(b.begin(), b.end(), wider);
+  std::vector<Bucket> out;
+  for (auto it : {square, tall, wide}) {
+    if (std::none_of(out.begin(), out.end(), [&](const Bucket& o) { return o.key == it->key; })) {
+      out.push_back(*it);
+    }
+  }
+  return out;
+}
+
 int BucketTable::closest(int height, int width) const {
   const double r = static_cast<double>(height) / std::max(1, width);
   int best = 0;

@@ -37,6 +37,9 @@ class BucketTable {
   std::vector<Bucket> buckets_;
 };
 
+// The square, tallest and widest bucket of a table (previews and `sana-train model`).
+std::vector<Bucket> showcase_buckets(const BucketTable& table);
+
 // How a multi-scale run picks a base size for a sample of native size h x w.
 enum class ScaleRule {
   largest_fitting,  // the largest base not above sqrt(h*w); the smallest if none fits

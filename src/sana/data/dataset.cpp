@@ -10,7 +10,7 @@
 
 namespace sana::data {
 
-BucketSet bucket_set_for(const config::Config& cfg) {
+std::vector<BucketTable> bucket_tables_for(const config::Config& cfg) {
   const auto& d = cfg.data;
   std::vector<int64_t> sizes = {d.image_size};
   for (int64_t s : d.multi_scale_sizes) {
@@ -27,7 +27,11 @@ BucketSet bucket_set_for(const config::Config& cfg) {
       tables.push_back(BucketTable::upstream(fmt::format("ASPECT_RATIO_{}", base)));
     }
   }
-  return BucketSet(std::move(tables), parse_scale_rule(d.multi_scale_rule));
+  return tables;
+}
+
+BucketSet bucket_set_for(const config::Config& cfg) {
+  return BucketSet(bucket_tables_for(cfg), parse_scale_rule(cfg.data.multi_scale_rule));
 }
 
 Dataset Dataset::open(const config::Config& cfg) {

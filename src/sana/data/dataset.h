@@ -17,6 +17,8 @@ namespace sana::data {
 
 // The bucket tables a config asks for: upstream's or generated, one per base size, or a
 // single square bucket when model.multi_scale is false.
+// One table per base size (data.image_size first, then data.multi_scale_sizes).
+std::vector<BucketTable> bucket_tables_for(const config::Config& cfg);
 BucketSet bucket_set_for(const config::Config& cfg);
 
 class Dataset {

@@ -3,11 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <optional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "sana/data/buckets.h"
+#include "sana/data/dataset.h"
+#include "sana/diffusion/preview.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
 
@@ -26,48 +31,32 @@ std::string thousands(int64_t n) {
 
 struct BucketSize {
   int64_t base, height, width;
-  std::string key;
 };
 
-// Square, tallest and widest bucket of every base size the config trains.
 std::vector<BucketSize> buckets_to_show(const config::Config& cfg) {
-  std::vector<int64_t> sizes = cfg.data.multi_scale_sizes;
-  sizes.insert(sizes.begin(), cfg.data.image_size);
   std::vector<BucketSize> out;
-  for (int64_t size : sizes) {
-    data::BucketTable table =
-        !cfg.model.multi_scale ? data::BucketTable::square(static_cast<int>(size))
-        : cfg.data.aspect_ratio_type == "generated"
-            ? data::BucketTable::generated(static_cast<int>(size), static_cast<int>(cfg.data.bucket_step))
-            : data::BucketTable::upstream("ASPECT_RATIO_" + std::to_string(size));
-    const auto& b = table.buckets();
-    const auto square = std::min_element(b.begin(), b.end(), [](const auto& x, const auto& y) {
-      return std::abs(std::log(x.ratio)) < std::abs(std::log(y.ratio));
-    });
-    const auto [tall, wide] = std::minmax_element(b.begin(), b.end(), [](const auto& x, const auto& y) {
-      return static_cast<double>(x.width) / x.height < static_cast<double>(y.width) / y.height;
-    });
-    for (auto it : {square, tall, wide}) {
-      const BucketSize s{size, it->height, it->width, it->key};
-      const bool seen = std::any_of(out.begin(), out.end(), [&](const BucketSize& o) {
-        return o.height == s.height && o.width == s.width;
-      });
-      if (!seen) out.push_back(s);
-    }
+  for (const auto& table : data::bucket_tables_for(cfg)) {
+    for (const auto& b : data::showcase_buckets(table)) out.push_back({table.base(), b.height, b.width});
   }
   return out;
+}
+
+// The config's spec, or nothing after logging why (validation normally catches it first).
+std::optional<ModelSpec> spec_or_report(const config::Config& cfg) {
+  try {
+    return spec_from_config(cfg);
+  } catch (const SpecError& e) {
+    log::error("config error: {}", e.what());
+    return std::nullopt;
+  }
 }
 
 }  // namespace
 
 int run_model_command(const config::Config& cfg, const ModelCommand& cmd) {
-  ModelSpec spec;
-  try {
-    spec = spec_from_config(cfg);
-  } catch (const SpecError& e) {
-    log::error("config error: {}", e.what());
-    return kExitUsage;
-  }
+  const auto maybe_spec = spec_or_report(cfg);
+  if (!maybe_spec) return kExitUsage;
+  const ModelSpec& spec = *maybe_spec;
   SanaMS model(spec, BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   const auto counts = model->parameter_counts();
   const int64_t total = model->parameter_count();
@@ -135,6 +124,33 @@ int run_model_command(const config::Config& cfg, const ModelCommand& cmd) {
     std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14.2f}  {:>14.2f}\n", b.base,
                              fmt::format("{}x{}", b.height, b.width), f.tokens, f.total / 1e9, 3 * f.total / 1e9);
   }
+  return kExitOk;
+}
+
+int run_preview_command(const config::Config& cfg, const PreviewCommand& cmd) {
+  const auto spec = spec_or_report(cfg);
+  if (!spec) return kExitUsage;
+  SanaMS model(*spec, BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
+  if (!cmd.weights.empty()) {
+    try {
+      const auto report = load_weights(*model, cmd.weights, /*strict=*/true);
+      log::info("weights: {} from {}", report.summary(), cmd.weights);
+    } catch (const WeightsError& e) {
+      log::error("{}", e.what());
+      return kExitUsage;
+    }
+  } else {
+    log::info("no --weights: previews of the initial weights (seed {})", cfg.train.seed);
+  }
+  const auto o = diffusion::preview_options_for(cfg);
+  const auto buckets = diffusion::preview_buckets_for(cfg);
+  const std::string dir = cmd.out.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : cmd.out;
+  const auto start = std::chrono::steady_clock::now();
+  const auto paths = diffusion::render_previews(model, buckets, o, dir, "preview");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& p : paths) std::cout << p << "\n";
+  log::info("{} preview grids of {} images, {} {} steps, guidance {}, in {:.1f} s", paths.size(), o.images,
+            o.sampler, o.steps, o.cfg_scale, secs);
   return kExitOk;
 }
 

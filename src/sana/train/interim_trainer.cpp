@@ -11,6 +11,9 @@
 #include <opencv2/imgproc.hpp>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/diffusion/preview.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
 #include "sana/util/log.h"
 
 namespace fs = std::filesystem;
@@ -59,69 +62,6 @@ torch::Tensor load_square(const fs::path& file, int64_t size) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Model: a small timestep-conditioned convolutional denoiser (velocity prediction).
-
-torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim) {
-  const int64_t half = dim / 2;
-  auto freqs = torch::exp(-std::log(10000.0) * torch::arange(half, torch::kFloat32) / half);
-  auto args = t.unsqueeze(1) * 1000.0 * freqs.unsqueeze(0);
-  return torch::cat({torch::cos(args), torch::sin(args)}, 1);
-}
-
-struct ResBlockImpl : torch::nn::Module {
-  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
-  torch::nn::Linear ada{nullptr};
-
-  explicit ResBlockImpl(int64_t c) {
-    norm1 = register_module("norm1", torch::nn::GroupNorm(8, c));
-    conv1 = register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(c, c, 3).padding(1)));
-    norm2 = register_module("norm2", torch::nn::GroupNorm(8, c));
-    conv2 = register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(c, c, 3).padding(1)));
-    ada = register_module("ada", torch::nn::Linear(c, 2 * c));
-  }
-
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& temb) {
-    auto ss = ada->forward(temb).unsqueeze(-1).unsqueeze(-1).chunk(2, 1);
-    auto h = norm1->forward(x) * (1 + ss[0]) + ss[1];
-    h = conv1->forward(torch::silu(h));
-    h = conv2->forward(torch::silu(norm2->forward(h)));
-    return x + h;
-  }
-};
-TORCH_MODULE(ResBlock);
-
-struct DenoiserImpl : torch::nn::Module {
-  static constexpr int64_t kTimeDim = 256;
-  torch::nn::Conv2d in{nullptr}, out{nullptr};
-  torch::nn::Sequential t_embedder{nullptr};
-  torch::nn::ModuleList blocks{nullptr};
-  torch::nn::GroupNorm out_norm{nullptr};
-
-  DenoiserImpl(int64_t channels, int64_t depth) {
-    in = register_module("in", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, channels, 3).padding(1)));
-    t_embedder = register_module(
-        "t_embedder", torch::nn::Sequential(torch::nn::Linear(kTimeDim, channels), torch::nn::SiLU(),
-                                            torch::nn::Linear(channels, channels)));
-    blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < depth; ++i) blocks->push_back(ResBlock(channels));
-    out_norm = register_module("out_norm", torch::nn::GroupNorm(8, channels));
-    out = register_module("out", torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 3, 3).padding(1)));
-    torch::NoGradGuard no_grad;
-    out->weight.zero_();
-    out->bias.zero_();
-  }
-
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t) {
-    auto temb = t_embedder->forward(timestep_embedding(t, kTimeDim));
-    auto h = in->forward(x);
-    for (auto& block : *blocks) h = block->as<ResBlock>()->forward(h, temb);
-    return out->forward(torch::silu(out_norm->forward(h)));
-  }
-};
-TORCH_MODULE(Denoiser);
-
-// ---------------------------------------------------------------------------------------
 // Learning rate: warmup, then constant or cosine.
 
 double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps) {
@@ -158,9 +98,16 @@ InterimResult run_interim_training(const config::Config& cfg) {
   const torch::Tensor data = torch::stack(images);
   const int64_t n = data.size(0);
 
-  Denoiser model(64, 4);
-  int64_t params = 0;
-  for (const auto& p : model->parameters()) params += p.numel();
+  const auto spec = model::spec_from_config(cfg);
+  if (spec.conditioning != model::Conditioning::none || spec.in_channels != 3) {
+    throw UnsupportedByInterimTrainer(fmt::format(
+        "{} is {}-conditioned with {} input channels; the interim trainer trains unconditional "
+        "pixel-space models only (no captions, latents or classes)",
+        spec.name, model::conditioning_name(spec.conditioning), spec.in_channels));
+  }
+  model::SanaMS model(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(t.seed)});
+  model->set_grad_checkpointing(t.grad_checkpointing);
+  const int64_t params = model->parameter_count();
   const auto& o = t.optimizer;
   torch::optim::AdamW optimizer(model->parameters(),
                                 torch::optim::AdamWOptions(o.lr)
@@ -172,9 +119,9 @@ InterimResult run_interim_training(const config::Config& cfg) {
   const int64_t steps_per_epoch = n / t.global_batch_size;
   int64_t total = steps_per_epoch * t.num_epochs;
   if (t.max_steps > 0) total = std::min(total, t.max_steps);
-  log::info("interim trainer: conv denoiser, {} parameters; {} images, {} steps/epoch, {} steps, "
+  log::info("interim trainer: {}, {} parameters; {} images, {} steps/epoch, {} steps, "
             "global batch {} = micro batch {} x {} accumulation",
-            params, n, steps_per_epoch, total, t.global_batch_size, t.micro_batch_size,
+            spec.name, params, n, steps_per_epoch, total, t.global_batch_size, t.micro_batch_size,
             accumulation);
 
   InterimResult result;
@@ -204,7 +151,7 @@ InterimResult run_interim_training(const config::Config& cfg) {
       // Noise and sigma per sample from (seed, epoch, id): the objective the real trainer uses.
       const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(t.seed), epoch,
                                                  cfg.scheduler);
-      auto loss = diffusion::flow_loss(model->forward(fb.noisy, fb.sigmas), fb.target) / accumulation;
+      auto loss = diffusion::flow_loss(model->forward(fb.noisy, fb.timesteps), fb.target) / accumulation;
       loss.backward();
       step_loss += loss.item<double>();
     }
@@ -230,6 +177,16 @@ InterimResult run_interim_training(const config::Config& cfg) {
     }
   }
   result.steps = total;
+  // The final weights (upstream's names, safetensors) and, when asked, preview grids.
+  const auto weights = fs::path(cfg.work_dir) / "model.safetensors";
+  model::save_weights(*model, weights.string(), {{"model", spec.name}, {"steps", std::to_string(total)}});
+  result.weights = weights.string();
+  if (t.visualize) {
+    const auto o = diffusion::preview_options_for(cfg);
+    const auto buckets = diffusion::preview_buckets_for(cfg);
+    result.previews = diffusion::render_previews(model, buckets, o, (fs::path(cfg.work_dir) / "previews").string(),
+                                                 fmt::format("step{:06d}", total));
+  }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -1,11 +1,14 @@
-// A short single-process training run that exercises config, data decoding, LibTorch
-// and logging end to end until the Linear DiT trainer replaces it: decodes an image
-// folder with OpenCV, trains a small convolutional denoiser with the flow-matching
-// objective, and logs the loss. It never calls a collective. The header needs no torch.
+// A short single-process training run until the distributed trainer (issue 6) replaces
+// it: decodes an image folder with OpenCV (center squares, in memory), trains the config's
+// SanaMS model (unconditional, pixel space) with the flow-matching objective and AdamW,
+// logs the loss, writes the final weights and preview grids. It never calls a collective.
+// The header needs no torch.
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "sana/config/config.h"
 
@@ -17,6 +20,8 @@ struct InterimResult {
   double first_loss = 0;  // mean over the first log interval
   double last_loss = 0;   // mean over the last log interval
   double seconds = 0;
+  std::string weights;                // work_dir/model.safetensors
+  std::vector<std::string> previews;  // PNG grids (train.visualize)
 };
 
 // A request the interim trainer cannot serve (e.g. an optimizer it does not have yet).

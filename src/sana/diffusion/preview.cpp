@@ -1,0 +1,156 @@
+#include "sana/diffusion/preview.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <opencv2/imgcodecs.hpp>
+
+#include "sana/data/dataset.h"
+#include "sana/diffusion/flow_matching.h"
+#include "sana/diffusion/sampler.h"
+
+namespace sana::diffusion {
+
+namespace {
+
+// Restores the module's training flag however the preview ends.
+struct EvalMode {
+  explicit EvalMode(model::SanaMS& m) : model(m), was_training(m->is_training()) { model->eval(); }
+  ~EvalMode() { model->train(was_training); }
+  model::SanaMS& model;
+  bool was_training;
+};
+
+}  // namespace
+
+PreviewOptions preview_options_for(const config::Config& cfg) {
+  PreviewOptions o;
+  o.steps = static_cast<int>(cfg.train.preview_steps);
+  o.cfg_scale = cfg.train.preview_cfg_scale;
+  o.images = static_cast<int>(cfg.train.preview_images);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.flow_shift = cfg.scheduler.flow_shift;
+  o.sampler = cfg.scheduler.vis_sampler;
+  return o;
+}
+
+std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg) {
+  std::vector<PreviewBucket> buckets;
+  for (const auto& b : data::showcase_buckets(data::bucket_tables_for(cfg).front())) {
+    buckets.push_back({b.height, b.width});
+  }
+  return buckets;
+}
+
+std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
+                                           const PreviewOptions& o) {
+  const auto& spec = model->spec();
+  EvalMode eval(model);
+  torch::NoGradGuard no_grad;
+  const int64_t n = o.images;
+  // Conditioned and unconditioned halves of one doubled batch.
+  model::Condition both;
+  bool guide = o.cfg_scale != 1.0;
+  if (spec.conditioning == model::Conditioning::class_label) {
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < n; ++i) {
+      ids.push_back(o.classes.empty() ? i % spec.num_classes : o.classes[static_cast<size_t>(i) % o.classes.size()]);
+    }
+    const auto labels = torch::tensor(ids, torch::kInt64);
+    both.y = torch::cat({labels, labels}).to(o.device);
+    both.drop = torch::cat({torch::zeros({n}, torch::kBool), torch::ones({n}, torch::kBool)}).to(o.device);
+  } else if (spec.conditioning == model::Conditioning::caption) {
+    torch::Tensor feats = o.caption_features, mask = o.caption_mask;
+    const bool have = feats.defined();
+    if (!have) {  // no prompts: the null caption, unguided
+      feats = torch::zeros({1, spec.caption_tokens, spec.caption_channels});
+      guide = false;
+    }
+    const auto pick = torch::arange(n, torch::kInt64) % feats.size(0);
+    feats = feats.index_select(0, pick);
+    mask = mask.defined() ? mask.index_select(0, pick) : torch::ones({n, spec.caption_tokens}, torch::kInt64);
+    both.y = torch::cat({feats, feats}).to(o.device);
+    both.mask = torch::cat({mask, mask}).to(o.device);
+    both.drop = torch::cat({torch::full({n}, !have, torch::kBool), torch::ones({n}, torch::kBool)}).to(o.device);
+  } else {
+    guide = false;
+  }
+  const bool conditioned = spec.conditioning != model::Conditioning::none;
+
+  std::vector<torch::Tensor> out;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const int64_t h = buckets[b].height / spec.downsample, w = buckets[b].width / spec.downsample;
+    std::vector<torch::Tensor> noise;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto gen = sample_generator(SampleKey{o.seed, static_cast<int64_t>(b), static_cast<uint64_t>(i)}, "preview");
+      noise.push_back(torch::randn({spec.in_channels, h, w}, gen, torch::kFloat32));
+    }
+    const auto x1 = torch::stack(noise).to(o.device);
+    auto run = [&](const torch::Tensor& x, double sigma, const model::Condition& c) {
+      const auto t = torch::full({x.size(0)}, sigma * 1000.0, torch::TensorOptions().device(o.device));
+      return model->forward(x, t, c).to(torch::kFloat32);
+    };
+    Velocity v;
+    if (guide) {
+      v = guided([&](const torch::Tensor& x2, double sigma) { return run(x2, sigma, both); }, o.cfg_scale);
+    } else {
+      model::Condition single;
+      if (conditioned) {
+        single.y = both.y.narrow(0, 0, n);
+        if (both.mask.defined()) single.mask = both.mask.narrow(0, 0, n);
+        single.drop = both.drop.narrow(0, 0, n);
+      }
+      v = [&, single](const torch::Tensor& x, double sigma) { return run(x, sigma, single); };
+    }
+    auto x0 = sample_flow(v, x1, o.steps, o.flow_shift, o.sampler);
+    torch::Tensor images;
+    if (o.decode) {
+      images = o.decode(x0);
+    } else if (spec.in_channels == 3) {
+      images = x0;
+    } else {  // latents without a decoder: channels 0-2, each image stretched to [-1, 1]
+      images = x0.narrow(1, 0, std::min<int64_t>(3, spec.in_channels));
+      if (images.size(1) < 3) images = images.narrow(1, 0, 1).expand({-1, 3, -1, -1});
+      const auto flat = images.reshape({n, -1});
+      const auto lo = std::get<0>(flat.min(1)).view({n, 1, 1, 1}), hi = std::get<0>(flat.max(1)).view({n, 1, 1, 1});
+      images = (images - lo) / (hi - lo).clamp_min(1e-8) * 2 - 1;
+    }
+    out.push_back(images.to(torch::kCPU, torch::kFloat32).clamp(-1, 1));
+  }
+  return out;
+}
+
+void write_grid_png(const torch::Tensor& images, const std::string& path) {
+  const int64_t n = images.size(0), h = images.size(2), w = images.size(3), gap = 2;
+  const int64_t cols = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
+  const int64_t rows = (n + cols - 1) / cols;
+  auto grid = torch::full({rows * h + (rows - 1) * gap, cols * w + (cols - 1) * gap, 3}, 255, torch::kUInt8);
+  const auto u8 = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch::kUInt8).permute({0, 2, 3, 1});
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i / cols, c = i % cols;
+    grid.narrow(0, r * (h + gap), h).narrow(1, c * (w + gap), w).copy_(u8[i]);
+  }
+  grid = grid.flip({2}).contiguous();  // RGB -> OpenCV's BGR
+  const cv::Mat mat(static_cast<int>(grid.size(0)), static_cast<int>(grid.size(1)), CV_8UC3, grid.data_ptr());
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  const std::string tmp = path + ".tmp.png";
+  if (!cv::imwrite(tmp, mat)) throw std::runtime_error(fmt::format("cannot write preview '{}'", path));
+  std::filesystem::rename(tmp, path);
+}
+
+std::vector<std::string> render_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
+                                         const PreviewOptions& options, const std::string& dir,
+                                         const std::string& stem) {
+  const auto grids = sample_previews(model, buckets, options);
+  std::vector<std::string> paths;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    paths.push_back((std::filesystem::path(dir) /
+                     fmt::format("{}_{}x{}.png", stem, buckets[b].height, buckets[b].width))
+                        .string());
+    write_grid_png(grids[b], paths.back());
+  }
+  return paths;
+}
+
+}  // namespace sana::diffusion

@@ -1,0 +1,57 @@
+// Preview images while training (and `sana-train preview`): samples from the model with
+// classifier-free guidance for a few buckets (several aspect ratios) and writes one PNG
+// grid per bucket. Deterministic for a seed: image i of bucket b starts from the noise
+// keyed (seed, b, i). Runs the plain module with no collective inside, so it can run on
+// one rank without touching the others.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sana/config/config.h"
+#include "sana/model/sana_ms.h"
+
+namespace sana::diffusion {
+
+struct PreviewOptions {
+  int steps = 20;
+  double cfg_scale = 4.5;         // 1 = no guidance
+  int images = 4;                 // per bucket
+  uint64_t seed = 0;
+  double flow_shift = 1.0;
+  std::string sampler = "flow_euler";
+  torch::Device device = torch::kCPU;
+  // Turns model outputs into images in [-1, 1] (a VAE decoder); empty: pixel space, or the
+  // first three latent channels stretched to [-1, 1] for a latent model without decoder.
+  std::function<torch::Tensor(const torch::Tensor&)> decode;
+  // Conditions: class ids (class models; default 0, 1, 2, ...) or caption features [N, L, D]
+  // with mask [N, L] (caption models; default: the null caption, i.e. unconditional).
+  std::vector<int64_t> classes;
+  torch::Tensor caption_features, caption_mask;
+};
+
+struct PreviewBucket {
+  int64_t height = 0, width = 0;  // pixels
+};
+
+// The config's preview settings (train.preview_*, scheduler.vis_sampler / flow_shift,
+// train.seed) and buckets (square, tallest and widest of the base size's table).
+PreviewOptions preview_options_for(const config::Config& cfg);
+std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg);
+
+// Samples `images` images of each bucket; returns them as [N, 3, H, W] in [-1, 1].
+std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
+                                           const PreviewOptions& options);
+
+// sample_previews, then one PNG per bucket: dir/<stem>_<H>x<W>.png. Returns the paths.
+std::vector<std::string> render_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
+                                         const PreviewOptions& options, const std::string& dir,
+                                         const std::string& stem);
+
+// A grid of images [N, 3, H, W] in [-1, 1], written as PNG (2-pixel gaps).
+void write_grid_png(const torch::Tensor& images, const std::string& path);
+
+}  // namespace sana::diffusion

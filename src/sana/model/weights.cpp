@@ -1,0 +1,126 @@
+#include "sana/model/weights.h"
+
+#include <fmt/format.h>
+#include <torch/serialize.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "sana/ckpt/safetensors.h"
+
+namespace sana::model {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string shape_text(at::IntArrayRef s) { return s.empty() ? "scalar" : fmt::format("{}", fmt::join(s, "x")); }
+
+std::map<std::string, torch::Tensor> from_pickle(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw WeightsError(fmt::format("cannot open '{}'", path));
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::pickle_load(bytes);
+  } catch (const std::exception& e) {
+    throw WeightsError(fmt::format(
+        "'{}' is not a state dict LibTorch can read ({}); save it with torch.save(model.state_dict()) "
+        "or as safetensors",
+        path, std::string(e.what()).substr(0, 200)));
+  }
+  if (value.isGenericDict()) {  // upstream's checkpoints: {"state_dict": ..., "state_dict_ema": ...}
+    const auto dict = value.toGenericDict();
+    for (const auto& key : {"state_dict", "model"}) {
+      if (dict.contains(key) && dict.at(key).isGenericDict()) {
+        value = dict.at(key);
+        break;
+      }
+    }
+  }
+  if (!value.isGenericDict()) throw WeightsError(fmt::format("'{}' holds no dict of tensors", path));
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& item : value.toGenericDict()) {
+    if (item.key().isString() && item.value().isTensor()) {
+      out[item.key().toStringRef()] = item.value().toTensor();
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void save_weights(const torch::nn::Module& model, const std::string& path,
+                  const std::map<std::string, std::string>& metadata) {
+  ckpt::NamedTensors tensors;
+  for (const auto& p : model.named_parameters()) tensors.emplace_back(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) tensors.emplace_back(b.key(), b.value());
+  ckpt::write_safetensors(path, tensors, metadata);
+}
+
+std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
+  std::map<std::string, torch::Tensor> out;
+  if (ends_with(path, ".safetensors")) {
+    try {
+      for (auto& [name, t] : ckpt::read_safetensors(path).tensors) out[name] = t;
+    } catch (const ckpt::SafetensorsError& e) {
+      throw WeightsError(e.what());
+    }
+  } else {
+    out = from_pickle(path);
+  }
+  // Weights saved from a DistributedDataParallel wrapper carry "module." in front.
+  std::map<std::string, torch::Tensor> stripped;
+  for (auto& [name, t] : out) {
+    stripped[name.rfind("module.", 0) == 0 ? name.substr(7) : name] = t;
+  }
+  return stripped;
+}
+
+std::string LoadReport::summary() const {
+  auto list = [](const std::vector<std::string>& v) {
+    std::vector<std::string> head(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(v.size(), 5)));
+    return fmt::format("{}{}", fmt::join(head, ", "), v.size() > 5 ? fmt::format(" and {} more", v.size() - 5) : "");
+  };
+  std::string s = fmt::format("{} tensors loaded", loaded);
+  if (!missing.empty()) s += fmt::format("; {} missing from the file: {}", missing.size(), list(missing));
+  if (!unexpected.empty()) s += fmt::format("; {} not in the model: {}", unexpected.size(), list(unexpected));
+  if (!mismatched.empty()) s += fmt::format("; {} with another shape: {}", mismatched.size(), list(mismatched));
+  return s;
+}
+
+LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool strict) {
+  const auto file = read_state_dict(path);
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& p : model.named_parameters()) targets[p.key()] = p.value();
+  for (const auto& b : model.named_buffers()) targets[b.key()] = b.value();
+  LoadReport report;
+  for (const auto& [name, t] : targets) {
+    const auto it = file.find(name);
+    if (it == file.end()) {
+      report.missing.push_back(name);
+    } else if (it->second.sizes() != t.sizes()) {
+      report.mismatched.push_back(fmt::format("{} (file {}, model {})", name, shape_text(it->second.sizes()),
+                                              shape_text(t.sizes())));
+    }
+  }
+  for (const auto& [name, t] : file) {
+    if (!targets.count(name)) report.unexpected.push_back(name);
+  }
+  if (strict && !report.clean()) {
+    throw WeightsError(fmt::format("'{}' does not fit the model: {} (load non-strictly to take what fits)",
+                                   path, report.summary()));
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [name, t] : targets) {
+    const auto it = file.find(name);
+    if (it == file.end() || it->second.sizes() != t.sizes()) continue;
+    t.copy_(it->second);
+    ++report.loaded;
+  }
+  return report;
+}
+
+}  // namespace sana::model

@@ -1,0 +1,41 @@
+// Model weights as files: safetensors with upstream's parameter names (parameters and
+// buffers), and, for fine-tuning from Python, a torch.save'd state dict (a dict of name ->
+// tensor, optionally under "state_dict", keys optionally prefixed "module."). Loading is
+// strict by default and reports what did not fit: missing, unexpected and mismatched keys.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sana::model {
+
+class WeightsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void save_weights(const torch::nn::Module& model, const std::string& path,
+                  const std::map<std::string, std::string>& metadata = {});
+
+struct LoadReport {
+  std::vector<std::string> missing;     // in the model, not in the file
+  std::vector<std::string> unexpected;  // in the file, not in the model
+  std::vector<std::string> mismatched;  // "name: file 3x4, model 4x4"
+  int64_t loaded = 0;
+  bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+  std::string summary() const;  // a few names of each kind and the counts
+};
+
+// Copies matching tensors into `model` (any device / dtype). Strict: any missing,
+// unexpected or mismatched key is a WeightsError carrying the report, and nothing is
+// changed. Non-strict: what fits is loaded, the rest is reported.
+LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool strict = true);
+
+// name -> tensor from a .safetensors file or a torch.save'd state dict (.pt/.pth/.bin).
+std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
+
+}  // namespace sana::model
