@@ -3,9 +3,14 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <thread>
 
+#include "sana/ckpt/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
+#include "test_support.h"
 
 using namespace sana::diffusion;
 
@@ -38,6 +43,51 @@ TEST_CASE("per-sample draws are the same in any thread and order", "[diffusion][
   CHECK_FALSE(torch::equal(serial[0], serial[1]));
   CHECK_FALSE(torch::equal(serial[0], sample_noise({7, 4, 0}, {3, 4, 5})));
   CHECK_FALSE(torch::equal(serial[0], sample_noise({8, 3, 0}, {3, 4, 5})));
+}
+
+namespace {
+
+// The draws of samples 0..15 (epoch 2, seed 5): noise, sigma, dropout, in one file.
+sana::ckpt::NamedTensors draws_of_samples() {
+  sana::config::SchedulerConfig sched;
+  std::vector<torch::Tensor> noise;
+  std::vector<double> sigma, dropped;
+  for (uint64_t id = 0; id < 16; ++id) {
+    noise.push_back(sample_noise({5, 2, id}, {3, 8, 8}));
+    sigma.push_back(sample_sigma({5, 2, id}, sched));
+    dropped.push_back(caption_dropped({5, 2, id}, 0.5) ? 1.0 : 0.0);
+  }
+  return {{"noise", torch::stack(noise)},
+          {"sigma", torch::tensor(sigma, torch::kFloat64)},
+          {"dropped", torch::tensor(dropped, torch::kFloat64)}};
+}
+
+}  // namespace
+
+// Run by the next test in a separate process (hidden from the default run).
+TEST_CASE("write per-sample draws for another process", "[.stream_child]") {
+  const char* out = std::getenv("SANA_STREAM_OUT");
+  REQUIRE(out != nullptr);
+  sana::ckpt::write_safetensors(out, draws_of_samples());
+}
+
+TEST_CASE("per-sample draws are the same in another process", "[diffusion][streams]") {
+  sana::test::TempDir dir;
+  const std::string file = dir.path("child.safetensors");
+  // A fresh process with other thread settings, asked in another order (it draws 0..15,
+  // this one 15..0 first).
+  std::vector<torch::Tensor> backwards;
+  for (uint64_t id = 16; id-- > 0;) backwards.push_back(sample_noise({5, 2, id}, {3, 8, 8}));
+  const auto r = sana::test::run_command("OMP_NUM_THREADS=1 SANA_STREAM_OUT=" + file +
+                                         " /proc/" + std::to_string(getpid()) + "/exe '[stream_child]'");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto theirs = sana::ckpt::read_safetensors(file);
+  for (const auto& [name, ours] : draws_of_samples()) {
+    INFO(name);
+    CHECK(torch::equal(ours, theirs.get(name)));
+  }
+  CHECK(torch::equal(torch::stack(backwards).flip(0), theirs.get("noise")));
 }
 
 TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[diffusion][streams]") {

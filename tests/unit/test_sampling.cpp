@@ -12,6 +12,7 @@
 #include "sana/diffusion/preview.h"
 #include "sana/diffusion/sampler.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/encoders.h"
 #include "sana/model/weights.h"
 #include "test_support.h"
 
@@ -155,4 +156,58 @@ TEST_CASE("weights round-trip through safetensors and torch.save; strict loads n
   CHECK(report.loaded > 10);
   CHECK(torch::equal(d->named_parameters()["blocks.0.attn.qkv.weight"], pa["blocks.0.attn.qkv.weight"]));
   CHECK_THROWS_AS(model::load_weights(*d, dir.write("junk.pt", "not a pickle")), model::WeightsError);
+}
+
+TEST_CASE("TorchScript encoders load, are checked against the config, and drive previews", "[encoders]") {
+  const auto& fx = sana::test::reference_fixtures("make_torchscript_encoders.py");
+  config::VaeConfig vc;
+  vc.vae_type = "torchscript";
+  vc.vae_pretrained = fx.path("vae.pt");
+  vc.vae_latent_dim = 4;
+  vc.vae_downsample_rate = 4;
+  vc.scale_factor = 0.5;
+  auto vae = model::FrozenVae::load(vc, torch::kCPU);
+  const auto images = torch::rand({2, 3, 16, 24}) * 2 - 1;
+  const auto z = vae.encode(images);
+  CHECK(z.sizes() == torch::IntArrayRef({2, 4, 4, 6}));
+  CHECK_FALSE(z.requires_grad());
+  REQUIRE(vae.can_decode());
+  CHECK(vae.decode(z).sizes() == images.sizes());
+  auto wrong = vc;
+  wrong.vae_pretrained = fx.path("vae_wrong.pt");
+  CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU),
+                    Catch::Contains("vae.vae_latent_dim 4") && Catch::Contains("[1, 3, 16, 16]"));
+  wrong.vae_pretrained = fx.path("text.pt");
+  CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU), Catch::Contains("no method encode"));
+
+  config::TextEncoderConfig tc;
+  tc.text_encoder_name = "torchscript";
+  tc.text_encoder_path = fx.path("text.pt");
+  tc.caption_channels = 8;
+  tc.model_max_length = 6;
+  auto text = model::FrozenTextEncoder::load(tc, torch::kCPU);
+  const auto [features, mask] = text.encode({"ab", "a longer one"});
+  CHECK(features.sizes() == torch::IntArrayRef({2, 6, 8}));
+  CHECK(mask.sum(1).equal(torch::tensor({2, 6}, torch::kInt64)));
+  tc.caption_channels = 16;
+  CHECK_THROWS_WITH(model::FrozenTextEncoder::load(tc, torch::kCPU),
+                    Catch::Contains("text_encoder.caption_channels 16"));
+  tc.text_encoder_path = fx.write("garbage.pt", "nope");
+  CHECK_THROWS_WITH(model::FrozenTextEncoder::load(tc, torch::kCPU), Catch::Contains("cannot load"));
+
+  // A latent, caption-conditioned config: previews encode the prompts and decode to pixels.
+  sana::test::TempDir dir;
+  const auto cfg = dir.write("latent.yaml", "work_dir: " + dir.path("run") + R"(
+data: {data_dir: [.], image_size: 32, aspect_ratio_type: generated, bucket_step: 8}
+model: {model: SanaMS_tiny_P2_D4, image_size: 32}
+vae: {vae_type: torchscript, vae_pretrained: )" + fx.path("vae.pt") + R"(, vae_latent_dim: 4, vae_downsample_rate: 4}
+text_encoder: {text_encoder_name: torchscript, text_encoder_path: )" + fx.path("text.pt") + R"(, caption_channels: 8, model_max_length: 6}
+train: {validation_prompts: [a red sky, two birds], preview_steps: 3, preview_images: 2, global_batch_size: 8, micro_batch_size: 4}
+)");
+  const auto r = sana::test::run_command(std::string(SANA_TRAIN_BIN) + " preview --config " + cfg);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto grid = cv::imread(dir.path("run/previews/preview_64x16.png"));
+  CHECK(grid.rows == 64);  // two pixel-space images side by side, decoded from 16x4 latents
+  CHECK(grid.cols == 2 * 16 + 2);
 }

@@ -11,6 +11,7 @@
 
 #include "sana/data/dataset.h"
 #include "sana/diffusion/preview.h"
+#include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/util/exit_codes.h"
@@ -142,8 +143,29 @@ int run_preview_command(const config::Config& cfg, const PreviewCommand& cmd) {
   } else {
     log::info("no --weights: previews of the initial weights (seed {})", cfg.train.seed);
   }
-  const auto o = diffusion::preview_options_for(cfg);
+  auto o = diffusion::preview_options_for(cfg);
   const auto buckets = diffusion::preview_buckets_for(cfg);
+  try {
+    if (cfg.vae.vae_type == "torchscript") {
+      auto vae = std::make_shared<FrozenVae>(FrozenVae::load(cfg.vae, torch::kCPU));
+      if (vae->can_decode()) {
+        o.decode = [vae](const torch::Tensor& z) { return vae->decode(z); };
+      } else {
+        log::warn("vae.vae_pretrained has no decode(): previews show latent channels 0-2");
+      }
+    }
+    if (spec->conditioning == Conditioning::caption) {
+      if (cfg.text_encoder.text_encoder_name == "torchscript" && !cfg.train.validation_prompts.empty()) {
+        auto text = FrozenTextEncoder::load(cfg.text_encoder, torch::kCPU);
+        std::tie(o.caption_features, o.caption_mask) = text.encode(cfg.train.validation_prompts);
+      } else {
+        log::warn("no text encoder or train.validation_prompts: caption previews use the null caption");
+      }
+    }
+  } catch (const EncoderError& e) {
+    log::error("{}", e.what());
+    return kExitUsage;
+  }
   const std::string dir = cmd.out.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : cmd.out;
   const auto start = std::chrono::steady_clock::now();
   const auto paths = diffusion::render_previews(model, buckets, o, dir, "preview");

@@ -1,0 +1,109 @@
+#include "sana/model/encoders.h"
+
+#include <fmt/format.h>
+
+namespace sana::model {
+
+namespace {
+
+torch::jit::Module load_frozen(const std::string& path, const char* key, torch::Device device) {
+  torch::jit::Module m;
+  try {
+    m = torch::jit::load(path, device);
+  } catch (const std::exception& e) {
+    throw EncoderError(fmt::format("{}: cannot load '{}' as TorchScript ({}); export it with "
+                                   "torch.jit.script(module).save(path)",
+                                   key, path, std::string(e.what()).substr(0, 300)));
+  }
+  m.eval();
+  for (auto p : m.parameters()) p.set_requires_grad(false);
+  return m;
+}
+
+std::string shape(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+}  // namespace
+
+FrozenVae FrozenVae::load(const config::VaeConfig& cfg, torch::Device device, int64_t probe_size) {
+  FrozenVae vae;
+  vae.cfg_ = cfg;
+  vae.device_ = device;
+  vae.module_ = load_frozen(cfg.vae_pretrained, "vae.vae_pretrained", device);
+  if (!vae.module_.find_method("encode")) {
+    throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has no method encode(images); export a module "
+                                   "whose encode() returns latents",
+                                   cfg.vae_pretrained));
+  }
+  vae.can_decode_ = vae.module_.find_method("decode").has_value();
+  const int64_t side = std::max(probe_size, cfg.vae_downsample_rate);
+  const auto latents = vae.encode(torch::zeros({1, 3, side, side}));
+  (void)latents;
+  return vae;
+}
+
+torch::Tensor FrozenVae::encode(const torch::Tensor& images) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor z;
+  try {
+    z = module_.get_method("encode")({images.to(device_)}).toTensor();
+  } catch (const std::exception& e) {
+    throw EncoderError(fmt::format("vae.vae_pretrained: encode() failed on images {}: {}", shape(images),
+                                   std::string(e.what()).substr(0, 300)));
+  }
+  const int64_t f = cfg_.vae_downsample_rate;
+  if (z.dim() != 4 || z.size(0) != images.size(0) || z.size(1) != cfg_.vae_latent_dim ||
+      z.size(2) * f != images.size(2) || z.size(3) * f != images.size(3)) {
+    throw EncoderError(fmt::format(
+        "vae.vae_pretrained: encode() turned images {} into {}, but the config expects [{}, {}, {}, {}] "
+        "(vae.vae_latent_dim {}, vae.vae_downsample_rate {})",
+        shape(images), shape(z), images.size(0), cfg_.vae_latent_dim, images.size(2) / f, images.size(3) / f,
+        cfg_.vae_latent_dim, f));
+  }
+  return z.to(torch::kFloat32) * cfg_.scale_factor;
+}
+
+torch::Tensor FrozenVae::decode(const torch::Tensor& latents) {
+  if (!can_decode_) throw EncoderError("vae.vae_pretrained has no decode() method");
+  torch::NoGradGuard no_grad;
+  return module_.get_method("decode")({(latents / cfg_.scale_factor).to(device_)}).toTensor().to(torch::kFloat32);
+}
+
+FrozenTextEncoder FrozenTextEncoder::load(const config::TextEncoderConfig& cfg, torch::Device device) {
+  FrozenTextEncoder enc;
+  enc.cfg_ = cfg;
+  enc.device_ = device;
+  enc.module_ = load_frozen(cfg.text_encoder_path, "text_encoder.text_encoder_path", device);
+  enc.encode({"a probe prompt"});
+  return enc;
+}
+
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vector<std::string>& prompts) {
+  torch::NoGradGuard no_grad;
+  c10::List<std::string> list;
+  for (const auto& p : prompts) list.push_back(p);
+  c10::IValue out;
+  try {
+    out = module_.forward({list});
+  } catch (const std::exception& e) {
+    throw EncoderError(fmt::format("text_encoder.text_encoder_path: forward(prompts) failed: {}",
+                                   std::string(e.what()).substr(0, 300)));
+  }
+  if (!out.isTuple() || out.toTupleRef().elements().size() != 2 || !out.toTupleRef().elements()[0].isTensor() ||
+      !out.toTupleRef().elements()[1].isTensor()) {
+    throw EncoderError("text_encoder.text_encoder_path: forward(prompts) must return (features, mask)");
+  }
+  auto features = out.toTupleRef().elements()[0].toTensor().to(torch::kFloat32);
+  auto mask = out.toTupleRef().elements()[1].toTensor();
+  const auto n = static_cast<int64_t>(prompts.size());
+  if (features.dim() != 3 || features.size(0) != n || features.size(1) != cfg_.model_max_length ||
+      features.size(2) != cfg_.caption_channels || mask.sizes() != features.sizes().slice(0, 2)) {
+    throw EncoderError(fmt::format(
+        "text_encoder.text_encoder_path: forward() gave features {} and mask {} for {} prompts; the config "
+        "expects [{}, {}, {}] and [{}, {}] (text_encoder.model_max_length {}, text_encoder.caption_channels {})",
+        shape(features), shape(mask), n, n, cfg_.model_max_length, cfg_.caption_channels, n,
+        cfg_.model_max_length, cfg_.model_max_length, cfg_.caption_channels));
+  }
+  return {features, mask.to(torch::kInt64)};
+}
+
+}  // namespace sana::model

@@ -1,0 +1,57 @@
+// Frozen encoders exported from Python with TorchScript (torch.jit.script / trace + save),
+// for users who train from raw images and captions instead of precomputed features:
+//  - a VAE: a module with a method `encode(images) -> latents` (images [B, 3, H, W] in
+//    [-1, 1]); an optional `decode(latents) -> images` draws latent-space previews. The
+//    latents are multiplied by vae.scale_factor here, as upstream does after encoding.
+//  - a text encoder: `forward(prompts: List[str]) -> (features [N, L, D], mask [N, L])`,
+//    tokenizer included.
+// Every output is checked against the config (channels, downsampling, tokens, width), so a
+// wrong export is a clear error at start, not a shape error deep in the model.
+#pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sana/config/config.h"
+
+namespace sana::model {
+
+class EncoderError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class FrozenVae {
+ public:
+  // Loads vae.vae_pretrained and checks it on a small image of `probe_size` pixels.
+  static FrozenVae load(const config::VaeConfig& cfg, torch::Device device, int64_t probe_size = 64);
+  torch::Tensor encode(const torch::Tensor& images);  // -> [B, latent_dim, H/f, W/f] * scale
+  bool can_decode() const { return can_decode_; }
+  torch::Tensor decode(const torch::Tensor& latents);  // latents / scale -> images in [-1, 1]
+
+ private:
+  torch::jit::Module module_;
+  config::VaeConfig cfg_;
+  torch::Device device_ = torch::kCPU;
+  bool can_decode_ = false;
+};
+
+class FrozenTextEncoder {
+ public:
+  // Loads text_encoder.text_encoder_path and checks it on a probe prompt.
+  static FrozenTextEncoder load(const config::TextEncoderConfig& cfg, torch::Device device);
+  // features [N, model_max_length, caption_channels], mask [N, model_max_length]
+  std::pair<torch::Tensor, torch::Tensor> encode(const std::vector<std::string>& prompts);
+
+ private:
+  torch::jit::Module module_;
+  config::TextEncoderConfig cfg_;
+  torch::Device device_ = torch::kCPU;
+};
+
+}  // namespace sana::model

@@ -1,0 +1,58 @@
+#!/usr/bin/python3
+"""Writes small TorchScript encoders as a user would export them from Python.
+
+Usage: make_torchscript_encoders.py DIR
+  DIR/vae.pt        encode(images) -> 4 latent channels at 1/4 size; decode(latents) -> images
+  DIR/vae_wrong.pt  encode() gives 3 channels (a wrong export)
+  DIR/text.pt       forward(prompts: List[str]) -> (features [N, 6, 8], mask [N, 6])
+"""
+import os
+import sys
+from typing import List, Tuple
+
+import torch
+
+
+class Vae(torch.nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        torch.manual_seed(0)
+        self.enc = torch.nn.Conv2d(3, channels, 4, stride=4)
+        self.dec = torch.nn.ConvTranspose2d(channels, 3, 4, stride=4)
+
+    @torch.jit.export
+    def encode(self, images: torch.Tensor) -> torch.Tensor:
+        return self.enc(images)
+
+    @torch.jit.export
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dec(latents))
+
+
+class Text(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.table = torch.nn.Embedding(256, 8)
+
+    def forward(self, prompts: List[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+        ids = torch.zeros(len(prompts), 6, dtype=torch.long)
+        mask = torch.zeros(len(prompts), 6, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            for j, ch in enumerate(p[:6]):
+                ids[i, j] = ord(ch) % 256
+                mask[i, j] = 1
+        return self.table(ids), mask
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    torch.jit.script(Vae(4)).save(os.path.join(out, "vae.pt"))
+    torch.jit.script(Vae(3)).save(os.path.join(out, "vae_wrong.pt"))
+    torch.jit.script(Text()).save(os.path.join(out, "text.pt"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
