@@ -98,6 +98,18 @@ TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[
   const auto half = make_flow_batch(x0.slice(0, 2, 4), {12, 13}, 5, 2, sched);  // another rank
   CHECK(torch::equal(whole.noisy.slice(0, 2, 4), half.noisy));
   CHECK(torch::equal(whole.target.slice(0, 2, 4), half.target));
+  // Caption dropout too: the same samples are dropped whichever batch they are in, and
+  // about the configured fraction of many samples.
+  std::vector<uint32_t> many(2000);
+  for (uint32_t i = 0; i < many.size(); ++i) many[i] = i;
+  const auto all = make_flow_batch(torch::zeros({2000, 1}), many, 5, 2, sched, 0.1);
+  const auto part = make_flow_batch(torch::zeros({2, 1}), {1500, 7}, 5, 2, sched, 0.1);
+  CHECK(part.dropped[0].item<bool>() == all.dropped[1500].item<bool>());
+  CHECK(part.dropped[1].item<bool>() == all.dropped[7].item<bool>());
+  const double fraction = all.dropped.to(torch::kFloat64).mean().item<double>();
+  CHECK(fraction > 0.08);
+  CHECK(fraction < 0.12);
+  CHECK_FALSE(whole.dropped.any().item<bool>());  // probability 0 drops nothing
 }
 
 TEST_CASE("flow-matching formulas", "[diffusion]") {

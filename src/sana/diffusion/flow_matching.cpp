@@ -55,15 +55,18 @@ bool caption_dropped(const SampleKey& key, double probability) {
 }
 
 FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
-                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched) {
+                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched,
+                          double drop_probability) {
   TORCH_CHECK(x0.size(0) == static_cast<int64_t>(ids.size()), "one id per sample");
   std::vector<torch::Tensor> noise;
   std::vector<double> sigmas;
+  std::vector<uint8_t> dropped;
   const auto shape = x0.sizes().slice(1);
   for (uint32_t id : ids) {
     const SampleKey key{seed, epoch, id};
     noise.push_back(sample_noise(key, shape));
     sigmas.push_back(shift_sigma(sample_sigma(key, sched), sched.flow_shift));
+    dropped.push_back(caption_dropped(key, drop_probability) ? 1 : 0);
   }
   FlowBatch b;
   const auto eps = torch::stack(noise).to(x0.device(), x0.scalar_type());
@@ -74,6 +77,9 @@ FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& 
   b.noisy = (1 - s) * x0 + s * eps;
   b.target = eps - x0;
   b.timesteps = b.sigmas * 1000.0;
+  b.dropped = torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kInt64)
+                  .to(torch::kBool)
+                  .to(x0.device());
   return b;
 }
 

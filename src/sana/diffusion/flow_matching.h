@@ -43,11 +43,14 @@ struct FlowBatch {
   torch::Tensor target;     // eps - x0
   torch::Tensor timesteps;  // [B] sigma' * 1000
   torch::Tensor sigmas;     // [B] sigma'
+  torch::Tensor dropped;    // [B] bool: condition replaced by the null caption / class
 };
 
-// x0: [B, ...] (any device); ids: the batch's sample ids, in order.
+// x0: [B, ...] (any device); ids: the batch's sample ids, in order; drop_probability:
+// model.class_dropout_prob (the model's Condition::drop takes `dropped`).
 FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
-                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched);
+                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched,
+                          double drop_probability = 0.0);
 
 // Mean squared error between the prediction and the target.
 torch::Tensor flow_loss(const torch::Tensor& prediction, const torch::Tensor& target);
