@@ -23,7 +23,8 @@
 #include "sana/dist/launcher.h"
 #include "sana/dist/run_guard.h"
 #include "sana/model/model_command.h"
-#include "sana/train/interim_trainer.h"
+#include "sana/train/report.h"
+#include "sana/train/trainer.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
 
@@ -50,6 +51,7 @@ std::string help_footer() {
       "  sana-train check-data --config FILE [--limit N]   decode every sample, count bad ones\n"
       "  sana-train model --config FILE [--json]   parameters per module and FLOPs per bucket\n"
       "  sana-train preview --config FILE [--weights F] [--out DIR]   sample preview grids\n"
+      "  sana-train report WORK_DIR   plots and a summary of a run's metrics\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -118,25 +120,7 @@ int run_training(const config::Config& cfg, const dist::LaunchEnv& env) {
   }
   log::info("sana-train {}: launcher {}, rank {} of {}, work_dir {}", SANA_VERSION, env.launcher,
             env.rank, env.world_size, cfg.work_dir);
-  if (env.world_size > 1) {
-    log::error("world size {} from {}: multi-process training is not available in this build "
-               "yet; run one process (sana-train check-dist tests a multi-process setup)",
-               env.world_size, env.launcher);
-    return kExitUsage;
-  }
-  train::InterimResult result;
-  try {
-    result = train::run_interim_training(cfg);
-  } catch (const train::UnsupportedByInterimTrainer& e) {
-    log::error("{}", e.what());
-    return kExitUsage;
-  }
-  log::info("done: {} steps on {} images in {:.1f} s; loss {:.4f} (first interval) -> "
-            "{:.4f} (last interval)",
-            result.steps, result.images, result.seconds, result.first_loss, result.last_loss);
-  log::info("weights: {}", result.weights);
-  for (const auto& p : result.previews) log::info("preview: {}", p);
-  return kExitOk;
+  return train::train(cfg, env);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -237,6 +221,9 @@ int main(int argc, char** argv) {
       config_path);
   preview_sub->add_option("--weights", preview_cmd.weights, "model weights (.safetensors or torch.save'd)");
   preview_sub->add_option("--out", preview_cmd.out, "output folder (default: <work_dir>/previews)");
+  std::string report_dir;
+  auto* report_sub = app.add_subcommand("report", "plots (PNG) and a summary of a run from its metrics.jsonl");
+  report_sub->add_option("work_dir", report_dir, "the run's work_dir")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -268,6 +255,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage error: '--' separates worker arguments for 'sana-train launch' only\n";
     return kExitUsage;
   }
+  if (report_sub->parsed()) return train::run_report_command(report_dir);
   if (index->parsed()) {
     try {
       return data::run_index_command(index_cmd);

@@ -124,6 +124,11 @@ struct DistConfig {
   int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
 };
 
+struct DdpConfig {
+  double bucket_cap_mb = 25.0;     // gradient bucket size for the overlapped all-reduce
+  bool broadcast_buffers = false;  // rank 0's buffers to all ranks at each step start
+};
+
 struct CkptConfig {
   int64_t keep_last_n = 3;
   bool async_save = true;
@@ -142,6 +147,7 @@ struct Config {
   SchedulerConfig scheduler;
   TrainConfig train;
   DistConfig dist;
+  DdpConfig ddp;
   CkptConfig ckpt;
 };
 

@@ -196,6 +196,14 @@ void describe_dist(std::vector<Field>& f, DistConfig& d) {
       .at_least(0);
 }
 
+void describe_ddp(std::vector<Field>& f, DdpConfig& d) {
+  Section s(f, "ddp");
+  s.add("bucket_cap_mb", d.bucket_cap_mb, "gradient bucket size (MiB) of the overlapped all-reduce")
+      .above(0);
+  s.add("broadcast_buffers", d.broadcast_buffers,
+        "copy rank 0's buffers to every rank at each step start (never inside a forward)");
+}
+
 void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {
   Section s(f, "ckpt");
   s.add("keep_last_n", c.keep_last_n, "checkpoints kept; 0 keeps all").at_least(0);
@@ -241,6 +249,7 @@ std::vector<Field> fields_of(Config& c) {
   describe_scheduler(f, c.scheduler);
   describe_train(f, c.train);
   describe_dist(f, c.dist);
+  describe_ddp(f, c.ddp);
   describe_ckpt(f, c.ckpt);
   return f;
 }

@@ -18,18 +18,7 @@ int run_check_data(const config::Config& cfg, int64_t limit) {
   const EpochPlan plan = EpochPlan::build(ds.bucket_of(), ds.buckets().size(), 1,
                                           static_cast<uint64_t>(cfg.train.seed), 0,
                                           TailPolicy::drop);
-  LoaderOptions o;
-  o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
-  o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
-  o.decode.interpolation = interpolation_flag(cfg.data.interpolation);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.wait_timeout_s = cfg.dist.timeout_s;
-  o.load_latents = cfg.data.load_vae_feat;
-  o.latent_channels = cfg.vae.vae_latent_dim;
-  o.latent_downsample = cfg.vae.vae_downsample_rate;
-  o.load_text_feat = cfg.data.load_text_feat;
-  o.text_length = cfg.text_encoder.model_max_length;
-  o.text_channels = cfg.text_encoder.caption_channels;
+  const LoaderOptions o = loader_options_for(cfg);
   const int64_t total = limit > 0 ? std::min<int64_t>(limit, plan.steps()) : plan.steps();
   log::info("check-data: decoding {} of {} samples with {} worker{}", total, plan.steps(),
             o.workers, o.workers == 1 ? "" : "s");

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/decode.h"
 
@@ -43,6 +44,10 @@ struct LoaderOptions {
   int64_t text_length = 300;       // text_encoder.model_max_length (pad or cut)
   int64_t text_channels = 2304;    // text_encoder.caption_channels
 };
+
+// The loader settings a config asks for (workers, prefetch, decoding, features); rank,
+// world size and micro-batch are the caller's.
+LoaderOptions loader_options_for(const config::Config& cfg);
 
 struct Batch {
   int64_t step = 0;

@@ -314,6 +314,16 @@ void Runtime::broadcast(torch::Tensor& t) {
   wait_work(backend_->broadcast(tensors), "broadcast");
 }
 
+c10::intrusive_ptr<c10d::Work> Runtime::all_reduce_async(torch::Tensor& t) {
+  if (world_size() == 1) return {};
+  std::vector<torch::Tensor> tensors{t};
+  return backend_->allreduce(tensors);
+}
+
+void Runtime::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  if (work) wait_work(work, what);
+}
+
 double Runtime::all_reduce_sum(double value) {
   auto t = torch::tensor({value}, torch::dtype(torch::kFloat64).device(device()));
   all_reduce(t);

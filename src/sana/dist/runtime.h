@@ -79,6 +79,10 @@ class Runtime {
   void all_reduce(torch::Tensor& t);  // sum, in place
   void broadcast(torch::Tensor& t);   // from rank 0, in place
   double all_reduce_sum(double value);
+  // Starts a sum all-reduce and returns at once (world size 1: nothing to do, nullptr).
+  c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& t);
+  // Waits for `work` (nullptr: done), turning a broken collective into PeerFailure.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
 
   // Tells every other rank that this one failed (best effort, never throws).
   void fail(const std::string& reason) noexcept;

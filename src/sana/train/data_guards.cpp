@@ -19,7 +19,10 @@ void BadSampleGuard::check(dist::Runtime& rt) {
   auto t = torch::tensor({static_cast<double>(bad_), static_cast<double>(reads_)},
                          torch::dtype(torch::kFloat64).device(rt.device()));
   rt.all_reduce(t);
-  const double total_bad = t[0].item<double>(), total = t[1].item<double>();
+  decide(t[0].item<double>(), t[1].item<double>());
+}
+
+void BadSampleGuard::decide(double total_bad, double total) const {
   if (total >= static_cast<double>(min_reads_) && total_bad / total > max_fraction_) {
     throw TooManyBadSamples(fmt::format(
         "{:.0f} of {:.0f} samples read on all ranks were bad ({:.2f}%, more than "

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <utility>
 
 #include "sana/data/epoch_plan.h"
 #include "sana/data/loader.h"
@@ -30,6 +31,12 @@ class BadSampleGuard {
   void add(const data::Batch& batch);
   // A collective: every rank calls it at the same steps.
   void check(dist::Runtime& rt);
+  // For a caller that all-reduces these with its own numbers: this rank's (bad, reads),
+  // then decide() on the sums (throws TooManyBadSamples).
+  std::pair<double, double> local() const {
+    return {static_cast<double>(bad_), static_cast<double>(reads_)};
+  }
+  void decide(double total_bad, double total_reads) const;
 
  private:
   double max_fraction_;

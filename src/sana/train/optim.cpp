@@ -1,0 +1,128 @@
+#include "sana/train/optim.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace sana::train {
+
+namespace {
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(const std::vector<torch::Tensor>& params, const config::OptimizerConfig& o)
+      : opt_(params, torch::optim::AdamWOptions(o.lr)
+                         .betas({o.betas.at(0), o.betas.at(1)})
+                         .eps(o.eps.at(0))
+                         .weight_decay(o.weight_decay)) {}
+  void step(double lr) override {
+    for (auto& group : opt_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    opt_.step();
+  }
+  const char* name() const override { return "AdamW"; }
+
+ private:
+  torch::optim::AdamW opt_;
+};
+
+// A matrix view of a factored parameter: 2-D as is, a 1x1 convolution as [out, in].
+torch::Tensor as_matrix(const torch::Tensor& t) { return t.dim() == 2 ? t : t.reshape({t.size(0), t.size(1)}); }
+
+// The rank-1 estimate of a matrix of positive entries from its row and column means.
+torch::Tensor approx(const torch::Tensor& row, const torch::Tensor& col) {
+  const auto r = (row / row.mean(-1, true)).rsqrt().unsqueeze(-1);
+  const auto c = col.unsqueeze(-2).rsqrt();
+  return r * c;
+}
+
+}  // namespace
+
+Came::Came(std::vector<torch::Tensor> params, std::vector<double> betas, std::vector<double> eps,
+           double weight_decay, double clip_threshold)
+    : params_(std::move(params)),
+      state_(params_.size()),
+      beta1_(betas.at(0)),
+      beta2_(betas.at(1)),
+      beta3_(betas.at(2)),
+      eps1_(eps.at(0)),
+      eps2_(eps.at(1)),
+      weight_decay_(weight_decay),
+      clip_(clip_threshold) {}
+
+bool Came::factored(at::IntArrayRef s) {
+  return s.size() == 2 || (s.size() == 4 && s[2] == 1 && s[3] == 1);
+}
+
+void Came::step(double lr) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (!p.grad().defined()) continue;
+    auto& st = state_[i];
+    const bool fac = factored(p.sizes());
+    const auto grad = fac ? as_matrix(p.grad()).to(torch::kFloat32) : p.grad().to(torch::kFloat32);
+    if (st.step == 0) {
+      st.exp_avg = torch::zeros_like(grad);
+      if (fac) {
+        st.row = torch::zeros({grad.size(0)}, grad.options());
+        st.col = torch::zeros({grad.size(1)}, grad.options());
+        st.res_row = torch::zeros({grad.size(0)}, grad.options());
+        st.res_col = torch::zeros({grad.size(1)}, grad.options());
+      } else {
+        st.exp_avg_sq = torch::zeros_like(grad);
+      }
+    }
+    ++st.step;
+    torch::Tensor update = grad * grad + eps1_;
+    if (fac) {
+      st.row.mul_(beta2_).add_(update.mean(-1), 1 - beta2_);
+      st.col.mul_(beta2_).add_(update.mean(-2), 1 - beta2_);
+      update = approx(st.row, st.col) * grad;
+    } else {
+      st.exp_avg_sq.mul_(beta2_).add_(update, 1 - beta2_);
+      update = st.exp_avg_sq.rsqrt() * grad;
+    }
+    // Clip the update's RMS at clip_threshold (as Adafactor).
+    const double rms = update.pow(2).mean().sqrt().item<double>();
+    update.div_(std::max(1.0, rms / clip_));
+    st.exp_avg.mul_(beta1_).add_(update, 1 - beta1_);
+    torch::Tensor step_dir;
+    if (fac) {
+      // Confidence: how far the update is from its running mean, factored as well.
+      const auto res = (update - st.exp_avg).pow(2) + eps2_;
+      st.res_row.mul_(beta3_).add_(res.mean(-1), 1 - beta3_);
+      st.res_col.mul_(beta3_).add_(res.mean(-2), 1 - beta3_);
+      step_dir = approx(st.res_row, st.res_col) * st.exp_avg;
+    } else {
+      step_dir = st.exp_avg;
+    }
+    if (weight_decay_ != 0) p.mul_(1 - weight_decay_ * lr);
+    p.sub_(step_dir.reshape(p.sizes()).to(p.scalar_type()), lr);
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o,
+                                          const std::vector<torch::Tensor>& params) {
+  if (o.type == "CAME") return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay);
+  if (o.type == "AdamW") return std::make_unique<AdamW>(params, o);
+  throw std::invalid_argument(fmt::format("train.optimizer.type: unknown optimizer '{}'", o.type));
+}
+
+double peak_learning_rate(const config::TrainConfig& t) {
+  double lr = t.optimizer.lr;
+  if (t.auto_lr == "sqrt") lr *= std::sqrt(static_cast<double>(t.global_batch_size) / 256.0);
+  return lr;
+}
+
+double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps) {
+  const double peak = peak_learning_rate(t);
+  const int64_t warmup = t.lr_schedule_args.num_warmup_steps;
+  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (t.lr_schedule == "constant") return peak;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup)));
+  const double floor = t.lr_schedule == "cosine" ? 0.0 : t.lr_schedule_args.final_lr_ratio * peak;
+  return floor + (peak - floor) * 0.5 * (1 + std::cos(M_PI * progress));
+}
+
+}  // namespace sana::train

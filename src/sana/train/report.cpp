@@ -1,0 +1,146 @@
+#include "sana/train/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "sana/util/exit_codes.h"
+
+namespace fs = std::filesystem;
+
+namespace sana::train {
+
+namespace {
+
+struct Row {
+  int64_t step = 0, epoch = 0;
+  double loss = NAN, lr = NAN, sps = NAN, time = NAN, grad = NAN;
+  bool skipped = false;
+};
+
+double num(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+double mean_of(const std::vector<Row>& rows, size_t from, size_t to) {
+  double s = 0;
+  int64_t n = 0;
+  for (size_t i = from; i < to; ++i) {
+    if (std::isfinite(rows[i].loss)) {
+      s += rows[i].loss;
+      ++n;
+    }
+  }
+  return n ? s / static_cast<double>(n) : NAN;
+}
+
+}  // namespace
+
+Report write_report(const std::string& work_dir) {
+  Report r;
+  const fs::path metrics = fs::path(work_dir) / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in) {
+    r.error = fmt::format("no {} (written by training)", metrics.string());
+    return r;
+  }
+  std::vector<Row> rows;
+  std::string line;
+  int64_t bad_lines = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      const auto j = nlohmann::json::parse(line);
+      Row row;
+      row.step = j.at("step").get<int64_t>();
+      row.epoch = j.value("epoch", int64_t{0});
+      row.loss = num(j, "loss");
+      row.lr = num(j, "lr");
+      row.sps = num(j, "samples_per_s");
+      row.time = num(j, "time_s");
+      row.grad = num(j, "grad_norm");
+      row.skipped = j.value("skipped", false);
+      rows.push_back(row);
+    } catch (const std::exception&) {
+      ++bad_lines;  // a line cut by a crash: the rest still plots
+    }
+  }
+  if (rows.empty()) {
+    r.error = fmt::format("{} holds no steps", metrics.string());
+    return r;
+  }
+  const fs::path dir = fs::path(work_dir) / "report";
+  fs::create_directories(dir);
+
+  // Summary.
+  const size_t n = rows.size(), tenth = std::max<size_t>(1, n / 10);
+  double min_loss = INFINITY;
+  int64_t min_step = 0, skipped = 0;
+  for (const auto& row : rows) {
+    if (std::isfinite(row.loss) && row.loss < min_loss) {
+      min_loss = row.loss;
+      min_step = row.step;
+    }
+    skipped += row.skipped ? 1 : 0;
+  }
+  const auto& last = rows.back();
+  r.summary = fmt::format(
+      "run: {}\n"
+      "steps: {} (epochs {}), {} skipped as non-finite{}\n"
+      "loss: {:.4f} (mean of the first {} steps) -> {:.4f} (mean of the last {}), lowest {:.4f} at step {}\n"
+      "learning rate: {:.3g} at the end\n"
+      "throughput: {:.1f} samples/s over {:.1f} s\n",
+      work_dir, last.step, last.epoch, skipped,
+      bad_lines ? fmt::format(", {} unreadable metric lines", bad_lines) : "", mean_of(rows, 0, tenth), tenth,
+      mean_of(rows, n - tenth, n), tenth, min_loss, min_step, last.lr, last.sps, last.time);
+  std::ofstream(dir / "summary.txt") << r.summary;
+
+  // Plots: a data file and a gnuplot script, run with a time limit.
+  {
+    std::ofstream data(dir / "metrics.dat");
+    for (const auto& row : rows) {
+      data << row.step << ' ' << (std::isfinite(row.loss) ? fmt::format("{}", row.loss) : "NaN") << ' ' << row.lr
+           << ' ' << (std::isfinite(row.sps) ? fmt::format("{}", row.sps) : "NaN") << '\n';
+    }
+  }
+  const std::vector<std::tuple<std::string, int, std::string>> plots = {
+      {"loss.png", 2, "loss (flow matching, mean over ranks)"},
+      {"lr.png", 3, "learning rate"},
+      {"samples_per_s.png", 4, "samples/s (since start)"}};
+  std::ofstream script(dir / "plot.gp");
+  script << "set terminal pngcairo size 900,500 noenhanced\nset grid\nset xlabel 'optimizer step'\n";
+  for (const auto& [file, col, title] : plots) {
+    script << fmt::format("set output '{}'\nset title '{}'\nplot '{}' using 1:{} with lines lw 2 notitle\n",
+                          (dir / file).string(), title, (dir / "metrics.dat").string(), col);
+  }
+  script.close();
+  const std::string cmd = fmt::format("timeout 120 gnuplot '{}' 2>'{}'", (dir / "plot.gp").string(),
+                                      (dir / "gnuplot.log").string());
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    r.error = fmt::format("gnuplot failed (exit {}; see {}); install it with apt-get install gnuplot-nox",
+                          WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, (dir / "gnuplot.log").string());
+    return r;
+  }
+  for (const auto& [file, col, title] : plots) r.plots.push_back((dir / file).string());
+  return r;
+}
+
+int run_report_command(const std::string& work_dir) {
+  const auto r = write_report(work_dir);
+  if (!r.summary.empty()) std::cout << r.summary;
+  for (const auto& p : r.plots) std::cout << "plot: " << p << "\n";
+  if (!r.error.empty()) {
+    std::cerr << "report: " << r.error << "\n";
+    return r.summary.empty() ? kExitUsage : kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,21 @@
+// `sana-train report WORK_DIR` (also run at the end of training): plots of loss, learning
+// rate and samples/s over steps from work_dir/metrics.jsonl, drawn by gnuplot (Debian's
+// gnuplot-nox) as PNG files in work_dir/report/, and a one-screen text summary. No torch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace sana::train {
+
+struct Report {
+  std::string summary;             // the text summary (also work_dir/report/summary.txt)
+  std::vector<std::string> plots;  // PNG paths
+  std::string error;               // why plots or the summary are missing, "" when fine
+};
+
+Report write_report(const std::string& work_dir);
+
+int run_report_command(const std::string& work_dir);
+
+}  // namespace sana::train

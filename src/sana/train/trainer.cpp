@@ -1,0 +1,355 @@
+#include "sana/train/trainer.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sana/ckpt/safetensors.h"
+#include "sana/config/loader.h"
+#include "sana/data/dataset.h"
+#include "sana/data/loader.h"
+#include "sana/diffusion/flow_matching.h"
+#include "sana/diffusion/preview.h"
+#include "sana/dist/runtime.h"
+#include "sana/model/encoders.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
+#include "sana/train/data_guards.h"
+#include "sana/train/grad_sync.h"
+#include "sana/train/optim.h"
+#include "sana/train/report.h"
+#include "sana/util/exit_codes.h"
+#include "sana/util/log.h"
+
+namespace fs = std::filesystem;
+
+namespace sana::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// A hash of every parameter's name, shape and bytes, in order: equal on every rank
+// exactly when the weights are bitwise equal.
+std::string weights_checksum(const torch::nn::Module& model) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  for (const auto& p : model.named_parameters()) {
+    XXH3_64bits_update(st, p.key().data(), p.key().size());
+    const auto t = p.value().detach().to(torch::kCPU).contiguous();
+    for (int64_t d : t.sizes()) XXH3_64bits_update(st, &d, sizeof d);
+    XXH3_64bits_update(st, t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return fmt::format("{:016x}", h);
+}
+
+std::string duration_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto total = static_cast<int64_t>(s + 0.5);
+  return total >= 3600 ? fmt::format("{}h{:02d}m", total / 3600, (total / 60) % 60)
+                       : fmt::format("{}m{:02d}s", total / 60, total % 60);
+}
+
+struct Interval {
+  double loss = 0, grad_norm = 0, samples = 0;
+  int64_t steps = 0;
+  double wait0 = 0;
+  Clock::time_point start = Clock::now();
+  void reset(double wait) {
+    *this = Interval{};
+    wait0 = wait;
+  }
+};
+
+data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world) {
+  auto o = data::loader_options_for(cfg);
+  o.rank = rank;
+  o.world_size = world;
+  o.micro_batch = cfg.train.micro_batch_size;
+  o.random_flip = cfg.data.random_flip;
+  return o;
+}
+
+}  // namespace
+
+int train(const config::Config& cfg, const dist::LaunchEnv& env) {
+  const auto& t = cfg.train;
+  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)});
+  const int rank = rt->rank(), world = rt->world_size();
+  const auto device = rt->device();
+  const int64_t accumulation = config::accumulation_steps(t, world);
+  const bool main_rank = rank == 0;
+
+  // --- Data: the same index and plan on every rank --------------------------------------
+  const auto dataset = data::Dataset::open(cfg);
+  rt->agree("dataset (index content and bucket rule)", dataset.fingerprint());
+
+  // --- Model: rank 0's weights everywhere, checked ----------------------------------------
+  const auto spec = model::spec_from_config(cfg);
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(t.seed)});
+  if (!cfg.model.load_from.empty()) {
+    const auto report = model::load_weights(*net, cfg.model.load_from, /*strict=*/true);
+    log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
+  }
+  net->to(device);
+  net->set_grad_checkpointing(t.grad_checkpointing);
+  net->train();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->parameters()) rt->broadcast(p);
+    for (auto& b : net->buffers()) rt->broadcast(b);
+  }
+  rt->agree("model weights after the broadcast", weights_checksum(*net));
+
+  std::optional<model::FrozenVae> vae;
+  if (cfg.vae.vae_type == "torchscript" && !cfg.data.load_vae_feat) vae = model::FrozenVae::load(cfg.vae, device);
+  std::optional<model::FrozenTextEncoder> text;
+  if (cfg.text_encoder.text_encoder_name == "torchscript" && !cfg.data.load_text_feat) {
+    text = model::FrozenTextEncoder::load(cfg.text_encoder, device);
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  std::vector<torch::Tensor> params;
+  for (const auto& p : net->named_parameters()) {
+    named.emplace_back(p.key(), p.value());
+    params.push_back(p.value());
+  }
+  GradSync sync(*rt, named, cfg.ddp.bucket_cap_mb);
+  auto optimizer = make_optimizer(t.optimizer, params);
+  std::vector<torch::Tensor> ema;
+  if (t.ema_rate > 0) {
+    for (const auto& p : params) ema.push_back(p.detach().clone());
+  }
+
+  // --- How long ------------------------------------------------------------------------
+  const int64_t steps_per_epoch = dataset.plan(0).steps();
+  int64_t total = steps_per_epoch * t.num_epochs;
+  if (t.max_steps > 0) total = std::min(total, t.max_steps);
+  log::info("{}: {} parameters ({} conditioning), {} on {}; {} process{}, global batch {} = micro {} x {} "
+            "accumulation x {}; {} steps per epoch, {} steps; optimizer {}, {} gradient buckets",
+            spec.name, net->parameter_count(), model::conditioning_name(spec.conditioning), spec.in_channels == 3 ? "pixels" : "latents",
+            device.str(), world, world == 1 ? "" : "es", t.global_batch_size, t.micro_batch_size, accumulation, world,
+            steps_per_epoch, total, optimizer->name(), sync.bucket_count());
+
+  // --- Outputs (rank 0) ------------------------------------------------------------------
+  std::ofstream metrics;
+  if (main_rank) {
+    metrics.open(fs::path(cfg.work_dir) / "metrics.jsonl", std::ios::trunc);
+    if (!metrics) throw std::runtime_error(fmt::format("cannot write {}/metrics.jsonl", cfg.work_dir));
+  }
+  auto preview_opts = diffusion::preview_options_for(cfg);
+  preview_opts.device = device;
+  if (vae && vae->can_decode()) preview_opts.decode = [&](const torch::Tensor& z) { return vae->decode(z); };
+  if (text && !t.validation_prompts.empty()) {
+    std::tie(preview_opts.caption_features, preview_opts.caption_mask) = text->encode(t.validation_prompts);
+  }
+  const auto preview_buckets = diffusion::preview_buckets_for(cfg);
+  // Previews are shared: rank r renders buckets r, r + W, ...; nobody waits long for anyone.
+  auto render_previews = [&](int64_t step) {
+    std::vector<diffusion::PreviewBucket> mine;
+    for (size_t b = 0; b < preview_buckets.size(); ++b) {
+      if (static_cast<int>(b % static_cast<size_t>(world)) == rank) mine.push_back(preview_buckets[b]);
+    }
+    if (mine.empty()) return;
+    for (const auto& p : diffusion::render_previews(net, mine, preview_opts, (fs::path(cfg.work_dir) / "previews").string(),
+                                                    fmt::format("step{:06d}", step))) {
+      log::info("preview: {}", p);
+    }
+  };
+
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  const bool tty = main_rank && isatty(STDERR_FILENO) && !std::getenv("SANA_NO_PROGRESS");
+
+  // --- The loop --------------------------------------------------------------------------
+  BadSampleGuard guard(cfg.data.max_bad_fraction);
+  int64_t global_step = 0, skipped = 0, consecutive_nonfinite = 0;
+  double first_loss = NAN, last_loss = NAN;
+  const auto run_start = Clock::now();
+  Interval iv;
+  bool stopped = false;
+  int stop_signal_seen = 0;
+  for (int64_t epoch = 0; epoch < t.num_epochs && global_step < total && !stopped; ++epoch) {
+    const auto plan = dataset.plan(epoch);
+    agree_on_epoch_plan(*rt, plan);
+    data::Loader loader(dataset, plan, loader_options(cfg, rank, world));
+    iv.reset(loader.wait_seconds());
+    for (int64_t step = 0; step < plan.steps() && global_step < total; ++step) {
+      if (cfg.ddp.broadcast_buffers) {
+        torch::NoGradGuard no_grad;
+        for (auto& b : net->buffers()) rt->broadcast(b);
+      }
+      const double lr = learning_rate(t, global_step, total);
+      double local_loss = 0;
+      int64_t height = 0, width = 0;
+      for (int64_t micro = 0; micro < accumulation; ++micro) {
+        auto batch = loader.next();
+        if (!batch) throw std::runtime_error(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
+        guard.add(*batch);
+        torch::Tensor x0 = cfg.data.load_vae_feat ? batch->latents : batch->images;
+        height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * spec.downsample;
+        width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * spec.downsample;
+        x0 = x0.to(device);
+        if (vae) x0 = vae->encode(x0);
+        std::vector<uint32_t> ids(batch->ids.begin(), batch->ids.end());
+        const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(t.seed), epoch, cfg.scheduler,
+                                                   spec.conditioning == model::Conditioning::none ? 0.0 : cfg.model.class_dropout_prob);
+        model::Condition cond;
+        if (spec.conditioning == model::Conditioning::caption) {
+          if (text) {
+            std::tie(cond.y, cond.mask) = text->encode(batch->captions);
+          } else {
+            cond.y = batch->text_feat;
+            cond.mask = batch->text_mask;
+          }
+          cond.y = cond.y.to(device);
+          cond.mask = cond.mask.to(device);
+        } else if (spec.conditioning == model::Conditioning::class_label) {
+          cond.y = torch::tensor(std::vector<int64_t>(batch->labels.begin(), batch->labels.end()), torch::kInt64).to(device);
+        }
+        cond.drop = fb.dropped;
+        sync.begin_backward(micro == accumulation - 1);
+        auto loss = diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, cond), fb.target) / static_cast<double>(accumulation);
+        loss.backward();
+        local_loss += loss.item<double>();
+      }
+      sync.finish();
+
+      // Gradients are now equal on every rank, so is their norm.
+      double sq = 0;
+      for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      const double grad_norm = std::sqrt(sq);
+      // The step's agreement: one all-reduce of (stop, non-finite, loss, bad, reads).
+      const auto [bad, reads] = guard.local();
+      auto flags = torch::tensor({g_stop_signal.load() != 0 ? 1.0 : 0.0,
+                                  std::isfinite(local_loss) && std::isfinite(grad_norm) ? 0.0 : 1.0, local_loss, bad, reads},
+                                 torch::dtype(torch::kFloat64).device(device));
+      rt->all_reduce(flags);
+      flags = flags.to(torch::kCPU);
+      const bool stop_requested = flags[0].item<double>() > 0;
+      const bool nonfinite = flags[1].item<double>() > 0;
+      const double loss_mean = flags[2].item<double>() / world;
+      guard.decide(flags[3].item<double>(), flags[4].item<double>());
+
+      if (nonfinite) {
+        ++skipped;
+        ++consecutive_nonfinite;
+        log::warn("step {}: non-finite loss or gradient on some rank; the step is skipped on all ranks "
+                  "({} in a row, train.max_nonfinite {})",
+                  global_step + 1, consecutive_nonfinite, t.max_nonfinite);
+        if (consecutive_nonfinite > t.max_nonfinite) {
+          throw std::runtime_error(fmt::format(
+              "{} non-finite steps in a row (train.max_nonfinite {}): lower train.optimizer.lr or "
+              "train.gradient_clip, or check the data",
+              consecutive_nonfinite, t.max_nonfinite));
+        }
+      } else {
+        consecutive_nonfinite = 0;
+        if (t.gradient_clip > 0 && grad_norm > t.gradient_clip) {
+          torch::NoGradGuard no_grad;
+          const double scale = t.gradient_clip / (grad_norm + 1e-6);
+          for (auto& p : params) p.mutable_grad().mul_(scale);
+        }
+        optimizer->step(lr);
+        if (!ema.empty()) {
+          torch::NoGradGuard no_grad;
+          for (size_t i = 0; i < params.size(); ++i) ema[i].mul_(t.ema_rate).add_(params[i].detach(), 1 - t.ema_rate);
+        }
+      }
+      for (auto& p : params) p.mutable_grad().zero_();
+      ++global_step;
+
+      // --- Reporting ---------------------------------------------------------------------
+      const double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      if (std::isfinite(loss_mean)) {
+        if (std::isnan(first_loss)) first_loss = loss_mean;
+        last_loss = loss_mean;
+      }
+      iv.loss += loss_mean;
+      iv.grad_norm += grad_norm;
+      iv.samples += static_cast<double>(t.global_batch_size);
+      ++iv.steps;
+      if (main_rank) {
+        nlohmann::json m = {{"epoch", epoch + 1}, {"step", global_step}, {"epoch_step", step + 1},
+                            {"loss", std::isfinite(loss_mean) ? nlohmann::json(loss_mean) : nlohmann::json(nullptr)},
+                            {"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr)},
+                            {"lr", lr}, {"height", height}, {"width", width}, {"time_s", elapsed},
+                            {"samples_per_s", static_cast<double>(global_step * t.global_batch_size) / std::max(elapsed, 1e-9)},
+                            {"skipped", nonfinite}};
+        metrics << m.dump() << "\n" << std::flush;
+      }
+      if (tty) {
+        const double eta = elapsed / static_cast<double>(global_step) * static_cast<double>(total - global_step);
+        fmt::print(stderr, "\r[{:<30}] {}/{} loss {:.4f} ETA {}   ",
+                   std::string(static_cast<size_t>(30 * global_step / total), '#'), global_step, total, loss_mean,
+                   duration_text(eta));
+      }
+      if (global_step % t.log_interval == 0 || global_step == total || stop_requested) {
+        const double secs = std::chrono::duration<double>(Clock::now() - iv.start).count();
+        const double wait = loader.wait_seconds() - iv.wait0;
+        const double eta = elapsed / static_cast<double>(global_step) * static_cast<double>(total - global_step);
+        if (tty) fmt::print(stderr, "\n");
+        log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s data wait {:.0f}% {}x{} ETA {}",
+                  epoch + 1, global_step, total, iv.loss / static_cast<double>(iv.steps),
+                  iv.grad_norm / static_cast<double>(iv.steps), lr, iv.samples / std::max(secs, 1e-9),
+                  100.0 * wait / std::max(secs, 1e-9), height, width, duration_text(eta));
+        iv.reset(loader.wait_seconds());
+      }
+      if (t.visualize && t.eval_sampling_steps > 0 && global_step % t.eval_sampling_steps == 0 && global_step != total) {
+        render_previews(global_step);
+      }
+      if (stop_requested) {
+        stop_signal_seen = 1;
+        log::info("stop requested (SIGINT/SIGTERM on some rank): every rank stops after step {}", global_step);
+        stopped = true;
+        break;
+      }
+    }
+  }
+
+  // --- The end ----------------------------------------------------------------------------
+  if (t.visualize) render_previews(global_step);
+  const auto sums = rt->all_gather("final weights checksum", weights_checksum(*net));
+  if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
+    throw dist::Disagreement(fmt::format("parameters differ between ranks after step {}: checksums {}", global_step,
+                                         fmt::join(sums, ", ")));
+  }
+  log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
+  if (main_rank) {
+    const auto path = (fs::path(cfg.work_dir) / "model.safetensors").string();
+    model::save_weights(*net, path, {{"model", spec.name}, {"step", std::to_string(global_step)}});
+    log::info("weights: {}", path);
+    if (!ema.empty()) {
+      ckpt::NamedTensors tensors;
+      for (size_t i = 0; i < named.size(); ++i) tensors.emplace_back(named[i].first, ema[i]);
+      ckpt::write_safetensors((fs::path(cfg.work_dir) / "ema.safetensors").string(), tensors,
+                              {{"model", spec.name}, {"ema_rate", fmt::format("{}", t.ema_rate)}});
+    }
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - run_start).count();
+  log::info("done: {} steps in {:.1f} s ({} skipped); loss {:.4f} (first step) -> {:.4f} (last step){}", global_step,
+            seconds, skipped, first_loss, last_loss, stop_signal_seen ? "; stopped on request" : "");
+  if (main_rank) {
+    metrics.close();
+    const auto rep = write_report(cfg.work_dir);
+    if (!rep.error.empty()) log::warn("report: {}", rep.error);
+    for (const auto& p : rep.plots) log::info("plot: {}", p);
+  }
+  rt->finish();
+  return kExitOk;
+}
+
+}  // namespace sana::train
