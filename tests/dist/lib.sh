@@ -38,12 +38,13 @@ wait_for_exit() {
   done
 }
 
-# The pid of the process of this test whose environment has RANK=<rank>.
+# The pid of the process of this test whose environment has RANK=<rank> and whose command
+# line has the word WORD (default check-dist).
 pid_of_rank() {
-  local rank=$1 pid
+  local rank=$1 word=${2:-check-dist} pid
   for pid in $(pgrep -f "$TOKEN"); do
     if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$rank"; then
-      if tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qx "check-dist"; then
+      if tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | grep -qx -- "$word"; then
         echo "$pid"
         return 0
       fi

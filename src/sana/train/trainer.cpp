@@ -85,9 +85,28 @@ data::LoaderOptions loader_options(const config::Config& cfg, int rank, int worl
 
 }  // namespace
 
+namespace {
+
+int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg);
+
+}  // namespace
+
 int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  const auto& t = cfg.train;
   auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)});
+  try {
+    return train_on(rt, cfg);
+  } catch (const dist::PeerFailure&) {
+    throw;  // another rank failed first: it has told everyone
+  } catch (const std::exception& e) {
+    rt->fail(e.what());  // the others stop now instead of at their next collective's timeout
+    throw;
+  }
+}
+
+namespace {
+
+int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
+  const auto& t = cfg.train;
   const int rank = rt->rank(), world = rt->world_size();
   const auto device = rt->device();
   const int64_t accumulation = config::accumulation_steps(t, world);
@@ -351,5 +370,7 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
   rt->finish();
   return kExitOk;
 }
+
+}  // namespace
 
 }  // namespace sana::train

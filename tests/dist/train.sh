@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Real training on 1, 2 and 3 processes (the tiny config on the example photos, global
+# batch 12): after 20 steps every rank's parameters are bitwise identical (the trainer
+# compares checksums), and the runs at different world sizes see the same samples and
+# end with the same weights up to float summation order. Then a graceful stop (SIGTERM to
+# one rank: all ranks stop at the same step, exit 0) and non-finite steps (every rank
+# skips them, then stops with a clear message).
+. "$(dirname "$0")/lib.sh"
+config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
+data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
+common=(--config "$config" --data.data_dir="[$data]" --train.global_batch_size=12 --train.micro_batch_size=2
+        --data.tail=pad --train.log_interval=5 --train.visualize=false --dist.timeout_s=60 "--work_dir=$SCRATCH/$TOKEN")
+for n in 1 2 3; do
+  out=$SCRATCH/train_$n.log
+  timeout 240 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "--work_dir=$SCRATCH/w$n" --train.max_steps=20 > "$out" 2>&1
+  assert_code $? 0 "20 steps on $n process(es)"
+  sums=$(grep -o "parameters identical on all $n ranks\? (checksum [0-9a-f]*)" "$out" | sort -u)
+  count=$(grep -c "parameters identical on all $n ranks\? (checksum" "$out")
+  if [ "$count" -eq "$n" ] && [ "$(echo "$sums" | wc -l)" -eq 1 ]; then pass "$n rank(s): $sums"; else fail "checksums on $n ranks: $sums"; cat "$out"; fi
+  lines=$(wc -l < "$SCRATCH/w$n/metrics.jsonl")
+  if [ "$lines" -eq 20 ]; then pass "metrics.jsonl has 20 steps"; else fail "metrics.jsonl has $lines lines"; fi
+done
+# Same samples, same noise: the loss curves and final weights of W = 1, 2, 3 agree.
+/usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/compare.log" 2>&1
+import json, struct, sys
+import numpy as np
+root = sys.argv[1]
+def weights(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], dtype=np.float32) for k, v in h.items()}
+def losses(w):
+    return np.array([json.loads(l)["loss"] for l in open(f"{root}/w{w}/metrics.jsonl")])
+base_w, base_l = weights(f"{root}/w1/model.safetensors"), losses(1)
+worst = 0.0
+for w in (2, 3):
+    ws, ls = weights(f"{root}/w{w}/model.safetensors"), losses(w)
+    dw = max(np.abs(ws[k] - base_w[k]).max() / max(np.abs(base_w[k]).max(), 1e-12) for k in base_w)
+    dl = np.abs(ls - base_l).max() / np.abs(base_l).max()
+    print(f"W={w} vs W=1: max relative weight difference {dw:.2e}, max relative loss difference {dl:.2e}")
+    worst = max(worst, dw, dl)
+sys.exit(0 if worst < 1e-3 else 1)
+PY
+code=$?
+cat "$SCRATCH/compare.log"
+assert_code $code 0 "world sizes 1, 2, 3 train alike"
+
+# Graceful stop: SIGTERM to rank 1 alone; both ranks stop after the same step and exit 0.
+out=$SCRATCH/stop.log
+"$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/stop" --train.max_steps=100000 > "$out" 2>&1 &
+launcher=$!
+if wait_for_line "$SCRATCH/stop/metrics.jsonl" '"step":3,' 120; then
+  kill -TERM "$(pid_of_rank 1 --config)"
+  if wait_for_exit "$launcher" 60; then
+    wait "$launcher"
+    assert_code $? 0 "a stop request ends the run cleanly"
+  else
+    fail "the run did not stop within 60 s of SIGTERM"
+  fi
+else
+  fail "training did not reach step 3"; cat "$out"
+fi
+s0=$(grep -o '\[rank 0\].*every rank stops after step [0-9]*' "$out" | grep -o '[0-9]*$')
+s1=$(grep -o '\[rank 1\].*every rank stops after step [0-9]*' "$out" | grep -o '[0-9]*$')
+last=$(tail -1 "$SCRATCH/stop/metrics.jsonl" | grep -o '"step":[0-9]*' | grep -o '[0-9]*')
+if [ -n "$s0" ] && [ "$s0" = "$s1" ] && [ "$s0" = "$last" ]; then pass "both ranks stopped after step $s0"; else fail "stop steps: rank 0 '$s0', rank 1 '$s1', metrics '$last'"; cat "$out"; fi
+
+# Non-finite steps: a learning rate that blows the weights up. Every step after is skipped
+# on all ranks, then the run stops with a message saying what to do.
+out=$SCRATCH/nonfinite.log
+timeout 120 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/nan" --train.max_steps=50 \
+  --train.optimizer.lr=1e30 --train.gradient_clip=0 --train.lr_schedule_args.num_warmup_steps=0 --train.max_nonfinite=2 > "$out" 2>&1
+assert_code $? 1 "too many non-finite steps"
+assert_contains "$out" "non-finite steps in a row (train.max_nonfinite 2)" "the reason is given"
+assert_contains "$out" "the step is skipped on all ranks" "skipped steps are logged"
+assert_no_leftovers
+finish
