@@ -19,12 +19,13 @@ struct ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 GradSync::GradSync(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
-                   double bucket_cap_mb, double first_bucket_mb)
+                   double bucket_cap_mb, double first_bucket_mb, bool overlap)
     : rt_(rt),
       params_(std::move(params)),
       bucket_of_(params_.size()),
       ready_(params_.size(), 0),
-      target_(std::make_shared<Target>()) {
+      target_(std::make_shared<Target>()),
+      overlap_(overlap) {
   target_->sync = this;
   const auto cap_bytes = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
   for (size_t k = params_.size(); k-- > 0;) {
@@ -96,7 +97,7 @@ void GradSync::mark_ready(size_t k) {
   ready_[k] = 1;
   auto& b = buckets_[bucket_of_[k]];
   --b.pending;
-  if (b.pending == 0) launch_ready_in_order();
+  if (b.pending == 0 && overlap_) launch_ready_in_order();
 }
 
 void GradSync::launch_ready_in_order() {

@@ -25,8 +25,9 @@ namespace sana::train {
 class GradSync {
  public:
   // params: (name, tensor) in registration order; buckets in reverse order.
+  // overlap false: nothing starts before finish() (for measuring what overlap gains).
   GradSync(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
-           double bucket_cap_mb = 25.0, double first_bucket_mb = 1.0);
+           double bucket_cap_mb = 25.0, double first_bucket_mb = 1.0, bool overlap = true);
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -70,6 +71,7 @@ class GradSync {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks alive
   std::vector<char> ready_;
   std::shared_ptr<Target> target_;
+  bool overlap_ = true;
   std::mutex mutex_;
   size_t next_launch_ = 0;
   bool syncing_ = false;

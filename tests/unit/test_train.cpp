@@ -1,0 +1,97 @@
+// Optimizers and schedules: CAME against an independent numpy implementation of the
+// paper's algorithm, CAME and AdamW lowering a real loss, and the learning-rate schedules.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sana/ckpt/safetensors.h"
+#include "sana/train/optim.h"
+#include "test_support.h"
+
+using namespace sana;
+
+TEST_CASE("CAME matches an independent implementation of the paper's algorithm", "[train][optim]") {
+  torch::manual_seed(4);
+  // A linear weight, a 1x1 convolution, a 3x3 depthwise convolution, a bias.
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"linear", {6, 5}}, {"pointwise", {4, 3, 1, 1}}, {"depthwise", {4, 1, 3, 3}}, {"bias", {7}}};
+  CHECK(train::Came::factored({6, 5}));
+  CHECK(train::Came::factored({4, 3, 1, 1}));
+  CHECK_FALSE(train::Came::factored({4, 1, 3, 3}));
+  CHECK_FALSE(train::Came::factored({7}));
+  std::vector<torch::Tensor> params;
+  ckpt::NamedTensors file;
+  for (const auto& [name, shape] : shapes) {
+    params.push_back(torch::randn(shape).requires_grad_(true));
+    file.emplace_back("p0." + name, params.back().detach().clone());
+  }
+  const double lr = 0.01, wd = 0.03;
+  train::Came came(params, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd);
+  const int steps = 5;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].mutable_grad() = torch::randn(params[i].sizes()) * (0.1 + s);
+      file.emplace_back(fmt::format("g{}.{}", s, shapes[i].first), params[i].grad().clone());
+    }
+    came.step(lr);
+  }
+  for (size_t i = 0; i < params.size(); ++i) file.emplace_back("out." + shapes[i].first, params[i].detach());
+  sana::test::TempDir dir;
+  const nlohmann::json config = {{"lr", lr}, {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
+                                 {"weight_decay", wd}, {"steps", steps}};
+  sana::ckpt::write_safetensors(dir.path("came.safetensors"), file, {{"config", config.dump()}});
+  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                         "/tests/reference/came.py " + dir.path("came.safetensors"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
+  for (const char* type : {"CAME", "AdamW"}) {
+    torch::manual_seed(1);
+    const auto a = torch::randn({64, 16}), target = torch::randn({64, 8});
+    auto w = torch::zeros({16, 8}, torch::requires_grad());
+    config::OptimizerConfig o;
+    o.type = type;
+    o.lr = 0.01;
+    o.weight_decay = 0.0;
+    o.betas = std::string(type) == "CAME" ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
+    o.eps = std::string(type) == "CAME" ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
+    auto opt = train::make_optimizer(o, {w});
+    auto loss_of = [&] { return (a.matmul(w) - target).pow(2).mean(); };
+    const double before = loss_of().item<double>();
+    for (int i = 0; i < 200; ++i) {
+      if (w.grad().defined()) w.mutable_grad().zero_();
+      loss_of().backward();
+      opt->step(0.01);
+    }
+    // The least-squares optimum, for reference.
+    const double best = (a.matmul(torch::pinverse(a).matmul(target)) - target).pow(2).mean().item<double>();
+    const double after = loss_of().item<double>();
+    INFO(type << ": " << before << " -> " << after << " (optimum " << best << ")");
+    CHECK(after - best < 0.02 * (before - best));
+  }
+}
+
+TEST_CASE("learning-rate schedules: warmup, constant, cosine, floor, sqrt scaling", "[train][optim]") {
+  config::TrainConfig t;
+  t.optimizer.lr = 1e-3;
+  t.lr_schedule_args.num_warmup_steps = 10;
+  t.lr_schedule = "constant";
+  CHECK(train::learning_rate(t, 0, 100) == Approx(1e-4));
+  CHECK(train::learning_rate(t, 9, 100) == Approx(1e-3));
+  CHECK(train::learning_rate(t, 99, 100) == Approx(1e-3));
+  t.lr_schedule = "cosine";
+  CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
+  CHECK(train::learning_rate(t, 60, 110) == Approx(0.5e-3));
+  CHECK(train::learning_rate(t, 110, 110) == Approx(0.0).margin(1e-12));
+  t.lr_schedule = "cosine_decay_to_constant";
+  t.lr_schedule_args.final_lr_ratio = 0.1;
+  CHECK(train::learning_rate(t, 110, 110) == Approx(1e-4));
+  CHECK(train::learning_rate(t, 500, 110) == Approx(1e-4));
+  t.auto_lr = "sqrt";
+  t.global_batch_size = 1024;
+  CHECK(train::peak_learning_rate(t) == Approx(2e-3));
+}
