@@ -44,6 +44,35 @@ code=$?
 cat "$SCRATCH/compare.log"
 assert_code $code 0 "world sizes 1, 2, 3 train alike"
 
+# Elastic determinism: G = 8 on W = 1 (accumulation 2), W = 2 (1 and 2), W = 4 (1): the
+# same per-step loss for 10 steps.
+runs=("1 4" "2 4" "2 2" "4 2")
+for run in "${runs[@]}"; do
+  set -- $run
+  out=$SCRATCH/elastic_$1_$2.log
+  timeout 240 "$BIN" launch --nproc-per-node "$1" -- "${common[@]}" "--work_dir=$SCRATCH/e$1_$2" --train.max_steps=10 \
+    --train.global_batch_size=8 "--train.micro_batch_size=$2" > "$out" 2>&1
+  assert_code $? 0 "G 8 on $1 process(es), micro-batch $2"
+done
+/usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/elastic.log" 2>&1
+import json, sys
+import numpy as np
+root = sys.argv[1]
+def losses(name):
+    return np.array([json.loads(l)["loss"] for l in open(f"{root}/{name}/metrics.jsonl")])
+base = losses("e1_4")
+assert len(base) == 10, len(base)
+worst = 0.0
+for name in ("e2_4", "e2_2", "e4_2"):
+    d = np.abs(losses(name) - base).max() / np.abs(base).max()
+    print(f"{name} vs e1_4 (W=1, accumulation 2): max relative per-step loss difference {d:.2e}")
+    worst = max(worst, d)
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+code=$?
+cat "$SCRATCH/elastic.log"
+assert_code $code 0 "the per-step loss does not depend on the world size or accumulation"
+
 # Graceful stop: SIGTERM to rank 1 alone; both ranks stop after the same step and exit 0.
 out=$SCRATCH/stop.log
 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/stop" --train.max_steps=100000 > "$out" 2>&1 &
@@ -59,10 +88,33 @@ if wait_for_line "$SCRATCH/stop/metrics.jsonl" '"step":3,' 120; then
 else
   fail "training did not reach step 3"; cat "$out"
 fi
+assert_contains "$out" "stop requested (SIGINT/SIGTERM) on rank 1" "the stop names the rank that asked"
 s0=$(grep -o '\[rank 0\].*every rank stops after step [0-9]*' "$out" | grep -o '[0-9]*$')
 s1=$(grep -o '\[rank 1\].*every rank stops after step [0-9]*' "$out" | grep -o '[0-9]*$')
 last=$(tail -1 "$SCRATCH/stop/metrics.jsonl" | grep -o '"step":[0-9]*' | grep -o '[0-9]*')
 if [ -n "$s0" ] && [ "$s0" = "$s1" ] && [ "$s0" = "$last" ]; then pass "both ranks stopped after step $s0"; else fail "stop steps: rank 0 '$s0', rank 1 '$s1', metrics '$last'"; cat "$out"; fi
+
+# A data error on rank 1 mid-epoch: every rank ends within seconds, naming rank 1.
+out=$SCRATCH/inject.log
+SANA_TEST_FAIL_AT=1:3 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/inject" \
+  --train.max_steps=100000 > "$out" 2>&1 &
+launcher=$!
+if wait_for_line "$out" 'injected data error at step 3' 120; then
+  start=$(now)
+  if wait_for_exit "$launcher" 30; then
+    wait "$launcher"
+    code=$?
+    took=$(elapsed_since "$start")
+    assert_code "$code" 1 "the run fails with the data error's code"
+    if awk -v t="$took" 'BEGIN { exit !(t < 10) }'; then pass "all ranks ended ${took} s after the error"; else fail "ending took ${took} s"; fi
+  else
+    fail "the run did not end within 30 s of a rank's data error"
+  fi
+else
+  fail "the injected error did not happen"; cat "$out"
+fi
+assert_contains "$out" "[rank 0]" "rank 0 reports"
+if grep -q '\[rank 0\].*rank 1 .*failed: injected data error' "$out"; then pass "rank 0 names rank 1 and the error"; else fail "rank 0 does not name rank 1"; cat "$out"; fi
 
 # Non-finite steps: a learning rate that blows the weights up. Every step after is skipped
 # on all ranks, then the run stops with a message saying what to do.

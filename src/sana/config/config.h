@@ -109,6 +109,8 @@ struct TrainConfig {
   int64_t preview_steps = 20;
   double preview_cfg_scale = 4.5;
   int64_t preview_images = 4;
+  int64_t preview_every_epochs = 0;  // previews at the end of every N-th epoch too
+  std::string preview_on = "shared";  // shared: buckets spread over ranks; rank0: rank 0 alone
   int64_t max_nonfinite = 5;
 };
 

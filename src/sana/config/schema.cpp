@@ -170,6 +170,12 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("preview_cfg_scale", t.preview_cfg_scale, "classifier-free guidance scale of previews (1: none)")
       .at_least(0);
   s.add("preview_images", t.preview_images, "preview images per bucket").at_least(1);
+  s.add("preview_every_epochs", t.preview_every_epochs,
+        "also preview at the end of every N-th epoch (0: only every eval_sampling_steps)")
+      .at_least(0);
+  s.add("preview_on", t.preview_on,
+        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait")
+      .one_of({"shared", "rank0"});
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
 }

@@ -89,7 +89,9 @@ std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vect
     const auto x1 = torch::stack(noise).to(o.device);
     auto run = [&](const torch::Tensor& x, double sigma, const model::Condition& c) {
       const auto t = torch::full({x.size(0)}, sigma * 1000.0, torch::TensorOptions().device(o.device));
-      return model->forward(x, t, c).to(torch::kFloat32);
+      auto v = model->forward(x, t, c).to(torch::kFloat32);
+      if (o.on_step) o.on_step();
+      return v;
     };
     Velocity v;
     if (guide) {

@@ -31,6 +31,8 @@ struct PreviewOptions {
   // with mask [N, L] (caption models; default: the null caption, i.e. unconditional).
   std::vector<int64_t> classes;
   torch::Tensor caption_features, caption_mask;
+  // Called after every model evaluation (progress for whoever waits on the previews).
+  std::function<void()> on_step;
 };
 
 struct PreviewBucket {

@@ -278,6 +278,44 @@ void Runtime::agree(const std::string& what, const std::string& mine) {
       what, fmt::join(parts, "; ")));
 }
 
+void Runtime::work_progress(const std::string& name, int64_t count) {
+  if (world_size() == 1) return;
+  guard_store([&] { store_->set("work/" + name + "/progress", bytes(std::to_string(count))); });
+}
+
+void Runtime::work_done(const std::string& name) {
+  if (world_size() == 1) return;
+  guard_store([&] { store_->set("work/" + name + "/done", bytes("1")); });
+}
+
+void Runtime::wait_for_work(const std::string& name, int worker) {
+  if (world_size() == 1) return;
+  guard_store([&] {
+    const std::string done = "work/" + name + "/done", progress = "work/" + name + "/progress";
+    std::string last;
+    auto deadline = std::chrono::steady_clock::now() + timeout();
+    while (!store_->check({done})) {
+      const std::string failure = published_failure(*store_);
+      if (!failure.empty()) {
+        store_->set(keys::ack(rank()), bytes("1"));
+        throw PeerFailure(failure);
+      }
+      if (store_->check({progress})) {
+        const std::string now = text(store_->get(progress));
+        if (now != last) {  // the worker is moving: a new stall deadline
+          last = now;
+          deadline = std::chrono::steady_clock::now() + timeout();
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw DistTimeout(fmt::format("rank {} made no progress on {} for {} s (dist.timeout_s); it is stuck",
+                                      worker, name, cfg_.timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+}
+
 std::string Runtime::broadcast_string(const std::string& value) {
   return all_gather("broadcast", rank() == 0 ? value : "").front();
 }

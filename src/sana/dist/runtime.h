@@ -74,6 +74,14 @@ class Runtime {
   // Rank 0's `value` on every rank.
   std::string broadcast_string(const std::string& value);
 
+  // Work done by one rank while the others wait (e.g. rank-0-only previews). The worker
+  // calls progress() as it goes and done() at the end; the others call wait_for_work(),
+  // which returns at done(), and fails only when the worker fails or makes no progress
+  // for dist.timeout_s: a long job that keeps moving never trips the timeout.
+  void work_progress(const std::string& name, int64_t count);
+  void work_done(const std::string& name);
+  void wait_for_work(const std::string& name, int worker);
+
   // Backend collectives: every rank calls them in the same order.
   void barrier();
   void all_reduce(torch::Tensor& t);  // sum, in place

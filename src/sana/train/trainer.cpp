@@ -177,16 +177,30 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   }
   const auto preview_buckets = diffusion::preview_buckets_for(cfg);
   // Previews are shared: rank r renders buckets r, r + W, ...; nobody waits long for anyone.
-  auto render_previews = [&](int64_t step) {
+  // train.preview_on "rank0": rank 0 renders every bucket while the others wait on its
+  // progress (a wait that cannot time out while rank 0 keeps sampling).
+  const bool rank0_previews = t.preview_on == "rank0";
+  auto render_previews = [&](int64_t step, const std::string& why) {
+    const std::string work = fmt::format("previews of step {} ({})", step, why);
     std::vector<diffusion::PreviewBucket> mine;
     for (size_t b = 0; b < preview_buckets.size(); ++b) {
-      if (static_cast<int>(b % static_cast<size_t>(world)) == rank) mine.push_back(preview_buckets[b]);
+      const int owner = rank0_previews ? 0 : static_cast<int>(b % static_cast<size_t>(world));
+      if (owner == rank) mine.push_back(preview_buckets[b]);
     }
-    if (mine.empty()) return;
-    for (const auto& p : diffusion::render_previews(net, mine, preview_opts, (fs::path(cfg.work_dir) / "previews").string(),
-                                                    fmt::format("step{:06d}", step))) {
-      log::info("preview: {}", p);
+    if (rank0_previews && !main_rank) {
+      rt->wait_for_work(work, 0);
+      return;
     }
+    auto opts = preview_opts;
+    int64_t evaluations = 0;
+    if (rank0_previews) opts.on_step = [&] { rt->work_progress(work, ++evaluations); };
+    if (!mine.empty()) {
+      for (const auto& p : diffusion::render_previews(net, mine, opts, (fs::path(cfg.work_dir) / "previews").string(),
+                                                      fmt::format("step{:06d}", step))) {
+        log::info("preview: {}", p);
+      }
+    }
+    if (rank0_previews) rt->work_done(work);
   };
 
   std::signal(SIGINT, on_stop_signal);
@@ -251,17 +265,25 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
       double sq = 0;
       for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
       const double grad_norm = std::sqrt(sq);
-      // The step's agreement: one all-reduce of (stop, non-finite, loss, bad, reads).
+      // The step's agreement: one all-reduce of (non-finite, loss, bad, reads, and a
+      // "stop requested" slot per rank, so every rank can name who asked).
       const auto [bad, reads] = guard.local();
-      auto flags = torch::tensor({g_stop_signal.load() != 0 ? 1.0 : 0.0,
-                                  std::isfinite(local_loss) && std::isfinite(grad_norm) ? 0.0 : 1.0, local_loss, bad, reads},
-                                 torch::dtype(torch::kFloat64).device(device));
+      std::vector<double> mine = {std::isfinite(local_loss) && std::isfinite(grad_norm) ? 0.0 : 1.0, local_loss, bad,
+                                  reads};
+      mine.resize(4 + static_cast<size_t>(world), 0.0);
+      if (g_stop_signal.load() != 0) mine[4 + static_cast<size_t>(rank)] = 1.0;
+      auto flags = torch::tensor(mine, torch::dtype(torch::kFloat64)).to(device);
       rt->all_reduce(flags);
       flags = flags.to(torch::kCPU);
-      const bool stop_requested = flags[0].item<double>() > 0;
-      const bool nonfinite = flags[1].item<double>() > 0;
-      const double loss_mean = flags[2].item<double>() / world;
-      guard.decide(flags[3].item<double>(), flags[4].item<double>());
+      const auto f = flags.accessor<double, 1>();
+      const bool nonfinite = f[0] > 0;
+      const double loss_mean = f[1] / world;
+      std::vector<int> stop_ranks;
+      for (int r = 0; r < world; ++r) {
+        if (f[4 + r] > 0) stop_ranks.push_back(r);
+      }
+      const bool stop_requested = !stop_ranks.empty();
+      guard.decide(f[2], f[3]);
 
       if (nonfinite) {
         ++skipped;
@@ -328,11 +350,20 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         iv.reset(loader.wait_seconds());
       }
       if (t.visualize && t.eval_sampling_steps > 0 && global_step % t.eval_sampling_steps == 0 && global_step != total) {
-        render_previews(global_step);
+        render_previews(global_step, "train.eval_sampling_steps");
+      } else if (t.visualize && t.preview_every_epochs > 0 && step + 1 == plan.steps() &&
+                 (epoch + 1) % t.preview_every_epochs == 0 && global_step != total) {
+        render_previews(global_step, fmt::format("end of epoch {}", epoch + 1));
+      }
+      if (const char* inject = std::getenv("SANA_TEST_FAIL_AT"); inject != nullptr &&
+          std::string(inject) == fmt::format("{}:{}", rank, global_step)) {
+        // Tests only: a data error on one rank in the middle of an epoch.
+        throw data::LoaderError(fmt::format("injected data error at step {} (SANA_TEST_FAIL_AT)", global_step));
       }
       if (stop_requested) {
         stop_signal_seen = 1;
-        log::info("stop requested (SIGINT/SIGTERM on some rank): every rank stops after step {}", global_step);
+        log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
+                  fmt::join(stop_ranks, ", "), global_step);
         stopped = true;
         break;
       }
@@ -340,7 +371,7 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   }
 
   // --- The end ----------------------------------------------------------------------------
-  if (t.visualize) render_previews(global_step);
+  if (t.visualize) render_previews(global_step, "end of training");
   const auto sums = rt->all_gather("final weights checksum", weights_checksum(*net));
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
     throw dist::Disagreement(fmt::format("parameters differ between ranks after step {}: checksums {}", global_step,
