@@ -5,6 +5,7 @@ Gloo with AdamW on random data, printing samples/s. Run under torchrun:
   python3 -m torch.distributed.run --nproc_per_node 2 scripts/bench_ddp_python.py PRESET STEPS SIDE BATCH
 """
 import math
+import os
 import sys
 import time
 
@@ -102,7 +103,7 @@ def main():
     side = int(sys.argv[3]) if len(sys.argv) > 3 else 64
     batch = int(sys.argv[4]) if len(sys.argv) > 4 else 4
     dist.init_process_group("gloo")
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
     model = nn.parallel.DistributedDataParallel(SanaMS(*PRESETS[preset]))

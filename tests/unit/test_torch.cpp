@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <fstream>
 #include <regex>
@@ -12,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/data/distributed_sampler.h"
+#include "sana/dist/runtime.h"
 #include "test_support.h"
 
 using sana::test::run_command;
@@ -33,6 +36,19 @@ TEST_CASE("LibTorch calls OpenBLAS, not the reference BLAS", "[torch][blas]") {
   }
   INFO("BLAS in use: " << blas << " (scripts/install_deps.sh selects OpenBLAS)");
   CHECK(blas.find("openblas") != std::string::npos);
+}
+
+TEST_CASE("each process limits OpenBLAS's own thread pool, not only LibTorch's", "[torch][blas]") {
+  // Two processes on two cores with OpenBLAS's default pool (one thread per core each)
+  // oversubscribe the machine: a SanaMS_small step took 3.0 s instead of 2.3 s.
+  using GetThreads = int (*)();
+  const auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  REQUIRE(get != nullptr);  // OpenBLAS is the BLAS (the test above)
+  const int before = torch::get_num_threads();
+  sana::dist::set_compute_threads(1);
+  CHECK(get() == 1);
+  CHECK(torch::get_num_threads() == 1);
+  sana::dist::set_compute_threads(before);
 }
 
 TEST_CASE("a short training run on real images lowers the loss", "[torch][train]") {

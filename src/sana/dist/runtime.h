@@ -128,6 +128,9 @@ class Runtime {
   bool finished_ = false;
 };
 
+// LibTorch's intra-op threads and OpenBLAS's own pool, both set to `threads`.
+void set_compute_threads(int threads);
+
 // The store key prefix every sana-train rank uses (inside torchrun's attempt prefix).
 constexpr const char* kStorePrefix = "sana/";
 
