@@ -1,5 +1,7 @@
 #include "sana/model/sana_ms.h"
 
+#include "sana/model/autocast.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
@@ -221,6 +223,9 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     ctx->saved_data["has_bias"] = bias.has_value();
     if (bias) ctx->saved_data["bias"] = bias->detach();
     ctx->saved_data["params"] = static_cast<int64_t>(params.size());
+    const auto amp = AutocastState::current();  // the recompute runs under the same autocast
+    ctx->saved_data["amp"] = amp.enabled;
+    ctx->saved_data["amp_dtype"] = static_cast<int64_t>(amp.dtype);
     return {block->forward(x, y ? *y : torch::Tensor(), t0, bias ? *bias : torch::Tensor(), h, w)};
   }
 
@@ -237,6 +242,7 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
+      AutocastGuard amp(AutocastState{d["amp"].toBool(), static_cast<at::ScalarType>(d["amp_dtype"].toInt())});
       out = block->forward(x, y, t0, bias, d["h"].toInt(), d["w"].toInt());
     }
     std::vector<torch::Tensor> inputs;

@@ -19,6 +19,7 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/preview.h"
 #include "sana/dist/runtime.h"
+#include "sana/model/autocast.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
@@ -133,6 +134,12 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   }
   rt->agree("model weights after the broadcast", weights_checksum(*net));
 
+  const auto amp = model::autocast_for(device, cfg.model.mixed_precision);
+  if (!device.is_cuda() && cfg.model.mixed_precision != "fp32") {
+    log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32", cfg.model.mixed_precision);
+  } else if (amp.enabled && cfg.model.mixed_precision == "fp16") {
+    log::warn("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
+  }
   std::optional<model::FrozenVae> vae;
   if (cfg.vae.vae_type == "torchscript" && !cfg.data.load_vae_feat) vae = model::FrozenVae::load(cfg.vae, device);
   std::optional<model::FrozenTextEncoder> text;
@@ -255,7 +262,11 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         }
         cond.drop = fb.dropped;
         sync.begin_backward(micro == accumulation - 1);
-        auto loss = diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, cond), fb.target) / static_cast<double>(accumulation);
+        torch::Tensor loss;
+        {
+          model::AutocastGuard autocast(amp);
+          loss = diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, cond), fb.target) / static_cast<double>(accumulation);
+        }
         loss.backward();
         local_loss += loss.item<double>();
       }

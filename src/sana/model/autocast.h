@@ -1,0 +1,67 @@
+// Mixed precision on CUDA (model.mixed_precision bf16 / fp16): LibTorch's autocast, whose
+// C++ API changed in 2.4 (device-generic calls) — both are handled here. CPU runs stay in
+// fp32 (the linear attention is fp32 anyway with model.fp32_attention). The state can be
+// captured and re-entered, so a checkpointed block recomputes under the same autocast in
+// the backward pass (which runs on autograd's thread, outside the caller's guard).
+#pragma once
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <string>
+
+namespace sana::model {
+
+struct AutocastState {
+  bool enabled = false;
+  at::ScalarType dtype = at::kBFloat16;
+
+  static AutocastState current() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+#else
+    return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
+#endif
+  }
+  void apply() const {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+#else
+    at::autocast::set_enabled(enabled);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+  }
+};
+
+// Enters `state` for its lifetime (restoring the previous one after, and dropping
+// autocast's cast cache when leaving an enabled region, as torch.autocast does).
+class AutocastGuard {
+ public:
+  explicit AutocastGuard(const AutocastState& state) : previous_(AutocastState::current()) {
+    state.apply();
+    entered_ = state.enabled;
+  }
+  ~AutocastGuard() {
+    previous_.apply();
+    if (entered_ && !previous_.enabled) at::autocast::clear_cache();
+  }
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  AutocastState previous_;
+  bool entered_ = false;
+};
+
+// The autocast a run uses: bf16 / fp16 on CUDA per model.mixed_precision, none on CPU.
+inline AutocastState autocast_for(const torch::Device& device, const std::string& mixed_precision) {
+  AutocastState s;
+  if (!device.is_cuda() || mixed_precision == "fp32") return s;
+  s.enabled = true;
+  s.dtype = mixed_precision == "fp16" ? at::kHalf : at::kBFloat16;
+  return s;
+}
+
+}  // namespace sana::model
