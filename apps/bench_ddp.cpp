@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   config::OptimizerConfig oc;
   oc.betas = {0.9, 0.999};
   oc.eps = {1e-10};
-  auto opt = train::make_optimizer(oc, params);
+  auto opt = train::make_optimizer(oc, named);
   std::vector<double> times[2];
   {
     train::GradSync plain(*rt, named, 25.0, 1.0, false);

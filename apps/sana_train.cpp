@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "sana/ckpt/checkpoint.h"
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
 #include "sana/data/check_data.h"
@@ -52,6 +53,7 @@ std::string help_footer() {
       "  sana-train model --config FILE [--json]   parameters per module and FLOPs per bucket\n"
       "  sana-train preview --config FILE [--weights F] [--out DIR]   sample preview grids\n"
       "  sana-train report WORK_DIR   plots and a summary of a run's metrics\n"
+      "  sana-train inspect CHECKPOINT|WORK_DIR   what a checkpoint holds, checksums verified\n"
       "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
@@ -221,6 +223,9 @@ int main(int argc, char** argv) {
       config_path);
   preview_sub->add_option("--weights", preview_cmd.weights, "model weights (.safetensors or torch.save'd)");
   preview_sub->add_option("--out", preview_cmd.out, "output folder (default: <work_dir>/previews)");
+  std::string inspect_path;
+  auto* inspect_sub = app.add_subcommand("inspect", "what a checkpoint holds; verifies its checksums (exit 1 if bad)");
+  inspect_sub->add_option("checkpoint", inspect_path, "a checkpoint folder, or a work_dir (its latest)")->required();
   std::string report_dir;
   auto* report_sub = app.add_subcommand("report", "plots (PNG) and a summary of a run from its metrics.jsonl");
   report_sub->add_option("work_dir", report_dir, "the run's work_dir")->required();
@@ -256,6 +261,7 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   if (report_sub->parsed()) return train::run_report_command(report_dir);
+  if (inspect_sub->parsed()) return ckpt::run_inspect_command(inspect_path);
   if (index->parsed()) {
     try {
       return data::run_index_command(index_cmd);

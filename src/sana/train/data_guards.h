@@ -37,6 +37,12 @@ class BadSampleGuard {
     return {static_cast<double>(bad_), static_cast<double>(reads_)};
   }
   void decide(double total_bad, double total_reads) const;
+  // A resumed run continues the counts (each rank restores the run-wide totals on rank 0
+  // only, so the sums stay right).
+  void restore(int64_t bad, int64_t reads) {
+    bad_ = bad;
+    reads_ = reads;
+  }
 
  private:
   double max_fraction_;

@@ -2,28 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace sana::train {
 
 namespace {
-
-class AdamW : public Optimizer {
- public:
-  AdamW(const std::vector<torch::Tensor>& params, const config::OptimizerConfig& o)
-      : opt_(params, torch::optim::AdamWOptions(o.lr)
-                         .betas({o.betas.at(0), o.betas.at(1)})
-                         .eps(o.eps.at(0))
-                         .weight_decay(o.weight_decay)) {}
-  void step(double lr) override {
-    for (auto& group : opt_.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-    opt_.step();
-  }
-  const char* name() const override { return "AdamW"; }
-
- private:
-  torch::optim::AdamW opt_;
-};
 
 // A matrix view of a factored parameter: 2-D as is, a 1x1 convolution as [out, in].
 torch::Tensor as_matrix(const torch::Tensor& t) { return t.dim() == 2 ? t : t.reshape({t.size(0), t.size(1)}); }
@@ -37,10 +22,74 @@ torch::Tensor approx(const torch::Tensor& row, const torch::Tensor& col) {
 
 }  // namespace
 
-Came::Came(std::vector<torch::Tensor> params, std::vector<double> betas, std::vector<double> eps,
-           double weight_decay, double clip_threshold)
-    : params_(std::move(params)),
-      state_(params_.size()),
+NamedParams StatefulOptimizer::state() const {
+  NamedParams out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& st = state_[i];
+    if (st.step == 0) continue;
+    out.emplace_back(params_[i].first + "/step", torch::tensor({st.step}, torch::kInt64));
+    for (const auto& [n, t] : st.tensors) out.emplace_back(params_[i].first + "/" + n, t);
+  }
+  return out;
+}
+
+void StatefulOptimizer::load_state(const NamedParams& saved) {
+  std::map<std::string, torch::Tensor> by_name(saved.begin(), saved.end());
+  std::vector<State> loaded(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string prefix = params_[i].first + "/";
+    const auto step = by_name.find(prefix + "step");
+    if (step == by_name.end()) continue;  // never stepped
+    loaded[i].step = step->second.item<int64_t>();
+    for (auto it = by_name.lower_bound(prefix); it != by_name.end() && it->first.rfind(prefix, 0) == 0; ++it) {
+      if (it->first == prefix + "step") continue;
+      loaded[i].tensors[it->first.substr(prefix.size())] =
+          it->second.to(params_[i].second.device(), torch::kFloat32).clone();
+    }
+  }
+  for (const auto& [name, t] : saved) {
+    const auto slash = name.rfind('/');
+    const bool known = std::any_of(params_.begin(), params_.end(),
+                                   [&](const auto& p) { return p.first == name.substr(0, slash); });
+    if (!known) throw std::invalid_argument(fmt::format("optimizer state for unknown parameter '{}'", name));
+  }
+  state_ = std::move(loaded);
+}
+
+AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay)
+    : StatefulOptimizer(std::move(params)),
+      beta1_(betas.at(0)),
+      beta2_(betas.at(1)),
+      eps_(eps),
+      weight_decay_(weight_decay) {}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    auto& st = state_[i];
+    const auto& g = p.grad();
+    auto& m = st.get("exp_avg");
+    auto& v = st.get("exp_avg_sq");
+    if (st.step == 0) {
+      m = torch::zeros_like(p);
+      v = torch::zeros_like(p);
+    }
+    ++st.step;
+    p.mul_(1 - lr * weight_decay_);
+    m.mul_(beta1_).add_(g, 1 - beta1_);
+    v.mul_(beta2_).addcmul_(g, g, 1 - beta2_);
+    const double bias1 = 1 - std::pow(beta1_, static_cast<double>(st.step));
+    const double bias2 = 1 - std::pow(beta2_, static_cast<double>(st.step));
+    const auto denom = (v.sqrt() / std::sqrt(bias2)).add_(eps_);
+    p.addcdiv_(m, denom, -lr / bias1);
+  }
+}
+
+Came::Came(NamedParams params, std::vector<double> betas, std::vector<double> eps, double weight_decay,
+           double clip_threshold)
+    : StatefulOptimizer(std::move(params)),
       beta1_(betas.at(0)),
       beta2_(betas.at(1)),
       beta3_(betas.at(2)),
@@ -56,23 +105,30 @@ bool Came::factored(at::IntArrayRef s) {
 void Came::step(double lr) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i];
+    auto& p = params_[i].second;
     if (!p.grad().defined()) continue;
-    auto& st = state_[i];
+    auto& s = state_[i];
     const bool fac = factored(p.sizes());
     const auto grad = fac ? as_matrix(p.grad()).to(torch::kFloat32) : p.grad().to(torch::kFloat32);
-    if (st.step == 0) {
-      st.exp_avg = torch::zeros_like(grad);
+    if (s.step == 0) {
+      s.get("exp_avg") = torch::zeros_like(grad);
       if (fac) {
-        st.row = torch::zeros({grad.size(0)}, grad.options());
-        st.col = torch::zeros({grad.size(1)}, grad.options());
-        st.res_row = torch::zeros({grad.size(0)}, grad.options());
-        st.res_col = torch::zeros({grad.size(1)}, grad.options());
+        s.get("exp_avg_sq_row") = torch::zeros({grad.size(0)}, grad.options());
+        s.get("exp_avg_sq_col") = torch::zeros({grad.size(1)}, grad.options());
+        s.get("exp_avg_res_row") = torch::zeros({grad.size(0)}, grad.options());
+        s.get("exp_avg_res_col") = torch::zeros({grad.size(1)}, grad.options());
       } else {
-        st.exp_avg_sq = torch::zeros_like(grad);
+        s.get("exp_avg_sq") = torch::zeros_like(grad);
       }
     }
-    ++st.step;
+    ++s.step;
+    struct Refs {
+      torch::Tensor &exp_avg, &exp_avg_sq, &row, &col, &res_row, &res_col;
+    };
+    torch::Tensor none;
+    Refs st{s.get("exp_avg"), fac ? none : s.get("exp_avg_sq"), fac ? s.get("exp_avg_sq_row") : none,
+            fac ? s.get("exp_avg_sq_col") : none, fac ? s.get("exp_avg_res_row") : none,
+            fac ? s.get("exp_avg_res_col") : none};
     torch::Tensor update = grad * grad + eps1_;
     if (fac) {
       st.row.mul_(beta2_).add_(update.mean(-1), 1 - beta2_);
@@ -101,10 +157,9 @@ void Came::step(double lr) {
   }
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o,
-                                          const std::vector<torch::Tensor>& params) {
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, const NamedParams& params) {
   if (o.type == "CAME") return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay);
-  if (o.type == "AdamW") return std::make_unique<AdamW>(params, o);
+  if (o.type == "AdamW") return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
   throw std::invalid_argument(fmt::format("train.optimizer.type: unknown optimizer '{}'", o.type));
 }
 

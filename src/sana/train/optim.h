@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,38 +16,67 @@
 
 namespace sana::train {
 
+using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step(double lr) = 0;  // uses each parameter's .grad
   virtual const char* name() const = 0;
+  // Every state tensor as "<parameter name>/<state name>" (for checkpoints); "step" is a
+  // one-element int64 tensor. Parameters that never stepped have no entries.
+  virtual NamedParams state() const = 0;
+  // Restores state() output; throws std::invalid_argument naming a missing or mis-shaped
+  // entry.
+  virtual void load_state(const NamedParams& state) = 0;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg,
-                                          const std::vector<torch::Tensor>& params);
+std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, const NamedParams& params);
 
 // train.optimizer.lr, times sqrt(global_batch_size / 256) when train.auto_lr is "sqrt".
 double peak_learning_rate(const config::TrainConfig& t);
 // The rate at optimizer step `step` (from 0) of `total_steps`.
 double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps);
 
-// CAME, exposed for its tests.
-class Came : public Optimizer {
+// Per-parameter state tensors by name, shared by the optimizers below.
+class StatefulOptimizer : public Optimizer {
  public:
-  Came(std::vector<torch::Tensor> params, std::vector<double> betas, std::vector<double> eps,
-       double weight_decay, double clip_threshold = 1.0);
+  explicit StatefulOptimizer(NamedParams params) : params_(std::move(params)), state_(params_.size()) {}
+  NamedParams state() const override;
+  void load_state(const NamedParams& state) override;
+
+ protected:
+  struct State {
+    int64_t step = 0;
+    std::map<std::string, torch::Tensor> tensors;  // references stay valid as it grows
+    torch::Tensor& get(const std::string& name) { return tensors[name]; }
+  };
+  NamedParams params_;
+  std::vector<State> state_;
+};
+
+// AdamW as torch.optim.AdamW computes it (decoupled weight decay, bias correction).
+class AdamW : public StatefulOptimizer {
+ public:
+  AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay);
+  void step(double lr) override;
+  const char* name() const override { return "AdamW"; }
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+};
+
+// CAME, exposed for its tests.
+class Came : public StatefulOptimizer {
+ public:
+  Came(NamedParams params, std::vector<double> betas, std::vector<double> eps, double weight_decay,
+       double clip_threshold = 1.0);
   void step(double lr) override;
   const char* name() const override { return "CAME"; }
   // Whether a parameter of this shape keeps factored (row, column) statistics.
   static bool factored(at::IntArrayRef shape);
 
  private:
-  struct State {
-    int64_t step = 0;
-    torch::Tensor exp_avg, exp_avg_sq, row, col, res_row, res_col;
-  };
-  std::vector<torch::Tensor> params_;
-  std::vector<State> state_;
   double beta1_, beta2_, beta3_, eps1_, eps2_, weight_decay_, clip_;
 };
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "sana/util/exit_codes.h"
@@ -71,6 +72,11 @@ Report write_report(const std::string& work_dir) {
       ++bad_lines;  // a line cut by a crash: the rest still plots
     }
   }
+  // A resumed run appends to the file: the last record of a step wins.
+  std::map<int64_t, Row> by_step;
+  for (const auto& row : rows) by_step[row.step] = row;
+  rows.clear();
+  for (const auto& [step, row] : by_step) rows.push_back(row);
   if (rows.empty()) {
     r.error = fmt::format("{} holds no steps", metrics.string());
     return r;

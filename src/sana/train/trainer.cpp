@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "sana/ckpt/checkpoint.h"
 #include "sana/ckpt/safetensors.h"
 #include "sana/config/loader.h"
 #include "sana/data/dataset.h"
@@ -154,10 +155,63 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
     params.push_back(p.value());
   }
   GradSync sync(*rt, named, cfg.ddp.bucket_cap_mb);
-  auto optimizer = make_optimizer(t.optimizer, params);
+  auto optimizer = make_optimizer(t.optimizer, named);
+  std::pair<int64_t, int64_t> guard_restore{0, 0};  // bad samples, reads (rank 0 carries the totals)
   std::vector<torch::Tensor> ema;
   if (t.ema_rate > 0) {
     for (const auto& p : params) ema.push_back(p.detach().clone());
+  }
+
+  // --- Resume: rank 0 picks the checkpoint, every rank loads that one ---------------------
+  ckpt::TrainerState resume;
+  if (!cfg.resume_from.empty()) {
+    std::string chosen;
+    if (main_rank) {
+      if (cfg.resume_from == "latest") {
+        const auto r = ckpt::resolve_latest(cfg.work_dir);
+        for (const auto& w : r.warnings) log::warn("resume_from latest: {}", w);
+        chosen = r.path;
+        if (chosen.empty()) log::info("resume_from latest: no checkpoint in {}/checkpoints; starting fresh", cfg.work_dir);
+      } else {
+        chosen = cfg.resume_from;
+      }
+    }
+    chosen = rt->broadcast_string(chosen);
+    if (!chosen.empty()) {
+      const auto start = Clock::now();
+      auto snap = ckpt::read_checkpoint(chosen);
+      resume = snap.state;
+      if (resume.global_batch_size != t.global_batch_size || resume.seed != t.seed || resume.model != spec.name) {
+        throw std::invalid_argument(fmt::format(
+            "resume_from {}: the checkpoint was trained with train.global_batch_size {}, train.seed {} and {}; "
+            "this run has {}, {} and {}. Keep them to continue the same sample stream (any world size that "
+            "divides the global batch works)",
+            chosen, resume.global_batch_size, resume.seed, resume.model, t.global_batch_size, t.seed, spec.name));
+      }
+      std::map<std::string, torch::Tensor> saved(snap.model.begin(), snap.model.end());
+      torch::NoGradGuard no_grad;
+      auto copy_into = [&](const std::string& name, torch::Tensor& dst, const std::map<std::string, torch::Tensor>& from) {
+        const auto it = from.find(name);
+        if (it == from.end() || it->second.sizes() != dst.sizes()) {
+          throw ckpt::CheckpointError(fmt::format("resume_from {}: '{}' is missing or has another shape", chosen, name));
+        }
+        dst.copy_(it->second);
+      };
+      for (auto& p : net->named_parameters()) copy_into(p.key(), p.value(), saved);
+      for (auto& b : net->named_buffers()) copy_into(b.key(), b.value(), saved);
+      if (!ema.empty()) {
+        std::map<std::string, torch::Tensor> saved_ema(snap.ema.begin(), snap.ema.end());
+        for (size_t i = 0; i < named.size(); ++i) copy_into(named[i].first, ema[i], saved_ema);
+      }
+      optimizer->load_state(snap.optimizer);
+      if (main_rank) guard_restore = {resume.bad_samples, resume.reads};
+      log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", chosen,
+                resume.world_size, resume.world_size == 1 ? "" : "es", resume.epoch + 1, resume.step_in_epoch,
+                resume.global_step, std::chrono::duration<double>(Clock::now() - start).count());
+      if (resume.config_hash != config::config_fingerprint(cfg)) {
+        log::info("the config differs from the checkpoint's (allowed: e.g. a new learning rate or max_steps)");
+      }
+    }
   }
 
   // --- How long ------------------------------------------------------------------------
@@ -173,7 +227,10 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   // --- Outputs (rank 0) ------------------------------------------------------------------
   std::ofstream metrics;
   if (main_rank) {
-    metrics.open(fs::path(cfg.work_dir) / "metrics.jsonl", std::ios::trunc);
+    // A resumed run continues the same file (steps after the checkpoint replace nothing:
+    // the file may hold steps past the checkpoint from the interrupted run; report reads
+    // the last line of each step).
+    metrics.open(fs::path(cfg.work_dir) / "metrics.jsonl", resume.global_step > 0 ? std::ios::app : std::ios::trunc);
     if (!metrics) throw std::runtime_error(fmt::format("cannot write {}/metrics.jsonl", cfg.work_dir));
   }
   auto preview_opts = diffusion::preview_options_for(cfg);
@@ -216,18 +273,60 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
 
   // --- The loop --------------------------------------------------------------------------
   BadSampleGuard guard(cfg.data.max_bad_fraction);
-  int64_t global_step = 0, skipped = 0, consecutive_nonfinite = 0;
+  guard.restore(guard_restore.first, guard_restore.second);
+  int64_t global_step = resume.global_step, skipped = resume.skipped_steps, consecutive_nonfinite = 0;
+  double total_bad = static_cast<double>(resume.bad_samples), total_reads = static_cast<double>(resume.reads);
+  std::unique_ptr<std::ofstream> ids_log;
+  if (std::getenv("SANA_TEST_LOG_IDS")) {
+    ids_log = std::make_unique<std::ofstream>(fs::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world),
+                                              std::ios::app);
+  }
+  // Checkpoints: rank 0 snapshots the state and a background thread writes it.
+  ckpt::AsyncSaver saver;
+  int64_t last_saved = -1;
+  auto save_checkpoint = [&](int64_t epoch_next, int64_t step_next, const char* why) {
+    if (global_step == last_saved) return;
+    last_saved = global_step;
+    if (!main_rank) return;
+    const auto start = Clock::now();
+    ckpt::Snapshot snap;
+    for (const auto& p : net->named_parameters()) snap.model.emplace_back(p.key(), p.value().detach().to(torch::kCPU).clone());
+    for (const auto& b : net->named_buffers()) snap.model.emplace_back(b.key(), b.value().detach().to(torch::kCPU).clone());
+    for (size_t i = 0; i < ema.size(); ++i) snap.ema.emplace_back(named[i].first, ema[i].to(torch::kCPU).clone());
+    for (const auto& [n, v] : optimizer->state()) snap.optimizer.emplace_back(n, v.to(torch::kCPU).clone());
+    auto& st = snap.state;
+    st.epoch = epoch_next;
+    st.step_in_epoch = step_next;
+    st.global_step = global_step;
+    st.consumed_samples = global_step * t.global_batch_size;
+    st.global_batch_size = t.global_batch_size;
+    st.seed = t.seed;
+    st.world_size = world;
+    st.model = spec.name;
+    st.config_hash = config::config_fingerprint(cfg);
+    st.bad_samples = static_cast<int64_t>(total_bad);
+    st.reads = static_cast<int64_t>(total_reads);
+    st.skipped_steps = skipped;
+    const double previous = saver.last_write_seconds();
+    saver.save(cfg.work_dir, std::move(snap), cfg.ckpt.keep_last_n);
+    if (!cfg.ckpt.async_save) saver.wait();
+    const double blocked = std::chrono::duration<double>(Clock::now() - start).count();
+    log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(global_step), why, blocked,
+              cfg.ckpt.async_save ? fmt::format(" (previous write took {:.3f} s in the background)", previous)
+                                  : fmt::format(" (synchronous write {:.3f} s)", saver.last_write_seconds()));
+  };
   double first_loss = NAN, last_loss = NAN;
   const auto run_start = Clock::now();
   Interval iv;
   bool stopped = false;
   int stop_signal_seen = 0;
-  for (int64_t epoch = 0; epoch < t.num_epochs && global_step < total && !stopped; ++epoch) {
+  for (int64_t epoch = resume.epoch; epoch < t.num_epochs && global_step < total && !stopped; ++epoch) {
     const auto plan = dataset.plan(epoch);
     agree_on_epoch_plan(*rt, plan);
-    data::Loader loader(dataset, plan, loader_options(cfg, rank, world));
+    const int64_t first_step = epoch == resume.epoch ? resume.step_in_epoch : 0;
+    data::Loader loader(dataset, plan, loader_options(cfg, rank, world), first_step);
     iv.reset(loader.wait_seconds());
-    for (int64_t step = 0; step < plan.steps() && global_step < total; ++step) {
+    for (int64_t step = first_step; step < plan.steps() && global_step < total; ++step) {
       if (cfg.ddp.broadcast_buffers) {
         torch::NoGradGuard no_grad;
         for (auto& b : net->buffers()) rt->broadcast(b);
@@ -239,6 +338,9 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         auto batch = loader.next();
         if (!batch) throw std::runtime_error(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
         guard.add(*batch);
+        if (ids_log) {  // tests only (SANA_TEST_LOG_IDS): the planned ids each rank trained on
+          *ids_log << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << '\n';
+        }
         torch::Tensor x0 = cfg.data.load_vae_feat ? batch->latents : batch->images;
         height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * spec.downsample;
         width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * spec.downsample;
@@ -295,6 +397,8 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
       }
       const bool stop_requested = !stop_ranks.empty();
       guard.decide(f[2], f[3]);
+      total_bad = f[2];
+      total_reads = f[3];
 
       if (nonfinite) {
         ++skipped;
@@ -371,6 +475,17 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         // Tests only: a data error on one rank in the middle of an epoch.
         throw data::LoaderError(fmt::format("injected data error at step {} (SANA_TEST_FAIL_AT)", global_step));
       }
+      const bool epoch_end = step + 1 == plan.steps();
+      const int64_t next_epoch = epoch_end ? epoch + 1 : epoch, next_step = epoch_end ? 0 : step + 1;
+      if (t.save_model_steps > 0 && global_step % t.save_model_steps == 0) {
+        save_checkpoint(next_epoch, next_step, "train.save_model_steps");
+      } else if (epoch_end && t.save_model_epochs > 0 && (epoch + 1) % t.save_model_epochs == 0) {
+        save_checkpoint(next_epoch, next_step, "train.save_model_epochs");
+      } else if (stop_requested) {
+        save_checkpoint(next_epoch, next_step, "stop request");
+      } else if (global_step == total) {
+        save_checkpoint(next_epoch, next_step, "end of training");
+      }
       if (stop_requested) {
         stop_signal_seen = 1;
         log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
@@ -409,6 +524,8 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
     if (!rep.error.empty()) log::warn("report: {}", rep.error);
     for (const auto& p : rep.plots) log::info("plot: {}", p);
   }
+  saver.wait();
+  if (main_rank && last_saved >= 0) log::info("checkpoint: {}", saver.last_path());
   rt->finish();
   return kExitOk;
 }

@@ -1,0 +1,289 @@
+#include "sana/ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "sana/util/exit_codes.h"
+
+namespace fs = std::filesystem;
+
+namespace sana::ckpt {
+
+namespace {
+
+const char* kFiles[] = {"model.safetensors", "ema.safetensors", "optimizer.safetensors"};
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0) throw CheckpointError(fmt::format("cannot open '{}' to sync it: {}", p.string(), std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(fmt::format("fsync of '{}' failed: {}", p.string(), std::strerror(errno)));
+}
+
+std::string file_checksum(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw CheckpointError(fmt::format("'{}' is missing", p.string()));
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return fmt::format("{:016x}", h);
+}
+
+nlohmann::ordered_json to_json(const TrainerState& s) {
+  return {{"format", "sana-train checkpoint 1"},
+          {"epoch", s.epoch},
+          {"step_in_epoch", s.step_in_epoch},
+          {"global_step", s.global_step},
+          {"consumed_samples", s.consumed_samples},
+          {"global_batch_size", s.global_batch_size},
+          {"seed", s.seed},
+          {"world_size_at_save", s.world_size},
+          {"model", s.model},
+          {"config_hash", s.config_hash},
+          {"bad_samples", s.bad_samples},
+          {"samples_read", s.reads},
+          {"skipped_steps", s.skipped_steps},
+          {"checksums", s.checksums}};
+}
+
+TrainerState from_json(const nlohmann::json& j) {
+  TrainerState s;
+  s.epoch = j.at("epoch");
+  s.step_in_epoch = j.at("step_in_epoch");
+  s.global_step = j.at("global_step");
+  s.consumed_samples = j.at("consumed_samples");
+  s.global_batch_size = j.at("global_batch_size");
+  s.seed = j.at("seed");
+  s.world_size = j.at("world_size_at_save");
+  s.model = j.at("model");
+  s.config_hash = j.at("config_hash");
+  s.bad_samples = j.value("bad_samples", int64_t{0});
+  s.reads = j.value("samples_read", int64_t{0});
+  s.skipped_steps = j.value("skipped_steps", int64_t{0});
+  s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
+  return s;
+}
+
+// The checkpoint folders in work_dir/checkpoints, oldest first.
+std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const auto name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void write_text_synced(const fs::path& p, const std::string& text) {
+  {
+    std::ofstream out(p, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw CheckpointError(fmt::format("cannot write '{}'", p.string()));
+  }
+  fsync_path(p);
+}
+
+}  // namespace
+
+void (*checkpoint_test_hook)(const char* stage) = nullptr;
+
+namespace {
+void stage(const char* name) {
+  if (checkpoint_test_hook) checkpoint_test_hook(name);
+}
+}  // namespace
+
+std::string checkpoint_name(int64_t global_step) { return fmt::format("step_{:08d}", global_step); }
+
+std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t keep_last_n) {
+  const fs::path root = fs::path(work_dir) / "checkpoints";
+  fs::create_directories(root);
+  const std::string name = checkpoint_name(snap.state.global_step);
+  const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
+  const fs::path final_dir = root / name;
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  const NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
+  for (size_t i = 0; i < 3; ++i) {
+    const fs::path file = tmp / kFiles[i];
+    stage(kFiles[i]);
+    write_safetensors(file.string(), *parts[i], {{"checkpoint", name}});
+    fsync_path(file);
+    snap.state.checksums[kFiles[i]] = file_checksum(file);
+  }
+  stage("trainer_state.json");
+  write_text_synced(tmp / "trainer_state.json", to_json(snap.state).dump(2) + "\n");
+  fsync_path(tmp);
+  stage("rename");
+  fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
+  fs::rename(tmp, final_dir);
+  fsync_path(root);
+  // `latest` moves last, atomically.
+  stage("latest");
+  write_text_synced(root / "latest.tmp", name + "\n");
+  fs::rename(root / "latest.tmp", root / "latest");
+  fsync_path(root);
+  if (keep_last_n > 0) {
+    auto dirs = checkpoint_dirs(root);
+    while (static_cast<int64_t>(dirs.size()) > keep_last_n) {
+      if (dirs.front() != final_dir) fs::remove_all(dirs.front(), ec);
+      dirs.erase(dirs.begin());
+    }
+  }
+  return final_dir.string();
+}
+
+TrainerState verify_checkpoint(const std::string& dir) {
+  const fs::path d(dir);
+  nlohmann::json j;
+  try {
+    std::ifstream in(d / "trainer_state.json");
+    if (!in) throw CheckpointError(fmt::format("'{}' has no trainer_state.json", dir));
+    j = nlohmann::json::parse(in);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("'{}/trainer_state.json' is damaged: {}", dir, e.what()));
+  }
+  TrainerState s;
+  try {
+    s = from_json(j);
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("'{}/trainer_state.json' lacks a field: {}", dir, e.what()));
+  }
+  for (const char* file : kFiles) {
+    const auto it = s.checksums.find(file);
+    if (it == s.checksums.end()) throw CheckpointError(fmt::format("'{}': no checksum for {}", dir, file));
+    if (!fs::exists(d / file)) throw CheckpointError(fmt::format("'{}': {} is missing", dir, file));
+    const auto actual = file_checksum(d / file);
+    if (actual != it->second) {
+      throw CheckpointError(fmt::format("'{}': {} is damaged (checksum {} instead of {})", dir, file, actual,
+                                        it->second));
+    }
+  }
+  return s;
+}
+
+Snapshot read_checkpoint(const std::string& dir) {
+  Snapshot snap;
+  snap.state = verify_checkpoint(dir);
+  try {
+    snap.model = read_safetensors((fs::path(dir) / "model.safetensors").string()).tensors;
+    snap.ema = read_safetensors((fs::path(dir) / "ema.safetensors").string()).tensors;
+    snap.optimizer = read_safetensors((fs::path(dir) / "optimizer.safetensors").string()).tensors;
+  } catch (const SafetensorsError& e) {
+    throw CheckpointError(e.what());
+  }
+  return snap;
+}
+
+Resolved resolve_latest(const std::string& work_dir) {
+  const fs::path root = fs::path(work_dir) / "checkpoints";
+  Resolved r;
+  std::string named;
+  {
+    std::ifstream in(root / "latest");
+    if (in) std::getline(in, named);
+  }
+  std::vector<fs::path> candidates;
+  if (!named.empty()) candidates.push_back(root / named);
+  auto dirs = checkpoint_dirs(root);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    if (it->filename() != named) candidates.push_back(*it);
+  }
+  for (const auto& c : candidates) {
+    try {
+      verify_checkpoint(c.string());
+      r.path = c.string();
+      return r;
+    } catch (const CheckpointError& e) {
+      r.warnings.push_back(fmt::format("skipping {}: {}", c.filename().string(), e.what()));
+    }
+  }
+  return r;
+}
+
+int run_inspect_command(const std::string& path) {
+  std::string dir = path;
+  if (fs::exists(fs::path(path) / "checkpoints")) {  // a work_dir: its latest
+    const auto r = resolve_latest(path);
+    for (const auto& w : r.warnings) std::cerr << "warning: " << w << "\n";
+    if (r.path.empty()) {
+      std::cerr << "inspect: no valid checkpoint in " << path << "\n";
+      return kExitFailure;
+    }
+    dir = r.path;
+  }
+  try {
+    const auto snap = read_checkpoint(dir);
+    const auto& s = snap.state;
+    int64_t model_params = 0;
+    for (const auto& [n, t] : snap.model) model_params += t.numel();
+    std::cout << fmt::format(
+        "checkpoint {}\n"
+        "model {}: {} tensors, {} values; EMA {} tensors; optimizer {} state tensors\n"
+        "position: epoch {} step {} (global step {}, {} samples consumed)\n"
+        "global batch {}, seed {}, saved on {} process{}, config {}\n"
+        "bad samples {} of {} read, {} skipped steps\n"
+        "checksums: all {} files verified\n",
+        dir, s.model, snap.model.size(), model_params, snap.ema.size(), snap.optimizer.size(), s.epoch + 1,
+        s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed, s.world_size,
+        s.world_size == 1 ? "" : "es", s.config_hash, s.bad_samples, s.reads, s.skipped_steps, s.checksums.size());
+    return kExitOk;
+  } catch (const CheckpointError& e) {
+    std::cerr << "inspect: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+AsyncSaver::~AsyncSaver() {
+  try {
+    wait();
+  } catch (...) {
+  }
+}
+
+void AsyncSaver::save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n) {
+  wait();
+  thread_ = std::thread([this, work_dir, snap = std::move(snapshot), keep_last_n]() mutable {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      last_path_ = write_checkpoint(work_dir, std::move(snap), keep_last_n);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+    last_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+}
+
+void AsyncSaver::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) {
+    auto e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+}  // namespace sana::ckpt

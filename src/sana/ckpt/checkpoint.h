@@ -1,0 +1,97 @@
+// Checkpoints (../shared/DESIGN.md): one folder per checkpoint under
+// work_dir/checkpoints/step_NNNNNNNN/ with model.safetensors, ema.safetensors,
+// optimizer.safetensors (keyed "<parameter>/<state>") and trainer_state.json (position,
+// counters, and an xxh3 checksum of every other file), plus a `latest` file naming the
+// newest. Written into a temporary folder, every file fsynced, renamed into place, and
+// `latest` moved last: a crash at any moment leaves the old or the new checkpoint, never a
+// broken one named by `latest`. Reading verifies every checksum first.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sana/ckpt/safetensors.h"
+
+namespace sana::ckpt {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainerState {
+  int64_t epoch = 0;            // the epoch to continue in
+  int64_t step_in_epoch = 0;    // the next step of that epoch's plan
+  int64_t global_step = 0;      // optimizer steps done
+  int64_t consumed_samples = 0;
+  int64_t global_batch_size = 0;
+  int64_t seed = 0;
+  int64_t world_size = 0;       // at save; a resume may use any W that divides the batch
+  std::string model;
+  std::string config_hash;
+  int64_t bad_samples = 0, reads = 0, skipped_steps = 0;
+  std::map<std::string, std::string> checksums;  // file name -> xxh3-64 hex
+};
+
+struct Snapshot {
+  NamedTensors model, ema, optimizer;  // CPU tensors
+  TrainerState state;
+};
+
+std::string checkpoint_name(int64_t global_step);  // step_00001200
+
+// Writes the checkpoint atomically and points `latest` at it; then deletes all but the
+// newest keep_last_n (0 keeps all). Returns the checkpoint's folder.
+std::string write_checkpoint(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
+
+// Verifies the folder (trainer_state.json readable, every file present with its checksum)
+// and returns the state; throws CheckpointError saying what is wrong.
+TrainerState verify_checkpoint(const std::string& dir);
+// verify_checkpoint, then every tensor.
+Snapshot read_checkpoint(const std::string& dir);
+
+// `latest` in work_dir: the checkpoint it names if valid, else the newest valid one;
+// `warnings` says what was skipped and why. `path` is empty when none is valid.
+struct Resolved {
+  std::string path;
+  std::vector<std::string> warnings;
+};
+Resolved resolve_latest(const std::string& work_dir);
+
+// Tests only: called with a stage name ("model.safetensors", "trainer_state.json",
+// "rename", "latest") before each step of write_checkpoint, to simulate a crash there.
+extern void (*checkpoint_test_hook)(const char* stage);
+
+// `sana-train inspect CKPT`: what the checkpoint holds; exit 0 when valid, 1 when not.
+int run_inspect_command(const std::string& path);
+
+// Writes snapshots on a background thread, one at a time: save() waits for the previous
+// write first; wait() waits for the current one. A failed write is rethrown by the next
+// save() or wait().
+class AsyncSaver {
+ public:
+  AsyncSaver() = default;
+  ~AsyncSaver();
+  AsyncSaver(const AsyncSaver&) = delete;
+  AsyncSaver& operator=(const AsyncSaver&) = delete;
+  void save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
+  void wait();
+  double last_write_seconds() const { return last_seconds_; }
+  std::string last_path() const { return last_path_; }
+
+ private:
+  std::thread thread_;
+  std::exception_ptr error_;
+  double last_seconds_ = 0;
+  std::string last_path_;
+};
+
+}  // namespace sana::ckpt
