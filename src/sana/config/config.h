@@ -40,6 +40,7 @@ struct ModelConfig {
   bool qk_norm = false;
   double class_dropout_prob = 0.1;
   int64_t num_classes = 0;  // >0 without captions: class-conditional (labels from the data)
+  bool load_strict = true;  // load_from: every tensor must match (false: load what fits)
 };
 
 struct VaeConfig {

@@ -79,6 +79,8 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
   s.add("class_dropout_prob", m.class_dropout_prob, "caption/class dropout for guidance")
       .at_least(0)
       .at_most(1);
+  s.add("load_strict", m.load_strict,
+        "load_from: refuse missing, unexpected or mis-shaped tensors (false: load what fits, report the rest)");
   s.add("num_classes", m.num_classes,
         "without captions: >0 conditions on the data's class labels, 0 trains unconditionally")
       .at_least(0);

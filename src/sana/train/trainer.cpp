@@ -122,8 +122,12 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   const auto spec = model::spec_from_config(cfg);
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(t.seed)});
   if (!cfg.model.load_from.empty()) {
-    const auto report = model::load_weights(*net, cfg.model.load_from, /*strict=*/true);
-    log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
+    const auto report = model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
+    if (report.clean()) {
+      log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
+    } else {
+      log::warn("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
+    }
   }
   net->to(device);
   net->set_grad_checkpointing(t.grad_checkpointing);
@@ -199,9 +203,14 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
       };
       for (auto& p : net->named_parameters()) copy_into(p.key(), p.value(), saved);
       for (auto& b : net->named_buffers()) copy_into(b.key(), b.value(), saved);
-      if (!ema.empty()) {
+      if (!ema.empty() && !snap.ema.empty()) {
         std::map<std::string, torch::Tensor> saved_ema(snap.ema.begin(), snap.ema.end());
         for (size_t i = 0; i < named.size(); ++i) copy_into(named[i].first, ema[i], saved_ema);
+      } else if (!ema.empty()) {
+        log::warn("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", chosen);
+      }
+      if (snap.optimizer.empty() && resume.global_step > 0) {
+        log::warn("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", chosen);
       }
       optimizer->load_state(snap.optimizer);
       if (main_rank) guard_restore = {resume.bad_samples, resume.reads};
@@ -292,8 +301,12 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
     ckpt::Snapshot snap;
     for (const auto& p : net->named_parameters()) snap.model.emplace_back(p.key(), p.value().detach().to(torch::kCPU).clone());
     for (const auto& b : net->named_buffers()) snap.model.emplace_back(b.key(), b.value().detach().to(torch::kCPU).clone());
-    for (size_t i = 0; i < ema.size(); ++i) snap.ema.emplace_back(named[i].first, ema[i].to(torch::kCPU).clone());
-    for (const auto& [n, v] : optimizer->state()) snap.optimizer.emplace_back(n, v.to(torch::kCPU).clone());
+    if (cfg.ckpt.save_ema) {
+      for (size_t i = 0; i < ema.size(); ++i) snap.ema.emplace_back(named[i].first, ema[i].to(torch::kCPU).clone());
+    }
+    if (cfg.ckpt.save_optimizer) {
+      for (const auto& [n, v] : optimizer->state()) snap.optimizer.emplace_back(n, v.to(torch::kCPU).clone());
+    }
     auto& st = snap.state;
     st.epoch = epoch_next;
     st.step_in_epoch = step_next;
