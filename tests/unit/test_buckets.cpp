@@ -1,6 +1,6 @@
 // Bucket tables: upstream's four tables entry by entry (against the facts file in
 // tests/data), the closest-key rule, generated tables and multi-scale assignment.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <cmath>
 #include <fstream>

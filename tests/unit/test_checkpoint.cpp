@@ -1,7 +1,7 @@
 // Checkpoints on disk: round trip, `latest`, keep_last_n, damaged files rejected with a
 // clear message and `latest` falling back, a crash at any stage of a save never leaving a
 // broken `latest`, `sana-train inspect`, and Python (numpy alone) reading the weights.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The real sana-train binary: help, --print-config, overrides and exit codes.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // The config as a user meets it: defaults, every override form, base-file inheritance,
 // the --print-config round trip, and error reports that name the key.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"

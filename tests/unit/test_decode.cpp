@@ -1,7 +1,7 @@
 // Decoding for training, on files PIL wrote: every mode and depth becomes 8-bit RGB at the
 // bucket's size; upstream's resize-to-cover + center-crop; EXIF orientation; reduced
 // decoding; and a corpus of bad files that come back as reasons, never as crashes.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>

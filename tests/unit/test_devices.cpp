@@ -1,6 +1,6 @@
 // The device map: which GPU each rank takes, and the errors that replace
 // "Duplicate GPU detected" (devices are injected: no GPU needed).
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include "sana/dist/devices.h"
 #include "sana/dist/launcher.h"

@@ -1,7 +1,7 @@
 // Properties of the epoch plan over many combinations of dataset size, bucket skew,
 // global batch, world size, micro-batch split, tail policy and epoch: what makes
 // multi-scale training unable to hang at an epoch end and resumable at any world size.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <algorithm>
 #include <map>

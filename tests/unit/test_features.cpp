@@ -1,6 +1,6 @@
 // Precomputed latents and caption features: the .npy and safetensors readers, and the
 // loader serving them in place of pixels, with bad files substituted like bad images.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <torch/torch.h>
 
 #include "sana/data/loader.h"

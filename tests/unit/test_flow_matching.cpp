@@ -1,6 +1,6 @@
 // The objective's random draws are pure functions of (seed, epoch, sample, purpose):
 // bitwise the same in any thread, order or batch grouping; and the objective's formulas.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <torch/torch.h>
 
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The dataset index as a user meets it: every source kind, sizes read from image
 // headers (EXIF orientation included), identical bytes for identical input, and clear
 // errors for truncated, foreign or malformed files.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <filesystem>
 #include <fstream>

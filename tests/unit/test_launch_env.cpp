@@ -1,5 +1,5 @@
 // Which launcher started us, read from the environment alone.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 // The loader on real photos plus bad files: plan order, contents independent of the
 // number of workers, every rank's slice, substitutes from the same bucket, clean stops.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <torch/torch.h>
 
 #include <filesystem>

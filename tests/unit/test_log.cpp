@@ -1,6 +1,6 @@
 // Log lines: levels filter, the rank prefix appears once distributed, the file gets
 // the same lines as the terminal.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <fstream>
 #include <sstream>

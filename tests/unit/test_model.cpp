@@ -2,7 +2,7 @@
 // (built on the meta device), the linear attention against a direct float64 evaluation,
 // float64 finite-difference gradients, gradient checkpointing, FLOPs, conditioning, and
 // the C++ model against an independent Python implementation (label "reference").
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <fmt/format.h>
 #include <torch/torch.h>
 

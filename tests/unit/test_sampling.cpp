@@ -2,7 +2,7 @@
 // for a single data point, DPM-Solver++ closer than Euler at equal steps), previews are
 // deterministic PNG grids, weights round-trip through safetensors and a Python
 // torch.save'd state dict, and strict loading names what does not fit.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <torch/torch.h>
 
 #include <filesystem>

@@ -1,6 +1,6 @@
 // The tensor side as a user would notice it: a fast BLAS under LibTorch, and a short real
 // training run whose loss goes down.
-#include <catch2/catch.hpp>
+#include "catch.h"
 
 #include <filesystem>
 #include <torch/torch.h>

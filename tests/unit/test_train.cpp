@@ -1,6 +1,6 @@
 // Optimizers and schedules: CAME against an independent numpy implementation of the
 // paper's algorithm, CAME and AdamW lowering a real loss, and the learning-rate schedules.
-#include <catch2/catch.hpp>
+#include "catch.h"
 #include <fmt/format.h>
 #include <torch/torch.h>
 

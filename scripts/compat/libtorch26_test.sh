@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds this tree and runs its test suite against Debian trixie's LibTorch 2.6 (c10d with
+# Gloo, Catch2 v3, python3-torch 2.6 for the reference tests) in a debootstrap chroot kept
+# outside the repository (SANA_TRIXIE_ROOT, default /var/cache/sana-trixie; made on the
+# first run, ~2 min plus packages). Needs root. Extra arguments go to ctest (e.g. -R unit).
+#   bash scripts/compat/libtorch26_test.sh [CTEST ARGS...]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+root=${SANA_TRIXIE_ROOT:-/var/cache/sana-trixie}
+mirror=${SANA_TRIXIE_MIRROR:-http://deb.debian.org/debian}
+packages=(libtorch-dev libgloo-dev g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev libopencv-dev
+          libfmt-dev nlohmann-json3-dev libxxhash-dev catch2 libopenblas0-pthread openmpi-bin python3-torch
+          python3-numpy python3-pil gnuplot-nox mate-backgrounds dataset-fashion-mnist procps time git)
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  command -v debootstrap > /dev/null || apt-get install -y -q debootstrap
+  echo "libtorch26_test: creating a trixie chroot in $root"
+  debootstrap --variant=minbase trixie "$root" "$mirror"
+fi
+cleanup() { umount "$root/proc" 2>/dev/null || true; umount "$root/dev" 2>/dev/null || true; }
+trap cleanup EXIT
+mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+missing=$(chroot "$root" dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null | grep -v "install ok installed" | cut -d' ' -f1 || true)
+missing+=" $(for p in "${packages[@]}"; do chroot "$root" dpkg-query -W "$p" > /dev/null 2>&1 || echo "$p"; done)"
+if [ -n "${missing// /}" ]; then
+  echo "libtorch26_test: installing into the chroot:" $missing
+  chroot "$root" bash -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends $missing"
+fi
+# OpenBLAS as libblas.so.3, as scripts/install_deps.sh does on the host.
+blas=$(chroot "$root" bash -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3 2>/dev/null | head -1')
+[ -n "$blas" ] && chroot "$root" update-alternatives --set "libblas.so.3-$(basename "$(dirname "$(dirname "$blas")")")" "$blas" > /dev/null 2>&1 || true
+rm -rf "$root/src/sana" && mkdir -p "$root/src/sana"
+git -C "$repo" archive HEAD | tar -x -C "$root/src/sana"
+chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
+  cmake -S . -B build -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && cmake --build build -j\$(nproc) && \
+  cd build && ctest --output-on-failure $*"
