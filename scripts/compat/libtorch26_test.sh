@@ -10,7 +10,7 @@ root=${SANA_TRIXIE_ROOT:-/var/cache/sana-trixie}
 mirror=${SANA_TRIXIE_MIRROR:-http://deb.debian.org/debian}
 packages=(libtorch-dev libgloo-dev g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev libopencv-dev
           libfmt-dev nlohmann-json3-dev libxxhash-dev catch2 libopenblas0-pthread openmpi-bin python3-torch
-          python3-numpy python3-pil gnuplot-nox mate-backgrounds dataset-fashion-mnist procps time git)
+          python3-numpy python3-pil gnuplot-nox mate-backgrounds dataset-fashion-mnist procps time)
 if [ ! -x "$root/usr/bin/apt-get" ]; then
   command -v debootstrap > /dev/null || apt-get install -y -q debootstrap
   echo "libtorch26_test: creating a trixie chroot in $root"
@@ -21,9 +21,11 @@ trap cleanup EXIT
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
-missing=$(chroot "$root" dpkg-query -W -f='${Package} ${Status}\n' "${packages[@]}" 2>/dev/null | grep -v "install ok installed" | cut -d' ' -f1 || true)
-missing+=" $(for p in "${packages[@]}"; do chroot "$root" dpkg-query -W "$p" > /dev/null 2>&1 || echo "$p"; done)"
-if [ -n "${missing// /}" ]; then
+missing=""
+for p in "${packages[@]}"; do
+  chroot "$root" dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=" $p"
+done
+if [ -n "$missing" ]; then
   echo "libtorch26_test: installing into the chroot:" $missing
   chroot "$root" bash -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -q && apt-get install -y -q --no-install-recommends $missing"
 fi
