@@ -34,6 +34,7 @@ blas=$(chroot "$root" bash -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3 2>/de
 [ -n "$blas" ] && chroot "$root" update-alternatives --set "libblas.so.3-$(basename "$(dirname "$(dirname "$blas")")")" "$blas" > /dev/null 2>&1 || true
 rm -rf "$root/src/sana" && mkdir -p "$root/src/sana"
 git -C "$repo" archive HEAD | tar -x -C "$root/src/sana"
+ctest_args=$(printf '%q ' "$@")
 chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
   cmake -S . -B build -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && cmake --build build -j\$(nproc) && \
-  cd build && ctest --output-on-failure $*"
+  cd build && ctest --output-on-failure $ctest_args"
