@@ -13,22 +13,14 @@
 #include "sana/dist/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/grad_sync.h"
+#include "model_specs.h"
 
 namespace {
 
 using namespace sana;
 
 model::ModelSpec spec() {
-  model::ModelSpec s;
-  s.name = "ddp-check";
-  s.hidden = 64;
-  s.depth = 2;
-  s.cross_heads = 4;
-  s.patch = 2;
-  s.in_channels = s.out_channels = 3;
-  s.downsample = 1;
-  s.linear_head_dim = 16;
-  s.conditioning = model::Conditioning::class_label;
+  auto s = test::small_spec(model::Conditioning::class_label);
   s.num_classes = 4;
   return s;
 }

@@ -11,30 +11,14 @@
 #include "sana/ckpt/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
+#include "model_specs.h"
 #include "test_support.h"
 
 using namespace sana::model;
 
 namespace {
 
-// A small caption-conditioned spec: every module present, cheap to run in float64.
-ModelSpec small_spec(Conditioning cond = Conditioning::caption, int64_t patch = 2) {
-  ModelSpec s;
-  s.name = "test";
-  s.hidden = 64;
-  s.depth = 2;
-  s.cross_heads = 4;
-  s.patch = patch;
-  s.in_channels = s.out_channels = 3;
-  s.downsample = 1;
-  s.linear_head_dim = 16;
-  s.mlp_ratio = 2.5;
-  s.conditioning = cond;
-  s.caption_channels = 24;
-  s.caption_tokens = 6;
-  s.num_classes = 5;
-  return s;
-}
+using sana::test::small_spec;
 
 ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   sana::config::Config cfg;
@@ -207,6 +191,17 @@ TEST_CASE("float64 gradients agree with finite differences", "[model]") {
     const auto c = condition_for(spec, 2, torch::kFloat64);
     const auto target = torch::randn({2, 3, 8, 12}, torch::kFloat64);
     auto loss_of = [&] { return torch::mse_loss(model->forward(x, t, c), target); };
+    // Central difference of the loss in element idx of `flat` (a view of a leaf tensor).
+    auto numeric_grad = [&](torch::Tensor& flat, int64_t idx) {
+      torch::NoGradGuard no_grad;
+      const double orig = flat[idx].item<double>(), h = 1e-6;
+      flat[idx] = orig + h;
+      const double up = loss_of().item<double>();
+      flat[idx] = orig - h;
+      const double down = loss_of().item<double>();
+      flat[idx] = orig;
+      return (up - down) / (2 * h);
+    };
     model->zero_grad();
     loss_of().backward();
     // A few entries of every parameter tensor, and of the input.
@@ -217,14 +212,7 @@ TEST_CASE("float64 gradients agree with finite differences", "[model]") {
       auto flat = p.view({-1});
       const auto g = p.grad().view({-1});
       for (int64_t idx : {int64_t{0}, flat.numel() / 2, flat.numel() - 1}) {
-        torch::NoGradGuard no_grad;
-        const double orig = flat[idx].item<double>(), h = 1e-6;
-        flat[idx] = orig + h;
-        const double up = loss_of().item<double>();
-        flat[idx] = orig - h;
-        const double down = loss_of().item<double>();
-        flat[idx] = orig;
-        const double numeric = (up - down) / (2 * h);
+        const double numeric = numeric_grad(flat, idx);
         const double analytic = g[idx].item<double>();
         INFO(conditioning_name(cond) << " " << item.key() << "[" << idx << "] numeric " << numeric
                                      << " autograd " << analytic);
@@ -233,17 +221,10 @@ TEST_CASE("float64 gradients agree with finite differences", "[model]") {
       }
     }
     CHECK(checked > 60);
-    torch::NoGradGuard no_grad;
     const auto gx = x.grad().view({-1});
     auto flat = x.view({-1});
     for (int64_t idx : {int64_t{1}, int64_t{100}}) {
-      const double orig = flat[idx].item<double>(), h = 1e-6;
-      flat[idx] = orig + h;
-      const double up = loss_of().item<double>();
-      flat[idx] = orig - h;
-      const double down = loss_of().item<double>();
-      flat[idx] = orig;
-      CHECK(std::abs((up - down) / (2 * h) - gx[idx].item<double>()) < 1e-8);
+      CHECK(std::abs(numeric_grad(flat, idx) - gx[idx].item<double>()) < 1e-8);
     }
   }
 }

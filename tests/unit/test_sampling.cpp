@@ -14,6 +14,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/encoders.h"
 #include "sana/model/weights.h"
+#include "model_specs.h"
 #include "test_support.h"
 
 using namespace sana;
@@ -21,16 +22,7 @@ using namespace sana;
 namespace {
 
 model::ModelSpec preview_spec(model::Conditioning cond) {
-  model::ModelSpec s;
-  s.name = "preview-test";
-  s.hidden = 64;
-  s.depth = 2;
-  s.cross_heads = 4;
-  s.patch = 2;
-  s.in_channels = s.out_channels = 3;
-  s.downsample = 1;
-  s.linear_head_dim = 16;
-  s.conditioning = cond;
+  auto s = sana::test::small_spec(cond);
   s.num_classes = 3;
   s.caption_channels = 8;
   s.caption_tokens = 4;

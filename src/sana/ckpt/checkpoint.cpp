@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "sana/util/exit_codes.h"
@@ -154,7 +155,10 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
   return final_dir.string();
 }
 
-TrainerState verify_checkpoint(const std::string& dir) {
+namespace {
+
+// trainer_state.json of a checkpoint folder, with every file's expected checksum.
+TrainerState read_state(const std::string& dir) {
   const fs::path d(dir);
   nlohmann::json j;
   try {
@@ -173,27 +177,42 @@ TrainerState verify_checkpoint(const std::string& dir) {
     throw CheckpointError(fmt::format("'{}/trainer_state.json' lacks a field: {}", dir, e.what()));
   }
   for (const char* file : kFiles) {
-    const auto it = s.checksums.find(file);
-    if (it == s.checksums.end()) throw CheckpointError(fmt::format("'{}': no checksum for {}", dir, file));
+    if (!s.checksums.count(file)) throw CheckpointError(fmt::format("'{}': no checksum for {}", dir, file));
     if (!fs::exists(d / file)) throw CheckpointError(fmt::format("'{}': {} is missing", dir, file));
-    const auto actual = file_checksum(d / file);
-    if (actual != it->second) {
-      throw CheckpointError(fmt::format("'{}': {} is damaged (checksum {} instead of {})", dir, file, actual,
-                                        it->second));
-    }
   }
   return s;
 }
 
+void check_sum(const std::string& dir, const char* file, const std::string& actual, const TrainerState& s) {
+  const std::string& expected = s.checksums.at(file);
+  if (actual != expected) {
+    throw CheckpointError(fmt::format("'{}': {} is damaged (checksum {} instead of {})", dir, file, actual, expected));
+  }
+}
+
+}  // namespace
+
+TrainerState verify_checkpoint(const std::string& dir) {
+  const auto s = read_state(dir);
+  for (const char* file : kFiles) check_sum(dir, file, file_checksum(fs::path(dir) / file), s);
+  return s;
+}
+
 Snapshot read_checkpoint(const std::string& dir) {
+  // Each file is read once: hashed and parsed from the same bytes.
   Snapshot snap;
-  snap.state = verify_checkpoint(dir);
-  try {
-    snap.model = read_safetensors((fs::path(dir) / "model.safetensors").string()).tensors;
-    snap.ema = read_safetensors((fs::path(dir) / "ema.safetensors").string()).tensors;
-    snap.optimizer = read_safetensors((fs::path(dir) / "optimizer.safetensors").string()).tensors;
-  } catch (const SafetensorsError& e) {
-    throw CheckpointError(e.what());
+  snap.state = read_state(dir);
+  NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
+  for (size_t i = 0; i < 3; ++i) {
+    const fs::path path = fs::path(dir) / kFiles[i];
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check_sum(dir, kFiles[i], fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size())), snap.state);
+    try {
+      *parts[i] = parse_safetensors(bytes, path.string()).tensors;
+    } catch (const SafetensorsError& e) {
+      throw CheckpointError(e.what());
+    }
   }
   return snap;
 }

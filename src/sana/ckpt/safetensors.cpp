@@ -70,6 +70,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SafetensorsError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   const std::vector<char> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_safetensors(b, path);
+}
+
+SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
   if (b.size() < 8) throw SafetensorsError(fmt::format("'{}' is too short for safetensors", path));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(b[static_cast<size_t>(i)]);

@@ -34,5 +34,7 @@ struct SafetensorsFile {
 
 // Reads every tensor; a truncated or malformed file is a SafetensorsError naming it.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same from a file's bytes already in memory (`path` names it in errors).
+SafetensorsFile parse_safetensors(const std::vector<char>& bytes, const std::string& path);
 
 }  // namespace sana::ckpt

@@ -92,7 +92,11 @@ std::string LoadReport::summary() const {
 }
 
 LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool strict) {
-  const auto file = read_state_dict(path);
+  return load_tensors(model, read_state_dict(path), path, strict);
+}
+
+LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& file,
+                        const std::string& path, bool strict) {
   std::map<std::string, torch::Tensor> targets;
   for (const auto& p : model.named_parameters()) targets[p.key()] = p.value();
   for (const auto& b : model.named_buffers()) targets[b.key()] = b.value();

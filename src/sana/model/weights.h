@@ -35,6 +35,10 @@ struct LoadReport {
 // changed. Non-strict: what fits is loaded, the rest is reported.
 LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool strict = true);
 
+// load_weights on tensors already in memory; `source` names them in messages.
+LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors,
+                        const std::string& source, bool strict = true);
+
 // name -> tensor from a .safetensors file or a torch.save'd state dict (.pt/.pth/.bin).
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
 

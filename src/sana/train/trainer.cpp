@@ -192,20 +192,18 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
             "divides the global batch works)",
             chosen, resume.global_batch_size, resume.seed, resume.model, t.global_batch_size, t.seed, spec.name));
       }
-      std::map<std::string, torch::Tensor> saved(snap.model.begin(), snap.model.end());
+      model::load_tensors(*net, {snap.model.begin(), snap.model.end()}, chosen, /*strict=*/true);
       torch::NoGradGuard no_grad;
-      auto copy_into = [&](const std::string& name, torch::Tensor& dst, const std::map<std::string, torch::Tensor>& from) {
-        const auto it = from.find(name);
-        if (it == from.end() || it->second.sizes() != dst.sizes()) {
-          throw ckpt::CheckpointError(fmt::format("resume_from {}: '{}' is missing or has another shape", chosen, name));
-        }
-        dst.copy_(it->second);
-      };
-      for (auto& p : net->named_parameters()) copy_into(p.key(), p.value(), saved);
-      for (auto& b : net->named_buffers()) copy_into(b.key(), b.value(), saved);
       if (!ema.empty() && !snap.ema.empty()) {
         std::map<std::string, torch::Tensor> saved_ema(snap.ema.begin(), snap.ema.end());
-        for (size_t i = 0; i < named.size(); ++i) copy_into(named[i].first, ema[i], saved_ema);
+        for (size_t i = 0; i < named.size(); ++i) {
+          const auto it = saved_ema.find(named[i].first);
+          if (it == saved_ema.end() || it->second.sizes() != ema[i].sizes()) {
+            throw ckpt::CheckpointError(fmt::format("resume_from {}: EMA '{}' is missing or has another shape", chosen,
+                                                    named[i].first));
+          }
+          ema[i].copy_(it->second);
+        }
       } else if (!ema.empty()) {
         log::warn("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", chosen);
       }
