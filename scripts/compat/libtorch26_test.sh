@@ -32,9 +32,11 @@ fi
 # OpenBLAS as libblas.so.3, as scripts/install_deps.sh does on the host.
 blas=$(chroot "$root" bash -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3 2>/dev/null | head -1')
 [ -n "$blas" ] && chroot "$root" update-alternatives --set "libblas.so.3-$(basename "$(dirname "$(dirname "$blas")")")" "$blas" > /dev/null 2>&1 || true
+# The committed tree (HEAD); the build folder stays between runs, so a rerun is incremental
+# (git archive stamps files with their commit's time, so changed files are newer).
 rm -rf "$root/src/sana" && mkdir -p "$root/src/sana"
 git -C "$repo" archive HEAD | tar -x -C "$root/src/sana"
 ctest_args=$(printf '%q ' "$@")
 chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
-  cmake -S . -B build -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && cmake --build build -j\$(nproc) && \
-  cd build && ctest --output-on-failure $ctest_args"
+  cmake -S . -B /src/build-sana -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && \
+  cmake --build /src/build-sana -j\$(nproc) && cd /src/build-sana && ctest --output-on-failure $ctest_args"
