@@ -3,6 +3,7 @@
 // torchrun-style launcher:
 //   sana-train launch --nproc-per-node 2 -- build/apps/bench_gloo_allreduce
 #include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -10,7 +11,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "sana/dist/compat.h"
+#include "sana/torch_compat.h"
 
 namespace {
 int env_int(const char* name, int fallback) {
@@ -29,7 +30,7 @@ int main() {
 
   auto store = c10::make_intrusive<c10d::TCPStore>(
       addr ? addr : "127.0.0.1",
-      sana::dist::compat::tcp_store_options(static_cast<uint16_t>(port), rank == 0, timeout));
+      sana::compat::tcp_store_options(static_cast<uint16_t>(port), rank == 0, timeout));
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   options->threads = 2;

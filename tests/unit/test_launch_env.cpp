@@ -1,10 +1,15 @@
 // Which launcher started us, read from the environment alone.
 #include "catch.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "sana/dist/launch_env.h"
+#include "sana/dist/nccl_env.h"
 
 using sana::dist::detect_launch_env;
 using sana::dist::LaunchEnvError;
@@ -113,4 +118,89 @@ TEST_CASE("Slurm node lists give their first host", "[dist]") {
 TEST_CASE("our launcher is recognised by name", "[dist]") {
   const auto e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SANA_LAUNCHER", "1"}}));
   CHECK(e.launcher == "sana-launch");
+}
+
+namespace {
+// Sets (or with nullptr unsets) NCCL variables for one test and restores them after.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(std::map<std::string, const char*> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name.c_str());
+      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
+      if (value) {
+        setenv(name.c_str(), value, 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, std::optional<std::string>> saved_;
+};
+const std::map<std::string, const char*> kNoNcclSettings = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", nullptr},
+                                                           {"NCCL_ASYNC_ERROR_HANDLING", nullptr},
+                                                           {"TORCH_NCCL_BLOCKING_WAIT", nullptr},
+                                                           {"NCCL_BLOCKING_WAIT", nullptr},
+                                                           {"NCCL_DEBUG", nullptr}};
+}  // namespace
+
+TEST_CASE("a stuck NCCL collective aborts the job: error handling is on unless the user said 0", "[dist]") {
+  using sana::dist::apply_nccl_defaults;
+  SECTION("LibTorch 1.13 (no abort by default): switched on when unset") {
+    ScopedEnv env(kNoNcclSettings);
+    const auto e = apply_nccl_defaults(false);
+    CHECK(std::string(std::getenv("NCCL_ASYNC_ERROR_HANDLING")) == "1");
+    CHECK(e.set_by_us == std::vector<std::string>{"NCCL_ASYNC_ERROR_HANDLING=1"});
+    CHECK(std::find(e.variables.begin(), e.variables.end(), "NCCL_ASYNC_ERROR_HANDLING=1") != e.variables.end());
+    CHECK(e.warning.empty());
+  }
+  SECTION("LibTorch 2.2+ aborts by default: nothing is set") {
+    ScopedEnv env(kNoNcclSettings);
+    const auto e = apply_nccl_defaults(true);
+    CHECK(std::getenv("NCCL_ASYNC_ERROR_HANDLING") == nullptr);
+    CHECK(std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING") == nullptr);
+    CHECK(e.set_by_us.empty());
+  }
+  SECTION("the user's choice is kept and reported, sorted with the other NCCL variables") {
+    auto vars = kNoNcclSettings;
+    vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "3";
+    vars["NCCL_DEBUG"] = "INFO";
+    ScopedEnv env(vars);
+    const auto e = apply_nccl_defaults(false);
+    CHECK(e.set_by_us.empty());
+    CHECK(std::getenv("NCCL_ASYNC_ERROR_HANDLING") == nullptr);
+    const auto debug = std::find(e.variables.begin(), e.variables.end(), "NCCL_DEBUG=INFO");
+    const auto handling = std::find(e.variables.begin(), e.variables.end(), "TORCH_NCCL_ASYNC_ERROR_HANDLING=3");
+    REQUIRE(debug != e.variables.end());
+    REQUIRE(handling != e.variables.end());
+    CHECK(debug < handling);
+  }
+  SECTION("an explicit 0 without blocking wait is kept, with a warning that names the variable") {
+    auto vars = kNoNcclSettings;
+    vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0";
+    ScopedEnv env(vars);
+    const auto e = apply_nccl_defaults(false);
+    CHECK(std::string(std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING")) == "0");
+    CHECK(e.set_by_us.empty());
+    CHECK(e.warning.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") != std::string::npos);
+    CHECK(e.warning.find("hang") != std::string::npos);
+  }
+  SECTION("0 with blocking wait on is a working choice: no warning") {
+    auto vars = kNoNcclSettings;
+    vars["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0";
+    vars["TORCH_NCCL_BLOCKING_WAIT"] = "1";
+    ScopedEnv env(vars);
+    CHECK(apply_nccl_defaults(true).warning.empty());
+  }
 }

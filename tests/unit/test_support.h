@@ -59,15 +59,16 @@ inline RunResult run_command(const std::string& command) {
 }
 
 // Runs tests/reference/<script> (Debian's python3) once per test process, writing its
-// fixtures into a temporary folder that lives until the process ends.
-inline const TempDir& reference_fixtures(const std::string& script) {
+// fixtures into a temporary folder that lives until the process ends. (A C string, not a
+// std::string: GCC 14 warns of a dangling reference when a temporary goes in.)
+inline const TempDir& reference_fixtures(const char* script) {
   static std::map<std::string, std::unique_ptr<TempDir>> made;
   auto& dir = made[script];
   if (!dir) {
     dir = std::make_unique<TempDir>();
     const auto r = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
                                "/tests/reference/" + script + " " + dir->path());
-    if (r.exit_code != 0) throw std::runtime_error(script + " failed:\n" + r.output);
+    if (r.exit_code != 0) throw std::runtime_error(std::string(script) + " failed:\n" + r.output);
   }
   return *dir;
 }

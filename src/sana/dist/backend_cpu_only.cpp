@@ -1,5 +1,6 @@
 // The CUDA side of backend_factory.h for LibTorch builds without CUDA.
 #include <stdexcept>
+#include <string>
 
 #include "sana/dist/backend_factory.h"
 
@@ -12,6 +13,11 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_backend(
   throw std::runtime_error(
       "dist.backend is nccl but this LibTorch has no CUDA; use dist.backend=gloo, or build "
       "against a CUDA LibTorch (CMAKE_PREFIX_PATH)");
+}
+
+void use_cuda_device(int index) {
+  throw std::runtime_error("cuda:" + std::to_string(index) +
+                           " was chosen but this LibTorch has no CUDA; build against a CUDA LibTorch");
 }
 
 VisibleDevices visible_cuda_devices() { return {}; }

@@ -2,9 +2,12 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "sana/dist/backend_factory.h"
+#include "sana/dist/nccl_env.h"
+#include "sana/util/log.h"
 
 namespace sana::dist {
 
@@ -13,10 +16,18 @@ bool nccl_available() { return true; }
 c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
     std::chrono::milliseconds timeout) {
+  const auto env = apply_nccl_defaults(SANA_TORCH_AT_LEAST(2, 2));
+  if (rank == 0) {
+    log::info("NCCL environment: {}{}", env.variables.empty() ? "LibTorch's defaults" : fmt::format("{}", fmt::join(env.variables, " ")),
+              env.set_by_us.empty() ? "" : fmt::format(" (set by sana-train: {})", fmt::join(env.set_by_us, " ")));
+    if (!env.warning.empty()) log::warn("{}", env.warning);
+  }
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options);
 }
+
+void use_cuda_device(int index) { c10::cuda::set_device(static_cast<c10::DeviceIndex>(index)); }
 
 VisibleDevices visible_cuda_devices() {
   VisibleDevices v;

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-#include "sana/dist/compat.h"
+#include "sana/torch_compat.h"
 #include "sana/dist/devices.h"
 
 namespace sana::dist {
@@ -19,6 +19,12 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_gloo_backend(
 
 bool nccl_available();
 
+// Makes cuda:`index` this process's current device, before any NCCL communicator or CUDA
+// tensor exists (else every process starts a context on GPU 0).
+void use_cuda_device(int index);
+
+// NCCL with `timeout` per collective; applies dist/nccl_env.h's defaults first and logs the
+// NCCL variables in force (rank 0).
 c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
     std::chrono::milliseconds timeout);

@@ -160,6 +160,8 @@ void Runtime::claim_devices() {
   const auto clashes = find_device_clashes(device_map_, cfg_.allow_shared_device);
   problems.insert(problems.end(), clashes.begin(), clashes.end());
   if (!problems.empty()) throw DeviceError(fmt::format("{}", fmt::join(problems, "\n")));
+  // Injected device lists (tests on machines without a GPU) name devices that do not exist.
+  if (claim_.kind == "cuda" && !visible.injected) use_cuda_device(claim_.index);
 }
 
 void Runtime::connect() {
@@ -348,7 +350,7 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
 
 void Runtime::barrier() {
   if (world_size() == 1) return;
-  wait_work(backend_->barrier(), "barrier");
+  wait_work(backend_->barrier(compat::barrier_options(backend_name_ == "nccl" ? claim_.index : -1)), "barrier");
 }
 
 void Runtime::all_reduce(torch::Tensor& t) {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
-#include "sana/dist/compat.h"
+#include "sana/torch_compat.h"
 #include "sana/dist/devices.h"
 #include "sana/dist/launch_env.h"
 

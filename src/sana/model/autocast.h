@@ -1,13 +1,13 @@
 // Mixed precision on CUDA (model.mixed_precision bf16 / fp16): LibTorch's autocast, whose
-// C++ API changed in 2.4 (device-generic calls) — both are handled here. CPU runs stay in
+// C++ API changed in 2.4 (device-generic calls; sana/torch_compat.h has both). CPU runs stay in
 // fp32 (the linear attention is fp32 anyway with model.fp32_attention). The state can be
 // captured and re-entered, so a checkpointed block recomputes under the same autocast in
 // the backward pass (which runs on autograd's thread, outside the caller's guard).
 #pragma once
 
-#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
-#include <torch/version.h>
+
+#include "sana/torch_compat.h"
 
 #include <string>
 
@@ -17,22 +17,8 @@ struct AutocastState {
   bool enabled = false;
   at::ScalarType dtype = at::kBFloat16;
 
-  static AutocastState current() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
-#else
-    return {at::autocast::is_enabled(), at::autocast::get_autocast_gpu_dtype()};
-#endif
-  }
-  void apply() const {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(at::kCUDA, enabled);
-    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
-#else
-    at::autocast::set_enabled(enabled);
-    at::autocast::set_autocast_gpu_dtype(dtype);
-#endif
-  }
+  static AutocastState current() { return {compat::cuda_autocast_enabled(), compat::cuda_autocast_dtype()}; }
+  void apply() const { compat::set_cuda_autocast(enabled, dtype); }
 };
 
 // Enters `state` for its lifetime (restoring the previous one after, and dropping

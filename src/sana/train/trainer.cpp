@@ -21,6 +21,7 @@
 #include "sana/diffusion/preview.h"
 #include "sana/dist/runtime.h"
 #include "sana/model/autocast.h"
+#include "sana/train/device_feed.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
@@ -76,10 +77,11 @@ struct Interval {
   }
 };
 
-data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world) {
+data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
   auto o = data::loader_options_for(cfg);
   o.rank = rank;
   o.world_size = world;
+  o.pin_memory = pin_memory;
   o.micro_batch = cfg.train.micro_batch_size;
   o.random_flip = cfg.data.random_flip;
   return o;
@@ -111,6 +113,7 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   const auto& t = cfg.train;
   const int rank = rt->rank(), world = rt->world_size();
   const auto device = rt->device();
+  DeviceFeed feed(device);
   const int64_t accumulation = config::accumulation_steps(t, world);
   const bool main_rank = rank == 0;
 
@@ -335,7 +338,7 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
     const auto plan = dataset.plan(epoch);
     agree_on_epoch_plan(*rt, plan);
     const int64_t first_step = epoch == resume.epoch ? resume.step_in_epoch : 0;
-    data::Loader loader(dataset, plan, loader_options(cfg, rank, world), first_step);
+    data::Loader loader(dataset, plan, loader_options(cfg, rank, world, feed.pinned()), first_step);
     iv.reset(loader.wait_seconds());
     for (int64_t step = first_step; step < plan.steps() && global_step < total; ++step) {
       if (cfg.ddp.broadcast_buffers) {
@@ -343,7 +346,9 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         for (auto& b : net->buffers()) rt->broadcast(b);
       }
       const double lr = learning_rate(t, global_step, total);
-      double local_loss = 0;
+      // The loss stays on the device until the step's agreement: a read per micro-batch
+      // would make the host wait for the GPU and stop copies from overlapping compute.
+      torch::Tensor loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
       int64_t height = 0, width = 0;
       for (int64_t micro = 0; micro < accumulation; ++micro) {
         auto batch = loader.next();
@@ -352,26 +357,33 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
         if (ids_log) {  // tests only (SANA_TEST_LOG_IDS): the planned ids each rank trained on
           *ids_log << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << '\n';
         }
-        torch::Tensor x0 = cfg.data.load_vae_feat ? batch->latents : batch->images;
         height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * spec.downsample;
         width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * spec.downsample;
-        x0 = x0.to(device);
+        const bool caption = spec.conditioning == model::Conditioning::caption;
+        const bool copy_text = caption && !text;
+        torch::Tensor labels;
+        if (spec.conditioning == model::Conditioning::class_label) {
+          labels = feed.host_tensor(
+              torch::tensor(std::vector<int64_t>(batch->labels.begin(), batch->labels.end()), torch::kInt64));
+        }
+        const auto on_device = feed.to_device({cfg.data.load_vae_feat ? batch->latents : batch->images,
+                                               copy_text ? batch->text_feat : torch::Tensor(),
+                                               copy_text ? batch->text_mask : torch::Tensor(), labels});
+        torch::Tensor x0 = on_device[0];
         if (vae) x0 = vae->encode(x0);
         std::vector<uint32_t> ids(batch->ids.begin(), batch->ids.end());
         const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(t.seed), epoch, cfg.scheduler,
                                                    spec.conditioning == model::Conditioning::none ? 0.0 : cfg.model.class_dropout_prob);
         model::Condition cond;
-        if (spec.conditioning == model::Conditioning::caption) {
+        if (caption) {
           if (text) {
             std::tie(cond.y, cond.mask) = text->encode(batch->captions);
           } else {
-            cond.y = batch->text_feat;
-            cond.mask = batch->text_mask;
+            cond.y = on_device[1];
+            cond.mask = on_device[2];
           }
-          cond.y = cond.y.to(device);
-          cond.mask = cond.mask.to(device);
         } else if (spec.conditioning == model::Conditioning::class_label) {
-          cond.y = torch::tensor(std::vector<int64_t>(batch->labels.begin(), batch->labels.end()), torch::kInt64).to(device);
+          cond.y = on_device[3];
         }
         cond.drop = fb.dropped;
         sync.begin_backward(micro == accumulation - 1);
@@ -381,14 +393,22 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
           loss = diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, cond), fb.target) / static_cast<double>(accumulation);
         }
         loss.backward();
-        local_loss += loss.item<double>();
+        loss_sum += loss.detach().to(torch::kFloat64);
       }
       sync.finish();
 
-      // Gradients are now equal on every rank, so is their norm.
+      // Gradients are now equal on every rank, so is their norm. One read from the device
+      // (the squares summed on the host in parameter order, as a loop of reads would).
+      std::vector<torch::Tensor> squares;
+      squares.reserve(params.size() + 1);
+      for (const auto& p : params) squares.push_back(p.grad().to(torch::kFloat64).pow(2).sum());
+      squares.push_back(loss_sum);
+      const auto host = torch::stack(squares).to(torch::kCPU);
+      const auto h = host.accessor<double, 1>();
       double sq = 0;
-      for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+      for (size_t i = 0; i < params.size(); ++i) sq += h[static_cast<int64_t>(i)];
       const double grad_norm = std::sqrt(sq);
+      const double local_loss = h[static_cast<int64_t>(params.size())];
       // The step's agreement: one all-reduce of (non-finite, loss, bad, reads, and a
       // "stop requested" slot per rank, so every rank can name who asked).
       const auto [bad, reads] = guard.local();

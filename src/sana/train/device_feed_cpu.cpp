@@ -1,0 +1,24 @@
+// DeviceFeed for LibTorch builds without CUDA: the device is the CPU, tensors pass through.
+#include "sana/train/device_feed.h"
+
+namespace sana::train {
+
+struct DeviceFeed::Impl {
+  torch::Device device;
+};
+
+DeviceFeed::DeviceFeed(torch::Device device) : impl_(std::make_unique<Impl>(Impl{device})) {}
+DeviceFeed::~DeviceFeed() = default;
+
+bool DeviceFeed::pinned() const { return false; }
+
+torch::Tensor DeviceFeed::host_tensor(torch::Tensor t) const { return t; }
+
+std::vector<torch::Tensor> DeviceFeed::to_device(const std::vector<torch::Tensor>& host) {
+  std::vector<torch::Tensor> out;
+  out.reserve(host.size());
+  for (const auto& t : host) out.push_back(t.defined() ? t.to(impl_->device) : t);
+  return out;
+}
+
+}  // namespace sana::train
