@@ -206,8 +206,8 @@ namespace {
 struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
   static torch::autograd::variable_list forward(
       torch::autograd::AutogradContext* ctx, SanaMSBlockImpl* block, const torch::Tensor& x,
-      const c10::optional<torch::Tensor>& y, const torch::Tensor& t0,
-      const c10::optional<torch::Tensor>& bias, int64_t h, int64_t w, at::TensorList params) {
+      const compat::optional<torch::Tensor>& y, const torch::Tensor& t0,
+      const compat::optional<torch::Tensor>& bias, int64_t h, int64_t w, at::TensorList params) {
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
     ctx->saved_data["h"] = h;
     ctx->saved_data["w"] = w;
@@ -466,8 +466,8 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     auto* block = m->as<SanaMSBlockImpl>();
     if (checkpoint) {
       const auto params = block->parameters();
-      x = CheckpointBlock::apply(block, x, y.defined() ? c10::optional<torch::Tensor>(y) : c10::nullopt, t0,
-                                 bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
+      x = CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
+                                 bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
                                  at::TensorList(params))[0];
     } else {
       x = block->forward(x, y, t0, bias, h, w);
