@@ -1,7 +1,12 @@
 // Precomputed latents and caption features: the .npy and safetensors readers, and the
 // loader serving them in place of pixels, with bad files substituted like bad images.
 #include "catch.h"
+#include <sys/stat.h>
 #include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
 
 #include "sana/data/loader.h"
 #include "sana/data/tensor_file.h"
@@ -79,4 +84,51 @@ TEST_CASE("the loader serves precomputed latents and caption features", "[featur
   CHECK(counts.by_reason["unreadable latent"] >= 1);
   CHECK(counts.by_reason["wrong latent shape"] >= 1);
   CHECK(substituted == 2);
+}
+
+TEST_CASE("a read that never returns fails the loader in time, and its destructor does not hang",
+          "[features][loader]") {
+  namespace fs = std::filesystem;
+  const auto& d = features();
+  // The fixtures with every latent file a FIFO: opening one for reading blocks until a writer
+  // comes, which none does, like a read from a hung network file system.
+  TempDir data, work;
+  for (const auto& e : fs::directory_iterator(d.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("lat", 0) == 0) {
+      REQUIRE(mkfifo(data.path(name).c_str(), 0600) == 0);
+    } else {
+      fs::copy_file(e.path(), data.path(name));
+    }
+  }
+  sana::config::Config cfg;
+  cfg.data.data_dir = {data.path("meta.jsonl")};
+  cfg.work_dir = work.path();
+  cfg.data.image_size = cfg.model.image_size = 32;
+  cfg.data.aspect_ratio_type = "generated";
+  cfg.data.bucket_step = 8;
+  cfg.train.global_batch_size = 4;
+  cfg.train.micro_batch_size = 2;
+  const auto ds = Dataset::open(cfg);
+  const auto plan = ds.plan(0);
+  LoaderOptions o;
+  o.micro_batch = 2;
+  o.workers = 2;
+  o.load_latents = true;
+  o.latent_channels = 4;
+  o.latent_downsample = 4;
+  o.wait_timeout_s = 1;
+  o.stop_wait_s = 1;
+  auto loader = std::make_unique<Loader>(ds, plan, o);
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  CHECK_THROWS_WITH(loader->next(), Catch::Contains("no batch decoded within 1 s") && Catch::Contains("stuck"));
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(waited >= 1.0);
+  CHECK(waited < 10.0);
+  start = Clock::now();
+  loader.reset();  // both workers are still inside open(): they are left behind, not joined
+  const double stopped = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(stopped >= 1.0);
+  CHECK(stopped < 10.0);
 }

@@ -55,20 +55,38 @@ Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts
     for (int64_t t = 0; t < accumulation; ++t) jobs_.push_back({s, t});
   }
   const int n = std::max(1, opts_.workers);
+  running_ = n;
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
 }
 
 Loader::~Loader() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  stopping_ = true;
   room_.notify_all();
   ready_.notify_all();
-  for (auto& t : threads_) t.join();
+  const bool all_returned = exited_.wait_for(lock, std::chrono::duration<double>(opts_.stop_wait_s),
+                                             [&] { return running_ == 0; });
+  const int stuck = running_;
+  lock.unlock();
+  if (all_returned) {
+    for (auto& t : threads_) t.join();
+    return;
+  }
+  log::warn("{} data loader thread{} still inside a read {} s after the loader stopped (a hung file "
+            "system?); left behind so that this process can end",
+            stuck, stuck == 1 ? " is" : "s are", opts_.stop_wait_s);
+  for (auto& t : threads_) t.detach();
 }
 
 void Loader::work() {
+  struct Exit {  // every return counts, so the destructor knows when all workers are out
+    Loader* loader;
+    ~Exit() {
+      std::lock_guard<std::mutex> lock(loader->mutex_);
+      --loader->running_;
+      loader->exited_.notify_all();
+    }
+  } on_exit{this};
   while (true) {
     size_t k = 0;
     {

@@ -36,6 +36,7 @@ struct LoaderOptions {
   uint64_t seed = 0;
   DecodeOptions decode;
   double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
+  double stop_wait_s = 10;      // the destructor waits this long for a worker inside a read
   // Precomputed features instead of pixels (data.load_vae_feat / data.load_text_feat).
   bool load_latents = false;
   int64_t latent_channels = 32;    // vae.vae_latent_dim
@@ -83,7 +84,10 @@ class Loader {
   Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts, int64_t first_step = 0);
   // The loader keeps a reference to the plan: a temporary would dangle.
   Loader(const Dataset& dataset, EpochPlan&& plan, LoaderOptions opts, int64_t first_step = 0) = delete;
-  ~Loader();  // stops and joins the workers, mid-epoch too
+  // Stops the workers, mid-epoch too, and joins them. A worker still inside a read after
+  // opts.stop_wait_s (a hung network file system) is left behind with a warning instead of
+  // hanging the process: a loader is only destroyed mid-read when the run is ending.
+  ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
@@ -121,6 +125,8 @@ class Loader {
   std::map<size_t, Batch> done_;
   std::map<size_t, std::exception_ptr> errors_;  // rethrown in plan order, like batches
   bool stopping_ = false;
+  int running_ = 0;                 // workers that have not returned
+  std::condition_variable exited_;  // a worker returned
   double wait_seconds_ = 0;
 
   mutable std::mutex bad_mutex_;
