@@ -17,6 +17,30 @@ using sana::test::TempDir;
 
 namespace {
 const TempDir& features() { return sana::test::reference_fixtures("make_feature_fixtures.py"); }
+
+// The fixtures' 12 samples of one size (24x40, one bucket at 32 px), 4 per step.
+sana::config::Config feature_config(const std::string& meta, const std::string& work_dir) {
+  sana::config::Config cfg;
+  cfg.data.data_dir = {meta};
+  cfg.work_dir = work_dir;
+  cfg.data.image_size = cfg.model.image_size = 32;
+  cfg.data.aspect_ratio_type = "generated";
+  cfg.data.bucket_step = 8;
+  cfg.train.global_batch_size = 4;
+  cfg.train.micro_batch_size = 2;
+  return cfg;
+}
+
+// Two workers serving the fixtures' latents: 4 channels, 24x40 bucket -> 6x10.
+LoaderOptions latent_options() {
+  LoaderOptions o;
+  o.micro_batch = 2;
+  o.workers = 2;
+  o.load_latents = true;
+  o.latent_channels = 4;
+  o.latent_downsample = 4;
+  return o;
+}
 }  // namespace
 
 TEST_CASE("npy and safetensors files read as float32 tensors", "[features]") {
@@ -43,23 +67,10 @@ TEST_CASE("npy and safetensors files read as float32 tensors", "[features]") {
 TEST_CASE("the loader serves precomputed latents and caption features", "[features][loader]") {
   const auto& d = features();
   TempDir work;
-  sana::config::Config cfg;
-  cfg.data.data_dir = {d.path("meta.jsonl")};
-  cfg.work_dir = work.path();
-  cfg.data.image_size = cfg.model.image_size = 32;
-  cfg.data.aspect_ratio_type = "generated";
-  cfg.data.bucket_step = 8;
-  cfg.train.global_batch_size = 4;
-  cfg.train.micro_batch_size = 2;
-  const auto ds = Dataset::open(cfg);
+  const auto ds = Dataset::open(feature_config(d.path("meta.jsonl"), work.path()));
   const auto plan = ds.plan(0);
   REQUIRE(plan.steps() == 3);  // 12 samples of one size: one bucket (0.6: 24x40)
-  LoaderOptions o;
-  o.micro_batch = 2;
-  o.workers = 2;
-  o.load_latents = true;
-  o.latent_channels = 4;
-  o.latent_downsample = 4;  // 24x40 bucket -> 6x10 latents
+  LoaderOptions o = latent_options();
   o.load_text_feat = true;
   o.text_length = 8;
   o.text_channels = 6;
@@ -101,22 +112,9 @@ TEST_CASE("a read that never returns fails the loader in time, and its destructo
       fs::copy_file(e.path(), data.path(name));
     }
   }
-  sana::config::Config cfg;
-  cfg.data.data_dir = {data.path("meta.jsonl")};
-  cfg.work_dir = work.path();
-  cfg.data.image_size = cfg.model.image_size = 32;
-  cfg.data.aspect_ratio_type = "generated";
-  cfg.data.bucket_step = 8;
-  cfg.train.global_batch_size = 4;
-  cfg.train.micro_batch_size = 2;
-  const auto ds = Dataset::open(cfg);
+  const auto ds = Dataset::open(feature_config(data.path("meta.jsonl"), work.path()));
   const auto plan = ds.plan(0);
-  LoaderOptions o;
-  o.micro_batch = 2;
-  o.workers = 2;
-  o.load_latents = true;
-  o.latent_channels = 4;
-  o.latent_downsample = 4;
+  LoaderOptions o = latent_options();
   o.wait_timeout_s = 1;
   o.stop_wait_s = 1;
   auto loader = std::make_unique<Loader>(ds, plan, o);
