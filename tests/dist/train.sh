@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real training on 1, 2 and 3 processes (the tiny config on the example photos, global
-# batch 12): after 20 steps every rank's parameters are bitwise identical (the trainer
+# batch 12): rank 0 alone builds the index; after 20 steps every rank's parameters are
+# bitwise identical (the trainer
 # compares checksums), and the runs at different world sizes see the same samples and
 # end with the same weights up to float summation order. Then a graceful stop (SIGTERM to
 # one rank: all ranks stop at the same step, exit 0) and non-finite steps (every rank
@@ -19,6 +20,15 @@ for n in 1 2 3; do
   if [ "$count" -eq "$n" ] && [ "$(echo "$sums" | wc -l)" -eq 1 ]; then pass "$n rank(s): $sums"; else fail "checksums on $n ranks: $sums"; cat "$out"; fi
   lines=$(wc -l < "$SCRATCH/w$n/metrics.jsonl")
   if [ "$lines" -eq 20 ]; then pass "metrics.jsonl has 20 steps"; else fail "metrics.jsonl has $lines lines"; fi
+  # The work_dir is shared: rank 0 reads the image headers once, the others open its index.
+  if [ "$n" -gt 1 ]; then
+    builders=$(grep -o "r[0-9]*/$n I\] indexing " "$out" | sort | uniq -c | tr -s ' ')
+    if [ "$builders" = " 1 r0/$n I] indexing " ]; then
+      pass "the index was built once, by rank 0"
+    else
+      fail "index builders on $n ranks: $builders"
+    fi
+  fi
 done
 # Same samples, same noise: the loss curves and final weights of W = 1, 2, 3 agree.
 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/compare.log" 2>&1

@@ -18,6 +18,14 @@ using sana::test::TempDir;
 
 namespace {
 
+// `threads` header readers, no progress lines.
+IndexBuildOptions quiet(int threads) {
+  IndexBuildOptions o;
+  o.threads = threads;
+  o.progress_every_s = 0;
+  return o;
+}
+
 std::string write_image(const TempDir& dir, const std::string& name, int h, int w) {
   const std::string path = dir.path(name);
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
@@ -112,7 +120,7 @@ TEST_CASE("JSONL and CSV metadata: relative paths, given or missing sizes, label
             "img/x.png,\"a caption, with a comma and \"\"quotes\"\"\",,\n"
             "gone.png,missing file,,\n");
   const auto r = build_index({dir.path("data/meta.jsonl"), dir.path("data/meta.csv")},
-                             dir.path("m.sidx"), {1, 0});
+                             dir.path("m.sidx"), quiet(1));
   CHECK(r.rows == 4);
   CHECK(r.sizes_read == 2);
   CHECK(r.unreadable == 1);
@@ -130,8 +138,8 @@ TEST_CASE("JSONL and CSV metadata: relative paths, given or missing sizes, label
 TEST_CASE("the same input gives the same bytes", "[index]") {
   TempDir dir;
   for (int i = 0; i < 20; ++i) write_image(dir, "f/" + std::to_string(i) + ".png", 8 + i, 30 - i);
-  build_index({dir.path("f")}, dir.path("one.sidx"), {1, 0});
-  build_index({dir.path("f")}, dir.path("two.sidx"), {2, 0});
+  build_index({dir.path("f")}, dir.path("one.sidx"), quiet(1));
+  build_index({dir.path("f")}, dir.path("two.sidx"), quiet(2));
   CHECK(slurp(dir.path("one.sidx")) == slurp(dir.path("two.sidx")));
   // An index is also a source: re-indexing it reproduces it.
   build_index({dir.path("one.sidx")}, dir.path("three.sidx"));

@@ -34,9 +34,9 @@ BucketSet bucket_set_for(const config::Config& cfg) {
   return BucketSet(bucket_tables_for(cfg), parse_scale_rule(cfg.data.multi_scale_rule));
 }
 
-Dataset Dataset::open(const config::Config& cfg) {
+Dataset Dataset::open(const config::Config& cfg, const IndexBuildOptions& options) {
   const std::string cache = (std::filesystem::path(cfg.work_dir) / "index").string();
-  const std::string path = ensure_index(cfg.data.data_dir, cache);
+  const std::string path = ensure_index(cfg.data.data_dir, cache, options);
   auto index = std::make_unique<DatasetIndex>(DatasetIndex::open(path));
   return Dataset(std::move(index), bucket_set_for(cfg), cfg);
 }

@@ -12,6 +12,7 @@
 #include "sana/data/buckets.h"
 #include "sana/data/dataset_index.h"
 #include "sana/data/epoch_plan.h"
+#include "sana/data/index_builder.h"
 
 namespace sana::data {
 
@@ -24,7 +25,7 @@ BucketSet bucket_set_for(const config::Config& cfg);
 class Dataset {
  public:
   // Opens (or builds and caches) the index; throws IndexError.
-  static Dataset open(const config::Config& cfg);
+  static Dataset open(const config::Config& cfg, const IndexBuildOptions& options = {});
 
   const DatasetIndex& index() const { return *index_; }
   const BucketSet& buckets() const { return buckets_; }

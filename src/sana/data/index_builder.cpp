@@ -396,6 +396,7 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
       }
     }
     result.rows += rows.size();
+    if (options.on_rows) options.on_rows(result.rows);
     rows.clear();
     flags.clear();
     const auto now = std::chrono::steady_clock::now();

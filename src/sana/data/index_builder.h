@@ -15,6 +15,7 @@ namespace sana::data {
 struct IndexBuildOptions {
   int threads = 0;                   // header-reading threads; 0 = all cores
   double progress_every_s = 2.0;     // progress lines on stderr; 0 = none
+  std::function<void(uint64_t rows)> on_rows;  // after every chunk (e.g. to tell waiting ranks)
 };
 
 struct IndexBuildResult {

@@ -118,7 +118,17 @@ int train_on(std::unique_ptr<dist::Runtime>& rt, const config::Config& cfg) {
   const bool main_rank = rank == 0;
 
   // --- Data: the same index and plan on every rank --------------------------------------
-  const auto dataset = data::Dataset::open(cfg);
+  // Rank 0 builds the index first (reading every image header once, not once per rank);
+  // the others wait for it, then open its cache when work_dir is shared, or build their own
+  // when it is not. Waiting ranks time out only when rank 0 stops making progress.
+  data::IndexBuildOptions index_options;
+  if (main_rank) index_options.on_rows = [&](uint64_t rows) { rt->work_progress("index", static_cast<int64_t>(rows)); };
+  const auto dataset = [&] {
+    if (!main_rank) rt->wait_for_work("index", 0);
+    auto d = data::Dataset::open(cfg, index_options);
+    if (main_rank) rt->work_done("index");
+    return d;
+  }();
   rt->agree("dataset (index content and bucket rule)", dataset.fingerprint());
 
   // --- Model: rank 0's weights everywhere, checked ----------------------------------------
