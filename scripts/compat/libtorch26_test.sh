@@ -32,10 +32,18 @@ fi
 # OpenBLAS as libblas.so.3, as scripts/install_deps.sh does on the host.
 blas=$(chroot "$root" bash -c 'ls /usr/lib/*/openblas-pthread/libblas.so.3 2>/dev/null | head -1')
 [ -n "$blas" ] && chroot "$root" update-alternatives --set "libblas.so.3-$(basename "$(dirname "$(dirname "$blas")")")" "$blas" > /dev/null 2>&1 || true
-# The committed tree (HEAD); the build folder stays between runs, so a rerun is incremental
-# (git archive stamps files with their commit's time, so changed files are newer).
-rm -rf "$root/src/sana" && mkdir -p "$root/src/sana"
-git -C "$repo" archive HEAD | tar -x -C "$root/src/sana"
+# The committed tree (HEAD). The build folder stays between runs, so a rerun is incremental:
+# only files whose content changed are copied, stamped now (git archive's stamps are the
+# commit's time, which can be older than the last build's objects), and gone ones removed.
+stage=$(mktemp -d)
+trap 'cleanup; rm -rf "$stage"' EXIT
+git -C "$repo" archive HEAD | tar -x -C "$stage"
+dst=$root/src/sana
+mkdir -p "$dst"
+(cd "$stage" && find . -type f) | while IFS= read -r f; do
+  cmp -s "$stage/$f" "$dst/$f" || { mkdir -p "$(dirname "$dst/$f")" && cp "$stage/$f" "$dst/$f"; }
+done
+(cd "$dst" && find . -type f) | while IFS= read -r f; do [ -e "$stage/$f" ] || rm -f "$dst/$f"; done
 ctest_args=$(printf '%q ' "$@")
 chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
   cmake -S . -B /src/build-sana -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && \
