@@ -1,6 +1,5 @@
 #include "sana/dist/nccl_env.h"
 
-#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -34,4 +34,13 @@ class DeviceFeed {
   std::unique_ptr<Impl> impl_;
 };
 
+// Plain copies in order (undefined tensors stay undefined): the CPU, and CUDA builds running
+// on the CPU.
+inline std::vector<torch::Tensor> copy_each(const std::vector<torch::Tensor>& host, torch::Device device) {
+  std::vector<torch::Tensor> out;
+  out.reserve(host.size());
+  for (const auto& t : host) out.push_back(t.defined() ? t.to(device) : t);
+  return out;
+}
+
 }  // namespace sana::train

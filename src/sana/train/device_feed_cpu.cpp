@@ -15,10 +15,7 @@ bool DeviceFeed::pinned() const { return false; }
 torch::Tensor DeviceFeed::host_tensor(torch::Tensor t) const { return t; }
 
 std::vector<torch::Tensor> DeviceFeed::to_device(const std::vector<torch::Tensor>& host) {
-  std::vector<torch::Tensor> out;
-  out.reserve(host.size());
-  for (const auto& t : host) out.push_back(t.defined() ? t.to(impl_->device) : t);
-  return out;
+  return copy_each(host, impl_->device);
 }
 
 }  // namespace sana::train

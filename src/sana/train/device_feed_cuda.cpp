@@ -25,12 +25,9 @@ bool DeviceFeed::pinned() const { return impl_->side.has_value(); }
 torch::Tensor DeviceFeed::host_tensor(torch::Tensor t) const { return pinned() ? t.pin_memory() : t; }
 
 std::vector<torch::Tensor> DeviceFeed::to_device(const std::vector<torch::Tensor>& host) {
+  if (!impl_->side) return copy_each(host, impl_->device);
   std::vector<torch::Tensor> out;
   out.reserve(host.size());
-  if (!impl_->side) {
-    for (const auto& t : host) out.push_back(t.defined() ? t.to(impl_->device) : t);
-    return out;
-  }
   const c10::cuda::CUDAGuard on_device(impl_->device.index());
   const auto compute = c10::cuda::getCurrentCUDAStream(impl_->device.index());
   at::cuda::CUDAEvent copied;
