@@ -1,9 +1,9 @@
 // Training-step throughput and what overlapping the gradient all-reduce with the backward
 // pass gains (a benchmark, not a test): each rank trains steps (forward, backward, sync,
-// AdamW) of an unconditional pixel-space SanaMS preset on random data with GradSync
-// overlapped (buckets start during backward) and not (everything starts after backward),
-// alternating; then times the all-reduce of all gradients alone. Rank 0 prints the median
-// step of each, samples/s, and the share of the all-reduce hidden behind backward.
+// AdamW) of an unconditional pixel-space SanaMS preset on random data with the gradient
+// reducer overlapped (buckets start during backward) and not (everything starts after
+// backward), alternating; then times the all-reduce of all gradients alone. Rank 0 prints
+// the median step of each, samples/s, and the share of the all-reduce hidden behind backward.
 //   sana-train launch --nproc-per-node 2 -- build/apps/bench_ddp [PRESET] [STEPS] [SIDE] [BATCH]
 #include <fmt/format.h>
 
@@ -13,9 +13,9 @@
 #include <iostream>
 
 #include "sana/config/loader.h"
-#include "sana/dist/runtime.h"
+#include "sana/distributed/reducer.h"
+#include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/grad_sync.h"
 #include "sana/train/optim.h"
 
 using namespace sana;
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 1});
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : net->named_parameters()) named.emplace_back(p.key(), p.value());
-  train::GradSync overlapped(*rt, named, 25.0, 1.0, true);
+  auto overlapped = dist::make_reducer(*rt, named);
   torch::manual_seed(static_cast<uint64_t>(rt->rank()));
   const auto x = torch::randn({batch, 3, side, side});
   const auto t = torch::rand({batch}) * 1000;
@@ -48,17 +48,19 @@ int main(int argc, char** argv) {
   auto opt = train::make_optimizer(oc, named);
   std::vector<double> times[2];
   {
-    train::GradSync plain(*rt, named, 25.0, 1.0, false);
+    dist::ReducerOptions plain_opts;
+    plain_opts.overlap = false;
+    auto plain = dist::make_reducer(*rt, named, plain_opts);
     for (int s = 0; s < 2 * steps + 2; ++s) {
       const bool overlap = s % 2 == 0;
-      auto& sync = overlap ? overlapped : plain;
+      auto& sync = overlap ? *overlapped : *plain;
       // Only one engine may react to the hooks in a step: the other is told not to sync.
-      (overlap ? plain : overlapped).begin_backward(false);
+      (overlap ? *plain : *overlapped).begin_backward(false);
       rt->barrier();
       const auto start = std::chrono::steady_clock::now();
       sync.begin_backward(true);
       net->forward(x, t).pow(2).mean().backward();
-      sync.finish();
+      sync.finalize();
       opt->step(1e-4);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (s >= 2) times[overlap ? 0 : 1].push_back(secs);  // the first two warm up

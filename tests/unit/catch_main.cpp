@@ -1,8 +1,15 @@
-// The test runner's main, for Catch2 v2 and v3.
+// The test runner's main, for Catch2 v2 and v3. The config checks that model/ and data/
+// register are registered first, as sana-train's main does.
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_session.hpp>
-int main(int argc, char** argv) { return Catch::Session().run(argc, argv); }
 #else
-#define CATCH_CONFIG_MAIN
+#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #endif
+
+#include "sana/train/config_checks.h"
+
+int main(int argc, char** argv) {
+  sana::register_checks();
+  return Catch::Session().run(argc, argv);
+}

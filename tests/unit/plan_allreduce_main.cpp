@@ -9,7 +9,7 @@
 
 #include "sana/config/loader.h"
 #include "sana/data/loader.h"
-#include "sana/dist/runtime.h"
+#include "sana/distributed/runtime.h"
 #include "sana/train/data_guards.h"
 
 int run(int argc, char** argv) {

@@ -2,8 +2,8 @@
 // "Duplicate GPU detected" (devices are injected: no GPU needed).
 #include "catch.h"
 
-#include "sana/dist/devices.h"
-#include "sana/dist/launcher.h"
+#include "sana/distributed/devices.h"
+#include "sana/distributed/launcher.h"
 
 using namespace sana::dist;
 

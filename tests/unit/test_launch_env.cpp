@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "sana/dist/launch_env.h"
-#include "sana/dist/nccl_env.h"
+#include "sana/distributed/launch_env.h"
+#include "sana/distributed/nccl_env.h"
 
 using sana::dist::detect_launch_env;
 using sana::dist::LaunchEnvError;

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/data/distributed_sampler.h"
-#include "sana/dist/runtime.h"
+#include "sana/distributed/runtime.h"
 #include "test_support.h"
 
 using sana::test::run_command;

@@ -10,11 +10,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
-
-#include "sana/util/exit_codes.h"
 
 namespace fs = std::filesystem;
 
@@ -241,39 +238,6 @@ Resolved resolve_latest(const std::string& work_dir) {
     }
   }
   return r;
-}
-
-int run_inspect_command(const std::string& path) {
-  std::string dir = path;
-  if (fs::exists(fs::path(path) / "checkpoints")) {  // a work_dir: its latest
-    const auto r = resolve_latest(path);
-    for (const auto& w : r.warnings) std::cerr << "warning: " << w << "\n";
-    if (r.path.empty()) {
-      std::cerr << "inspect: no valid checkpoint in " << path << "\n";
-      return kExitFailure;
-    }
-    dir = r.path;
-  }
-  try {
-    const auto snap = read_checkpoint(dir);
-    const auto& s = snap.state;
-    int64_t model_params = 0;
-    for (const auto& [n, t] : snap.model) model_params += t.numel();
-    std::cout << fmt::format(
-        "checkpoint {}\n"
-        "model {}: {} tensors, {} values; EMA {} tensors; optimizer {} state tensors\n"
-        "position: epoch {} step {} (global step {}, {} samples consumed)\n"
-        "global batch {}, seed {}, saved on {} process{}, config {}\n"
-        "bad samples {} of {} read, {} skipped steps\n"
-        "checksums: all {} files verified\n",
-        dir, s.model, snap.model.size(), model_params, snap.ema.size(), snap.optimizer.size(), s.epoch + 1,
-        s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed, s.world_size,
-        s.world_size == 1 ? "" : "es", s.config_hash, s.bad_samples, s.reads, s.skipped_steps, s.checksums.size());
-    return kExitOk;
-  } catch (const CheckpointError& e) {
-    std::cerr << "inspect: " << e.what() << "\n";
-    return kExitFailure;
-  }
 }
 
 AsyncSaver::~AsyncSaver() {

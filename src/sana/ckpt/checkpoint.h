@@ -19,12 +19,13 @@
 #include <vector>
 
 #include "sana/ckpt/safetensors.h"
+#include "sana/util/error.h"
 
 namespace sana::ckpt {
 
-class CheckpointError : public std::runtime_error {
+class CheckpointError : public sana::RunError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& what) : RunError(what, "checkpoint error") {}
 };
 
 struct TrainerState {
@@ -69,9 +70,6 @@ Resolved resolve_latest(const std::string& work_dir);
 // Tests only: called with a stage name ("model.safetensors", "trainer_state.json",
 // "rename", "latest") before each step of write_checkpoint, to simulate a crash there.
 extern void (*checkpoint_test_hook)(const char* stage);
-
-// `sana-train inspect CKPT`: what the checkpoint holds; exit 0 when valid, 1 when not.
-int run_inspect_command(const std::string& path);
 
 // Writes snapshots on a background thread, one at a time: save() waits for the previous
 // write first; wait() waits for the current one. A failed write is rethrown by the next

@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "sana/util/error.h"
+
 namespace sana::ckpt {
 
-class SafetensorsError : public std::runtime_error {
+class SafetensorsError : public sana::RunError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SafetensorsError(const std::string& what) : RunError(what, "safetensors error") {}
 };
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;

@@ -32,7 +32,7 @@ std::string summary(const std::vector<ConfigIssue>& issues) {
 }  // namespace
 
 ConfigError::ConfigError(std::vector<ConfigIssue> issues)
-    : std::runtime_error(summary(issues)), issues_(std::move(issues)) {}
+    : UsageError(summary(issues), "config error"), issues_(std::move(issues)) {}
 
 std::string ConfigError::report(const std::string& line_prefix) const {
   std::string out;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/util/error.h"
 
 namespace sana::config {
 
@@ -30,13 +31,14 @@ struct ConfigIssue {
   std::string format() const;
 };
 
-class ConfigError : public std::runtime_error {
+// Every problem of a config at once; what() is the first one.
+class ConfigError : public sana::UsageError {
  public:
   explicit ConfigError(std::vector<ConfigIssue> issues);
   const std::vector<ConfigIssue>& issues() const { return issues_; }
   // All issues, one per line (each starting with `line_prefix`, e.g. "[rank 3] "),
   // followed by a count and what to do next.
-  std::string report(const std::string& line_prefix = "") const;
+  std::string report(const std::string& line_prefix = "") const override;
 
  private:
   std::vector<ConfigIssue> issues_;

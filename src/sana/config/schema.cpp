@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "sana/model/spec.h"
+#include "sana/config/checks.h"
 
 namespace sana::config {
 
@@ -62,7 +62,7 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
 
 void describe_model(std::vector<Field>& f, ModelConfig& m) {
   Section s(f, "model");
-  s.add("model", m.model, "model preset name").one_of(model_preset_names()).commonly_used();
+  s.add("model", m.model, "model preset name").one_of(registered_choices("model.model")).commonly_used();
   s.add("image_size", m.image_size, "resolution the model is built for (= data.image_size)")
       .at_least(8);
   s.add("mixed_precision", m.mixed_precision, "autocast dtype on CUDA (CPU runs in fp32)")
@@ -301,15 +301,6 @@ std::vector<std::string> section_keys(const std::vector<Field>& fields) {
     }
   }
   return out;
-}
-
-const std::vector<std::string>& model_preset_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> out;
-    for (const auto& p : model::presets()) out.push_back(p.name);
-    return out;
-  }();
-  return names;
 }
 
 }  // namespace sana::config

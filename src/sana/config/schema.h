@@ -45,7 +45,4 @@ std::string value_text(const FieldRef& ref);
 // Every section path ("data", "train", "train.optimizer", ...).
 std::vector<std::string> section_keys(const std::vector<Field>& fields);
 
-// Model presets known by name (the model library keeps this list in sync).
-const std::vector<std::string>& model_preset_names();
-
 }  // namespace sana::config

@@ -7,8 +7,7 @@
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
-#include "sana/data/dataset.h"
-#include "sana/model/spec.h"
+#include "sana/config/checks.h"
 
 namespace fs = std::filesystem;
 
@@ -31,12 +30,12 @@ void resolve_defaults(Config& config) {
 
 namespace {
 
-class Checker {
+class Checker : public IssueSink {
  public:
   Checker(const OriginMap& origins, std::vector<ConfigIssue>& out)
       : origins_(origins), out_(out) {}
 
-  void fail(const std::string& key, std::string message, std::string hint = "") {
+  void fail(const std::string& key, std::string message, std::string hint = "") override {
     auto it = origins_.find(key);
     out_.push_back({key, std::move(message), it == origins_.end() ? Origin{} : it->second,
                     std::move(hint)});
@@ -119,42 +118,6 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
                      sizes));
 }
 
-// The preset's shape against the model keys, and every bucket against the model's cell
-// (VAE downsampling x patch size): a bucket the model cannot tile is a config error now,
-// not a shape error at the first batch of that bucket.
-void check_model(Checker& c, const Config& cfg) {
-  model::ModelSpec spec;
-  try {
-    spec = model::spec_from_config(cfg);
-  } catch (const model::SpecError& e) {
-    const std::string what = e.what();
-    const auto colon = what.find(':');
-    c.fail(what.substr(0, colon), what.substr(colon + 2));
-    return;
-  }
-  const int64_t cell = spec.downsample * spec.patch;
-  std::vector<data::BucketTable> tables;
-  try {
-    tables = data::bucket_tables_for(cfg);
-  } catch (const std::exception&) {
-    return;  // the table itself is reported by the checks above
-  }
-  for (const auto& table : tables) {
-    for (const auto& b : table.buckets()) {
-      if (b.height % cell == 0 && b.width % cell == 0) continue;
-      c.fail(cfg.data.aspect_ratio_type == "generated" ? "data.bucket_step" : "model.model",
-             fmt::format("bucket {}x{} of the {} px table is not a multiple of {} (the model's "
-                         "cell: {} px per {} x patch {} of {})",
-                         b.height, b.width, table.base(), cell, spec.downsample,
-                         spec.downsample == 1 ? "pixel" : "latent", spec.patch, spec.name),
-             cfg.data.aspect_ratio_type == "generated"
-                 ? fmt::format("use a data.bucket_step that is a multiple of {}", cell)
-                 : "use a preset with a smaller patch size");
-      return;
-    }
-  }
-}
-
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
 
@@ -222,7 +185,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
   }
   if (cfg.work_dir.empty()) c.fail("work_dir", "must not be empty", "e.g. work_dir: output/run");
-  check_model(c, cfg);
+  for (const auto& [name, check] : registered_checks()) check(cfg, c);
 }
 
 void check_existing(Checker& c, const std::string& key, const std::string& path,

@@ -1,15 +1,28 @@
-// `sana-train check-data`: decodes every sample (or the first N of a shuffled pass)
-// through the real loader and reports good and substituted samples by reason and
-// images/s. Exit 0 unless the bad fraction exceeds data.max_bad_fraction. The header
-// needs no torch.
+// What `sana-train check-data` measures: every sample (or the first N of a shuffled pass)
+// decoded through the real loader, counting good and substituted samples by reason and
+// timing it. Progress goes to the log; apps/commands/check_data.cpp prints the result.
+// The header needs no torch.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "sana/config/config.h"
 
 namespace sana::data {
 
-int run_check_data(const config::Config& cfg, int64_t limit);
+struct CheckDataResult {
+  int64_t samples = 0;      // decoded
+  int64_t substituted = 0;  // bad, replaced by a substitute
+  std::map<std::string, int64_t> bad_by_reason;
+  double seconds = 0;
+  int workers = 0;
+  double bad_fraction() const { return samples ? static_cast<double>(substituted) / samples : 0.0; }
+};
+
+// Decodes `limit` samples (0: all) of a shuffled pass over the config's data. Throws
+// IndexError when the data cannot be indexed.
+CheckDataResult check_data(const config::Config& cfg, int64_t limit);
 
 }  // namespace sana::data

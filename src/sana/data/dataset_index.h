@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "sana/util/error.h"
+
 namespace sana::data {
 
 constexpr char kIndexMagic[8] = {'S', 'A', 'N', 'A', 'I', 'D', 'X', '1'};
@@ -58,9 +60,9 @@ struct SampleText {
   std::string_view text_feat;
 };
 
-class IndexError : public std::runtime_error {
+class IndexError : public sana::UsageError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit IndexError(const std::string& what) : UsageError(what, "data error") {}
 };
 
 class DatasetIndex {

@@ -4,7 +4,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <stdexcept>
+
+#include "sana/util/error.h"
 
 namespace sana::data {
 
@@ -44,9 +45,10 @@ EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t 
   if (cfg.data.sampler != "distributed") return ds.plan(epoch);
   const auto& of = ds.bucket_of();
   if (std::any_of(of.begin(), of.end(), [&](uint16_t b) { return b != of.front(); })) {
-    throw std::invalid_argument(
+    throw UsageError(
         "data.sampler=distributed needs single-resolution data (one bucket), but the samples "
-        "fall into several; set model.multi_scale: false or data.sampler: bucket");
+        "fall into several; set model.multi_scale: false or data.sampler: bucket",
+        "config error");
   }
   const int64_t n = static_cast<int64_t>(of.size());
   const int64_t g = cfg.train.global_batch_size, m = cfg.train.micro_batch_size;

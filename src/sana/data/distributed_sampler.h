@@ -21,7 +21,7 @@ std::vector<int64_t> distributed_sampler_indices(int64_t dataset_size, int world
 // The epoch's plan for data.sampler: the world-size-independent bucket plan, or
 // DistributedSampler's partition for `world_size` laid out as global batches (each rank's
 // list cut into its micro-batches; a partial last batch is dropped so shapes stay fixed).
-// Throws std::invalid_argument for a distributed sampler over several buckets.
+// Throws a config-kind UsageError for a distributed sampler over several buckets.
 EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
                           int world_size);
 

@@ -22,6 +22,7 @@
 #include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/decode.h"
+#include "sana/util/error.h"
 
 namespace sana::data {
 
@@ -73,9 +74,9 @@ struct BadSampleCounts {
   int64_t decoded = 0;
 };
 
-class LoaderError : public std::runtime_error {
+class LoaderError : public sana::RunError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit LoaderError(const std::string& what) : RunError(what, "loader error") {}
 };
 
 class Loader {

@@ -8,11 +8,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "sana/util/error.h"
+
 namespace sana::data {
 
-class TensorFileError : public std::runtime_error {
+class TensorFileError : public sana::RunError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit TensorFileError(const std::string& what) : RunError(what, "tensor file error") {}
 };
 
 // .npy (little-endian f2/f4/f8, C order) or .safetensors (F16/BF16/F32/F64; the tensor

@@ -18,12 +18,13 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/util/error.h"
 
 namespace sana::model {
 
-class EncoderError : public std::runtime_error {
+class EncoderError : public sana::UsageError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit EncoderError(const std::string& what) : UsageError(what, "encoder error") {}
 };
 
 class FrozenVae {

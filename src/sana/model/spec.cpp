@@ -43,7 +43,7 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   const auto it = std::find_if(all.begin(), all.end(),
                                [&](const Preset& p) { return p.name == cfg.model.model; });
   if (it == all.end()) {
-    throw SpecError(fmt::format("model.model: unknown preset '{}'", cfg.model.model));
+    throw SpecError("model.model", fmt::format("unknown preset '{}'", cfg.model.model));
   }
   ModelSpec s;
   s.name = it->name;
@@ -72,12 +72,12 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.fp32_attention = cfg.model.fp32_attention;
   s.class_dropout_prob = cfg.model.class_dropout_prob;
   if (s.hidden % s.linear_head_dim != 0) {
-    throw SpecError(fmt::format(
-        "model.linear_head_dim: {} does not divide the width {} of {}; use a divisor such as 32",
+    throw SpecError("model.linear_head_dim", fmt::format(
+        "{} does not divide the width {} of {}; use a divisor such as 32",
         s.linear_head_dim, s.hidden, s.name));
   }
   if (s.mlp_hidden() < 1) {
-    throw SpecError(fmt::format("model.mlp_ratio: {} gives no feed-forward channels", s.mlp_ratio));
+    throw SpecError("model.mlp_ratio", fmt::format("{} gives no feed-forward channels", s.mlp_ratio));
   }
   return s;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/util/error.h"
 
 namespace sana::model {
 
@@ -54,9 +55,16 @@ struct Preset {
 };
 const std::vector<Preset>& presets();
 
-class SpecError : public std::runtime_error {
+// A config whose model cannot be built: names the key (e.g. "model.linear_head_dim").
+class SpecError : public sana::UsageError {
  public:
-  using std::runtime_error::runtime_error;
+  SpecError(std::string key, const std::string& message)
+      : UsageError(key + ": " + message, "config error"), key_(std::move(key)), message_(message) {}
+  const std::string& key() const { return key_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string key_, message_;
 };
 
 // The spec a config asks for: the preset's shape, channels from the VAE / pixel space,

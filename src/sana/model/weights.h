@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "sana/util/error.h"
+
 namespace sana::model {
 
-class WeightsError : public std::runtime_error {
+class WeightsError : public sana::UsageError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit WeightsError(const std::string& what) : UsageError(what, "weights error") {}
 };
 
 void save_weights(const torch::nn::Module& model, const std::string& path,

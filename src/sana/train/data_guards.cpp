@@ -22,7 +22,9 @@ void BadSampleGuard::check(dist::Runtime& rt) {
   decide(t[0].item<double>(), t[1].item<double>());
 }
 
-void BadSampleGuard::decide(double total_bad, double total) const {
+void BadSampleGuard::decide(double total_bad, double total) {
+  total_bad_ = static_cast<int64_t>(total_bad);
+  total_reads_ = static_cast<int64_t>(total);
   if (total >= static_cast<double>(min_reads_) && total_bad / total > max_fraction_) {
     throw TooManyBadSamples(fmt::format(
         "{:.0f} of {:.0f} samples read on all ranks were bad ({:.2f}%, more than "

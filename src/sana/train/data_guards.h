@@ -1,7 +1,7 @@
 // The checks that keep every rank on the same data: at each epoch start the ranks
 // compare the plan (fingerprint and step count), and at every step they add up their bad
 // samples so that all stop together once data.max_bad_fraction is exceeded. The only
-// place where data/ meets dist/ (DESIGN.md: train/ combines them).
+// place where data/ meets distributed/ (train/ is the only layer that combines them).
 #pragma once
 
 #include <stdexcept>
@@ -9,7 +9,8 @@
 
 #include "sana/data/epoch_plan.h"
 #include "sana/data/loader.h"
-#include "sana/dist/runtime.h"
+#include "sana/distributed/runtime.h"
+#include "sana/util/error.h"
 
 namespace sana::train {
 
@@ -17,9 +18,9 @@ namespace sana::train {
 void agree_on_epoch_plan(dist::Runtime& rt, const data::EpochPlan& plan);
 
 // Too many bad samples across all ranks: every rank throws this at the same step.
-class TooManyBadSamples : public std::runtime_error {
+class TooManyBadSamples : public sana::RunError {
  public:
-  using std::runtime_error::runtime_error;
+  explicit TooManyBadSamples(const std::string& what) : RunError(what, "too many bad samples") {}
 };
 
 // Counts what the batches this rank consumed contained (not what was decoded ahead, which
@@ -36,10 +37,16 @@ class BadSampleGuard {
   std::pair<double, double> local() const {
     return {static_cast<double>(bad_), static_cast<double>(reads_)};
   }
-  void decide(double total_bad, double total_reads) const;
-  // A resumed run continues the counts (each rank restores the run-wide totals on rank 0
-  // only, so the sums stay right).
-  void restore(int64_t bad, int64_t reads) {
+  // Keeps the totals as the run-wide counts a checkpoint carries.
+  void decide(double total_bad, double total_reads);
+  // The run-wide (bad, reads) as last agreed.
+  std::pair<int64_t, int64_t> capture() const { return {total_bad_, total_reads_}; }
+  // A resumed run continues the counts: the run-wide totals are restored into one rank's
+  // own counts only (`carries`, rank 0), so the sums over ranks stay right.
+  void restore(int64_t bad, int64_t reads, bool carries) {
+    total_bad_ = bad;
+    total_reads_ = reads;
+    if (!carries) return;
     bad_ = bad;
     reads_ = reads;
   }
@@ -49,6 +56,7 @@ class BadSampleGuard {
   int64_t min_reads_;  // below this many reads in all, a fraction means little
   int64_t bad_ = 0;
   int64_t reads_ = 0;
+  int64_t total_bad_ = 0, total_reads_ = 0;
 };
 
 }  // namespace sana::train

@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-
-#include "sana/util/exit_codes.h"
 
 namespace fs = std::filesystem;
 
@@ -136,17 +134,6 @@ Report write_report(const std::string& work_dir) {
   }
   for (const auto& [file, col, title] : plots) r.plots.push_back((dir / file).string());
   return r;
-}
-
-int run_report_command(const std::string& work_dir) {
-  const auto r = write_report(work_dir);
-  if (!r.summary.empty()) std::cout << r.summary;
-  for (const auto& p : r.plots) std::cout << "plot: " << p << "\n";
-  if (!r.error.empty()) {
-    std::cerr << "report: " << r.error << "\n";
-    return r.summary.empty() ? kExitUsage : kExitFailure;
-  }
-  return kExitOk;
 }
 
 }  // namespace sana::train

@@ -1,4 +1,4 @@
-// `sana-train report WORK_DIR` (also run at the end of training): plots of loss, learning
+// What `sana-train report WORK_DIR` shows (also made at the end of training): plots of loss, learning
 // rate and samples/s over steps from work_dir/metrics.jsonl, drawn by gnuplot (Debian's
 // gnuplot-nox) as PNG files in work_dir/report/, and a one-screen text summary. No torch.
 #pragma once
@@ -15,7 +15,5 @@ struct Report {
 };
 
 Report write_report(const std::string& work_dir);
-
-int run_report_command(const std::string& work_dir);
 
 }  // namespace sana::train

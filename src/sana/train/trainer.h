@@ -1,19 +1,80 @@
-// The training loop: `sana-train --config C` on one or many processes. Every rank builds
+// The training run: `sana-train --config C` on one or many processes. Every rank builds
 // the same epoch plan and the same model (rank 0's weights broadcast and fingerprinted),
-// feeds its slice of each global batch through the flow-matching objective, syncs
-// gradients with the overlapped engine (GradSync), and takes the same optimizer step.
-// One small all-reduce per step carries the loss, bad-sample counts and flags ("stop
-// requested", "non-finite"), so an epoch or a run ends on every rank at the same step;
-// a failing rank makes the others exit through the runtime's failure watch. Never hangs.
+// and each step goes through the same parts in the same order (Trainer::run reads as the
+// list): the rank's micro-batches forward and backward (TrainStep, the reducer syncing
+// gradients), the step agreement (one small all-reduce: loss, bad samples, non-finite,
+// stop requests), the optimizer and schedule, the EMA, Metrics, Previews and the
+// Checkpointer. A failing rank makes the others exit through the runtime's failure watch.
 #pragma once
 
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "sana/config/config.h"
-#include "sana/dist/launch_env.h"
+#include "sana/data/dataset.h"
+#include "sana/distributed/launch_env.h"
+#include "sana/distributed/reducer.h"
+#include "sana/distributed/runtime.h"
+#include "sana/model/sana_ms.h"
+#include "sana/train/checkpointer.h"
+#include "sana/train/data_guards.h"
+#include "sana/train/ema.h"
+#include "sana/train/metrics.h"
+#include "sana/train/optim.h"
+#include "sana/train/previews.h"
+#include "sana/train/step.h"
+#include "sana/train/step_agreement.h"
 
 namespace sana::train {
 
-// Runs the training the config describes; returns the process exit code. Exceptions of
-// the runtime (PeerFailure, Disagreement, ...) propagate to dist::run_guarded.
+// Runs the training the config describes; returns the process exit code (0). Errors are
+// thrown (sana::Error and the runtime's PeerFailure, ...); a failing rank tells the others.
 int train(const config::Config& cfg, const dist::LaunchEnv& env);
+
+class Trainer {
+ public:
+  Trainer(const config::Config& cfg, dist::Runtime& rt);
+  // The whole run: every epoch's steps, then the end (final previews, the cross-rank
+  // weight check, weights, report).
+  void run();
+
+  // Everything a checkpoint holds, and its inverse.
+  ckpt::Snapshot capture() const;
+  void restore(const ckpt::Snapshot& snapshot, const std::string& source);
+
+ private:
+  void resume();
+  void log_start() const;
+  bool run_epoch(int64_t epoch);  // false: stopped on request
+  bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
+  bool update(const StepVerdict& verdict, double grad_norm, double lr);  // false: skipped
+  void finish();
+
+  const config::Config& cfg_;
+  dist::Runtime& rt_;
+  const bool main_rank_;
+  const int64_t accumulation_;
+  data::Dataset dataset_;
+  model::ModelSpec spec_;
+  model::SanaMS model_;
+  Encoders encoders_;
+  NamedParams named_;
+  std::vector<torch::Tensor> params_;
+  std::unique_ptr<dist::Reducer> reducer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  Ema ema_;
+  BadSampleGuard guard_;
+  NonfinitePolicy nonfinite_;
+  RunPosition position_;
+  int64_t total_steps_ = 0;
+  bool resumed_ = false, stopped_ = false;
+  TrainStep step_;
+  Previews previews_;
+  Checkpointer checkpointer_;
+  std::optional<Metrics> metrics_;
+};
 
 }  // namespace sana::train

@@ -1,0 +1,63 @@
+// `sana-train inspect CHECKPOINT|WORK_DIR`: what a checkpoint holds, every checksum
+// verified; a damaged one is a CheckpointError (exit 1).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "command.h"
+#include "sana/ckpt/checkpoint.h"
+
+namespace sana::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The checkpoint folder `path` names: itself, or for a work_dir its newest valid one.
+std::string checkpoint_folder(const std::string& path) {
+  if (!fs::exists(fs::path(path) / "checkpoints")) return path;
+  const auto r = ckpt::resolve_latest(path);
+  for (const auto& w : r.warnings) std::cerr << "warning: " << w << "\n";
+  if (r.path.empty()) throw ckpt::CheckpointError(fmt::format("no valid checkpoint in {}", path));
+  return r.path;
+}
+
+class Inspect : public PlainCommand {
+ public:
+  explicit Inspect(CLI::App& app) {
+    cli_ = app.add_subcommand("inspect", "what a checkpoint holds; verifies its checksums (exit 1 if bad)");
+    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+    cli_->add_option("checkpoint", path_, "a checkpoint folder, or a work_dir (its latest)")->required();
+  }
+  bool chosen() const override { return cli_->parsed(); }
+
+  int run() override {
+    const std::string dir = checkpoint_folder(path_);
+    const auto snap = ckpt::read_checkpoint(dir);
+    const auto& s = snap.state;
+    int64_t model_params = 0;
+    for (const auto& [n, t] : snap.model) model_params += t.numel();
+    std::cout << fmt::format(
+        "checkpoint {}\n"
+        "model {}: {} tensors, {} values; EMA {} tensors; optimizer {} state tensors\n"
+        "position: epoch {} step {} (global step {}, {} samples consumed)\n"
+        "global batch {}, seed {}, saved on {} process{}, config {}\n"
+        "bad samples {} of {} read, {} skipped steps\n"
+        "checksums: all {} files verified\n",
+        dir, s.model, snap.model.size(), model_params, snap.ema.size(), snap.optimizer.size(), s.epoch + 1,
+        s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed, s.world_size,
+        s.world_size == 1 ? "" : "es", s.config_hash, s.bad_samples, s.reads, s.skipped_steps, s.checksums.size());
+    return 0;
+  }
+
+ private:
+  CLI::App* cli_;
+  std::string path_;
+};
+
+}  // namespace
+
+std::unique_ptr<PlainCommand> inspect_command(CLI::App& app) { return std::make_unique<Inspect>(app); }
+
+}  // namespace sana::app

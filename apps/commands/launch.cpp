@@ -1,0 +1,55 @@
+// `sana-train launch --nproc-per-node N [...] -- ARGS...`: starts the workers of this node
+// with a torchrun-style environment (sana/distributed/launcher.h does the work).
+#include "command.h"
+#include "sana/distributed/launcher.h"
+#include "sana/util/error.h"
+
+namespace sana::app {
+
+namespace {
+
+class Launch : public PlainCommand {
+ public:
+  Launch(CLI::App& app, const LaunchArgs& args) : args_(args) {
+    cli_ = app.add_subcommand(
+        "launch", "start workers with a torchrun-style environment: launch [OPTIONS] -- ARGS...");
+    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+    cli_->add_option("--nproc-per-node", opts_.nproc_per_node, "workers on this node")->required();
+    cli_->add_option("--nnodes", opts_.nnodes, "nodes in the job");
+    cli_->add_option("--node-rank", opts_.node_rank, "this node's index");
+    cli_->add_option("--master-addr", opts_.master_addr, "node 0's address");
+    cli_->add_option("--master-port", opts_.master_port, "rendezvous port; 0 = a free one");
+    cli_->add_option("--max-restarts", opts_.max_restarts,
+                     "restart all workers after a failure up to this many times");
+    cli_->add_option("--grace-seconds", opts_.grace_s,
+                     "time between SIGTERM and SIGKILL when stopping workers");
+  }
+  bool chosen() const override { return cli_->parsed(); }
+
+  int run() override {
+    // "launch -- check-dist ..." runs sana-train; "launch -- ./tool args" runs ./tool.
+    opts_.worker_args = args_.worker_args;
+    if (!opts_.worker_args.empty() && opts_.worker_args.front().find('/') != std::string::npos) {
+      opts_.program = opts_.worker_args.front();
+      opts_.worker_args.erase(opts_.worker_args.begin());
+    } else if (!opts_.worker_args.empty()) {
+      opts_.program = args_.self;
+    }
+    const std::string problem = dist::check_launch_options(opts_);
+    if (!problem.empty()) throw UsageError("launch: " + problem);
+    return dist::run_launcher(opts_);
+  }
+
+ private:
+  const LaunchArgs& args_;
+  CLI::App* cli_;
+  dist::LaunchOptions opts_;
+};
+
+}  // namespace
+
+std::unique_ptr<PlainCommand> launch_command(CLI::App& app, const LaunchArgs& args) {
+  return std::make_unique<Launch>(app, args);
+}
+
+}  // namespace sana::app

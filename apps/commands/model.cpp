@@ -1,0 +1,145 @@
+// `sana-train model --config C [--json]`: what a config's model is, without training it.
+// The model is built on the meta device (no weights allocated, so the 1.6 B preset is
+// instant); model/ counts its parameters per top-level module and its forward FLOPs per
+// sample, shown for the square, tallest and widest bucket of each base size.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "sana/data/dataset.h"
+#include "sana/model/sana_ms.h"
+
+namespace sana::app {
+
+namespace {
+
+std::string thousands(int64_t n) {
+  std::string s = std::to_string(n), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+struct BucketSize {
+  int64_t base, height, width;
+};
+
+// What the command shows, gathered once for either format.
+struct ModelFacts {
+  model::ModelSpec spec;
+  std::vector<std::pair<std::string, int64_t>> counts;
+  int64_t total = 0;
+  std::string upstream_params;  // "" for our own presets
+  std::vector<BucketSize> buckets;
+};
+
+ModelFacts facts_of(const config::Config& cfg) {
+  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}};
+  model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+  f.counts = net->parameter_counts();
+  f.total = net->parameter_count();
+  const auto& all = model::presets();
+  const auto preset = std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
+  if (preset != all.end()) f.upstream_params = preset->upstream_params;
+  for (const auto& table : data::bucket_tables_for(cfg)) {
+    for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back({table.base(), b.height, b.width});
+  }
+  return f;
+}
+
+void print_json(const ModelFacts& f) {
+  const auto& spec = f.spec;
+  nlohmann::ordered_json j;
+  j["model"] = spec.name;
+  j["spec"] = {{"hidden", spec.hidden},
+               {"depth", spec.depth},
+               {"linear_heads", spec.linear_heads()},
+               {"linear_head_dim", spec.linear_head_dim},
+               {"cross_heads", spec.cross_heads},
+               {"patch", spec.patch},
+               {"mlp_hidden", spec.mlp_hidden()},
+               {"in_channels", spec.in_channels},
+               {"downsample", spec.downsample},
+               {"conditioning", model::conditioning_name(spec.conditioning)},
+               {"condition_tokens", spec.cond_tokens()}};
+  nlohmann::ordered_json p;
+  for (const auto& [name, n] : f.counts) p[name] = n;
+  p["total"] = f.total;
+  j["parameters"] = p;
+  if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
+  j["flops"] = nlohmann::json::array();
+  for (const auto& b : f.buckets) {
+    const auto flops = model::forward_flops(spec, b.height, b.width);
+    j["flops"].push_back({{"base", b.base},
+                          {"height", b.height},
+                          {"width", b.width},
+                          {"tokens", flops.tokens},
+                          {"forward", flops.total},
+                          {"train", 3 * flops.total}});
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_text(const ModelFacts& f) {
+  using model::Conditioning;
+  const auto& spec = f.spec;
+  std::cout << fmt::format(
+      "{}: width {}, depth {}, {} linear-attention heads x {}, {} cross-attention heads, patch {}, "
+      "GLUMBConv hidden {}\n",
+      spec.name, spec.hidden, spec.depth, spec.linear_heads(), spec.linear_head_dim, spec.cross_heads, spec.patch,
+      spec.mlp_hidden());
+  std::cout << fmt::format(
+      "input: {} channels ({}), conditioning: {}{}\n", spec.in_channels,
+      spec.downsample == 1 ? "pixels" : fmt::format("latents, {} px per cell", spec.downsample),
+      model::conditioning_name(spec.conditioning),
+      spec.conditioning == Conditioning::caption
+          ? fmt::format(" ({} tokens x {} features)", spec.caption_tokens, spec.caption_channels)
+      : spec.conditioning == Conditioning::class_label ? fmt::format(" ({} classes + null)", spec.num_classes)
+                                                       : "");
+  std::cout << "\nparameters:\n";
+  for (const auto& [name, n] : f.counts) std::cout << fmt::format("  {:<18} {:>15}\n", name, thousands(n));
+  std::cout << fmt::format("  {:<18} {:>15}  ({:.3f} B)\n", "total", thousands(f.total),
+                           static_cast<double>(f.total) / 1e9);
+  if (!f.upstream_params.empty()) std::cout << fmt::format("  upstream reports   {}\n", f.upstream_params);
+  std::cout << "\nFLOPs per sample (2 x multiply-adds; a training step is about 3 x forward):\n";
+  std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14}  {:>14}\n", "base", "bucket", "tokens", "forward GFLOP",
+                           "train GFLOP");
+  for (const auto& b : f.buckets) {
+    const auto flops = model::forward_flops(spec, b.height, b.width);
+    std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14.2f}  {:>14.2f}\n", b.base,
+                             fmt::format("{}x{}", b.height, b.width), flops.tokens, flops.total / 1e9,
+                             3 * flops.total / 1e9);
+  }
+}
+
+class Model : public ConfigSubcommand {
+ public:
+  explicit Model(CLI::App& app)
+      : ConfigSubcommand(app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets",
+                         {/*required=*/true, /*data=*/false}) {
+    cli_->add_flag("--json", json_, "print JSON");
+  }
+  int run(const dist::LaunchEnv&, const config::Config& cfg) override {
+    const auto facts = facts_of(cfg);
+    if (json_) {
+      print_json(facts);
+    } else {
+      print_text(facts);
+    }
+    return 0;
+  }
+
+ private:
+  bool json_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ConfigCommand> model_command(CLI::App& app) { return std::make_unique<Model>(app); }
+
+}  // namespace sana::app

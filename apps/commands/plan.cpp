@@ -1,0 +1,131 @@
+// `sana-train plan --config C [--world-size W --rank R --epoch E --json]`: the epoch plan
+// (data/ builds it and its bucket histogram): the histogram and steps per epoch, or with
+// --json one rank's sample ids per step.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "command.h"
+#include "sana/data/dataset.h"
+#include "sana/data/distributed_sampler.h"
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::app {
+
+namespace {
+
+struct PlanOptions {
+  int world_size = 1;
+  int rank = 0;
+  int64_t epoch = 0;
+  bool json = false;
+};
+
+void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const config::Config& cfg,
+                 const PlanOptions& o) {
+  const auto& st = plan.stats();
+  std::cout << fmt::format(
+      "plan: {} samples, {} buckets in use, global batch {}, epoch {}, tail {}\n"
+      "steps per epoch: {} (every rank, any world size); dropped {}, padded {}\n"
+      "rank {} of {}: micro-batch {} x {} accumulation per step\nfingerprint {}\n\n",
+      st.num_samples,
+      std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }),
+      plan.global_batch(), plan.epoch(), cfg.data.tail, plan.steps(), st.dropped, st.padded, o.rank,
+      o.world_size, cfg.train.micro_batch_size,
+      cfg.train.global_batch_size / (cfg.train.micro_batch_size * o.world_size), plan.fingerprint());
+  std::cout << fmt::format("{:>30} {:>9} {:>7}\n", "bucket (base: key -> h x w)", "samples", "steps");
+  for (int b = 0; b < ds.buckets().size(); ++b) {
+    const auto i = static_cast<size_t>(b);
+    if (st.samples_per_bucket[i] == 0) continue;
+    std::cout << fmt::format("{:>30} {:>9} {:>7}\n", ds.buckets().describe(b), st.samples_per_bucket[i],
+                             st.steps_per_bucket[i]);
+  }
+}
+
+void print_json(const data::EpochPlan& plan, const config::Config& cfg, const PlanOptions& o,
+                const std::string& dataset_fingerprint) {
+  // Written by hand to stream: a plan of millions of samples is one long array.
+  const auto& st = plan.stats();
+  std::string out = fmt::format(
+      "{{\"steps_per_epoch\": {}, \"num_samples\": {}, \"dropped\": {}, \"padded\": {}, "
+      "\"global_batch_size\": {}, \"micro_batch_size\": {}, \"world_size\": {}, \"rank\": {}, "
+      "\"epoch\": {}, \"fingerprint\": \"{}\", \"dataset\": \"{}\", \"steps\": [",
+      plan.steps(), st.num_samples, st.dropped, st.padded, plan.global_batch(), cfg.train.micro_batch_size,
+      o.world_size, o.rank, plan.epoch(), plan.fingerprint(), dataset_fingerprint);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  for (int64_t s = 0; s < plan.steps(); ++s) {
+    const auto ids = plan.rank_slice(s, o.rank, o.world_size, cfg.train.micro_batch_size);
+    out = fmt::format("{}[{}]", s ? ", " : "", fmt::join(ids, ", "));
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  std::fputs("]}\n", stdout);
+}
+
+// This process's peak and current memory, from /proc (Linux): what the index costs.
+std::string memory_report() {
+  std::ifstream status("/proc/self/status");
+  std::string line, out;
+  while (std::getline(status, line)) {
+    for (const char* key : {"VmHWM:", "RssAnon:", "RssFile:"}) {
+      if (line.rfind(key, 0) == 0) {
+        std::string v = line.substr(std::strlen(key));
+        v.erase(0, v.find_first_not_of(" \t"));
+        out += fmt::format("{}{} {}", out.empty() ? "" : ", ", key, v);
+      }
+    }
+  }
+  return out;
+}
+
+class Plan : public ConfigSubcommand {
+ public:
+  explicit Plan(CLI::App& app)
+      : ConfigSubcommand(app, "plan",
+                         "the epoch plan: bucket histogram, steps per epoch, and with --json a rank's "
+                         "sample ids per step") {
+    cli_->add_option("--world-size", o_.world_size, "world size to slice the plan for");
+    cli_->add_option("--rank", o_.rank, "the rank whose slices --json lists");
+    cli_->add_option("--epoch", o_.epoch, "epoch number (from 0)");
+    cli_->add_flag("--json", o_.json, "print JSON: steps_per_epoch, num_samples, steps, ...");
+  }
+  // The batch must fit --world-size, not this process's world.
+  config::ValidationContext validation(const dist::LaunchEnv& env) const override {
+    if (o_.world_size < 1 || o_.rank < 0 || o_.rank >= o_.world_size) {
+      throw UsageError(fmt::format("plan: --rank {} is not in [0, --world-size {})", o_.rank, o_.world_size));
+    }
+    auto ctx = ConfigSubcommand::validation(env);
+    ctx.world_size = o_.world_size;
+    return ctx;
+  }
+  int run(const dist::LaunchEnv&, const config::Config& cfg) override {
+    const auto ds = data::Dataset::open(cfg);
+    const auto plan = data::make_epoch_plan(ds, cfg, o_.epoch, o_.world_size);
+    if (plan.steps() == 0 && plan.stats().num_samples > 0) {
+      throw UsageError(fmt::format("plan: no step: every bucket holds fewer than train.global_batch_size {} "
+                                   "samples and data.tail is {}; use data.tail=pad or a smaller global batch",
+                                   cfg.train.global_batch_size, cfg.data.tail),
+                       "config error");
+    }
+    if (o_.json) {
+      print_json(plan, cfg, o_, ds.fingerprint());
+    } else {
+      print_human(ds, plan, cfg, o_);
+    }
+    log::info("plan: memory {}", memory_report());
+    return 0;
+  }
+
+ private:
+  PlanOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<ConfigCommand> plan_command(CLI::App& app) { return std::make_unique<Plan>(app); }
+
+}  // namespace sana::app

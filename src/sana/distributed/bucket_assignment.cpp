@@ -1,0 +1,33 @@
+#include "sana/distributed/bucket_assignment.h"
+
+namespace sana::dist {
+
+std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
+                                        int64_t first_cap_bytes) {
+  std::vector<GradBucket> buckets;
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    const int64_t bytes = p.numel * p.element_size;
+    const int64_t cap = buckets.size() <= 1 ? first_cap_bytes : cap_bytes;  // the cap of buckets.back()
+    if (buckets.empty() || buckets.back().dtype != p.dtype ||
+        buckets.back().numel * p.element_size + bytes > cap) {
+      buckets.emplace_back();
+      buckets.back().dtype = p.dtype;
+    }
+    auto& b = buckets.back();
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel;
+  }
+  return buckets;
+}
+
+std::vector<size_t> bucket_of_params(const std::vector<GradBucket>& buckets, size_t param_count) {
+  std::vector<size_t> out(param_count);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    for (size_t k : buckets[i].params) out.at(k) = i;
+  }
+  return out;
+}
+
+}  // namespace sana::dist

@@ -1,0 +1,63 @@
+// Which device each rank trains on, and the check that no two ranks of a host share one
+// (the "Duplicate GPU detected" crash, turned into an error that says what to do).
+// Pure logic over device lists: the torch side supplies the visible devices, tests
+// inject them. Never includes torch.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sana/config/config.h"
+#include "sana/distributed/launch_env.h"
+#include "sana/util/error.h"
+
+namespace sana::dist {
+
+// The devices this process can see: CUDA devices (by UUID, or by index when unknown),
+// or none for CPU-only processes.
+struct VisibleDevices {
+  std::vector<std::string> cuda_ids;
+  bool injected = false;  // from SANA_TEST_CUDA_DEVICES (tests without a GPU)
+};
+
+// SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b" stands in for the visible CUDA devices; unset
+// returns nothing (the torch side then asks CUDA).
+VisibleDevices injected_devices(const EnvLookup& lookup = nullptr);
+
+struct DeviceClaim {
+  int rank = 0;
+  std::string host;
+  std::string kind = "cpu";  // cpu | cuda
+  int index = -1;            // CUDA device index as this process sees it
+  std::string id;            // CUDA UUID (or "index N" when unknown)
+
+  std::string encode() const;  // one line for the store
+  static DeviceClaim decode(const std::string& text);
+  std::string describe() const;  // "cuda:1 (GPU-ab12) on host node3"
+};
+
+// A device problem a user must fix before the run can start (exit code 2).
+class DeviceError : public sana::UsageError {
+ public:
+  explicit DeviceError(const std::string& what) : UsageError(what, "device error") {}
+};
+
+// The device for this rank: cuda:LOCAL_RANK when CUDA devices are visible (or dist.device
+// is cuda), else CPU. Throws DeviceError when LOCAL_RANK has no device of its own.
+DeviceClaim choose_device(const LaunchEnv& env, const config::DistConfig& cfg,
+                          const VisibleDevices& visible, const std::string& host);
+
+// Every pair of ranks on the same device of the same host, worded for the user; empty
+// when the map is sound (CPU ranks never clash; allow_shared_device permits sharing).
+std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& claims,
+                                             bool allow_shared_device);
+
+// The backend for a claim: dist.backend, or for auto NCCL on CUDA when this build has it.
+std::string choose_backend(const config::DistConfig& cfg, const DeviceClaim& claim,
+                           bool nccl_available);
+
+// CPU threads for this process: dist.threads_per_process, or cores / processes on the host.
+int threads_per_process(const config::DistConfig& cfg, const LaunchEnv& env, unsigned cores);
+
+}  // namespace sana::dist

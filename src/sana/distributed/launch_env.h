@@ -1,0 +1,63 @@
+// Which launcher started this process and where it sits in the job: torchrun, OpenMPI,
+// MPICH/Intel MPI, Slurm srun, or none; and where the job meets (the rendezvous
+// endpoint). Reads the environment only; never opens a socket and never includes torch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "sana/util/error.h"
+
+namespace sana::dist {
+
+struct LaunchEnv {
+  std::string launcher = "none";  // torchrun | sana-launch | openmpi | mpich | slurm | none
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  // Rendezvous hints from the environment (empty/0 when the launcher gives none).
+  std::string master_addr;
+  int master_port = 0;
+  bool agent_store = false;  // torchrun's agent hosts the TCPStore: every rank is a client
+  int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
+  std::string first_host;    // Slurm: first host of the step's node list
+  std::string job_id;        // Slurm: SLURM_JOB_ID, for a per-job default port
+  // Names this run among others that might share a store endpoint: the launcher's run id
+  // (SANA_RUN_ID, TORCHELASTIC_RUN_ID, Slurm job.step, OpenMPI job id), or "".
+  std::string run_id;
+};
+
+// A launcher environment that is present but unusable (names the variable to fix).
+class LaunchEnvError : public sana::UsageError {
+ public:
+  explicit LaunchEnvError(const std::string& what) : UsageError(what, "launch error") {}
+};
+
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Detects the launcher from `lookup` (getenv by default).
+LaunchEnv detect_launch_env(const EnvLookup& lookup = nullptr);
+
+// Where rank 0's store listens, and how this rank reaches it.
+struct RendezvousEndpoint {
+  std::string host;
+  int port = 0;
+  bool server = false;      // this process hosts the TCPStore
+  std::string key_prefix;   // torchrun: "/worker/attempt_<n>"
+  std::string run_id;       // from LaunchEnv::run_id
+};
+
+// Resolves the endpoint from the environment and config overrides (empty/0 = not set).
+// Throws LaunchEnvError naming the variable or key to set when it cannot be known.
+RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& config_addr,
+                                    int config_port);
+
+// "node[01-03],gpu7" -> "node01": the first host of a Slurm node list.
+std::string first_slurm_host(const std::string& nodelist);
+
+constexpr int kDefaultMasterPort = 29500;
+
+}  // namespace sana::dist

@@ -1,0 +1,368 @@
+#include "sana/distributed/launcher.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <optional>
+#include <thread>
+
+#include "sana/util/exit_codes.h"
+
+namespace sana::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const unsigned char s = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  (void)!write(g_signal_pipe[1], &s, 1);
+  errno = saved;
+}
+
+void say(const std::string& line) {
+  const std::string out = "[launcher] " + line + "\n";
+  (void)!write(STDERR_FILENO, out.data(), out.size());
+}
+
+// One stream of one worker: bytes in, whole lines out with the rank in front.
+struct Stream {
+  int fd = -1;
+  int out_fd = STDOUT_FILENO;
+  std::string pending;
+
+  void emit(const std::string& prefix, const std::string& line) const {
+    const std::string out = prefix + line + "\n";
+    (void)!write(out_fd, out.data(), out.size());
+  }
+  // Returns false at end of stream.
+  bool pump(const std::string& prefix) {
+    char buf[65536];
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) {
+      if (!pending.empty()) emit(prefix, pending);
+      pending.clear();
+      close(fd);
+      fd = -1;
+      return false;
+    }
+    pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', start)) {
+      emit(prefix, pending.substr(start, nl - start));
+      start = nl + 1;
+    }
+    pending.erase(0, start);
+    return true;
+  }
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  Stream out, err;
+  std::optional<int> exit_code;
+  std::string prefix() const { return fmt::format("[rank {}] ", rank); }
+};
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitFailure;
+}
+
+std::vector<std::string> worker_environment(const LaunchOptions& o, int local_rank, int port,
+                                            int attempt, const std::string& run_id,
+                                            int lifeline_fd) {
+  const int world = o.nnodes * o.nproc_per_node;
+  return {
+      fmt::format("SANA_RUN_ID={}", run_id),
+      fmt::format("SANA_LIFELINE_FD={}", lifeline_fd),
+      fmt::format("RANK={}", o.node_rank * o.nproc_per_node + local_rank),
+      fmt::format("WORLD_SIZE={}", world),
+      fmt::format("LOCAL_RANK={}", local_rank),
+      fmt::format("LOCAL_WORLD_SIZE={}", o.nproc_per_node),
+      fmt::format("GROUP_RANK={}", o.node_rank),
+      fmt::format("MASTER_ADDR={}", o.master_addr),
+      fmt::format("MASTER_PORT={}", port),
+      fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt),
+      fmt::format("TORCHELASTIC_MAX_RESTARTS={}", o.max_restarts),
+      "TORCHELASTIC_USE_AGENT_STORE=False",  // rank 0 hosts the store, not this launcher
+      "SANA_LAUNCHER=1",
+  };
+}
+
+// The read end of this pipe is inherited by every worker (and what it starts); the
+// launcher alone holds the write end, so its death, even by SIGKILL, is EOF for them.
+int g_lifeline[2] = {-1, -1};
+
+Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt,
+             const std::string& run_id) {
+  Worker w;
+  w.rank = o.node_rank * o.nproc_per_node + local_rank;
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    throw std::runtime_error(fmt::format("pipe: {}", why));
+  }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+    throw std::runtime_error(fmt::format("fork: {}", why));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group: signals reach the worker and anything it starts
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher dies -> the worker dies
+    if (getppid() != parent) _exit(kExitFailure);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    // A worker in a background group that read the terminal would stop for ever.
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    fcntl(g_lifeline[0], F_SETFD, 0);  // inherited across exec
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);
+    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, g_lifeline[0])) {
+      putenv(strdup(kv.c_str()));
+    }
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(o.program.c_str()));
+    for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(o.program.c_str(), argv.data());
+    const std::string msg = fmt::format("cannot start {}: {}\n", o.program, std::strerror(errno));
+    (void)!write(STDERR_FILENO, msg.data(), msg.size());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from this side, so a signal right away finds the group
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  w.pid = pid;
+  w.out.fd = out_pipe[0];
+  w.err.fd = err_pipe[0];
+  w.err.out_fd = STDERR_FILENO;
+  return w;
+}
+
+void signal_all(std::vector<Worker>& workers, int sig) {
+  for (auto& w : workers) {
+    if (!w.exit_code) kill(-w.pid, sig);
+  }
+}
+
+bool all_exited(const std::vector<Worker>& workers) {
+  for (const auto& w : workers) {
+    if (!w.exit_code || w.out.fd >= 0 || w.err.fd >= 0) return false;
+  }
+  return true;
+}
+
+// One attempt: all workers from start to end. Returns the attempt's first failure code
+// (0 when all succeeded); sets `user_signal` when the launcher was told to stop.
+int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string& run_id,
+                int& user_signal) {
+  std::vector<Worker> workers;
+  int first_failure = 0;
+  bool stopping = false;
+  bool kill_pending = false;  // SIGKILL at kill_at unless all have exited
+  Clock::time_point kill_at{};
+  bool draining = false;     // all reaped: output gets until drain_until
+  Clock::time_point drain_until{};
+  auto stop_all = [&](int sig) {
+    stopping = true;
+    signal_all(workers, sig);
+    kill_pending = true;
+    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(o.grace_s));
+  };
+  try {
+    for (int i = 0; i < o.nproc_per_node; ++i) workers.push_back(spawn(o, i, port, attempt, run_id));
+  } catch (const std::exception& e) {
+    say(fmt::format("cannot start the workers: {}", e.what()));
+    first_failure = kExitFailure;
+    stop_all(SIGKILL);
+  }
+
+  while (!all_exited(workers)) {
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    std::vector<Stream*> streams;
+    for (auto& w : workers) {
+      for (Stream* s : {&w.out, &w.err}) {
+        if (s->fd >= 0) {
+          fds.push_back({s->fd, POLLIN, 0});
+          streams.push_back(s);
+        }
+      }
+    }
+    poll(fds.data(), fds.size(), 100);
+    if (fds[0].revents & POLLIN) {
+      unsigned char sig = 0;
+      if (read(g_signal_pipe[0], &sig, 1) == 1 && user_signal == 0) {
+        user_signal = sig;
+        say(fmt::format("got signal {}; stopping all workers", static_cast<int>(sig)));
+        stop_all(sig);
+      }
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) {
+        for (auto& w : workers) {
+          if (&w.out == streams[i] || &w.err == streams[i]) streams[i]->pump(w.prefix());
+        }
+      }
+    }
+    for (auto& w : workers) {
+      if (w.exit_code) continue;
+      int status = 0;
+      if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
+      w.exit_code = exit_code_of(status);
+      kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
+      const int code = *w.exit_code;
+      if (code == 0 || user_signal != 0) continue;
+      // A worker that stopped because another failed (code 3), or that we stopped, is
+      // not the cause: the cause's code wins even when it arrives a moment later.
+      const bool consequence = code == kExitPeerFailed ||
+                               (stopping && (code == 128 + SIGTERM || code == 128 + SIGKILL));
+      if (first_failure == 0 || (first_failure == kExitPeerFailed && !consequence)) {
+        first_failure = code;
+        say(fmt::format("rank {} exited with code {}{}", w.rank, code,
+                        stopping ? "" : "; stopping the other workers"));
+      }
+      if (!stopping) stop_all(SIGTERM);
+    }
+    if (kill_pending && Clock::now() > kill_at) {
+      say("workers still running after the grace period; killing them");
+      signal_all(workers, SIGKILL);
+      kill_pending = false;
+    }
+    // Every worker is reaped: a descendant that left its group may still hold a pipe.
+    const bool reaped = std::all_of(workers.begin(), workers.end(),
+                                    [](const Worker& w) { return w.exit_code.has_value(); });
+    if (reaped && !draining) {
+      draining = true;
+      drain_until = Clock::now() + std::chrono::seconds(2);
+    }
+    if (draining && Clock::now() > drain_until) {
+      for (auto& w : workers) {
+        for (Stream* st : {&w.out, &w.err}) {
+          if (st->fd >= 0) {
+            close(st->fd);
+            st->fd = -1;
+          }
+        }
+      }
+    }
+  }
+  return first_failure;
+}
+
+}  // namespace
+
+void exit_with_launcher() {
+  const char* fd_text = std::getenv("SANA_LIFELINE_FD");
+  if (fd_text == nullptr) return;
+  const int fd = std::atoi(fd_text);
+  if (fd <= 2 || fcntl(fd, F_GETFD) < 0) return;
+  fcntl(fd, F_SETFD, FD_CLOEXEC);  // our own children need not hold it
+  std::thread([fd] {
+    char c;
+    while (read(fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    const char msg[] = "sana-train: the launcher is gone; stopping\n";
+    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+    std::_Exit(kExitPeerFailed);
+  }).detach();
+}
+
+int pick_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string check_launch_options(const LaunchOptions& o) {
+  if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
+  if (o.nnodes < 1) return "--nnodes must be at least 1";
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+    return fmt::format("--node-rank must be in [0, {})", o.nnodes);
+  }
+  if (o.nnodes > 1 && o.master_port == 0) {
+    return "--master-port is required with --nnodes > 1 (every node must use the same one)";
+  }
+  if (o.nnodes > 1 && (o.master_addr == "127.0.0.1" || o.master_addr == "localhost")) {
+    return "--master-addr must be node 0's address with --nnodes > 1";
+  }
+  if (o.master_port < 0 || o.master_port > 65535) return "--master-port must be in [0, 65535]";
+  if (o.max_restarts < 0) return "--max-restarts must be at least 0";
+  if (o.max_restarts > 0 && o.nnodes > 1) {
+    return "--max-restarts needs --nnodes 1: the launchers of several nodes do not restart in "
+           "step with each other";
+  }
+  if (o.program.empty()) {
+    return "nothing to run: give the worker's arguments after --, e.g. "
+           "sana-train launch --nproc-per-node 2 -- check-dist";
+  }
+  return "";
+}
+
+int run_launcher(const LaunchOptions& o) {
+  if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return kExitFailure;
+  if (pipe2(g_lifeline, O_CLOEXEC) != 0) return kExitFailure;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  int user_signal = 0;
+  int code = 0;
+  // Every node's launcher derives the same run id from the endpoint; one node adds a
+  // random part so two runs on a host never share store keys.
+  const std::string base_id =
+      o.nnodes > 1 ? fmt::format("launch-{}-{}", o.master_addr, o.master_port)
+                   : fmt::format("launch-{}-{}", getpid(), Clock::now().time_since_epoch().count());
+  for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    const int port = o.master_port != 0 ? o.master_port : pick_free_port();
+    if (attempt > 0) say(fmt::format("restart {} of {}", attempt, o.max_restarts));
+    code = run_attempt(o, port, attempt, fmt::format("{}-{}", base_id, attempt), user_signal);
+    if (code == 0 || user_signal != 0) break;
+  }
+  if (user_signal != 0) return 128 + user_signal;
+  return code;
+}
+
+}  // namespace sana::dist

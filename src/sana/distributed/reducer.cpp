@@ -1,0 +1,203 @@
+#include "sana/distributed/reducer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "sana/distributed/bucket_assignment.h"
+#include "sana/util/log.h"
+
+namespace sana::dist {
+
+namespace {
+
+// What the hooks reach; cleared when the reducer goes, since the hooks stay on the
+// parameters' accumulators as long as the parameters live.
+struct HookTarget {
+  std::mutex mutex;
+  Reducer* reducer = nullptr;
+};
+
+struct ReadyHook : public torch::autograd::FunctionPostHook {
+  ReadyHook(std::shared_ptr<HookTarget> target, size_t index) : target_(std::move(target)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    std::lock_guard<std::mutex> lock(target_->mutex);
+    if (target_->reducer) target_->reducer->add_gradient(index_);
+    return outputs;
+  }
+  std::shared_ptr<HookTarget> target_;
+  size_t index_;
+};
+
+// The overlapped engine: executes compute_buckets()'s assignment with one flat tensor and
+// one asynchronous all-reduce per bucket.
+class BucketedReducer : public Reducer {
+ public:
+  BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params, const ReducerOptions& opts);
+  ~BucketedReducer() override;
+  BucketedReducer(const BucketedReducer&) = delete;
+  BucketedReducer& operator=(const BucketedReducer&) = delete;
+
+  void begin_backward(bool sync) override;
+  void add_gradient(size_t param) override;
+  void finalize() override;
+  size_t bucket_count() const override { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    GradBucket plan;
+    size_t pending = 0;
+    torch::Tensor flat;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  void launch_ready_in_order();  // mutex_ held
+  void launch(Bucket& b);
+
+  Runtime& rt_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks alive
+  std::vector<char> ready_;
+  std::shared_ptr<HookTarget> target_;
+  bool overlap_ = true;
+  std::mutex mutex_;
+  size_t next_launch_ = 0;
+  bool syncing_ = false;
+  std::set<std::string> warned_;  // parameters already named in the no-gradient warning
+};
+
+BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+                                 const ReducerOptions& opts)
+    : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0), target_(std::make_shared<HookTarget>()),
+      overlap_(opts.overlap) {
+  std::vector<ParamInfo> infos;
+  infos.reserve(params_.size());
+  for (const auto& [name, p] : params_) {
+    if (!p.requires_grad() || !p.is_leaf()) {
+      throw std::invalid_argument(fmt::format(
+          "gradient reducer: parameter '{}' is {}; pass only trainable parameters", name,
+          p.requires_grad() ? "not a leaf tensor" : "frozen (requires_grad false)"));
+    }
+    infos.push_back({name, p.numel(), static_cast<int64_t>(p.element_size()), static_cast<int>(p.scalar_type())});
+  }
+  const auto cap_bytes = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
+  auto plan = compute_buckets(infos, cap_bytes(opts.bucket_cap_mb), cap_bytes(opts.first_bucket_mb));
+  bucket_of_ = bucket_of_params(plan, params_.size());
+  for (auto& b : plan) {
+    Bucket bucket;
+    bucket.flat = torch::zeros({b.numel}, params_[b.params.front()].second.options());
+    bucket.plan = std::move(b);
+    buckets_.push_back(std::move(bucket));
+  }
+  target_->reducer = this;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[k].second);
+    acc->add_post_hook(std::make_unique<ReadyHook>(target_, k));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+BucketedReducer::~BucketedReducer() {
+  {
+    std::lock_guard<std::mutex> lock(target_->mutex);
+    target_->reducer = nullptr;  // a backward after this one reaches no dangling object
+  }
+  for (auto& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (...) {
+      }
+    }
+  }
+}
+
+void BucketedReducer::begin_backward(bool sync) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  syncing_ = sync;
+  if (!sync) return;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (auto& b : buckets_) {
+    b.pending = b.plan.params.size();
+    b.work.reset();
+  }
+  next_launch_ = 0;
+}
+
+void BucketedReducer::add_gradient(size_t k) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!syncing_ || ready_[k]) return;
+  ready_[k] = 1;
+  auto& b = buckets_[bucket_of_[k]];
+  --b.pending;
+  if (b.pending == 0 && overlap_) launch_ready_in_order();
+}
+
+void BucketedReducer::launch_ready_in_order() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    launch(buckets_[next_launch_]);
+    ++next_launch_;
+  }
+}
+
+void BucketedReducer::launch(Bucket& b) {
+  for (size_t i = 0; i < b.plan.params.size(); ++i) {
+    const auto& p = params_[b.plan.params[i]].second;
+    auto slice = b.flat.narrow(0, b.plan.offsets[i], p.numel());
+    if (p.grad().defined()) {
+      slice.copy_(p.grad().reshape({-1}));
+    } else {
+      slice.zero_();
+    }
+  }
+  b.work = rt_.all_reduce_async(b.flat);
+}
+
+void BucketedReducer::finalize() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Parameters without a gradient this step: zero gradients, so every rank still issues
+    // every bucket in the same order (like find_unused_parameters).
+    std::vector<std::string> missing;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      if (ready_[k]) continue;
+      auto& p = params_[k].second;
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      if (warned_.insert(params_[k].first).second) missing.push_back(params_[k].first);
+      ready_[k] = 1;
+      --buckets_[bucket_of_[k]].pending;
+    }
+    if (!missing.empty()) {
+      log::warn("{} parameter{} got no gradient (zero-filled, reported once): {}{}", missing.size(),
+                missing.size() == 1 ? "" : "s",
+                fmt::join(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(missing.size(), 8)), ", "),
+                missing.size() > 8 ? ", ..." : "");
+    }
+    launch_ready_in_order();
+    syncing_ = false;
+  }
+  const double world = static_cast<double>(rt_.world_size());
+  for (auto& b : buckets_) {
+    rt_.wait(b.work, "gradient all-reduce");
+    b.work.reset();
+    b.flat.div_(world);
+    for (size_t i = 0; i < b.plan.params.size(); ++i) {
+      auto& p = params_[b.plan.params[i]].second;
+      p.mutable_grad().view({-1}).copy_(b.flat.narrow(0, b.plan.offsets[i], p.numel()));
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Reducer> make_reducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+                                      ReducerOptions opts) {
+  return std::make_unique<BucketedReducer>(rt, std::move(params), opts);
+}
+
+}  // namespace sana::dist

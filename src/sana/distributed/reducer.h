@@ -1,0 +1,58 @@
+// Data-parallel gradient synchronisation, overlapped with the backward pass (our own
+// engine rather than c10d::Reducer, whose C++ API is internal and differs between 1.13
+// and 2.x; scripts/bench_ddp.sh measures the overlap). Gradients are grouped into buckets
+// by compute_buckets() (bucket_assignment.h: a small first one, then up to
+// ddp.bucket_cap_mb, in reverse registration order, which is roughly the order backward
+// produces them). A post-hook on each parameter's gradient accumulator marks it ready; a
+// full bucket is flattened and its asynchronous all-reduce starts at once, always in
+// bucket order, so every rank issues the same collectives in the same order. finalize()
+// zero-fills gradients that never arrived (unused parameters, named in one warning),
+// starts what is left, waits for all, and divides by the world size: the result is the
+// mean gradient over the global batch on every rank.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sana/distributed/runtime.h"
+
+namespace sana::dist {
+
+// One optimizer step's gradient reduction, driven from outside:
+//   for each micro-step: begin_backward(last micro-step?); loss.backward();
+//   then finalize(); then the optimizer step.
+// add_gradient() is what the autograd post-hooks call; callers never need to.
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  // Before each backward: whether this backward ends the optimizer step (the last
+  // micro-step syncs; earlier ones only accumulate, like DDP's no_sync).
+  virtual void begin_backward(bool sync) = 0;
+  // Parameter `param` (an index into make_reducer()'s params) has its gradient for this
+  // backward. Ignored unless the backward syncs; a second call in one step is ignored.
+  virtual void add_gradient(size_t param) = 0;
+  // After the last micro-step's backward: every gradient averaged over all ranks.
+  virtual void finalize() = 0;
+  virtual size_t bucket_count() const = 0;
+};
+
+struct ReducerOptions {
+  double bucket_cap_mb = 25.0;   // ddp.bucket_cap_mb: the cap of every bucket but the first
+  double first_bucket_mb = 1.0;  // the cap of the first bucket
+  // false: nothing starts before finalize() (for measuring what overlap gains).
+  bool overlap = true;
+};
+
+// The bucketed, overlapped all-reduce over every parameter of `params`: (name, tensor) in
+// registration order, each a leaf that requires grad (std::invalid_argument otherwise:
+// pass only trainable parameters). Hooks stay on the parameters' gradient accumulators
+// after the reducer goes, but reach nothing then; a reducer told begin_backward(false)
+// ignores them, so two reducers may share parameters if only one syncs a given backward.
+std::unique_ptr<Reducer> make_reducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+                                      ReducerOptions opts = {});
+
+}  // namespace sana::dist

@@ -1,0 +1,407 @@
+#include "sana/distributed/runtime.h"
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "sana/distributed/backend_factory.h"
+#include "sana/distributed/failure_watch.h"
+#include "sana/util/log.h"
+
+namespace sana::dist {
+
+namespace {
+
+std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The store
+
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
+                                           std::chrono::milliseconds timeout) {
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(
+        endpoint.host,
+        compat::tcp_store_options(static_cast<uint16_t>(endpoint.port), endpoint.server, timeout));
+  } catch (const std::exception& e) {
+    if (endpoint.server) {
+      throw DistTimeout(fmt::format(
+          "rank 0 could not listen on port {} ({}); another run may hold it: set MASTER_PORT or "
+          "dist.master_port",
+          endpoint.port, e.what()));
+    }
+    throw DistTimeout(fmt::format(
+        "could not reach the store of rank 0 at {}:{} within {} s ({}); check that rank 0 "
+        "started, MASTER_ADDR/MASTER_PORT (or dist.master_addr/master_port) and the firewall",
+        endpoint.host, endpoint.port, timeout.count() / 1000.0, e.what()));
+  }
+  return c10::make_intrusive<c10d::PrefixStore>(
+      endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/", tcp);
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up
+
+Runtime::Runtime(LaunchEnv env, config::DistConfig cfg)
+    : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()) {}
+
+Runtime::~Runtime() {
+  if (watch_) watch_->stop();
+}
+
+std::chrono::milliseconds Runtime::timeout() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(cfg_.timeout_s * 1000));
+}
+
+void set_compute_threads(int threads) {
+  torch::set_num_threads(threads);
+  // OpenBLAS keeps its own pool (as many threads as cores, unless OPENBLAS_NUM_THREADS was
+  // set before it loaded): with several processes per host that oversubscribes the cores.
+  // Measured with 2 processes on 2 cores: 3.0 s -> 2.3 s per SanaMS_small step.
+  using SetThreads = void (*)(int);
+  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
+}
+
+std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::DistConfig& cfg,
+                                        const StartChecks& checks) {
+  std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
+  rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
+  set_compute_threads(rt->threads_);
+  if (env.world_size > 1) rt->connect();
+  try {
+    rt->start_checked(checks);
+  } catch (const Disagreement&) {
+    rt->leave();  // every rank found it: nobody to tell, but rank 0 must outlive the reads
+    throw;
+  } catch (const DeviceError&) {
+    rt->leave();
+    throw;
+  } catch (const PeerFailure&) {
+    rt->leave();
+    throw;
+  } catch (const std::exception& e) {
+    rt->fail(e.what());
+    throw;
+  }
+  return rt;
+}
+
+void Runtime::start_checked(const StartChecks& checks) {
+  if (world_size() > 1) {
+    join();
+    agree("world size", std::to_string(world_size()));
+    agree("program version", checks.version);
+    agree("config (fingerprint of the resolved config)", checks.config_fingerprint);
+  }
+  claim_devices();
+  backend_name_ = choose_backend(cfg_, claim_, nccl_available());
+  if (world_size() > 1) create_backend();
+}
+
+// Every rank publishes its device (or why it has none) before any backend exists, so
+// a bad device map is reported by every rank instead of surfacing as an NCCL error.
+void Runtime::claim_devices() {
+  VisibleDevices visible = injected_devices();
+  if (!visible.injected) visible = visible_cuda_devices();
+  std::string mine;
+  try {
+    claim_ = choose_device(env_, cfg_, visible, host_);
+    mine = "ok\t" + claim_.encode();
+  } catch (const DeviceError& e) {
+    mine = std::string("error\t") + e.what();
+  }
+  std::vector<std::string> problems;
+  for (const auto& line : all_gather("device", mine)) {
+    const std::string body = line.substr(line.find('\t') + 1);
+    if (line.rfind("ok\t", 0) == 0) {
+      device_map_.push_back(DeviceClaim::decode(body));
+    } else {
+      problems.push_back(body);
+    }
+  }
+  const auto clashes = find_device_clashes(device_map_, cfg_.allow_shared_device);
+  problems.insert(problems.end(), clashes.begin(), clashes.end());
+  if (!problems.empty()) throw DeviceError(fmt::format("{}", fmt::join(problems, "\n")));
+  // Injected device lists (tests on machines without a GPU) name devices that do not exist.
+  if (claim_.kind == "cuda" && !visible.injected) use_cuda_device(claim_.index);
+}
+
+void Runtime::connect() {
+  endpoint_ = resolve_endpoint(env_, cfg_.master_addr, static_cast<int>(cfg_.master_port));
+  log::debug("rendezvous at {}:{}{}", endpoint_.host, endpoint_.port,
+             endpoint_.server ? " (hosting the store)" : "");
+  store_ = open_store(endpoint_, timeout());
+}
+
+void Runtime::join() {
+  guard_store([&] {
+    store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
+  });
+  std::vector<std::string> all;
+  for (int r = 0; r < world_size(); ++r) all.push_back("join/" + std::to_string(r));
+  wait_for_keys(all, "joining the rendezvous");
+  const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(
+      std::min(cfg_.heartbeat_timeout_s, cfg_.timeout_s) * 1000));
+  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat, timeout());
+}
+
+void Runtime::wait_for_keys(const std::vector<std::string>& wanted, const std::string& what) {
+  guard_store([&] { wait_for_keys_unguarded(wanted, what); });
+}
+
+void Runtime::guard_store(const std::function<void()>& op) {
+  try {
+    op();
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const DistTimeout&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (endpoint_.server) throw;
+    throw PeerFailure(fmt::format(
+        "lost the connection to the store on rank 0 ({}:{}): {}; rank 0 has probably failed",
+        endpoint_.host, endpoint_.port, e.what()));
+  }
+}
+
+void Runtime::wait_for_keys_unguarded(const std::vector<std::string>& wanted,
+                                      const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout();
+  while (!store_->check(wanted)) {
+    const std::string failure = published_failure(*store_);
+    if (!failure.empty()) {
+      store_->set(keys::ack(rank()), bytes("1"));
+      throw PeerFailure(failure);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::vector<std::string> missing;
+      for (const auto& k : wanted) {
+        if (!store_->check({k})) missing.push_back(k.substr(k.rfind('/') + 1));
+      }
+      std::vector<int> ranks;
+      for (const auto& m : missing) ranks.push_back(std::atoi(m.c_str()));
+      throw DistTimeout(fmt::format(
+          "timed out after {} s {}: no word from {} (stuck, crashed, not started, or started "
+          "with another MASTER_ADDR/MASTER_PORT or world size)",
+          cfg_.timeout_s, what, rank_list(ranks)));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Runtime::create_backend() {
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg/", store_);
+  try {
+    if (backend_name_ == "nccl") {
+      backend_ = make_nccl_backend(pg_store, rank(), world_size(), timeout());
+    } else {
+      backend_ = make_gloo_backend(pg_store, rank(), world_size(), timeout(), cfg_.socket_ifname,
+                                   env_.local_world_size == env_.world_size);
+    }
+  } catch (const PeerFailure&) {
+    throw;
+  } catch (const LaunchEnvError&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string failure = published_failure_or_empty(*store_);
+    if (!failure.empty()) throw PeerFailure(failure);
+    throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, e.what()));
+  }
+}
+
+torch::Device Runtime::device() const {
+  if (claim_.kind == "cuda" && torch::cuda::is_available()) {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(claim_.index));
+  }
+  return torch::Device(torch::kCPU);
+}
+
+// ---------------------------------------------------------------------------------------
+// Store-based helpers
+
+std::vector<std::string> Runtime::all_gather(const std::string& name, const std::string& mine) {
+  if (world_size() == 1) return {mine};
+  const std::string base = fmt::format("gather/{}/{}/", gather_generation_++, name);
+  std::vector<std::string> out;
+  guard_store([&] {
+    store_->set(base + std::to_string(rank()), bytes(mine));
+    std::vector<std::string> all;
+    for (int r = 0; r < world_size(); ++r) all.push_back(base + std::to_string(r));
+    wait_for_keys_unguarded(all, "exchanging " + name);
+    for (const auto& k : all) out.push_back(text(store_->get(k)));
+  });
+  return out;
+}
+
+void Runtime::agree(const std::string& what, const std::string& mine) {
+  const auto values = all_gather("agree", mine);
+  std::vector<std::pair<std::string, std::vector<int>>> holders;  // by lowest rank
+  for (size_t r = 0; r < values.size(); ++r) {
+    auto it = std::find_if(holders.begin(), holders.end(),
+                           [&](const auto& h) { return h.first == values[r]; });
+    if (it == holders.end()) it = holders.insert(holders.end(), {values[r], {}});
+    it->second.push_back(static_cast<int>(r));
+  }
+  if (holders.size() == 1) return;
+  std::vector<std::string> parts;
+  for (const auto& [value, ranks] : holders) {
+    parts.push_back(fmt::format("{} {}", rank_list(ranks), value));
+  }
+  throw Disagreement(fmt::format(
+      "ranks disagree on the {}: {}. Start every rank with the same program, config and "
+      "overrides",
+      what, fmt::join(parts, "; ")));
+}
+
+void Runtime::work_progress(const std::string& name, int64_t count) {
+  if (world_size() == 1) return;
+  guard_store([&] { store_->set("work/" + name + "/progress", bytes(std::to_string(count))); });
+}
+
+void Runtime::work_done(const std::string& name) {
+  if (world_size() == 1) return;
+  guard_store([&] { store_->set("work/" + name + "/done", bytes("1")); });
+}
+
+void Runtime::wait_for_work(const std::string& name, int worker) {
+  if (world_size() == 1) return;
+  guard_store([&] {
+    const std::string done = "work/" + name + "/done", progress = "work/" + name + "/progress";
+    std::string last;
+    auto deadline = std::chrono::steady_clock::now() + timeout();
+    while (!store_->check({done})) {
+      const std::string failure = published_failure(*store_);
+      if (!failure.empty()) {
+        store_->set(keys::ack(rank()), bytes("1"));
+        throw PeerFailure(failure);
+      }
+      if (store_->check({progress})) {
+        const std::string now = text(store_->get(progress));
+        if (now != last) {  // the worker is moving: a new stall deadline
+          last = now;
+          deadline = std::chrono::steady_clock::now() + timeout();
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw DistTimeout(fmt::format("rank {} made no progress on {} for {} s (dist.timeout_s); it is stuck",
+                                      worker, name, cfg_.timeout_s));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+}
+
+std::string Runtime::broadcast_string(const std::string& value) {
+  return all_gather("broadcast", rank() == 0 ? value : "").front();
+}
+
+// ---------------------------------------------------------------------------------------
+// Backend collectives
+
+void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait();
+  } catch (const std::exception& e) {
+    // Name the failed rank when it already told the store; else say what we saw.
+    const std::string known = published_failure_or_empty(*store_);
+    if (!known.empty()) throw PeerFailure(known);
+    throw PeerFailure(fmt::format("{} failed ({}); another rank has probably failed", what,
+                                  e.what()));
+  }
+}
+
+void Runtime::barrier() {
+  if (world_size() == 1) return;
+  wait_work(backend_->barrier(compat::barrier_options(backend_name_ == "nccl" ? claim_.index : -1)), "barrier");
+}
+
+void Runtime::all_reduce(torch::Tensor& t) {
+  if (world_size() == 1) return;
+  std::vector<torch::Tensor> tensors{t};
+  wait_work(backend_->allreduce(tensors), "all-reduce");
+}
+
+void Runtime::broadcast(torch::Tensor& t) {
+  if (world_size() == 1) return;
+  std::vector<torch::Tensor> tensors{t};
+  wait_work(backend_->broadcast(tensors), "broadcast");
+}
+
+c10::intrusive_ptr<c10d::Work> Runtime::all_reduce_async(torch::Tensor& t) {
+  if (world_size() == 1) return {};
+  std::vector<torch::Tensor> tensors{t};
+  return backend_->allreduce(tensors);
+}
+
+void Runtime::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  if (work) wait_work(work, what);
+}
+
+double Runtime::all_reduce_sum(double value) {
+  auto t = torch::tensor({value}, torch::dtype(torch::kFloat64).device(device()));
+  all_reduce(t);
+  return t.item<double>();
+}
+
+// ---------------------------------------------------------------------------------------
+// The end
+
+void Runtime::leave() noexcept {
+  if (!store_) return;
+  if (!endpoint_.server && watch_) watch_->stop();
+  try {
+    store_->set(keys::ack(rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(10));
+  } catch (const std::exception&) {
+  }
+}
+
+void Runtime::fail(const std::string& reason) noexcept {
+  if (!store_) return;
+  // Our own watcher would read the failure we publish and exit 3, hiding the cause.
+  if (watch_) watch_->stop();
+  publish_failure(*store_, fmt::format("rank {} on {} failed: {}", rank(), host_, reason));
+  try {
+    store_->set(keys::ack(rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(5));
+  } catch (const std::exception&) {
+  }
+}
+
+void Runtime::finish() {
+  if (finished_ || !store_) return;
+  finished_ = true;
+  // A client's watcher must stop before rank 0 may close the store; rank 0 keeps
+  // watching while it waits for everyone.
+  if (!endpoint_.server && watch_) watch_->stop();
+  guard_store([&] { store_->set(keys::finished(rank()), bytes("1")); });
+  if (endpoint_.server) {
+    std::vector<std::string> all;
+    for (int r = 0; r < world_size(); ++r) all.push_back(keys::finished(r));
+    wait_for_keys(all, "waiting for every rank to finish");
+  }
+  if (watch_) watch_->stop();
+}
+
+}  // namespace sana::dist

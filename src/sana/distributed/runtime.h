@@ -1,0 +1,142 @@
+// The distributed runtime of one process: rendezvous through a c10d TCPStore, the
+// start-up agreement and device map, the collective backend (Gloo for CPU tensors, NCCL
+// for CUDA tensors when LibTorch has CUDA), failure detection through the store, and
+// the few collectives the trainer uses. Every wait is bounded by dist.timeout_s; a failed
+// or vanished rank makes every other rank exit. data/ and model/ never include this.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sana/config/config.h"
+#include "sana/torch_compat.h"
+#include "sana/distributed/devices.h"
+#include "sana/distributed/launch_env.h"
+#include "sana/util/error.h"
+
+namespace sana::dist {
+
+// Another rank failed or vanished; this rank should exit with kExitPeerFailed.
+class PeerFailure : public sana::PeerFailedError {
+ public:
+  explicit PeerFailure(const std::string& what) : PeerFailedError(what) {}
+};
+
+// A wait ran out of dist.timeout_s.
+class DistTimeout : public sana::RunError {
+ public:
+  explicit DistTimeout(const std::string& what) : RunError(what, "distributed error") {}
+};
+
+// Ranks were started differently (config, version, world size, devices): exit code 2.
+class Disagreement : public sana::UsageError {
+ public:
+  explicit Disagreement(const std::string& what) : UsageError(what, "start-up check failed") {}
+};
+
+// What every rank must have in common, compared before any collective.
+struct StartChecks {
+  std::string version;
+  std::string config_fingerprint;
+};
+
+class FailureWatch;
+
+class Runtime {
+ public:
+  // Rendezvous, agreement, device map, backend, failure watch: in that order, each
+  // bounded by dist.timeout_s. Throws LaunchEnvError, DeviceError, Disagreement,
+  // DistTimeout or PeerFailure with a message naming ranks and what to do.
+  static std::unique_ptr<Runtime> start(const LaunchEnv& env, const config::DistConfig& cfg,
+                                        const StartChecks& checks);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return env_.rank; }
+  int world_size() const { return env_.world_size; }
+  const LaunchEnv& env() const { return env_; }
+  const RendezvousEndpoint& endpoint() const { return endpoint_; }
+  const DeviceClaim& device_claim() const { return claim_; }
+  const std::vector<DeviceClaim>& device_map() const { return device_map_; }
+  torch::Device device() const;
+  const std::string& backend_name() const { return backend_name_; }
+  int threads() const { return threads_; }
+
+  // Every rank's `mine`, in rank order, through the store (no backend needed).
+  std::vector<std::string> all_gather(const std::string& name, const std::string& mine);
+  // Throws Disagreement on every rank, listing which ranks hold which value.
+  void agree(const std::string& what, const std::string& mine);
+  // Rank 0's `value` on every rank.
+  std::string broadcast_string(const std::string& value);
+
+  // Work done by one rank while the others wait (e.g. rank-0-only previews). The worker
+  // calls progress() as it goes and done() at the end; the others call wait_for_work(),
+  // which returns at done(), and fails only when the worker fails or makes no progress
+  // for dist.timeout_s: a long job that keeps moving never trips the timeout.
+  void work_progress(const std::string& name, int64_t count);
+  void work_done(const std::string& name);
+  void wait_for_work(const std::string& name, int worker);
+
+  // Backend collectives: every rank calls them in the same order.
+  void barrier();
+  void all_reduce(torch::Tensor& t);  // sum, in place
+  void broadcast(torch::Tensor& t);   // from rank 0, in place
+  double all_reduce_sum(double value);
+  // Starts a sum all-reduce and returns at once (world size 1: nothing to do, nullptr).
+  c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& t);
+  // Waits for `work` (nullptr: done), turning a broken collective into PeerFailure.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+
+  // Tells every other rank that this one failed (best effort, never throws).
+  void fail(const std::string& reason) noexcept;
+  // Orderly end: rank 0 keeps the store up until every rank is done.
+  void finish();
+
+ private:
+  Runtime(LaunchEnv env, config::DistConfig cfg);
+  void connect();
+  void start_checked(const StartChecks& checks);
+  void join();
+  void claim_devices();
+  void create_backend();
+  void wait_for_keys(const std::vector<std::string>& keys, const std::string& what);
+  void wait_for_keys_unguarded(const std::vector<std::string>& keys, const std::string& what);
+  // Runs store operations; a lost connection to rank 0's store becomes a PeerFailure.
+  void guard_store(const std::function<void()>& op);
+  // Acknowledges the end of the run's start-up to rank 0, which waits for everyone.
+  void leave() noexcept;
+  void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  std::chrono::milliseconds timeout() const;
+
+  LaunchEnv env_;
+  config::DistConfig cfg_;
+  RendezvousEndpoint endpoint_;
+  std::string host_;
+  DeviceClaim claim_;
+  std::vector<DeviceClaim> device_map_;
+  std::string backend_name_ = "none";
+  int threads_ = 1;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<compat::CollectiveBackend> backend_;
+  std::unique_ptr<FailureWatch> watch_;
+  int64_t gather_generation_ = 0;
+  bool finished_ = false;
+};
+
+// LibTorch's intra-op threads and OpenBLAS's own pool, both set to `threads`.
+void set_compute_threads(int threads);
+
+// The store key prefix every sana-train rank uses (inside torchrun's attempt prefix).
+constexpr const char* kStorePrefix = "sana/";
+
+// Opens the store of `endpoint` (server or client), bounded by `timeout`.
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
+                                           std::chrono::milliseconds timeout);
+
+}  // namespace sana::dist

@@ -1,0 +1,48 @@
+#include "sana/train/checkpointer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64_t total_steps, bool epoch_end,
+                        int64_t epoch, bool stop_requested) {
+  if (t.save_model_steps > 0 && global_step % t.save_model_steps == 0) return "train.save_model_steps";
+  if (epoch_end && t.save_model_epochs > 0 && (epoch + 1) % t.save_model_epochs == 0) return "train.save_model_epochs";
+  if (stop_requested) return "stop request";
+  if (global_step == total_steps) return "end of training";
+  return "";
+}
+
+Checkpointer::Checkpointer(const config::Config& cfg, bool writes) : cfg_(cfg), writes_(writes) {}
+
+void Checkpointer::maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch,
+                              bool stop_requested, const std::function<ckpt::Snapshot()>& capture) {
+  const auto why = save_reason(cfg_.train, next.global_step, total_steps, epoch_end, epoch, stop_requested);
+  if (!why.empty()) save(next, why, capture);
+}
+
+void Checkpointer::save(const RunPosition& next, const std::string& why,
+                        const std::function<ckpt::Snapshot()>& capture) {
+  if (next.global_step == last_saved_) return;
+  last_saved_ = next.global_step;
+  if (!writes_) return;
+  const auto start = std::chrono::steady_clock::now();
+  const double previous = saver_.last_write_seconds();
+  saver_.save(cfg_.work_dir, capture(), cfg_.ckpt.keep_last_n);
+  if (!cfg_.ckpt.async_save) saver_.wait();
+  const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(next.global_step), why, blocked,
+            cfg_.ckpt.async_save ? fmt::format(" (previous write took {:.3f} s in the background)", previous)
+                                 : fmt::format(" (synchronous write {:.3f} s)", saver_.last_write_seconds()));
+}
+
+void Checkpointer::finish() {
+  saver_.wait();
+  if (writes_ && last_saved_ >= 0) log::info("checkpoint: {}", saver_.last_path());
+}
+
+}  // namespace sana::train

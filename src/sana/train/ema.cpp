@@ -1,0 +1,53 @@
+#include "sana/train/ema.h"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "sana/ckpt/checkpoint.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate)
+    : params_(std::move(params)), rate_(rate) {
+  if (rate_ > 0) reset();
+}
+
+void Ema::reset() {
+  torch::NoGradGuard no_grad;
+  average_.clear();
+  for (const auto& p : params_) average_.push_back(p.second.detach().clone());
+}
+
+void Ema::update() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < average_.size(); ++i) average_[i].mul_(rate_).add_(params_[i].second.detach(), 1 - rate_);
+}
+
+ckpt::NamedTensors Ema::capture() const {
+  ckpt::NamedTensors out;
+  for (size_t i = 0; i < average_.size(); ++i) out.emplace_back(params_[i].first, average_[i].to(torch::kCPU).clone());
+  return out;
+}
+
+void Ema::restore(const ckpt::NamedTensors& saved, const std::string& source) {
+  if (!enabled()) return;
+  if (saved.empty()) {
+    log::warn("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", source);
+    reset();
+    return;
+  }
+  const std::map<std::string, torch::Tensor> by_name(saved.begin(), saved.end());
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto it = by_name.find(params_[i].first);
+    if (it == by_name.end() || it->second.sizes() != average_[i].sizes()) {
+      throw ckpt::CheckpointError(
+          fmt::format("resume_from {}: EMA '{}' is missing or has another shape", source, params_[i].first));
+    }
+    average_[i].copy_(it->second);
+  }
+}
+
+}  // namespace sana::train

@@ -1,0 +1,43 @@
+// The exponential moving average of the weights (train.ema_rate; 0 turns it off). Owns
+// the averaged copies; the trainer calls update() after each optimizer step, and the
+// checkpointer saves capture() and a resume hands it back through restore().
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sana/ckpt/safetensors.h"
+
+namespace sana::train {
+
+class Ema {
+ public:
+  // params: (name, parameter) in registration order; the average starts at their values.
+  Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate);
+
+  bool enabled() const { return !average_.empty(); }
+  double rate() const { return rate_; }
+  // average = rate * average + (1 - rate) * parameter, for every parameter.
+  void update();
+
+  // The averages by parameter name, on the CPU (empty when off).
+  ckpt::NamedTensors capture() const;
+  // Takes the averages saved by capture(). An empty `saved` (a checkpoint written with
+  // ckpt.save_ema false) restarts the average from the current weights with a warning;
+  // a missing or mis-shaped entry throws ckpt::CheckpointError naming it and `source`.
+  void restore(const ckpt::NamedTensors& saved, const std::string& source);
+  // Restarts the average from the current weights.
+  void reset();
+
+  const std::vector<torch::Tensor>& averages() const { return average_; }
+
+ private:
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<torch::Tensor> average_;
+  double rate_;
+};
+
+}  // namespace sana::train

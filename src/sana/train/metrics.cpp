@@ -1,0 +1,97 @@
+#include "sana/train/metrics.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+std::string duration_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto total = static_cast<int64_t>(s + 0.5);
+  return total >= 3600 ? fmt::format("{}h{:02d}m", total / 3600, (total / 60) % 60)
+                       : fmt::format("{}m{:02d}s", total / 60, total % 60);
+}
+
+Metrics::Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed)
+    : t_(cfg.train),
+      main_rank_(main_rank),
+      tty_(main_rank && isatty(STDERR_FILENO) && !std::getenv("SANA_NO_PROGRESS")),
+      total_(total_steps) {
+  if (!main_rank_) return;
+  const auto path = std::filesystem::path(cfg.work_dir) / "metrics.jsonl";
+  jsonl_.open(path, resumed ? std::ios::app : std::ios::trunc);
+  if (!jsonl_) throw RunError(fmt::format("cannot write {}/metrics.jsonl", cfg.work_dir));
+}
+
+void Metrics::begin_interval(double wait_seconds) {
+  iv_ = Interval{};
+  iv_.wait0 = wait_seconds;
+}
+
+void Metrics::record(const StepRecord& s, double wait_seconds, bool force_log) {
+  const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  if (std::isfinite(s.loss)) {
+    if (std::isnan(first_loss_)) first_loss_ = s.loss;
+    last_loss_ = s.loss;
+  }
+  iv_.loss += s.loss;
+  iv_.grad_norm += s.grad_norm;
+  iv_.samples += static_cast<double>(t_.global_batch_size);
+  ++iv_.steps;
+  if (main_rank_) write_line(s, elapsed);
+  const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
+  if (tty_) {
+    fmt::print(stderr, "\r[{:<30}] {}/{} loss {:.4f} ETA {}   ",
+               std::string(static_cast<size_t>(30 * s.global_step / total_), '#'), s.global_step, total_, s.loss,
+               duration_text(eta));
+  }
+  if (s.global_step % t_.log_interval == 0 || s.global_step == total_ || force_log) {
+    log_interval(s, wait_seconds, elapsed);
+  }
+}
+
+void Metrics::write_line(const StepRecord& s, double elapsed) {
+  const auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json m = {{"epoch", s.epoch + 1},
+                      {"step", s.global_step},
+                      {"epoch_step", s.epoch_step + 1},
+                      {"loss", number_or_null(s.loss)},
+                      {"grad_norm", number_or_null(s.grad_norm)},
+                      {"lr", s.lr},
+                      {"height", s.height},
+                      {"width", s.width},
+                      {"time_s", elapsed},
+                      {"samples_per_s",
+                       static_cast<double>(s.global_step * t_.global_batch_size) / std::max(elapsed, 1e-9)},
+                      {"skipped", s.skipped}};
+  jsonl_ << m.dump() << "\n" << std::flush;
+}
+
+void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elapsed) {
+  const double secs = std::chrono::duration<double>(Clock::now() - iv_.start).count();
+  const double wait = wait_seconds - iv_.wait0;
+  const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
+  const double steps = static_cast<double>(iv_.steps);
+  if (tty_) fmt::print(stderr, "\n");
+  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s data wait {:.0f}% {}x{} ETA {}",
+            s.epoch + 1, s.global_step, total_, iv_.loss / steps, iv_.grad_norm / steps, s.lr,
+            iv_.samples / std::max(secs, 1e-9), 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
+            duration_text(eta));
+  begin_interval(wait_seconds);
+}
+
+void Metrics::finish(int64_t global_step, int64_t skipped, bool stopped) {
+  const double seconds = std::chrono::duration<double>(Clock::now() - run_start_).count();
+  log::info("done: {} steps in {:.1f} s ({} skipped); loss {:.4f} (first step) -> {:.4f} (last step){}", global_step,
+            seconds, skipped, first_loss_, last_loss_, stopped ? "; stopped on request" : "");
+  if (jsonl_.is_open()) jsonl_.close();
+}
+
+}  // namespace sana::train

@@ -1,0 +1,60 @@
+// What a run reports while it trains: one metrics.jsonl line per step (rank 0), a
+// progress bar on a terminal, and a log line every train.log_interval steps with the
+// interval's loss, gradient norm, throughput and data wait. Owns the interval sums and
+// the first/last loss of the run; it never talks to other ranks.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "sana/config/config.h"
+
+namespace sana::train {
+
+// One optimizer step as the ranks agreed on it.
+struct StepRecord {
+  int64_t epoch = 0;       // from 0
+  int64_t epoch_step = 0;  // the step's index in its epoch's plan, from 0
+  int64_t global_step = 0; // steps done, this one included
+  double loss = 0, grad_norm = 0, lr = 0;
+  int64_t height = 0, width = 0;  // the step's resolution in pixels
+  bool skipped = false;           // non-finite: no update
+};
+
+// "1m05s", "2h03m"; "?" for unknown.
+std::string duration_text(double seconds);
+
+class Metrics {
+ public:
+  // resumed: metrics.jsonl continues (a resumed run appends; report reads the last line
+  // of each step, so lines past the checkpoint from the interrupted run do no harm).
+  Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed);
+
+  // At the start of each epoch's loader: its data-wait clock so far.
+  void begin_interval(double wait_seconds);
+  // After each step. force_log: write the interval line now (a stop request).
+  void record(const StepRecord& s, double wait_seconds, bool force_log);
+  // The closing line: steps, time, skipped steps and the first and last loss.
+  void finish(int64_t global_step, int64_t skipped, bool stopped);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void log_interval(const StepRecord& s, double wait_seconds, double elapsed);
+  void write_line(const StepRecord& s, double elapsed);
+
+  const config::TrainConfig& t_;
+  bool main_rank_, tty_;
+  int64_t total_;
+  std::ofstream jsonl_;
+  Clock::time_point run_start_ = Clock::now();
+  double first_loss_ = NAN, last_loss_ = NAN;
+  struct Interval {
+    double loss = 0, grad_norm = 0, samples = 0, wait0 = 0;
+    int64_t steps = 0;
+    Clock::time_point start = Clock::now();
+  } iv_;
+};
+
+}  // namespace sana::train

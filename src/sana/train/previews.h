@@ -1,0 +1,50 @@
+// Preview images during training: when (train.eval_sampling_steps, train.preview_every_epochs,
+// the end of training) and who renders (train.preview_on: "shared" spreads the buckets
+// over the ranks, "rank0" lets rank 0 render all while the others wait on its progress).
+// Also the one preview setup (config settings, VAE decoder, encoded validation prompts)
+// that `sana-train preview` uses too. Previews run the plain module: no collective.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sana/config/config.h"
+#include "sana/diffusion/preview.h"
+#include "sana/distributed/runtime.h"
+#include "sana/model/encoders.h"
+#include "sana/model/sana_ms.h"
+
+namespace sana::train {
+
+// The frozen encoders a run uses; either may be absent (pre-computed features, or none).
+struct Encoders {
+  std::shared_ptr<model::FrozenVae> vae;
+  std::shared_ptr<model::FrozenTextEncoder> text;
+};
+
+// The preview options for this config on `device`: decoding through the VAE when it can,
+// the validation prompts encoded once for a caption model (warnings say what is missing).
+diffusion::PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
+                                        model::Conditioning conditioning);
+
+// Why previews are due after the step that made `global_step` steps, or "" (the end of
+// training renders separately).
+std::string preview_reason(const config::TrainConfig& t, int64_t global_step, int64_t total_steps, bool epoch_end,
+                           int64_t epoch);
+
+class Previews {
+ public:
+  Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders);
+  void maybe_render(int64_t global_step, int64_t total_steps, bool epoch_end, int64_t epoch);
+  // Every rank calls it at the same step.
+  void render(int64_t global_step, const std::string& why);
+
+ private:
+  const config::Config& cfg_;
+  dist::Runtime& rt_;
+  model::SanaMS& model_;
+  diffusion::PreviewOptions options_;
+  std::vector<diffusion::PreviewBucket> buckets_;
+};
+
+}  // namespace sana::train

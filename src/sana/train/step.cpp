@@ -1,0 +1,99 @@
+#include "sana/train/step.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "sana/diffusion/flow_matching.h"
+#include "sana/util/error.h"
+
+namespace sana::train {
+
+TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders,
+                     dist::Reducer& reducer, int64_t accumulation, int rank, int world_size)
+    : cfg_(cfg),
+      model_(model),
+      encoders_(encoders),
+      reducer_(reducer),
+      feed_(model->parameters().front().device()),
+      amp_(model::autocast_for(model->parameters().front().device(), cfg.model.mixed_precision)),
+      accumulation_(accumulation) {
+  if (std::getenv("SANA_TEST_LOG_IDS")) {
+    const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
+    ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
+  }
+}
+
+StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard) {
+  // The loss stays on the device until the step's agreement: a read per micro-batch
+  // would make the host wait for the GPU and stop copies from overlapping compute.
+  const auto device = model_->parameters().front().device();
+  StepOutput out;
+  out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
+  const int64_t downsample = model_->spec().downsample;
+  for (int64_t micro = 0; micro < accumulation_; ++micro) {
+    auto batch = loader.next();
+    if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
+    guard.add(*batch);
+    if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << '\n';
+    out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
+    out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
+    reducer_.begin_backward(micro == accumulation_ - 1);
+    const auto loss = micro_loss(*batch, epoch);
+    loss.backward();
+    out.loss_sum += loss.detach().to(torch::kFloat64);
+  }
+  reducer_.finalize();
+  return out;
+}
+
+torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch) {
+  const auto& spec = model_->spec();
+  const bool copy_text = spec.conditioning == model::Conditioning::caption && !encoders_.text;
+  torch::Tensor labels;
+  if (spec.conditioning == model::Conditioning::class_label) {
+    labels = feed_.host_tensor(torch::tensor(std::vector<int64_t>(batch.labels.begin(), batch.labels.end()), torch::kInt64));
+  }
+  const auto on_device = feed_.to_device({cfg_.data.load_vae_feat ? batch.latents : batch.images,
+                                          copy_text ? batch.text_feat : torch::Tensor(),
+                                          copy_text ? batch.text_mask : torch::Tensor(), labels});
+  torch::Tensor x0 = on_device[0];
+  if (encoders_.vae) x0 = encoders_.vae->encode(x0);
+  const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
+  const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : cfg_.model.class_dropout_prob;
+  const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, cfg_.scheduler, drop);
+  auto cond = condition(batch, on_device);
+  cond.drop = fb.dropped;
+  model::AutocastGuard autocast(amp_);
+  return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) /
+         static_cast<double>(accumulation_);
+}
+
+model::Condition TrainStep::condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device) {
+  model::Condition cond;
+  const auto conditioning = model_->spec().conditioning;
+  if (conditioning == model::Conditioning::caption && encoders_.text) {
+    std::tie(cond.y, cond.mask) = encoders_.text->encode(batch.captions);
+  } else if (conditioning == model::Conditioning::caption) {
+    cond.y = on_device[1];
+    cond.mask = on_device[2];
+  } else if (conditioning == model::Conditioning::class_label) {
+    cond.y = on_device[3];
+  }
+  return cond;
+}
+
+std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum) {
+  std::vector<torch::Tensor> squares;
+  squares.reserve(params.size() + 1);
+  for (const auto& p : params) squares.push_back(p.grad().to(torch::kFloat64).pow(2).sum());
+  squares.push_back(loss_sum);
+  const auto host = torch::stack(squares).to(torch::kCPU);
+  const auto h = host.accessor<double, 1>();
+  double sq = 0;
+  for (size_t i = 0; i < params.size(); ++i) sq += h[static_cast<int64_t>(i)];
+  return {std::sqrt(sq), h[static_cast<int64_t>(params.size())]};
+}
+
+}  // namespace sana::train

@@ -1,0 +1,58 @@
+// One optimizer step's work on this rank: its micro-batches of the global batch through
+// the flow-matching objective, forward and backward, with the reducer syncing gradients
+// during the last backward. Owns the per-step mechanics (device copies, encoders, the
+// condition, autocast); decisions about the step belong to the trainer.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "sana/config/config.h"
+#include "sana/data/loader.h"
+#include "sana/distributed/reducer.h"
+#include "sana/model/autocast.h"
+#include "sana/model/sana_ms.h"
+#include "sana/train/data_guards.h"
+#include "sana/train/device_feed.h"
+#include "sana/train/previews.h"
+
+namespace sana::train {
+
+struct StepOutput {
+  torch::Tensor loss_sum;  // float64 on the device: this rank's loss (micro-batch means / accumulation)
+  int64_t height = 0, width = 0;  // pixels
+};
+
+class TrainStep {
+ public:
+  TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders, dist::Reducer& reducer,
+            int64_t accumulation, int rank, int world_size);
+
+  bool pinned() const { return feed_.pinned(); }
+  // Forward and backward of this rank's micro-batches of step `step` of `epoch`; every
+  // batch is counted by `guard`. After it the gradients are synced on every rank.
+  StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard);
+
+ private:
+  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch);
+  model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
+
+  const config::Config& cfg_;
+  model::SanaMS& model_;
+  Encoders encoders_;
+  dist::Reducer& reducer_;
+  DeviceFeed feed_;
+  model::AutocastState amp_;
+  int64_t accumulation_;
+  std::unique_ptr<std::ofstream> ids_log_;  // tests only (SANA_TEST_LOG_IDS)
+};
+
+// The global gradient norm and this rank's loss in one read from the device (the squares
+// summed on the host in parameter order).
+std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum);
+
+}  // namespace sana::train

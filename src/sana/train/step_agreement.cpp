@@ -1,0 +1,61 @@
+#include "sana/train/step_agreement.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+namespace {
+constexpr size_t kFixed = 4;  // nonfinite, loss, bad, reads; then one stop slot per rank
+}
+
+std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size) {
+  if (rank < 0 || rank >= world_size) throw std::invalid_argument(fmt::format("rank {} of {}", rank, world_size));
+  std::vector<double> v(kFixed + static_cast<size_t>(world_size), 0.0);
+  v[0] = std::isfinite(mine.loss) && std::isfinite(mine.grad_norm) ? 0.0 : 1.0;
+  v[1] = mine.loss;
+  v[2] = mine.bad;
+  v[3] = mine.reads;
+  if (mine.stop_requested) v[kFixed + static_cast<size_t>(rank)] = 1.0;
+  return v;
+}
+
+StepVerdict decide_step(const std::vector<double>& sums, int world_size) {
+  if (sums.size() != kFixed + static_cast<size_t>(world_size)) {
+    throw std::invalid_argument(fmt::format("step agreement: {} numbers for {} ranks", sums.size(), world_size));
+  }
+  StepVerdict v;
+  v.nonfinite = sums[0] > 0;
+  v.loss_mean = sums[1] / world_size;
+  v.total_bad = sums[2];
+  v.total_reads = sums[3];
+  for (int r = 0; r < world_size; ++r) {
+    if (sums[kFixed + static_cast<size_t>(r)] > 0) v.stop_ranks.push_back(r);
+  }
+  return v;
+}
+
+bool NonfinitePolicy::accept(bool nonfinite, int64_t global_step) {
+  if (!nonfinite) {
+    in_a_row_ = 0;
+    return true;
+  }
+  ++skipped_;
+  ++in_a_row_;
+  log::warn("step {}: non-finite loss or gradient on some rank; the step is skipped on all ranks "
+            "({} in a row, train.max_nonfinite {})",
+            global_step, in_a_row_, max_in_a_row_);
+  if (in_a_row_ > max_in_a_row_) {
+    throw RunError(fmt::format("{} non-finite steps in a row (train.max_nonfinite {}): lower train.optimizer.lr or "
+                               "train.gradient_clip, or check the data",
+                               in_a_row_, max_in_a_row_));
+  }
+  return false;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,55 @@
+// The step's agreement: what every rank must decide the same way after a step, carried
+// by one small all-reduce (non-finite anywhere, the loss, bad samples and reads, and one
+// "stop requested" slot per rank so everyone can name who asked). The packing and the
+// decisions are pure functions, so they are tested without processes; NonfinitePolicy
+// owns the skip counters that a checkpoint carries.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace sana::train {
+
+// What this rank saw in its part of the step.
+struct LocalStep {
+  double loss = 0;       // this rank's loss (its micro-batches' mean)
+  double grad_norm = 0;  // of the synced gradient: equal on every rank
+  double bad = 0, reads = 0;  // this rank's running bad-sample and read counts
+  bool stop_requested = false;
+};
+
+// What every rank concludes from the sums.
+struct StepVerdict {
+  bool nonfinite = false;      // some rank's loss or gradient norm is not finite
+  double loss_mean = 0;        // over ranks
+  double total_bad = 0, total_reads = 0;
+  std::vector<int> stop_ranks;  // ranks that asked to stop (SIGINT/SIGTERM)
+  bool stop_requested() const { return !stop_ranks.empty(); }
+};
+
+// The vector this rank contributes to the sum: 4 + world_size numbers.
+std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size);
+// The verdict from the element-wise sum of every rank's pack_step().
+StepVerdict decide_step(const std::vector<double>& sums, int world_size);
+
+// Non-finite steps are skipped on every rank; too many in a row stop the run.
+class NonfinitePolicy {
+ public:
+  explicit NonfinitePolicy(int64_t max_in_a_row) : max_in_a_row_(max_in_a_row) {}
+  // After a step's verdict: false when the step must be skipped (and said so); throws
+  // RunError after more than max_in_a_row skips in a row. `global_step` is the step's
+  // number from 1, for the messages.
+  bool accept(bool nonfinite, int64_t global_step);
+  int64_t skipped() const { return skipped_; }
+  int64_t in_a_row() const { return in_a_row_; }
+  // Checkpoints carry the run's skip count.
+  int64_t capture() const { return skipped_; }
+  void restore(int64_t skipped) { skipped_ = skipped; }
+
+ private:
+  int64_t max_in_a_row_;
+  int64_t skipped_ = 0;
+  int64_t in_a_row_ = 0;
+};
+
+}  // namespace sana::train

@@ -1,0 +1,237 @@
+// The trainer's parts on their own, without processes: the EMA's maths and its
+// checkpoint round trip, the step agreement's packing and decisions, the non-finite
+// policy, the save and preview policies, the resume compatibility check, and the
+// Checkpointer writing, keeping and naming checkpoints.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "catch.h"
+#include "sana/ckpt/checkpoint.h"
+#include "sana/config/config.h"
+#include "sana/train/checkpointer.h"
+#include "sana/train/ema.h"
+#include "sana/train/metrics.h"
+#include "sana/train/previews.h"
+#include "sana/train/resume.h"
+#include "sana/train/step_agreement.h"
+#include "sana/util/error.h"
+#include "test_support.h"
+
+using namespace sana;
+using namespace sana::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::pair<std::string, torch::Tensor>> two_params() {
+  return {{"a.weight", torch::tensor({1.0, 2.0})}, {"b.bias", torch::tensor({-4.0})}};
+}
+
+}  // namespace
+
+TEST_CASE("Ema averages every parameter with the configured rate after each update", "[train][ema]") {
+  auto params = two_params();
+  Ema ema(params, 0.75);
+  REQUIRE(ema.enabled());
+  params[0].second.copy_(torch::tensor({5.0, 6.0}));
+  params[1].second.copy_(torch::tensor({0.0}));
+  ema.update();
+  // 0.75 * old + 0.25 * new
+  CHECK(ema.averages()[0][0].item<double>() == Approx(2.0));
+  CHECK(ema.averages()[0][1].item<double>() == Approx(3.0));
+  CHECK(ema.averages()[1][0].item<double>() == Approx(-3.0));
+  ema.update();
+  CHECK(ema.averages()[0][0].item<double>() == Approx(0.75 * 2.0 + 0.25 * 5.0));
+}
+
+TEST_CASE("Ema with rate 0 is off and captures nothing", "[train][ema]") {
+  Ema ema(two_params(), 0.0);
+  CHECK_FALSE(ema.enabled());
+  ema.update();
+  CHECK(ema.capture().empty());
+}
+
+TEST_CASE("Ema restore is the inverse of capture, and names what a checkpoint lacks", "[train][ema]") {
+  auto params = two_params();
+  Ema saved(params, 0.5);
+  params[0].second.add_(10.0);
+  saved.update();
+  const auto captured = saved.capture();
+  REQUIRE(captured.size() == 2);
+  CHECK(captured[0].first == "a.weight");
+
+  Ema resumed(two_params(), 0.5);
+  resumed.restore(captured, "ckpt/step_1");
+  CHECK(torch::equal(resumed.averages()[0], saved.averages()[0]));
+
+  Ema short_of_one(two_params(), 0.5);
+  CHECK_THROWS_WITH(short_of_one.restore({captured[0]}, "ckpt/step_1"), Catch::Contains("'b.bias'"));
+
+  // A checkpoint without EMA (ckpt.save_ema false): the average restarts from the weights now.
+  auto now = two_params();
+  Ema restarted(now, 0.5);
+  now[1].second.fill_(7.0);
+  restarted.restore({}, "ckpt/step_1");
+  CHECK(restarted.averages()[1][0].item<double>() == 7.0);
+}
+
+TEST_CASE("The step agreement sums into one verdict that names who asked to stop", "[train][agreement]") {
+  const int world = 3;
+  std::vector<double> sums(4 + world, 0.0);
+  const std::vector<LocalStep> ranks = {{1.0, 2.0, 1, 10, false}, {2.0, 2.0, 0, 12, true}, {3.0, 2.0, 2, 11, true}};
+  for (int r = 0; r < world; ++r) {
+    const auto v = pack_step(ranks[static_cast<size_t>(r)], r, world);
+    REQUIRE(v.size() == sums.size());
+    for (size_t i = 0; i < v.size(); ++i) sums[i] += v[i];
+  }
+  const auto verdict = decide_step(sums, world);
+  CHECK_FALSE(verdict.nonfinite);
+  CHECK(verdict.loss_mean == Approx(2.0));
+  CHECK(verdict.total_bad == 3);
+  CHECK(verdict.total_reads == 33);
+  CHECK(verdict.stop_requested());
+  CHECK(verdict.stop_ranks == std::vector<int>{1, 2});
+}
+
+TEST_CASE("One rank's non-finite loss or gradient norm makes the step non-finite everywhere", "[train][agreement]") {
+  const auto finite = pack_step({1.0, 1.0, 0, 0, false}, 0, 2);
+  auto bad = pack_step({1.0, std::numeric_limits<double>::infinity(), 0, 0, false}, 1, 2);
+  std::vector<double> sums(finite.size());
+  for (size_t i = 0; i < sums.size(); ++i) sums[i] = finite[i] + bad[i];
+  CHECK(decide_step(sums, 2).nonfinite);
+  CHECK_FALSE(decide_step(std::vector<double>(finite.size(), 0.0), 2).nonfinite);
+  CHECK_FALSE(decide_step(std::vector<double>(finite.size(), 0.0), 2).stop_requested());
+  CHECK_THROWS(decide_step(sums, 3));  // another world size's numbers
+  CHECK_THROWS(pack_step({}, 2, 2));
+}
+
+TEST_CASE("Non-finite steps are skipped, counted, and too many in a row stop the run", "[train][agreement]") {
+  NonfinitePolicy policy(2);
+  CHECK(policy.accept(false, 1));
+  CHECK_FALSE(policy.accept(true, 2));
+  CHECK_FALSE(policy.accept(true, 3));
+  CHECK(policy.accept(false, 4));  // a finite step resets the run of skips
+  CHECK(policy.in_a_row() == 0);
+  CHECK_FALSE(policy.accept(true, 5));
+  CHECK_FALSE(policy.accept(true, 6));
+  try {
+    policy.accept(true, 7);
+    FAIL("a third non-finite step in a row must stop the run");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == kExitFailure);
+    CHECK_THAT(e.what(), Catch::Contains("train.max_nonfinite 2"));
+  }
+  CHECK(policy.capture() == 5);
+  NonfinitePolicy resumed(2);
+  resumed.restore(policy.capture());
+  CHECK(resumed.skipped() == 5);
+}
+
+TEST_CASE("The save policy: every N steps, every N epochs, on a stop request, at the end", "[train][checkpointer]") {
+  config::TrainConfig t;
+  t.save_model_steps = 5;
+  t.save_model_epochs = 2;
+  CHECK(save_reason(t, 10, 100, false, 0, false) == "train.save_model_steps");
+  CHECK(save_reason(t, 7, 100, false, 0, false).empty());
+  CHECK(save_reason(t, 7, 100, true, 0, false).empty());  // epoch 1 of every 2
+  CHECK(save_reason(t, 7, 100, true, 1, false) == "train.save_model_epochs");
+  CHECK(save_reason(t, 7, 100, false, 0, true) == "stop request");
+  CHECK(save_reason(t, 99, 99, false, 0, false) == "end of training");
+  t.save_model_steps = 0;
+  t.save_model_epochs = 0;
+  CHECK(save_reason(t, 10, 100, true, 1, false).empty());
+}
+
+TEST_CASE("The preview policy: every N steps or N epochs, never at the last step", "[train][previews]") {
+  config::TrainConfig t;
+  t.visualize = true;
+  t.eval_sampling_steps = 4;
+  t.preview_every_epochs = 0;
+  CHECK(preview_reason(t, 8, 20, false, 0) == "train.eval_sampling_steps");
+  CHECK(preview_reason(t, 9, 20, false, 0).empty());
+  CHECK(preview_reason(t, 20, 20, false, 0).empty());  // the end of training renders on its own
+  t.eval_sampling_steps = 0;
+  t.preview_every_epochs = 2;
+  CHECK(preview_reason(t, 9, 20, true, 1) == "end of epoch 2");
+  CHECK(preview_reason(t, 9, 20, true, 0).empty());
+  t.visualize = false;
+  CHECK(preview_reason(t, 9, 20, true, 1).empty());
+}
+
+TEST_CASE("A checkpoint of another batch, seed or model is refused as a config error", "[train][resume]") {
+  config::Config cfg;
+  cfg.train.global_batch_size = 8;
+  cfg.train.seed = 3;
+  ckpt::TrainerState saved;
+  saved.global_batch_size = 8;
+  saved.seed = 3;
+  saved.model = "SanaMS_tiny";
+  CHECK_NOTHROW(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"));
+  saved.seed = 4;
+  try {
+    check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1");
+    FAIL("another seed must be refused");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == kExitUsage);
+    CHECK_THAT(e.what(), Catch::Contains("train.seed 4") && Catch::Contains("ckpt/step_1"));
+  }
+  saved.seed = 3;
+  CHECK_THROWS_AS(check_resumable(saved, cfg, "SanaMS_other", "ckpt/step_1"), UsageError);
+}
+
+TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and moves latest", "[train][checkpointer]") {
+  test::TempDir dir;
+  config::Config cfg;
+  cfg.work_dir = dir.path();
+  cfg.train.save_model_steps = 2;
+  cfg.ckpt.keep_last_n = 2;
+  cfg.ckpt.async_save = true;
+  int captures = 0;
+  int64_t step = 0;
+  const auto capture = [&] {
+    ++captures;
+    ckpt::Snapshot s;
+    s.model = {{"w", torch::full({2}, static_cast<double>(step))}};
+    s.state.global_step = step;
+    s.state.global_batch_size = 8;
+    return s;
+  };
+  {
+    Checkpointer writer(cfg, /*writes=*/true);
+    for (step = 1; step <= 7; ++step) {
+      RunPosition next{0, step, step};
+      writer.maybe_save(next, 7, false, 0, false, capture);
+      writer.maybe_save(next, 7, false, 0, false, capture);  // the same step again: no second write
+    }
+    writer.finish();
+  }
+  CHECK(captures == 4);  // steps 2, 4, 6 and 7 (the end)
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(fs::path(dir.path()) / "checkpoints")) {
+    if (e.is_directory()) kept.push_back(e.path().filename().string());
+  }
+  std::sort(kept.begin(), kept.end());
+  CHECK(kept == std::vector<std::string>{ckpt::checkpoint_name(6), ckpt::checkpoint_name(7)});
+  const auto latest = ckpt::resolve_latest(dir.path());
+  CHECK(fs::path(latest.path).filename() == ckpt::checkpoint_name(7));
+  const auto state = ckpt::verify_checkpoint(latest.path);
+  CHECK(state.global_step == 7);
+
+  // Ranks that do not write follow the same policy but never capture.
+  int other_captures = 0;
+  Checkpointer follower(cfg, /*writes=*/false);
+  follower.maybe_save({0, 2, 2}, 7, false, 0, false, [&] {
+    ++other_captures;
+    return ckpt::Snapshot{};
+  });
+  follower.finish();
+  CHECK(other_captures == 0);
+}
+
+TEST_CASE("Durations read as minutes or hours", "[train][metrics]") {
+  CHECK(duration_text(65) == "1m05s");
+  CHECK(duration_text(7380) == "2h03m");
+  CHECK(duration_text(-1) == "?");
+}
