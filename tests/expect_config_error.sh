@@ -7,8 +7,13 @@ bin=$1
 file=$2
 args=$(sed -n 's/^# args: //p' "$file")
 envs=$(sed -n 's/^# env: //p' "$file")
+# A copy of the config's folder in a temporary one: whatever the run writes (work_dir is
+# relative) lands there, never in the source tree.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp -r "$(dirname "$file")"/. "$tmp"/
 # shellcheck disable=SC2086
-output=$(cd "$(dirname "$file")" && env $envs "$bin" --config "$(basename "$file")" $args 2>&1)
+output=$(cd "$tmp" && env $envs timeout 60 "$bin" --config "$(basename "$file")" $args 2>&1)
 code=$?
 status=0
 if [ "$code" -ne 2 ]; then

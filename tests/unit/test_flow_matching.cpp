@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
 #include "test_support.h"
 
@@ -48,7 +48,7 @@ TEST_CASE("per-sample draws are the same in any thread and order", "[diffusion][
 namespace {
 
 // The draws of samples 0..15 (epoch 2, seed 5): noise, sigma, dropout, in one file.
-sana::ckpt::NamedTensors draws_of_samples() {
+sana::NamedTensors draws_of_samples() {
   sana::config::SchedulerConfig sched;
   std::vector<torch::Tensor> noise;
   std::vector<double> sigma, dropped;
@@ -68,7 +68,7 @@ sana::ckpt::NamedTensors draws_of_samples() {
 TEST_CASE("write per-sample draws for another process", "[.stream_child]") {
   const char* out = std::getenv("SANA_STREAM_OUT");
   REQUIRE(out != nullptr);
-  sana::ckpt::write_safetensors(out, draws_of_samples());
+  sana::write_safetensors(out, draws_of_samples());
 }
 
 TEST_CASE("per-sample draws are the same in another process", "[diffusion][streams]") {
@@ -82,7 +82,7 @@ TEST_CASE("per-sample draws are the same in another process", "[diffusion][strea
                                          " /proc/" + std::to_string(getpid()) + "/exe '[stream_child]'");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  const auto theirs = sana::ckpt::read_safetensors(file);
+  const auto theirs = sana::read_safetensors(file);
   for (const auto& [name, ours] : draws_of_samples()) {
     INFO(name);
     CHECK(torch::equal(ours, theirs.get(name)));

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
 #include "model_specs.h"
@@ -355,7 +355,7 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
       pred = model->forward(flow.noisy, flow.timesteps, c);
       loss = sana::diffusion::flow_loss(pred, flow.target);
     }
-    sana::ckpt::NamedTensors out;
+    sana::NamedTensors out;
     for (const auto& p : model->named_parameters()) out.emplace_back("w." + p.key(), p.value());
     for (const auto& p : model->named_buffers()) out.emplace_back("w." + p.key(), p.value());
     out.emplace_back("in.x", flow.noisy);
@@ -373,7 +373,7 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
         {"mlp_hidden", s.mlp_hidden()}, {"conditioning", conditioning_name(s.conditioning)},
         {"num_classes", s.num_classes}, {"norm_eps", s.norm_eps}};
     files.push_back(dir.path(fmt::format("case{}.safetensors", i)));
-    sana::ckpt::write_safetensors(files.back(), out, {{"spec", spec.dump()}, {"case", cs.name}});
+    sana::write_safetensors(files.back(), out, {{"spec", spec.dump()}, {"case", cs.name}});
   }
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/sana_reference.py";
   const auto r = sana::test::run_command("/usr/bin/python3 " + script + " " + fmt::format("{}", fmt::join(files, " ")));
@@ -383,11 +383,11 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
   WARN(r.output);
 
   // The reference notices a wrong output: scale one C++ prediction slightly and it fails.
-  auto file = sana::ckpt::read_safetensors(files[0]);
+  auto file = sana::read_safetensors(files[0]);
   for (auto& [name, t] : file.tensors) {
     if (name == "out.pred") t = t * 1.001;
   }
-  sana::ckpt::write_safetensors(files[0], file.tensors, file.metadata);
+  sana::write_safetensors(files[0], file.tensors, file.metadata);
   const auto bad = sana::test::run_command("/usr/bin/python3 " + script + " " + files[0]);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 #include "sana/train/optim.h"
 #include "test_support.h"
 
@@ -23,7 +23,7 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
   CHECK_FALSE(train::Came::factored({7}));
   std::vector<torch::Tensor> params;
   train::NamedParams named;
-  ckpt::NamedTensors file;
+  NamedTensors file;
   for (const auto& [name, shape] : shapes) {
     params.push_back(torch::randn(shape).requires_grad_(true));
     named.emplace_back(name, params.back());
@@ -43,7 +43,7 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
   sana::test::TempDir dir;
   const nlohmann::json config = {{"lr", lr}, {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
                                  {"weight_decay", wd}, {"steps", steps}};
-  sana::ckpt::write_safetensors(dir.path("came.safetensors"), file, {{"config", config.dump()}});
+  sana::write_safetensors(dir.path("came.safetensors"), file, {{"config", config.dump()}});
   const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
                                          "/tests/reference/came.py " + dir.path("came.safetensors"));
   INFO(r.output);

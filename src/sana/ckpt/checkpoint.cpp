@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +11,8 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+
+#include "sana/util/hash.h"
 
 namespace fs = std::filesystem;
 
@@ -32,16 +33,13 @@ void fsync_path(const fs::path& p) {
 std::string file_checksum(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw CheckpointError(fmt::format("'{}' is missing", p.string()));
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
+  Hasher h;
   std::vector<char> buf(1 << 20);
   while (in) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    XXH3_64bits_update(st, buf.data(), static_cast<size_t>(in.gcount()));
+    h.update(buf.data(), static_cast<size_t>(in.gcount()));
   }
-  const uint64_t h = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
-  return fmt::format("{:016x}", h);
+  return h.hex();
 }
 
 nlohmann::ordered_json to_json(const TrainerState& s) {
@@ -204,7 +202,7 @@ Snapshot read_checkpoint(const std::string& dir) {
     const fs::path path = fs::path(dir) / kFiles[i];
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check_sum(dir, kFiles[i], fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size())), snap.state);
+    check_sum(dir, kFiles[i], hash_hex(std::string_view(bytes.data(), bytes.size())), snap.state);
     try {
       *parts[i] = parse_safetensors(bytes, path.string()).tensors;
     } catch (const SafetensorsError& e) {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 #include "sana/util/error.h"
 
 namespace sana::ckpt {

@@ -1,13 +1,13 @@
 // Writes a Config as YAML: every key, nested by section, each with its help as a comment.
 // The output loads back to the same Config (tested).
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <array>
 
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
+#include "sana/util/hash.h"
 
 namespace sana::config {
 
@@ -61,7 +61,7 @@ std::string config_fingerprint(const Config& config) {
                                                      "dist.threads_per_process",
                                                      "train.num_workers"};
   const std::string text = emit(config, per_rank);
-  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+  return hash_hex(text);
 }
 
 }  // namespace sana::config

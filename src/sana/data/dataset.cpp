@@ -1,12 +1,12 @@
 #include "sana/data/dataset.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <filesystem>
 
 #include "sana/data/index_builder.h"
+#include "sana/util/hash.h"
 
 namespace sana::data {
 
@@ -80,7 +80,7 @@ EpochPlan Dataset::plan(int64_t epoch) const {
 std::string Dataset::fingerprint() const {
   std::string rule;
   for (int b = 0; b < buckets_.size(); ++b) rule += buckets_.describe(b) + ";";
-  return fmt::format("{}/{:016x}", index_->fingerprint(), XXH3_64bits(rule.data(), rule.size()));
+  return fmt::format("{}/{}", index_->fingerprint(), hash_hex(rule));
 }
 
 }  // namespace sana::data

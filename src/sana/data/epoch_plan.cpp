@@ -1,12 +1,12 @@
 #include "sana/data/epoch_plan.h"
 
 #include <fmt/format.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
 
+#include "sana/util/hash.h"
 #include "sana/util/random.h"
 
 namespace sana::data {
@@ -129,14 +129,11 @@ std::vector<SampleId> EpochPlan::rank_slice(int64_t step, int rank, int world,
 }
 
 std::string EpochPlan::fingerprint() const {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
-  XXH3_64bits_update(state, &global_batch_, sizeof global_batch_);
-  XXH3_64bits_update(state, step_bucket_.data(), step_bucket_.size() * sizeof(uint16_t));
-  XXH3_64bits_update(state, ids_.data(), ids_.size() * sizeof(SampleId));
-  const uint64_t h = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return fmt::format("{:016x}", h);
+  Hasher h;
+  h.update_value(global_batch_);
+  h.update(step_bucket_.data(), step_bucket_.size() * sizeof(uint16_t));
+  h.update(ids_.data(), ids_.size() * sizeof(SampleId));
+  return h.hex();
 }
 
 }  // namespace sana::data

@@ -179,92 +179,78 @@ bool all_exited(const std::vector<Worker>& workers) {
   return true;
 }
 
-// One attempt: all workers from start to end. Returns the attempt's first failure code
-// (0 when all succeeded); sets `user_signal` when the launcher was told to stop.
-int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string& run_id,
-                int& user_signal) {
-  std::vector<Worker> workers;
-  int first_failure = 0;
-  bool stopping = false;
-  bool kill_pending = false;  // SIGKILL at kill_at unless all have exited
-  Clock::time_point kill_at{};
-  bool draining = false;     // all reaped: output gets until drain_until
-  Clock::time_point drain_until{};
-  auto stop_all = [&](int sig) {
-    stopping = true;
-    signal_all(workers, sig);
-    kill_pending = true;
-    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(o.grace_s));
-  };
-  try {
-    for (int i = 0; i < o.nproc_per_node; ++i) workers.push_back(spawn(o, i, port, attempt, run_id));
-  } catch (const std::exception& e) {
-    say(fmt::format("cannot start the workers: {}", e.what()));
-    first_failure = kExitFailure;
-    stop_all(SIGKILL);
-  }
+// One attempt's workers and what the launcher knows of them: who has exited, the first
+// failure, and the deadlines for killing stragglers and for draining their output.
+class Attempt {
+ public:
+  Attempt(const LaunchOptions& o, int& user_signal) : o_(o), user_signal_(user_signal) {}
 
-  while (!all_exited(workers)) {
+  void start_workers(int port, int attempt, const std::string& run_id) {
+    try {
+      for (int i = 0; i < o_.nproc_per_node; ++i) workers_.push_back(spawn(o_, i, port, attempt, run_id));
+    } catch (const std::exception& e) {
+      say(fmt::format("cannot start the workers: {}", e.what()));
+      first_failure_ = kExitFailure;
+      stop_all(SIGKILL);
+    }
+  }
+  bool done() const { return all_exited(workers_); }
+  int first_failure() const { return first_failure_; }
+
+  // Waits up to 100 ms for a signal or output, then handles what arrived.
+  void serve_events() {
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
-    std::vector<Stream*> streams;
-    for (auto& w : workers) {
+    struct Watched {
+      Stream* stream;
+      const Worker* owner;
+    };
+    std::vector<Watched> streams;
+    for (auto& w : workers_) {
       for (Stream* s : {&w.out, &w.err}) {
         if (s->fd >= 0) {
           fds.push_back({s->fd, POLLIN, 0});
-          streams.push_back(s);
+          streams.push_back({s, &w});
         }
       }
     }
     poll(fds.data(), fds.size(), 100);
-    if (fds[0].revents & POLLIN) {
-      unsigned char sig = 0;
-      if (read(g_signal_pipe[0], &sig, 1) == 1 && user_signal == 0) {
-        user_signal = sig;
-        say(fmt::format("got signal {}; stopping all workers", static_cast<int>(sig)));
-        stop_all(sig);
-      }
-    }
+    if (fds[0].revents & POLLIN) take_signal();
     for (size_t i = 0; i < streams.size(); ++i) {
       if (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) {
-        for (auto& w : workers) {
-          if (&w.out == streams[i] || &w.err == streams[i]) streams[i]->pump(w.prefix());
-        }
+        streams[i].stream->pump(streams[i].owner->prefix());
       }
     }
-    for (auto& w : workers) {
+  }
+
+  void reap_exited() {
+    for (auto& w : workers_) {
       if (w.exit_code) continue;
       int status = 0;
       if (waitpid(w.pid, &status, WNOHANG) != w.pid) continue;
       w.exit_code = exit_code_of(status);
       kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
-      const int code = *w.exit_code;
-      if (code == 0 || user_signal != 0) continue;
-      // A worker that stopped because another failed (code 3), or that we stopped, is
-      // not the cause: the cause's code wins even when it arrives a moment later.
-      const bool consequence = code == kExitPeerFailed ||
-                               (stopping && (code == 128 + SIGTERM || code == 128 + SIGKILL));
-      if (first_failure == 0 || (first_failure == kExitPeerFailed && !consequence)) {
-        first_failure = code;
-        say(fmt::format("rank {} exited with code {}{}", w.rank, code,
-                        stopping ? "" : "; stopping the other workers"));
-      }
-      if (!stopping) stop_all(SIGTERM);
+      note_exit(w.rank, *w.exit_code);
     }
-    if (kill_pending && Clock::now() > kill_at) {
+  }
+
+  void kill_after_grace() {
+    if (kill_pending_ && Clock::now() > kill_at_) {
       say("workers still running after the grace period; killing them");
-      signal_all(workers, SIGKILL);
-      kill_pending = false;
+      signal_all(workers_, SIGKILL);
+      kill_pending_ = false;
     }
-    // Every worker is reaped: a descendant that left its group may still hold a pipe.
-    const bool reaped = std::all_of(workers.begin(), workers.end(),
+  }
+
+  // Every worker is reaped: a descendant that left its group may still hold a pipe.
+  void close_pipes_after_drain() {
+    const bool reaped = std::all_of(workers_.begin(), workers_.end(),
                                     [](const Worker& w) { return w.exit_code.has_value(); });
-    if (reaped && !draining) {
-      draining = true;
-      drain_until = Clock::now() + std::chrono::seconds(2);
+    if (reaped && !draining_) {
+      draining_ = true;
+      drain_until_ = Clock::now() + std::chrono::seconds(2);
     }
-    if (draining && Clock::now() > drain_until) {
-      for (auto& w : workers) {
+    if (draining_ && Clock::now() > drain_until_) {
+      for (auto& w : workers_) {
         for (Stream* st : {&w.out, &w.err}) {
           if (st->fd >= 0) {
             close(st->fd);
@@ -274,7 +260,63 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string
       }
     }
   }
-  return first_failure;
+
+ private:
+  void stop_all(int sig) {
+    stopping_ = true;
+    signal_all(workers_, sig);
+    kill_pending_ = true;
+    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(o_.grace_s));
+  }
+
+  void take_signal() {
+    unsigned char sig = 0;
+    if (read(g_signal_pipe[0], &sig, 1) == 1 && user_signal_ == 0) {
+      user_signal_ = sig;
+      say(fmt::format("got signal {}; stopping all workers", static_cast<int>(sig)));
+      stop_all(sig);
+    }
+  }
+
+  void note_exit(int rank, int code) {
+    if (code == 0 || user_signal_ != 0) return;
+    // A worker that stopped because another failed (code 3), or that we stopped, is
+    // not the cause: the cause's code wins even when it arrives a moment later.
+    const bool consequence = code == kExitPeerFailed ||
+                             (stopping_ && (code == 128 + SIGTERM || code == 128 + SIGKILL));
+    if (first_failure_ == 0 || (first_failure_ == kExitPeerFailed && !consequence)) {
+      first_failure_ = code;
+      say(fmt::format("rank {} exited with code {}{}", rank, code,
+                      stopping_ ? "" : "; stopping the other workers"));
+    }
+    if (!stopping_) stop_all(SIGTERM);
+  }
+
+  const LaunchOptions& o_;
+  int& user_signal_;
+  std::vector<Worker> workers_;
+  int first_failure_ = 0;
+  bool stopping_ = false;
+  bool kill_pending_ = false;  // SIGKILL at kill_at_ unless all have exited
+  Clock::time_point kill_at_{};
+  bool draining_ = false;  // all reaped: output gets until drain_until_
+  Clock::time_point drain_until_{};
+};
+
+// One attempt: all workers from start to end. Returns the attempt's first failure code
+// (0 when all succeeded); sets `user_signal` when the launcher was told to stop.
+int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string& run_id,
+                int& user_signal) {
+  Attempt a(o, user_signal);
+  a.start_workers(port, attempt, run_id);
+  while (!a.done()) {
+    a.serve_events();
+    a.reap_exited();
+    a.kill_after_grace();
+    a.close_pipes_after_drain();
+  }
+  return a.first_failure();
 }
 
 }  // namespace

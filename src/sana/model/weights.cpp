@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 
 namespace sana::model {
 
@@ -54,18 +54,18 @@ std::map<std::string, torch::Tensor> from_pickle(const std::string& path) {
 
 void save_weights(const torch::nn::Module& model, const std::string& path,
                   const std::map<std::string, std::string>& metadata) {
-  ckpt::NamedTensors tensors;
+  NamedTensors tensors;
   for (const auto& p : model.named_parameters()) tensors.emplace_back(p.key(), p.value());
   for (const auto& b : model.named_buffers()) tensors.emplace_back(b.key(), b.value());
-  ckpt::write_safetensors(path, tensors, metadata);
+  write_safetensors(path, tensors, metadata);
 }
 
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
   std::map<std::string, torch::Tensor> out;
   if (ends_with(path, ".safetensors")) {
     try {
-      for (auto& [name, t] : ckpt::read_safetensors(path).tensors) out[name] = t;
-    } catch (const ckpt::SafetensorsError& e) {
+      for (auto& [name, t] : read_safetensors(path).tensors) out[name] = t;
+    } catch (const SafetensorsError& e) {
       throw WeightsError(e.what());
     }
   } else {

@@ -25,13 +25,13 @@ void Ema::update() {
   for (size_t i = 0; i < average_.size(); ++i) average_[i].mul_(rate_).add_(params_[i].second.detach(), 1 - rate_);
 }
 
-ckpt::NamedTensors Ema::capture() const {
-  ckpt::NamedTensors out;
+NamedTensors Ema::capture() const {
+  NamedTensors out;
   for (size_t i = 0; i < average_.size(); ++i) out.emplace_back(params_[i].first, average_[i].to(torch::kCPU).clone());
   return out;
 }
 
-void Ema::restore(const ckpt::NamedTensors& saved, const std::string& source) {
+void Ema::restore(const NamedTensors& saved, const std::string& source) {
   if (!enabled()) return;
   if (saved.empty()) {
     log::warn("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", source);

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 
 namespace sana::train {
 
@@ -24,11 +24,11 @@ class Ema {
   void update();
 
   // The averages by parameter name, on the CPU (empty when off).
-  ckpt::NamedTensors capture() const;
+  NamedTensors capture() const;
   // Takes the averages saved by capture(). An empty `saved` (a checkpoint written with
   // ckpt.save_ema false) restarts the average from the current weights with a warning;
   // a missing or mis-shaped entry throws ckpt::CheckpointError naming it and `source`.
-  void restore(const ckpt::NamedTensors& saved, const std::string& source);
+  void restore(const NamedTensors& saved, const std::string& source);
   // Restarts the average from the current weights.
   void reset();
 

@@ -7,7 +7,7 @@
 #include <csignal>
 #include <filesystem>
 
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 #include "sana/config/loader.h"
 #include "sana/model/weights.h"
 #include "sana/train/report.h"
@@ -318,7 +318,7 @@ void Trainer::finish() {
     model::save_weights(*model_, path, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
     log::info("weights: {}", path);
     if (ema_.enabled()) {
-      ckpt::write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema_.capture(),
+      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema_.capture(),
                               {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_.rate())}});
     }
   }

@@ -1,15 +1,15 @@
 #include "sana/util/random.h"
 
-#include <xxhash.h>
-
 #include <vector>
+
+#include "sana/util/hash.h"
 
 namespace sana::util {
 
 uint64_t stream_key(std::string_view purpose, std::initializer_list<uint64_t> parts) {
   std::vector<uint64_t> words(parts);
-  const uint64_t seed = XXH3_64bits(purpose.data(), purpose.size());
-  return XXH3_64bits_withSeed(words.data(), words.size() * sizeof(uint64_t), seed);
+  const uint64_t seed = hash64(purpose.data(), purpose.size());
+  return hash64(words.data(), words.size() * sizeof(uint64_t), seed);
 }
 
 uint64_t RandomStream::next_u64() {

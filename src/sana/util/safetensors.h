@@ -14,7 +14,7 @@
 
 #include "sana/util/error.h"
 
-namespace sana::ckpt {
+namespace sana {
 
 class SafetensorsError : public sana::RunError {
  public:
@@ -39,4 +39,4 @@ SafetensorsFile read_safetensors(const std::string& path);
 // The same from a file's bytes already in memory (`path` names it in errors).
 SafetensorsFile parse_safetensors(const std::vector<char>& bytes, const std::string& path);
 
-}  // namespace sana::ckpt
+}  // namespace sana

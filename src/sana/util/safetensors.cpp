@@ -1,4 +1,4 @@
-#include "sana/ckpt/safetensors.h"
+#include "sana/util/safetensors.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-namespace sana::ckpt {
+namespace sana {
 
 namespace {
 
@@ -109,4 +109,4 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
   return file;
 }
 
-}  // namespace sana::ckpt
+}  // namespace sana

@@ -1,0 +1,272 @@
+#include "sana/data/index_sources.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "sana/data/dataset_index.h"
+#include "sana/data/index_builder.h"
+
+namespace fs = std::filesystem;
+
+namespace sana::data {
+
+namespace {
+
+bool is_image_file(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // Formats whose size the header reader knows (TIFF is not among them).
+  for (const char* e : {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}) {
+    if (ext == e) return true;
+  }
+  return false;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string trim(std::string s) {
+  const auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
+  s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
+  return s;
+}
+
+// The first of `names` present in `obj` as a string (or number, as text).
+std::string json_text(const nlohmann::json& obj, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    auto it = obj.find(n);
+    if (it == obj.end() || it->is_null()) continue;
+    if (it->is_string()) return it->get<std::string>();
+    return it->dump();
+  }
+  return "";
+}
+
+int32_t parse_label(const std::string& text, const std::string& where) {
+  if (text.empty()) return -1;
+  try {
+    size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used != text.size() || v < 0 || v > (1L << 30)) throw std::out_of_range("label");
+    return static_cast<int32_t>(v);
+  } catch (const std::exception&) {
+    throw IndexError(fmt::format("{}: label '{}' is not a class number (0, 1, 2, ...)", where, text));
+  }
+}
+
+class FolderSource : public RowSource {
+ public:
+  explicit FolderSource(const std::string& dir) {
+    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
+      if (e.is_regular_file() && is_image_file(e.path())) files_.push_back(e.path());
+    }
+    std::sort(files_.begin(), files_.end());  // deterministic whatever the file system
+  }
+  bool next(IndexRow& row) override {
+    if (i_ >= files_.size()) return false;
+    const fs::path& p = files_[i_++];
+    row = IndexRow{};
+    row.path = p.string();
+    fs::path side = p;
+    if (fs::exists(side.replace_extension(".txt"))) {
+      row.caption = trim(read_file(side));
+    } else if (fs::exists(side.replace_extension(".json"))) {
+      try {
+        const auto j = nlohmann::json::parse(read_file(side));
+        row.caption = json_text(j, {"caption", "prompt", "text"});
+        row.label = parse_label(json_text(j, {"label", "class", "class_id"}), side.string());
+      } catch (const std::exception& e) {
+        throw IndexError(fmt::format("caption file '{}' is not valid JSON: {}", side.string(), e.what()));
+      }
+    }
+    return true;
+  }
+
+ private:
+  std::vector<fs::path> files_;
+  size_t i_ = 0;
+};
+
+// Shared by JSONL and CSV: relative paths are relative to the metadata file's folder.
+std::string resolve(const fs::path& base, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (base / p).lexically_normal().string();
+}
+
+uint32_t parse_size(const std::string& text, const std::string& where, const char* what) {
+  if (text.empty()) return 0;
+  try {
+    const long v = std::stol(text);
+    if (v < 0 || v > (1 << 20)) throw std::out_of_range("size");
+    return static_cast<uint32_t>(v);
+  } catch (const std::exception&) {
+    throw IndexError(fmt::format("{}: {} '{}' is not a size in pixels", where, what, text));
+  }
+}
+
+class JsonlSource : public RowSource {
+ public:
+  explicit JsonlSource(const std::string& file) : file_(file), in_(file), base_(fs::path(file).parent_path()) {
+    if (!in_) throw IndexError(fmt::format("cannot read metadata file '{}'", file));
+  }
+  bool next(IndexRow& row) override {
+    std::string line;
+    while (std::getline(in_, line)) {
+      ++line_no_;
+      if (trim(line).empty()) continue;
+      const std::string where = fmt::format("{}:{}", file_, line_no_);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception& e) {
+        throw IndexError(fmt::format("{}: not a JSON object: {}", where, e.what()));
+      }
+      if (!j.is_object()) throw IndexError(fmt::format("{}: not a JSON object", where));
+      row = IndexRow{};
+      row.path = resolve(base_, json_text(j, {"path", "image", "image_path", "file_name", "file"}));
+      if (row.path.empty()) {
+        throw IndexError(fmt::format("{}: no image path (keys: path, image, file_name)", where));
+      }
+      row.caption = json_text(j, {"caption", "prompt", "text"});
+      row.width = parse_size(json_text(j, {"width", "w"}), where, "width");
+      row.height = parse_size(json_text(j, {"height", "h"}), where, "height");
+      row.label = parse_label(json_text(j, {"label", "class", "class_id"}), where);
+      row.latent = resolve(base_, json_text(j, {"latent", "latent_path", "vae_feat"}));
+      row.text_feat = resolve(base_, json_text(j, {"text_feat", "text_feat_path", "caption_feature"}));
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  std::string file_;
+  std::ifstream in_;
+  fs::path base_;
+  uint64_t line_no_ = 0;
+};
+
+// RFC 4180 fields: commas, double quotes, doubled quotes inside quotes.
+std::vector<std::string> split_csv(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        out.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        out.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+class CsvSource : public RowSource {
+ public:
+  explicit CsvSource(const std::string& file) : file_(file), in_(file), base_(fs::path(file).parent_path()) {
+    if (!in_) throw IndexError(fmt::format("cannot read metadata file '{}'", file));
+    std::string header;
+    std::getline(in_, header);
+    columns_ = split_csv(header);
+    ++line_no_;
+    if (column({"path", "image", "image_path", "file_name", "file"}) < 0) {
+      throw IndexError(fmt::format("{}:1: the header names no image path column (path, image, "
+                                   "file_name)",
+                                   file));
+    }
+  }
+  bool next(IndexRow& row) override {
+    std::string line;
+    while (std::getline(in_, line)) {
+      ++line_no_;
+      if (trim(line).empty()) continue;
+      const auto f = split_csv(line);
+      const std::string where = fmt::format("{}:{}", file_, line_no_);
+      auto get = [&](std::initializer_list<const char*> names) {
+        const int c = column(names);
+        return c >= 0 && static_cast<size_t>(c) < f.size() ? f[static_cast<size_t>(c)] : std::string();
+      };
+      row = IndexRow{};
+      row.path = resolve(base_, get({"path", "image", "image_path", "file_name", "file"}));
+      if (row.path.empty()) throw IndexError(fmt::format("{}: empty image path", where));
+      row.caption = get({"caption", "prompt", "text"});
+      row.width = parse_size(get({"width", "w"}), where, "width");
+      row.height = parse_size(get({"height", "h"}), where, "height");
+      row.label = parse_label(get({"label", "class", "class_id"}), where);
+      row.latent = resolve(base_, get({"latent", "latent_path", "vae_feat"}));
+      row.text_feat = resolve(base_, get({"text_feat", "text_feat_path", "caption_feature"}));
+      return true;
+    }
+    return false;
+  }
+
+ private:
+  int column(std::initializer_list<const char*> names) const {
+    for (const char* n : names) {
+      auto it = std::find(columns_.begin(), columns_.end(), n);
+      if (it != columns_.end()) return static_cast<int>(it - columns_.begin());
+    }
+    return -1;
+  }
+  std::string file_;
+  std::ifstream in_;
+  fs::path base_;
+  std::vector<std::string> columns_;
+  uint64_t line_no_ = 0;
+};
+
+class IndexSource : public RowSource {
+ public:
+  explicit IndexSource(const std::string& file) : idx_(DatasetIndex::open(file)) {}
+  bool next(IndexRow& row) override {
+    if (i_ >= idx_.size()) return false;
+    const IndexRecord& r = idx_.record(i_);
+    const SampleText t = idx_.text(i_++);
+    row = IndexRow{std::string(t.path), std::string(t.caption), std::string(t.latent),
+                   std::string(t.text_feat), r.width, r.height, r.label};
+    return true;
+  }
+
+ private:
+  DatasetIndex idx_;
+  uint64_t i_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<RowSource> open_source(const std::string& src) {
+  std::error_code ec;
+  if (fs::is_directory(src, ec)) return std::make_unique<FolderSource>(src);
+  if (!fs::is_regular_file(src, ec)) {
+    throw IndexError(fmt::format("data source '{}' does not exist", src));
+  }
+  if (is_index_file(src)) return std::make_unique<IndexSource>(src);
+  const std::string ext = fs::path(src).extension().string();
+  if (ext == ".jsonl" || ext == ".json") return std::make_unique<JsonlSource>(src);
+  if (ext == ".csv") return std::make_unique<CsvSource>(src);
+  throw IndexError(fmt::format("data source '{}' is not a folder, a .jsonl or .csv metadata file "
+                               "or a dataset index",
+                               src));
+}
+
+}  // namespace sana::data
