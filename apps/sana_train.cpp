@@ -15,6 +15,7 @@
 #include "commands/command.h"
 #include "sana/config/schema.h"
 #include "sana/distributed/launcher.h"
+#include "sana/train/config_checks.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -120,12 +121,12 @@ struct FailureOutput {
 
 // The one mapping from an exception to what the user reads and the exit code.
 int report_failure(const std::exception& e, const FailureOutput& out) {
-  if (!out.to_log) {
+  if (out.to_log) {
+    std::istringstream lines(report_of(e));
+    for (std::string line; std::getline(lines, line);) log::error("{}", line);
+  } else {
     std::cerr << report_of(e, out.line_prefix);
-    return exit_code_of(e);
   }
-  std::istringstream lines(report_of(e));
-  for (std::string line; std::getline(lines, line);) log::error("{}", line);
   return exit_code_of(e);
 }
 
@@ -141,6 +142,7 @@ dist::LaunchEnv launch_environment(FailureOutput& failures) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_checks();  // what config validation needs from model/ and data/ (presets, buckets)
   CLI::App cli{"sana-train: train Sana-style multi-scale linear diffusion transformers"};
   FailureOutput failures;
   try {

@@ -10,7 +10,7 @@ packages=(
   nlohmann-json3-dev libxxhash-dev catch2
   libopenblas0-pthread
   openmpi-bin python3-torch python3-torchvision python3-numpy python3-pil
-  mate-backgrounds dataset-fashion-mnist time gnuplot-nox
+  mate-backgrounds dataset-fashion-mnist time gnuplot-nox universal-ctags
 )
 
 missing=()

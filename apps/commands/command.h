@@ -26,6 +26,19 @@ class PlainCommand {
   virtual int run() = 0;            // the exit code: 0, or a deliberate failure
 };
 
+// A subcommand that reads no config. It takes no overrides, so an unknown word is an error.
+class PlainSubcommand : public PlainCommand {
+ public:
+  PlainSubcommand(CLI::App& app, const char* name, const char* description)
+      : cli_(app.add_subcommand(name, description)) {
+    cli_->allow_extras(false);
+  }
+  bool chosen() const override { return cli_->parsed(); }
+
+ protected:
+  CLI::App* cli_;
+};
+
 class ConfigCommand {
  public:
   virtual ~ConfigCommand() = default;

@@ -10,16 +10,14 @@ namespace sana::app {
 
 namespace {
 
-class Index : public PlainCommand {
+class Index : public PlainSubcommand {
  public:
-  explicit Index(CLI::App& app) {
-    cli_ = app.add_subcommand("index", "build a dataset index from folders, JSONL/CSV metadata or other indexes");
-    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+  explicit Index(CLI::App& app)
+      : PlainSubcommand(app, "index", "build a dataset index from folders, JSONL/CSV metadata or other indexes") {
     cli_->add_option("--input", inputs_, "a source (repeat for several)")->required();
     cli_->add_option("--output", output_, "the index file to write")->required();
     cli_->add_option("--threads", options_.threads, "threads reading image headers (0: all cores)");
   }
-  bool chosen() const override { return cli_->parsed(); }
 
   int run() override {
     const auto r = data::build_index(inputs_, output_, options_);
@@ -32,7 +30,6 @@ class Index : public PlainCommand {
   }
 
  private:
-  CLI::App* cli_;
   std::vector<std::string> inputs_;
   std::string output_;
   data::IndexBuildOptions options_;

@@ -23,14 +23,12 @@ std::string checkpoint_folder(const std::string& path) {
   return r.path;
 }
 
-class Inspect : public PlainCommand {
+class Inspect : public PlainSubcommand {
  public:
-  explicit Inspect(CLI::App& app) {
-    cli_ = app.add_subcommand("inspect", "what a checkpoint holds; verifies its checksums (exit 1 if bad)");
-    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+  explicit Inspect(CLI::App& app)
+      : PlainSubcommand(app, "inspect", "what a checkpoint holds; verifies its checksums (exit 1 if bad)") {
     cli_->add_option("checkpoint", path_, "a checkpoint folder, or a work_dir (its latest)")->required();
   }
-  bool chosen() const override { return cli_->parsed(); }
 
   int run() override {
     const std::string dir = checkpoint_folder(path_);
@@ -52,7 +50,6 @@ class Inspect : public PlainCommand {
   }
 
  private:
-  CLI::App* cli_;
   std::string path_;
 };
 

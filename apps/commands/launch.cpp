@@ -8,12 +8,11 @@ namespace sana::app {
 
 namespace {
 
-class Launch : public PlainCommand {
+class Launch : public PlainSubcommand {
  public:
-  Launch(CLI::App& app, const LaunchArgs& args) : args_(args) {
-    cli_ = app.add_subcommand(
-        "launch", "start workers with a torchrun-style environment: launch [OPTIONS] -- ARGS...");
-    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+  Launch(CLI::App& app, const LaunchArgs& args)
+      : PlainSubcommand(app, "launch", "start workers with a torchrun-style environment: launch [OPTIONS] -- ARGS..."),
+        args_(args) {
     cli_->add_option("--nproc-per-node", opts_.nproc_per_node, "workers on this node")->required();
     cli_->add_option("--nnodes", opts_.nnodes, "nodes in the job");
     cli_->add_option("--node-rank", opts_.node_rank, "this node's index");
@@ -24,7 +23,6 @@ class Launch : public PlainCommand {
     cli_->add_option("--grace-seconds", opts_.grace_s,
                      "time between SIGTERM and SIGKILL when stopping workers");
   }
-  bool chosen() const override { return cli_->parsed(); }
 
   int run() override {
     // "launch -- check-dist ..." runs sana-train; "launch -- ./tool args" runs ./tool.
@@ -42,7 +40,6 @@ class Launch : public PlainCommand {
 
  private:
   const LaunchArgs& args_;
-  CLI::App* cli_;
   dist::LaunchOptions opts_;
 };
 

@@ -44,7 +44,8 @@ ModelFacts facts_of(const config::Config& cfg) {
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
   const auto& all = model::presets();
-  const auto preset = std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
+  const auto preset =
+      std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
   for (const auto& table : data::bucket_tables_for(cfg)) {
     for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back({table.base(), b.height, b.width});

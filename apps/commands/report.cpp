@@ -11,14 +11,12 @@ namespace sana::app {
 
 namespace {
 
-class Report : public PlainCommand {
+class Report : public PlainSubcommand {
  public:
-  explicit Report(CLI::App& app) {
-    cli_ = app.add_subcommand("report", "plots (PNG) and a summary of a run from its metrics.jsonl");
-    cli_->allow_extras(false);  // takes no config overrides: an unknown word is an error
+  explicit Report(CLI::App& app)
+      : PlainSubcommand(app, "report", "plots (PNG) and a summary of a run from its metrics.jsonl") {
     cli_->add_option("work_dir", work_dir_, "the run's work_dir")->required();
   }
-  bool chosen() const override { return cli_->parsed(); }
 
   int run() override {
     const auto r = train::write_report(work_dir_);
@@ -30,7 +28,6 @@ class Report : public PlainCommand {
   }
 
  private:
-  CLI::App* cli_;
   std::string work_dir_;
 };
 

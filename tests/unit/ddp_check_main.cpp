@@ -66,7 +66,7 @@ int run(int accumulation) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
     for (int64_t a = 0; a < accumulation; ++a) {
-      const int64_t first = (a * W + r) * micro;  // DESIGN.md: micro-step a of rank r
+      const int64_t first = (a * W + r) * micro;  // micro-step a of rank r (docs/design.md, "Epoch plan")
       sync->begin_backward(a == accumulation - 1);
       loss_of(net, x0, labels, first, micro, 1.0 / static_cast<double>(accumulation)).backward();
     }

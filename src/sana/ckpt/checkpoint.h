@@ -1,4 +1,4 @@
-// Checkpoints (../shared/DESIGN.md): one folder per checkpoint under
+// Checkpoints (docs/design.md, "Checkpoints"): one folder per checkpoint under
 // work_dir/checkpoints/step_NNNNNNNN/ with model.safetensors, ema.safetensors,
 // optimizer.safetensors (keyed "<parameter>/<state>") and trainer_state.json (position,
 // counters, and an xxh3 checksum of every other file), plus a `latest` file naming the

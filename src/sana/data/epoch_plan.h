@@ -1,4 +1,4 @@
-// The epoch plan (../shared/DESIGN.md): every rank computes the same list of global
+// The epoch plan (docs/design.md, "Epoch plan"): every rank computes the same list of global
 // batches from (per-sample bucket, global batch size, seed, epoch) alone, so all ranks
 // have the same number of steps by construction and the position in training is one
 // number, the step. World size, rank and worker count are not inputs; they only pick

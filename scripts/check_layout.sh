@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Checks the source layout (docs/design.md, "Layers"); run by ctest as build.layout.
+#   a. every #include "sana/..." in src/ and apps/ follows the layer rules:
+#        util (src/sana/util/, src/sana/torch_compat.h) <- config
+#          <- {data, model, diffusion, distributed, ckpt} <- train <- apps (apps/, apps/commands/)
+#      a file may include its own folder and any lower layer; never a higher one, and never
+#      sideways among data, model, diffusion, distributed and ckpt;
+#   b. no file in src/ or apps/ over 500 lines;
+#   c. no function in src/ or apps/ over 80 lines (universal-ctags' line: and end: fields);
+#   d. no comment in src/, apps/, tests/ or scripts/ names a Markdown file that is not in
+#      the repository, or a ../ path that leaves it (design notes live under docs/).
+# Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
+# table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
+# the exit is 77 (ctest: skipped) when the other checks pass.
+#   bash scripts/check_layout.sh          checks this repository
+#   SANA_LAYOUT_ROOT=DIR bash scripts/check_layout.sh   checks the tree at DIR instead
+set -euo pipefail
+export LC_ALL=C
+root=${SANA_LAYOUT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+root=$(cd "$root" && pwd -P)
+cd "$root"
+max_file_lines=500
+max_function_lines=80
+
+violations=$(mktemp)
+trap 'rm -f "$violations"' EXIT
+
+dirs_present() { local d; for d in "$@"; do [ -d "$d" ] && echo "$d"; done; return 0; }
+mapfile -t code_dirs < <(dirs_present src apps)
+mapfile -t comment_dirs < <(dirs_present src apps tests scripts)
+[ ${#code_dirs[@]} -gt 0 ] || { echo "check_layout: no src/ or apps/ under $root" >&2; exit 1; }
+
+# Text files, relative paths, sorted; build trees and VCS folders left out.
+list_files() {
+  find "$@" \( -name build -o -name .git -o -name '__pycache__' \) -prune -o -type f -print |
+    sort | while IFS= read -r f; do grep -Iq . "$f" 2>/dev/null && echo "$f"; done
+  return 0
+}
+mapfile -t code_files < <(list_files "${code_dirs[@]}")
+mapfile -t cxx_files < <(printf '%s\n' "${code_files[@]}" | grep -E '\.(h|hh|hpp|c|cc|cpp|cxx|cu|cuh)$' || true)
+mapfile -t comment_files < <(list_files "${comment_dirs[@]}")
+
+# --- a. includes against the layers --------------------------------------------------------
+include_count=0
+if [ ${#cxx_files[@]} -gt 0 ]; then
+  include_count=$(awk '
+    # The layer of a path relative to the root (files) or to src/ (include names).
+    function layer(p) {
+      if (p ~ /^apps\//) return "apps"
+      sub(/^src\//, "", p)
+      if (p == "sana/torch_compat.h" || p ~ /^sana\/util\//) return "util"
+      if (p ~ /^sana\/(config|data|model|diffusion|distributed|ckpt|train)\//) {
+        split(p, parts, "/"); return parts[2]
+      }
+      return ""
+    }
+    function rank(l) {
+      if (l == "util") return 0
+      if (l == "config") return 1
+      if (l ~ /^(data|model|diffusion|distributed|ckpt)$/) return 2
+      if (l == "train") return 3
+      if (l == "apps") return 4
+      return -1
+    }
+    FNR == 1 { from = layer(FILENAME) }
+    /^[ \t]*#[ \t]*include[ \t]*["<]sana\// {
+      n++
+      target = $0
+      sub(/^[ \t]*#[ \t]*include[ \t]*["<]/, "", target); sub(/[">].*$/, "", target)
+      to = layer(target)
+      where = FILENAME ":" FNR ": includes " target
+      if (from == "") { print where " (file is in no layer: rule a, layers are util, config, data/model/diffusion/distributed/ckpt, train, apps)" >> VIOL; next }
+      if (to == "") { print where " (no such layer: rule a, sana/ includes name util, config, data, model, diffusion, distributed, ckpt, train or torch_compat.h)" >> VIOL; next }
+      if (to == from || rank(to) < rank(from)) next
+      if (rank(to) == rank(from))
+        print where " (" from " -> " to ": sideways; rule a: data, model, diffusion, distributed and ckpt include only config, util and their own folder)" >> VIOL
+      else
+        print where " (" from " -> " to ": upward; rule a: " from " may include only lower layers)" >> VIOL
+    }
+    END { print n + 0 }
+  ' VIOL="$violations" "${cxx_files[@]}")
+fi
+include_violations=$(wc -l < "$violations")
+
+# --- b. file length -----------------------------------------------------------------------
+longest_file="-"; longest_file_lines=0
+while read -r lines file; do
+  [ "$file" = total ] && continue
+  if [ "$lines" -gt "$longest_file_lines" ]; then longest_file_lines=$lines; longest_file=$file; fi
+  if [ "$lines" -gt "$max_file_lines" ]; then
+    echo "$file:1: $lines lines (rule b: no file in src/ or apps/ over $max_file_lines lines)" >> "$violations"
+  fi
+done < <(printf '%s\0' "${code_files[@]}" | xargs -0 wc -l)
+file_violations=$(( $(wc -l < "$violations") - include_violations ))
+
+# --- c. function length (universal-ctags) -------------------------------------------------
+function_count=0; longest_function="-"; longest_function_lines=0; function_violations=0
+ctags_note=""
+if command -v ctags > /dev/null && ctags --version 2>/dev/null | grep -q 'Universal Ctags'; then
+  before=$(wc -l < "$violations")
+  summary=$(ctags --sort=no --kinds-C++=f --fields=+ne -R --languages=C++ -f - "${code_dirs[@]}" | awk -F'\t' -v MAX="$max_function_lines" '
+    {
+      line = 0; end = 0; scope = ""
+      for (i = 4; i <= NF; i++) {
+        if ($i ~ /^line:/) line = substr($i, 6) + 0
+        else if ($i ~ /^end:/) end = substr($i, 5) + 0
+        else if ($i ~ /^(class|struct|namespace):/) { scope = $i; sub(/^[a-z]+:/, "", scope) }
+      }
+      if (line == 0 || end == 0) next
+      n++
+      name = $1
+      if (scope != "") { k = split(scope, s, "::"); if (s[k] !~ /^__anon/) name = s[k] "::" $1 }
+      len = end - line + 1
+      if (len > best) { best = len; bestname = name " (" $2 ":" line ")" }
+      if (len > MAX) printf "%s:%d: function %s is %d lines (rule c: no function in src/ or apps/ over %d lines)\n", $2, line, name, len, MAX >> VIOL
+    }
+    END { printf "%d\t%d\t%s\n", n, best, bestname }
+  ' VIOL="$violations")
+  IFS=$'\t' read -r function_count longest_function_lines longest_function <<< "$summary"
+  function_violations=$(( $(wc -l < "$violations") - before ))
+else
+  ctags_note="function lengths NOT checked: universal-ctags is missing (scripts/install_deps.sh installs it)"
+  echo "check_layout: $ctags_note" >&2
+fi
+
+# --- d. comments pointing outside the repository ------------------------------------------
+# awk prints each candidate (file, line, path); the shell resolves it.
+before=$(wc -l < "$violations")
+reference_count=0
+if [ ${#comment_files[@]} -gt 0 ]; then
+  while IFS=$'\t' read -r file line ref; do
+    reference_count=$((reference_count + 1))
+    dir=$(dirname "$file")
+    ok=0
+    if [[ "$ref" == /* ]]; then
+      ok=0
+    elif [[ "$ref" == *.md ]]; then
+      for base in "$root" "$root/$dir"; do
+        p=$(realpath -m "$base/$ref")
+        if [[ "$p" == "$root"/* ]] && [ -e "$p" ]; then ok=1; fi
+      done
+    else
+      p=$(realpath -m "$root/$dir/$ref")
+      if [[ "$p" == "$root" || "$p" == "$root"/* ]]; then ok=1; fi
+    fi
+    if [ "$ok" = 0 ]; then
+      echo "$file:$line: comment points at '$ref', outside the repository (rule d: point at docs/ in the repo)" >> "$violations"
+    fi
+  done < <(awk '
+    FNR == 1 {
+      block = 0
+      cstyle = (FILENAME ~ /\.(h|hh|hpp|c|cc|cpp|cxx|cu|cuh|js|java)$/)
+      hashstyle = (FILENAME ~ /(\.(sh|bash|py|cmake|yaml|yml|toml|cfg|txt|awk)|CMakeLists\.txt|Dockerfile)$/)
+    }
+    {
+      text = ""
+      if (cstyle) {
+        line_comment = index($0, "//"); block_start = index($0, "/*")
+        if (block) {
+          text = $0
+          if (index($0, "*/") > 0) block = 0
+        } else if (line_comment > 0 && (block_start == 0 || line_comment < block_start)) {
+          text = substr($0, line_comment)
+        } else if (block_start > 0) {
+          text = substr($0, block_start)
+          if (index(substr($0, block_start + 2), "*/") == 0) block = 1
+        } else if ($0 ~ /^[ \t]*\*/) {
+          text = $0
+        }
+      } else if (hashstyle) {
+        if (match($0, /(^|[ \t])#/)) text = substr($0, RSTART)
+        if (FNR == 1 && $0 ~ /^#!/) text = ""
+      } else if (FILENAME ~ /\.md$/) {
+        text = $0
+      }
+      gsub(/[A-Za-z][-A-Za-z0-9+.]*:\/\/[^ \t"'\''<>)]*/, "", text)  # URLs are not repository paths
+      while (text != "" && match(text, /(\.\.\/[-A-Za-z0-9_.\/]*|[-A-Za-z0-9_.\/]*[A-Za-z0-9_]\.md)/)) {
+        ref = substr(text, RSTART, RLENGTH)
+        after = substr(text, RSTART + RLENGTH, 1)
+        text = substr(text, RSTART + RLENGTH)
+        if (ref ~ /\.md$/ && after ~ /[A-Za-z0-9_]/) continue
+        if (ref !~ /^[.\/]+$/) sub(/[.\/]+$/, "", ref)
+        if (ref == "") continue
+        print FILENAME "\t" FNR "\t" ref
+      }
+    }
+  ' "${comment_files[@]}")
+fi
+comment_violations=$(( $(wc -l < "$violations") - before ))
+
+# --- report -------------------------------------------------------------------------------
+total=$(wc -l < "$violations")
+if [ "$total" -gt 0 ]; then
+  sort -t: -k1,1 -k2,2n "$violations"
+  echo "check_layout: $total violation(s): includes $include_violations, file length $file_violations," \
+       "function length $function_violations, comment references $comment_violations" >&2
+  [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
+  exit 1
+fi
+printf 'check_layout: clean (%s)\n' "$root"
+printf '  %-34s %-32s %s\n' "check" "scanned" "limit / largest"
+printf '  %-34s %-32s %s\n' "a. sana/ includes vs layers" "$include_count includes, ${#cxx_files[@]} files" "upward 0, sideways 0"
+printf '  %-34s %-32s %s\n' "b. file length" "${#code_files[@]} files" "$max_file_lines / $longest_file_lines ($longest_file)"
+if [ -n "$ctags_note" ]; then
+  printf '  %-34s %s\n' "c. function length" "SKIPPED: $ctags_note"
+  exit 77
+fi
+printf '  %-34s %-32s %s\n' "c. function length" "$function_count functions" "$max_function_lines / $longest_function_lines ($longest_function)"
+printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Proves scripts/check_layout.sh can fail: on a small temporary tree that follows every rule
+# it must pass (exit 0), then with one violation of each kind added it must exit 1 and name
+# each one, and with no universal-ctags it must say so and exit 77. Run by ctest as
+# build.layout_selftest.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+check="$repo/scripts/check_layout.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tree="$tmp/tree"
+fail() { echo "layout_selftest: FAIL: $*" >&2; exit 1; }
+
+# A clean tree: every allowed kind of include, a reference into docs/, a URL.
+mkdir -p "$tree"/{src/sana/{util,config,model,data,ckpt,train},apps/commands,tests,scripts,docs}
+echo "# Design" > "$tree/docs/design.md"
+printf '#pragma once\n' > "$tree/src/sana/torch_compat.h"
+printf '#pragma once\n#include "sana/torch_compat.h"\n' > "$tree/src/sana/util/log.h"
+printf '#pragma once\n#include "sana/util/log.h"\n' > "$tree/src/sana/config/config.h"
+printf '#pragma once\n#include "sana/config/config.h"\n#include "sana/util/log.h"\n' > "$tree/src/sana/model/spec.h"
+printf '#include "sana/model/spec.h"\n// docs/design.md, "Layers"; https://example.org/NOTES.md\nint f() { return 1; }\n' \
+  > "$tree/src/sana/model/spec.cpp"
+printf '#pragma once\n#include "sana/config/config.h"\n' > "$tree/src/sana/data/dataset.h"
+printf '#pragma once\n#include "sana/model/spec.h"\n#include "sana/data/dataset.h"\n' > "$tree/src/sana/train/trainer.h"
+printf '#include "sana/train/trainer.h"\nint main() { return 0; }\n' > "$tree/apps/main.cpp"
+printf '#include "sana/train/trainer.h"\n' > "$tree/apps/commands/train.cpp"
+printf '#!/usr/bin/env bash\n# see docs/design.md\necho ok\n' > "$tree/scripts/run.sh"
+printf '# see ../docs/design.md\n' > "$tree/tests/CMakeLists.txt"
+
+out=$(SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || fail "clean tree: exit $?: $out"
+echo "$out"
+grep -q 'check_layout: clean' <<< "$out" || fail "clean tree: no summary"
+
+# Without universal-ctags: function lengths skipped, said so, exit 77.
+mkdir -p "$tmp/bin"
+printf '#!/bin/sh\necho "Exuberant Ctags 5.8"\n' > "$tmp/bin/ctags"
+chmod +x "$tmp/bin/ctags"
+rc=0
+out=$(PATH="$tmp/bin:$PATH" SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || rc=$?
+[ "$rc" = 77 ] || fail "no ctags: exit $rc, expected 77: $out"
+grep -q 'function lengths NOT checked' <<< "$out" || fail "no ctags: not said: $out"
+
+# One violation of each kind (the paths are built from pieces so that this file's own
+# lines do not hold them).
+printf '#pragma once\n#include "sana/train/trainer.h"\n' > "$tree/src/sana/util/upward.h"
+printf '#include "sana/data/dataset.h"\n' > "$tree/src/sana/model/sideways.cpp"
+seq 501 | sed 's|^|// line |' > "$tree/src/sana/data/long_file.cpp"
+{ echo 'int long_function() {'; for i in $(seq 79); do echo "  int v$i = $i;"; done; echo '  return 0;'; echo '}'; } \
+  > "$tree/src/sana/ckpt/long_function.cpp"   # 82 lines
+outside="../shared/DESIGN"
+printf '// The plan (%s.md)\n' "$outside" > "$tree/src/sana/data/plan.h"
+bare="DESIGN"
+printf 'x=1  %s as in %s.md\n' '#' "$bare" > "$tree/scripts/bare.sh"
+
+rc=0
+out=$(SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || rc=$?
+echo "$out"
+[ "$rc" = 1 ] || fail "violations: exit $rc, expected 1"
+expect() { grep -qF -- "$1" <<< "$out" || fail "violations: no line with '$1'"; }
+expect 'src/sana/util/upward.h:2: includes sana/train/trainer.h (util -> train: upward'
+expect 'src/sana/model/sideways.cpp:1: includes sana/data/dataset.h (model -> data: sideways'
+expect 'src/sana/data/long_file.cpp:1: 501 lines (rule b'
+expect 'src/sana/ckpt/long_function.cpp:1: function long_function is 82 lines (rule c'
+expect "src/sana/data/plan.h:1: comment points at '${outside}.md'"
+expect "scripts/bare.sh:1: comment points at 'DESIGN.md'"
+n=$(grep -c ': rule\|(rule\|: upward\|: sideways' <<< "$out" || true)
+[ "$n" = 6 ] || fail "violations: $n lines, expected 6"
+echo "layout_selftest: ok"
