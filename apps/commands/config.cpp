@@ -34,15 +34,12 @@ void add_top_level_options(CLI::App& app, TopLevelOptions& top) {
 }
 
 config::Config load_config(const ConfigCommand& command, const dist::LaunchEnv& env) {
-  config::ConfigLoader loader;
   std::vector<config::ConfigIssue> cli_issues;
   const auto overrides = config::parse_overrides(command.overrides(), cli_issues);
-  for (auto& issue : cli_issues) loader.add_issue(std::move(issue));
-  const std::string file = command.config_file();
-  if (!file.empty()) loader.add_file(file);
-  for (const auto& o : overrides) loader.add_override(o);
+  std::vector<std::string> files;
+  if (!command.config_file().empty()) files.push_back(command.config_file());
   try {
-    return loader.build(command.validation(env));
+    return config::load_config(files, overrides, command.validation(env), std::move(cli_issues));
   } catch (const config::ConfigError& e) {
     // The other ranks would wait for this one until dist.timeout_s: tell them now.
     dist::report_startup_failure(env, "", 0, e.issues().front().format());

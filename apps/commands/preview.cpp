@@ -1,44 +1,20 @@
 // `sana-train preview --config C [--weights FILE] [--out DIR]`: preview grids (one PNG per
 // showcase bucket: square, tallest, widest) from initial or given weights, with the
-// config's sampler, steps, guidance and seed (diffusion/preview.h samples them).
+// config's sampler, steps, guidance and seed (train/preview_images.h samples them).
 #include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "command.h"
-#include "sana/diffusion/preview.h"
-#include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
+#include "sana/train/previews.h"
 #include "sana/util/log.h"
 
 namespace sana::app {
 
 namespace {
-
-// The config's preview options, with the VAE decoder and the prompts' caption features
-// where the config has TorchScript encoders.
-diffusion::PreviewOptions preview_options(const config::Config& cfg, const model::ModelSpec& spec) {
-  auto o = diffusion::preview_options_for(cfg);
-  if (cfg.vae.vae_type == "torchscript") {
-    auto vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, torch::kCPU));
-    if (vae->can_decode()) {
-      o.decode = [vae](const torch::Tensor& z) { return vae->decode(z); };
-    } else {
-      log::warn("vae.vae_pretrained has no decode(): previews show latent channels 0-2");
-    }
-  }
-  if (spec.conditioning == model::Conditioning::caption) {
-    if (cfg.text_encoder.text_encoder_name == "torchscript" && !cfg.train.validation_prompts.empty()) {
-      auto text = model::FrozenTextEncoder::load(cfg.text_encoder, torch::kCPU);
-      std::tie(o.caption_features, o.caption_mask) = text.encode(cfg.train.validation_prompts);
-    } else {
-      log::warn("no text encoder or train.validation_prompts: caption previews use the null caption");
-    }
-  }
-  return o;
-}
 
 class Preview : public ConfigSubcommand {
  public:
@@ -59,10 +35,11 @@ class Preview : public ConfigSubcommand {
     } else {
       log::info("no --weights: previews of the initial weights (seed {})", cfg.train.seed);
     }
-    const auto o = preview_options(cfg, spec);
+    const auto encoders = train::load_encoders(cfg, torch::kCPU, train::EncoderUse::previews, spec.conditioning);
+    const auto o = train::preview_setup(cfg, torch::kCPU, encoders, spec.conditioning);
     const std::string dir = out_.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : out_;
     const auto start = std::chrono::steady_clock::now();
-    const auto paths = diffusion::render_previews(net, diffusion::preview_buckets_for(cfg), o, dir, "preview");
+    const auto paths = train::render_previews(net, train::preview_buckets_for(cfg), o, dir, "preview");
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (const auto& p : paths) std::cout << p << "\n";
     log::info("{} preview grids of {} images, {} {} steps, guidance {}, in {:.1f} s", paths.size(), o.images,

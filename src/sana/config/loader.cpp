@@ -358,8 +358,9 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
 }
 
 Config load_config(const std::vector<std::string>& files, const std::vector<Override>& overrides,
-                   const ValidationContext& ctx) {
+                   const ValidationContext& ctx, std::vector<ConfigIssue> earlier) {
   ConfigLoader loader;
+  for (auto& issue : earlier) loader.add_issue(std::move(issue));
   for (const auto& f : files) loader.add_file(f);
   for (const auto& o : overrides) loader.add_override(o);
   return loader.build(ctx);

@@ -85,9 +85,11 @@ class ConfigLoader {
   std::unique_ptr<Layers> layers_;
 };
 
-// Loads files and overrides in one go (the common case).
+// Loads files (each after its base: files) and overrides in one go, as every command does.
+// `earlier` are issues found before loading (malformed override words): they are reported
+// with the rest.
 Config load_config(const std::vector<std::string>& files, const std::vector<Override>& overrides,
-                   const ValidationContext& ctx);
+                   const ValidationContext& ctx, std::vector<ConfigIssue> earlier = {});
 
 // The fully resolved config as YAML that loads back to the same Config.
 std::string to_yaml(const Config& config);

@@ -8,9 +8,24 @@
 
 namespace sana::train {
 
-diffusion::PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
+Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
+                       model::Conditioning conditioning) {
+  const bool training = use == EncoderUse::training;
+  Encoders e;
+  if (cfg.vae.vae_type == "torchscript" && !(training && cfg.data.load_vae_feat)) {
+    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
+  }
+  const bool wanted = training ? !cfg.data.load_text_feat
+                               : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
+  if (cfg.text_encoder.text_encoder_name == "torchscript" && wanted) {
+    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
+  }
+  return e;
+}
+
+PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
                                         model::Conditioning conditioning) {
-  auto o = diffusion::preview_options_for(cfg);
+  auto o = preview_options_for(cfg);
   o.device = device;
   if (encoders.vae && encoders.vae->can_decode()) {
     auto vae = encoders.vae;
@@ -39,7 +54,7 @@ std::string preview_reason(const config::TrainConfig& t, int64_t global_step, in
 }
 
 Previews::Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders)
-    : cfg_(cfg), rt_(rt), model_(model), buckets_(diffusion::preview_buckets_for(cfg)) {
+    : cfg_(cfg), rt_(rt), model_(model), buckets_(preview_buckets_for(cfg)) {
   if (cfg.train.visualize) options_ = preview_setup(cfg, rt.device(), encoders, model->spec().conditioning);
 }
 
@@ -56,7 +71,7 @@ void Previews::render(int64_t global_step, const std::string& why) {
     rt_.wait_for_work(work, 0);  // cannot time out while rank 0 keeps sampling
     return;
   }
-  std::vector<diffusion::PreviewBucket> mine;
+  std::vector<PreviewBucket> mine;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (rank0_renders_all || static_cast<int>(b % static_cast<size_t>(world)) == rank) mine.push_back(buckets_[b]);
   }
@@ -65,7 +80,7 @@ void Previews::render(int64_t global_step, const std::string& why) {
   if (rank0_renders_all) opts.on_step = [&] { rt_.work_progress(work, ++evaluations); };
   if (!mine.empty()) {
     const auto dir = (std::filesystem::path(cfg_.work_dir) / "previews").string();
-    for (const auto& p : diffusion::render_previews(model_, mine, opts, dir, fmt::format("step{:06d}", global_step))) {
+    for (const auto& p : render_previews(model_, mine, opts, dir, fmt::format("step{:06d}", global_step))) {
       log::info("preview: {}", p);
     }
   }

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "sana/config/config.h"
-#include "sana/diffusion/preview.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
+#include "sana/train/preview_images.h"
 
 namespace sana::train {
 
@@ -22,9 +22,19 @@ struct Encoders {
   std::shared_ptr<model::FrozenTextEncoder> text;
 };
 
+// What the encoders are loaded for: training loads none whose features are pre-computed
+// (data.load_vae_feat, data.load_text_feat); previews alone load the VAE to decode and,
+// for a caption model with train.validation_prompts, the text encoder.
+enum class EncoderUse { training, previews };
+
+// The config's TorchScript encoders (vae.vae_type, text_encoder.text_encoder_name
+// "torchscript") that `use` needs, on `device`.
+Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
+                       model::Conditioning conditioning);
+
 // The preview options for this config on `device`: decoding through the VAE when it can,
 // the validation prompts encoded once for a caption model (warnings say what is missing).
-diffusion::PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
+PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
                                         model::Conditioning conditioning);
 
 // Why previews are due after the step that made `global_step` steps, or "" (the end of
@@ -43,8 +53,8 @@ class Previews {
   const config::Config& cfg_;
   dist::Runtime& rt_;
   model::SanaMS& model_;
-  diffusion::PreviewOptions options_;
-  std::vector<diffusion::PreviewBucket> buckets_;
+  PreviewOptions options_;
+  std::vector<PreviewBucket> buckets_;
 };
 
 }  // namespace sana::train

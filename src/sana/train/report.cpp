@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -39,19 +41,11 @@ double mean_of(const std::vector<Row>& rows, size_t from, size_t to) {
   return n ? s / static_cast<double>(n) : NAN;
 }
 
-}  // namespace
-
-Report write_report(const std::string& work_dir) {
-  Report r;
-  const fs::path metrics = fs::path(work_dir) / "metrics.jsonl";
-  std::ifstream in(metrics);
-  if (!in) {
-    r.error = fmt::format("no {} (written by training)", metrics.string());
-    return r;
-  }
-  std::vector<Row> rows;
+// The metric rows of work_dir/metrics.jsonl, one per step (a resumed run appends to the
+// file: the last record of a step wins), counting lines a crash cut short in `bad_lines`.
+std::vector<Row> read_rows(std::istream& in, int64_t& bad_lines) {
+  std::map<int64_t, Row> by_step;
   std::string line;
-  int64_t bad_lines = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
@@ -65,24 +59,17 @@ Report write_report(const std::string& work_dir) {
       row.time = num(j, "time_s");
       row.grad = num(j, "grad_norm");
       row.skipped = j.value("skipped", false);
-      rows.push_back(row);
+      by_step[row.step] = row;
     } catch (const std::exception&) {
       ++bad_lines;  // a line cut by a crash: the rest still plots
     }
   }
-  // A resumed run appends to the file: the last record of a step wins.
-  std::map<int64_t, Row> by_step;
-  for (const auto& row : rows) by_step[row.step] = row;
-  rows.clear();
+  std::vector<Row> rows;
   for (const auto& [step, row] : by_step) rows.push_back(row);
-  if (rows.empty()) {
-    r.error = fmt::format("{} holds no steps", metrics.string());
-    return r;
-  }
-  const fs::path dir = fs::path(work_dir) / "report";
-  fs::create_directories(dir);
+  return rows;
+}
 
-  // Summary.
+std::string summary_text(const std::string& work_dir, const std::vector<Row>& rows, int64_t bad_lines) {
   const size_t n = rows.size(), tenth = std::max<size_t>(1, n / 10);
   double min_loss = INFINITY;
   int64_t min_step = 0, skipped = 0;
@@ -94,7 +81,7 @@ Report write_report(const std::string& work_dir) {
     skipped += row.skipped ? 1 : 0;
   }
   const auto& last = rows.back();
-  r.summary = fmt::format(
+  return fmt::format(
       "run: {}\n"
       "steps: {} (epochs {}), {} skipped as non-finite{}\n"
       "loss: {:.4f} (mean of the first {} steps) -> {:.4f} (mean of the last {}), lowest {:.4f} at step {}\n"
@@ -103,9 +90,11 @@ Report write_report(const std::string& work_dir) {
       work_dir, last.step, last.epoch, skipped,
       bad_lines ? fmt::format(", {} unreadable metric lines", bad_lines) : "", mean_of(rows, 0, tenth), tenth,
       mean_of(rows, n - tenth, n), tenth, min_loss, min_step, last.lr, last.sps, last.time);
-  std::ofstream(dir / "summary.txt") << r.summary;
+}
 
-  // Plots: a data file and a gnuplot script, run with a time limit.
+// Plots into `dir`: a data file and a gnuplot script, run with a time limit. Sets the
+// report's plots, or its error when gnuplot fails.
+void draw_plots(const fs::path& dir, const std::vector<Row>& rows, Report& r) {
   {
     std::ofstream data(dir / "metrics.dat");
     for (const auto& row : rows) {
@@ -130,9 +119,32 @@ Report write_report(const std::string& work_dir) {
   if (rc != 0) {
     r.error = fmt::format("gnuplot failed (exit {}; see {}); install it with apt-get install gnuplot-nox",
                           WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, (dir / "gnuplot.log").string());
-    return r;
+    return;
   }
   for (const auto& [file, col, title] : plots) r.plots.push_back((dir / file).string());
+}
+
+}  // namespace
+
+Report write_report(const std::string& work_dir) {
+  Report r;
+  const fs::path metrics = fs::path(work_dir) / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in) {
+    r.error = fmt::format("no {} (written by training)", metrics.string());
+    return r;
+  }
+  int64_t bad_lines = 0;
+  const auto rows = read_rows(in, bad_lines);
+  if (rows.empty()) {
+    r.error = fmt::format("{} holds no steps", metrics.string());
+    return r;
+  }
+  const fs::path dir = fs::path(work_dir) / "report";
+  fs::create_directories(dir);
+  r.summary = summary_text(work_dir, rows, bad_lines);
+  std::ofstream(dir / "summary.txt") << r.summary;
+  draw_plots(dir, rows, r);
   return r;
 }
 

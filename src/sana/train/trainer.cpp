@@ -76,18 +76,6 @@ model::SanaMS build_model(const config::Config& cfg, const model::ModelSpec& spe
   return net;
 }
 
-// The frozen encoders training needs: none where the features are pre-computed.
-Encoders load_encoders(const config::Config& cfg, torch::Device device) {
-  Encoders e;
-  if (cfg.vae.vae_type == "torchscript" && !cfg.data.load_vae_feat) {
-    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
-  }
-  if (cfg.text_encoder.text_encoder_name == "torchscript" && !cfg.data.load_text_feat) {
-    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
-  }
-  return e;
-}
-
 NamedParams named_parameters(model::SanaMS& net) {
   NamedParams named;
   for (const auto& p : net->named_parameters()) named.emplace_back(p.key(), p.value());
@@ -142,7 +130,7 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       dataset_(open_dataset(cfg, rt)),
       spec_(model::spec_from_config(cfg)),
       model_(build_model(cfg, spec_, rt)),
-      encoders_(load_encoders(cfg, rt.device())),
+      encoders_(load_encoders(cfg, rt.device(), EncoderUse::training, spec_.conditioning)),
       named_(named_parameters(model_)),
       params_(tensors_of(named_)),
       reducer_(dist::make_reducer(rt, named_, {cfg.ddp.bucket_cap_mb})),

@@ -1,4 +1,4 @@
-#include "sana/diffusion/preview.h"
+#include "sana/train/preview_images.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,13 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
 
-namespace sana::diffusion {
+namespace sana::train {
+
+using diffusion::guided;
+using diffusion::SampleKey;
+using diffusion::sample_flow;
+using diffusion::sample_generator;
+using diffusion::Velocity;
 
 namespace {
 
@@ -155,4 +161,4 @@ std::vector<std::string> render_previews(model::SanaMS& model, const std::vector
   return paths;
 }
 
-}  // namespace sana::diffusion
+}  // namespace sana::train

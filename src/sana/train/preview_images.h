@@ -14,7 +14,7 @@
 #include "sana/config/config.h"
 #include "sana/model/sana_ms.h"
 
-namespace sana::diffusion {
+namespace sana::train {
 
 struct PreviewOptions {
   int steps = 20;
@@ -56,4 +56,4 @@ std::vector<std::string> render_previews(model::SanaMS& model, const std::vector
 // A grid of images [N, 3, H, W] in [-1, 1], written as PNG (2-pixel gaps).
 void write_grid_png(const torch::Tensor& images, const std::string& path);
 
-}  // namespace sana::diffusion
+}  // namespace sana::train

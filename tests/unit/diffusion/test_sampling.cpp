@@ -9,7 +9,7 @@
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 
-#include "sana/diffusion/preview.h"
+#include "sana/train/preview_images.h"
 #include "sana/diffusion/sampler.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/encoders.h"
@@ -81,17 +81,17 @@ TEST_CASE("previews are deterministic PNG grids, one per bucket", "[sampling][pr
   sana::test::TempDir dir;
   for (auto cond : {model::Conditioning::class_label, model::Conditioning::none}) {
     model::SanaMS net(preview_spec(cond), model::BuildOptions{torch::kFloat32, false, 3});
-    diffusion::PreviewOptions o;
+    train::PreviewOptions o;
     o.steps = 3;
     o.images = 3;
     o.seed = 9;
-    const std::vector<diffusion::PreviewBucket> buckets = {{16, 16}, {32, 8}};
+    const std::vector<train::PreviewBucket> buckets = {{16, 16}, {32, 8}};
     net->train();
-    const auto a = diffusion::render_previews(net, buckets, o, dir.path("a"), "p");
+    const auto a = train::render_previews(net, buckets, o, dir.path("a"), "p");
     CHECK(net->is_training());  // sampling does not leave the model in eval mode
-    const auto b = diffusion::render_previews(net, buckets, o, dir.path("b"), "p");
+    const auto b = train::render_previews(net, buckets, o, dir.path("b"), "p");
     o.seed = 10;
-    const auto c = diffusion::render_previews(net, buckets, o, dir.path("c"), "p");
+    const auto c = train::render_previews(net, buckets, o, dir.path("c"), "p");
     REQUIRE(a.size() == 2);
     CHECK(std::filesystem::path(a[1]).filename() == "p_32x8.png");
     for (size_t i = 0; i < a.size(); ++i) {
