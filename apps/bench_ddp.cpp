@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 4;
   config::Config cfg;
   cfg.model.model = preset;
-  cfg.vae.vae_type = "none";
+  cfg.vae.vae_type = config::VaeType::none;
   cfg.dist.timeout_s = 600;
   if (const char* threads = std::getenv("BENCH_THREADS")) cfg.dist.threads_per_process = std::atoi(threads);
   const auto env = dist::detect_launch_env();

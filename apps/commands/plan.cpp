@@ -35,7 +35,7 @@ void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const con
       "rank {} of {}: micro-batch {} x {} accumulation per step\nfingerprint {}\n\n",
       st.num_samples,
       std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }),
-      plan.global_batch(), plan.epoch(), cfg.data.tail, plan.steps(), st.dropped, st.padded, o.rank,
+      plan.global_batch(), plan.epoch(), config::name_of(cfg.data.tail), plan.steps(), st.dropped, st.padded, o.rank,
       o.world_size, cfg.train.micro_batch_size,
       cfg.train.global_batch_size / (cfg.train.micro_batch_size * o.world_size), plan.fingerprint());
   std::cout << fmt::format("{:>30} {:>9} {:>7}\n", "bucket (base: key -> h x w)", "samples", "steps");
@@ -108,7 +108,7 @@ class Plan : public ConfigSubcommand {
     if (plan.steps() == 0 && plan.stats().num_samples > 0) {
       throw UsageError(fmt::format("plan: no step: every bucket holds fewer than train.global_batch_size {} "
                                    "samples and data.tail is {}; use data.tail=pad or a smaller global batch",
-                                   cfg.train.global_batch_size, cfg.data.tail),
+                                   cfg.train.global_batch_size, config::name_of(cfg.data.tail)),
                        "config error");
     }
     if (o_.json) {

@@ -3,11 +3,54 @@
 // validation live in loader.h / schema.h. Never includes torch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "sana/config/choices.h"
+
 namespace sana::config {
+
+// The enumerated options (config/choices.h): each enum's names in its order.
+enum class Tail { drop, pad };
+enum class DataSampler { bucket, distributed };
+enum class Precision { fp32, fp16, bf16 };
+enum class VaeType { none, torchscript };
+enum class TextEncoderType { none, torchscript };
+enum class Weighting { logit_normal, mode, uniform };
+enum class OptimizerType { AdamW, CAME };
+enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
+enum class AutoLr { none, sqrt };
+enum class PreviewOn { shared, rank0 };
+enum class Backend { automatic, gloo, nccl };
+enum class DeviceKind { automatic, cpu, cuda };
+
+template <> struct Names<Tail> { static constexpr std::array<std::string_view, 2> values{"drop", "pad"}; };
+template <> struct Names<DataSampler> {
+  static constexpr std::array<std::string_view, 2> values{"bucket", "distributed"};
+};
+template <> struct Names<Precision> {
+  static constexpr std::array<std::string_view, 3> values{"fp32", "fp16", "bf16"};
+};
+template <> struct Names<VaeType> { static constexpr std::array<std::string_view, 2> values{"none", "torchscript"}; };
+template <> struct Names<TextEncoderType> {
+  static constexpr std::array<std::string_view, 2> values{"none", "torchscript"};
+};
+template <> struct Names<Weighting> {
+  static constexpr std::array<std::string_view, 3> values{"logit_normal", "mode", "uniform"};
+};
+template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 2> values{"AdamW", "CAME"}; };
+template <> struct Names<LrSchedule> {
+  static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};
+};
+template <> struct Names<AutoLr> { static constexpr std::array<std::string_view, 2> values{"none", "sqrt"}; };
+template <> struct Names<PreviewOn> { static constexpr std::array<std::string_view, 2> values{"shared", "rank0"}; };
+template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
+template <> struct Names<DeviceKind> {
+  static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
+};
 
 struct DataConfig {
   std::vector<std::string> data_dir;       // folders, metadata files or indexes
@@ -16,8 +59,8 @@ struct DataConfig {
   std::vector<int64_t> multi_scale_sizes;  // extra base sizes for multi-scale runs
   int64_t bucket_step = 32;                // size step of generated bucket tables
   std::string multi_scale_rule = "largest_fitting";  // base size per sample
-  std::string tail = "drop";               // last partial global batch of a bucket
-  std::string sampler = "bucket";          // bucket | distributed (single resolution)
+  Tail tail = Tail::drop;                  // last partial global batch of a bucket
+  DataSampler sampler = DataSampler::bucket;  // or distributed (single resolution)
   std::string interpolation = "bicubic";   // resize filter
   double max_bad_fraction = 0.01;          // bad samples tolerated before stopping
   int64_t prefetch_batches = 4;            // loader queue depth per process
@@ -29,7 +72,7 @@ struct DataConfig {
 struct ModelConfig {
   std::string model = "SanaMS_600M_P1_D28";
   int64_t image_size = 512;
-  std::string mixed_precision = "bf16";
+  Precision mixed_precision = Precision::bf16;
   bool fp32_attention = true;
   std::string load_from;
   bool multi_scale = true;
@@ -44,7 +87,7 @@ struct ModelConfig {
 };
 
 struct VaeConfig {
-  std::string vae_type = "none";  // "none": pixel space; "torchscript": vae_pretrained
+  VaeType vae_type = VaeType::none;  // none: pixel space; torchscript: vae_pretrained
   std::string vae_pretrained;
   double scale_factor = 0.41407;
   int64_t vae_latent_dim = 32;
@@ -52,7 +95,7 @@ struct VaeConfig {
 };
 
 struct TextEncoderConfig {
-  std::string text_encoder_name = "none";  // "none": class labels or unconditional
+  TextEncoderType text_encoder_name = TextEncoderType::none;  // none: class labels or unconditional
   std::string text_encoder_path;
   int64_t caption_channels = 2304;
   int64_t model_max_length = 300;
@@ -65,7 +108,7 @@ struct SchedulerConfig {
   bool predict_flow_v = true;
   std::string noise_schedule = "linear_flow";
   double flow_shift = 1.0;
-  std::string weighting_scheme = "logit_normal";
+  Weighting weighting_scheme = Weighting::logit_normal;
   double logit_mean = 0.0;
   double logit_std = 1.0;
   double mode_scale = 1.29;
@@ -73,7 +116,7 @@ struct SchedulerConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "AdamW";
+  OptimizerType type = OptimizerType::AdamW;
   double lr = 1e-4;
   double weight_decay = 0.03;
   // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2);
@@ -97,9 +140,9 @@ struct TrainConfig {
   bool grad_checkpointing = false;
   double gradient_clip = 1.0;  // global-norm clip; 0 disables
   OptimizerConfig optimizer;
-  std::string lr_schedule = "constant";
+  LrSchedule lr_schedule = LrSchedule::constant;
   LrScheduleArgs lr_schedule_args;
-  std::string auto_lr = "none";  // "sqrt": scale lr by sqrt(global_batch_size / 256)
+  AutoLr auto_lr = AutoLr::none;  // sqrt: scale lr by sqrt(global_batch_size / 256)
   double ema_rate = 0.9999;      // 0 disables the EMA copy
   int64_t log_interval = 50;
   int64_t save_model_steps = 1000;
@@ -111,13 +154,13 @@ struct TrainConfig {
   double preview_cfg_scale = 4.5;
   int64_t preview_images = 4;
   int64_t preview_every_epochs = 0;  // previews at the end of every N-th epoch too
-  std::string preview_on = "shared";  // shared: buckets spread over ranks; rank0: rank 0 alone
+  PreviewOn preview_on = PreviewOn::shared;  // shared: buckets spread over ranks; rank0: rank 0 alone
   int64_t max_nonfinite = 5;
 };
 
 struct DistConfig {
-  std::string backend = "auto";  // auto | gloo | nccl
-  std::string device = "auto";   // auto | cpu | cuda
+  Backend backend = Backend::automatic;  // auto | gloo | nccl
+  DeviceKind device = DeviceKind::automatic;  // auto | cpu | cuda
   std::string master_addr;
   int64_t master_port = 0;       // 0: from the launcher's environment, else 29500
   double timeout_s = 300.0;

@@ -1,6 +1,7 @@
 // How config problems are worded: origins, one-line issues, the final report, and
 // did-you-mean suggestions.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -88,6 +89,13 @@ std::string suggest_key(const std::string& key, const std::vector<std::string>& 
   }
   const size_t limit = std::max<size_t>(2, leaf.size() / 3);
   return best_distance <= limit ? best : "";
+}
+
+ConfigIssue choice_issue(const std::string& key, const std::string& value, const std::vector<std::string>& choices,
+                         Origin origin) {
+  const std::string close = suggest_key(value, choices);
+  return {key, fmt::format("'{}' is not one of: {}", value, fmt::join(choices, ", ")), std::move(origin),
+          close.empty() ? "" : fmt::format("did you mean {}?", close)};
 }
 
 }  // namespace sana::config

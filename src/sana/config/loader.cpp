@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sana/config/schema.h"
@@ -233,8 +234,16 @@ bool parse_string(const YAML::Node& n, std::string& out) {
   return true;
 }
 
+// Sets a field from a YAML value; false when the value has the wrong type. An enum's
+// unknown name leaves the field alone and lands in `unknown_name`.
 struct Assign {
   const YAML::Node& node;
+  std::optional<std::string>& unknown_name;
+  bool operator()(const ChoiceRef& c) const {
+    if (!node.IsScalar()) return false;
+    if (!c.set_name(node.Scalar())) unknown_name = node.Scalar();
+    return true;
+  }
   bool operator()(int64_t* v) const { return parse_int(node, *v); }
   bool operator()(double* v) const { return parse_double(node, *v); }
   bool operator()(bool* v) const { return parse_bool(node, *v); }
@@ -301,11 +310,14 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
                               [&](const Field& f) { return f.key == e.key; });
     if (field != fields.end()) {
       origins[e.key] = e.value_origin;
-      if (!std::visit(Assign{e.value}, field->ref)) {
+      std::optional<std::string> unknown_name;
+      if (!std::visit(Assign{e.value, unknown_name}, field->ref)) {
         issues.push_back({e.key,
                           fmt::format("expected {}, got {}", type_name(field->ref),
                                       describe_node(e.value)),
                           e.value_origin, ""});
+      } else if (unknown_name) {
+        issues.push_back(choice_issue(e.key, *unknown_name, field->choices, e.value_origin));
       }
       continue;
     }

@@ -108,6 +108,11 @@ std::vector<ConfigIssue> validate(const Config& config, const ValidationContext&
 // Fills what defaults to "the chosen option's own default" (e.g. optimizer betas).
 void resolve_defaults(Config& config);
 
+// The issue for a `value` of `key` that is not one of `choices`: it lists them and, as the
+// hint, names the closest.
+ConfigIssue choice_issue(const std::string& key, const std::string& value, const std::vector<std::string>& choices,
+                         Origin origin);
+
 // The closest known key to `key` (full path or last component), or "" if none is close.
 std::string suggest_key(const std::string& key, const std::vector<std::string>& known);
 

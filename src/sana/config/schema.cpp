@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <type_traits>
 
 #include "sana/config/checks.h"
 
@@ -15,11 +16,17 @@ class Section {
  public:
   Section(std::vector<Field>& out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
 
+  // An enum field takes its choices from its names (config/choices.h).
   template <class T>
   Field& add(const char* name, T& value, const char* help) {
     Field& f = out_.emplace_back();
     f.key = prefix_.empty() ? name : prefix_ + "." + name;
-    f.ref = &value;
+    if constexpr (std::is_enum_v<T>) {
+      f.ref = ChoiceRef::of(value);
+      f.choices = names_of<T>();
+    } else {
+      f.ref = &value;
+    }
     f.help = help;
     return f;
   }
@@ -44,10 +51,9 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("multi_scale_rule", d.multi_scale_rule,
         "base size of a sample: the largest not above its native size, the nearest, or the largest")
       .one_of({"largest_fitting", "nearest", "largest"});
-  s.add("tail", d.tail, "last partial global batch of a bucket: drop or pad").one_of({"drop", "pad"});
+  s.add("tail", d.tail, "last partial global batch of a bucket: drop or pad");
   s.add("sampler", d.sampler,
-        "bucket: the epoch plan; distributed: torch's DistributedSampler (single resolution)")
-      .one_of({"bucket", "distributed"});
+        "bucket: the epoch plan; distributed: torch's DistributedSampler (single resolution)");
   s.add("interpolation", d.interpolation, "resize filter")
       .one_of({"area", "bilinear", "bicubic", "lanczos"});
   s.add("max_bad_fraction", d.max_bad_fraction,
@@ -65,8 +71,7 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
   s.add("model", m.model, "model preset name").one_of(registered_choices("model.model")).commonly_used();
   s.add("image_size", m.image_size, "resolution the model is built for (= data.image_size)")
       .at_least(8);
-  s.add("mixed_precision", m.mixed_precision, "autocast dtype on CUDA (CPU runs in fp32)")
-      .one_of({"fp32", "fp16", "bf16"});
+  s.add("mixed_precision", m.mixed_precision, "autocast dtype on CUDA (CPU runs in fp32)");
   s.add("fp32_attention", m.fp32_attention, "linear attention in fp32 under autocast");
   s.add("load_from", m.load_from, "initial weights (a local checkpoint), before training")
       .commonly_used();
@@ -88,8 +93,7 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
 
 void describe_vae(std::vector<Field>& f, VaeConfig& v) {
   Section s(f, "vae");
-  s.add("vae_type", v.vae_type, "'none' trains in pixel space; 'torchscript' loads vae_pretrained")
-      .one_of({"none", "torchscript"});
+  s.add("vae_type", v.vae_type, "'none' trains in pixel space; 'torchscript' loads vae_pretrained");
   s.add("vae_pretrained", v.vae_pretrained, "TorchScript VAE encoder file");
   s.add("scale_factor", v.scale_factor, "latent scale factor").above(0);
   s.add("vae_latent_dim", v.vae_latent_dim, "latent channels").at_least(1);
@@ -99,8 +103,7 @@ void describe_vae(std::vector<Field>& f, VaeConfig& v) {
 void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
   Section s(f, "text_encoder");
   s.add("text_encoder_name", t.text_encoder_name,
-        "'none' (class labels or unconditional) or 'torchscript' (text_encoder_path)")
-      .one_of({"none", "torchscript"});
+        "'none' (class labels or unconditional) or 'torchscript' (text_encoder_path)");
   s.add("text_encoder_path", t.text_encoder_path, "TorchScript text encoder file");
   s.add("caption_channels", t.caption_channels, "caption feature width").at_least(1);
   s.add("model_max_length", t.model_max_length, "caption tokens").at_least(1);
@@ -114,8 +117,7 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
   s.add("predict_flow_v", sc.predict_flow_v, "predict the flow velocity (noise - data)");
   s.add("noise_schedule", sc.noise_schedule, "noise schedule").one_of({"linear_flow"});
   s.add("flow_shift", sc.flow_shift, "timestep shift towards noise").above(0).commonly_used();
-  s.add("weighting_scheme", sc.weighting_scheme, "timestep density")
-      .one_of({"logit_normal", "mode", "uniform"});
+  s.add("weighting_scheme", sc.weighting_scheme, "timestep density");
   s.add("logit_mean", sc.logit_mean, "mean of the logit-normal timestep density");
   s.add("logit_std", sc.logit_std, "std of the logit-normal timestep density").above(0);
   s.add("mode_scale", sc.mode_scale, "scale of the 'mode' timestep density");
@@ -138,15 +140,14 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
   Section o(f, "train.optimizer");
-  o.add("type", t.optimizer.type, "optimizer").one_of({"AdamW", "CAME"}).commonly_used();
+  o.add("type", t.optimizer.type, "optimizer").commonly_used();
   o.add("lr", t.optimizer.lr, "peak learning rate").above(0).commonly_used();
   o.add("weight_decay", t.optimizer.weight_decay, "decoupled weight decay").at_least(0);
   o.add("betas", t.optimizer.betas, "AdamW: 2 values; CAME: 3 (default: the optimizer's)")
       .at_least(0)
       .at_most(0.999999999);
   o.add("eps", t.optimizer.eps, "AdamW: 1 value; CAME: 2 (default: the optimizer's)").above(0);
-  s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup")
-      .one_of({"constant", "cosine", "cosine_decay_to_constant"});
+  s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup");
   Section a(f, "train.lr_schedule_args");
   a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")
       .at_least(0);
@@ -154,8 +155,7 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
         "cosine_decay_to_constant: final lr / lr")
       .at_least(0)
       .at_most(1);
-  s.add("auto_lr", t.auto_lr, "'sqrt' scales lr by sqrt(global_batch_size / 256)")
-      .one_of({"none", "sqrt"});
+  s.add("auto_lr", t.auto_lr, "'sqrt' scales lr by sqrt(global_batch_size / 256)");
   s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
       0.999999999);
   s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
@@ -176,16 +176,15 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
         "also preview at the end of every N-th epoch (0: only every eval_sampling_steps)")
       .at_least(0);
   s.add("preview_on", t.preview_on,
-        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait")
-      .one_of({"shared", "rank0"});
+        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait");
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
 }
 
 void describe_dist(std::vector<Field>& f, DistConfig& d) {
   Section s(f, "dist");
-  s.add("backend", d.backend, "collective backend").one_of({"auto", "gloo", "nccl"});
-  s.add("device", d.device, "device kind").one_of({"auto", "cpu", "cuda"});
+  s.add("backend", d.backend, "collective backend");
+  s.add("device", d.device, "device kind");
   s.add("master_addr", d.master_addr, "rendezvous host (default: the launcher's)");
   s.add("master_port", d.master_port, "rendezvous port; 0 = the launcher's or 29500")
       .at_least(0)
@@ -262,6 +261,16 @@ std::vector<Field> fields_of(Config& c) {
   return f;
 }
 
+bool ChoiceRef::set_name(const std::string& name) const {
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) {
+      set(target, i);
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string type_name(const FieldRef& ref) {
   struct Name {
     std::string operator()(int64_t*) const { return "integer"; }
@@ -271,6 +280,7 @@ std::string type_name(const FieldRef& ref) {
     std::string operator()(std::vector<std::string>*) const { return "list of strings"; }
     std::string operator()(std::vector<int64_t>*) const { return "list of integers"; }
     std::string operator()(std::vector<double>*) const { return "list of numbers"; }
+    std::string operator()(const ChoiceRef&) const { return "string"; }
   };
   return std::visit(Name{}, ref);
 }
@@ -286,6 +296,7 @@ std::string value_text(const FieldRef& ref) {
       return flow_list(*v, [](int64_t x) { return std::to_string(x); });
     }
     std::string operator()(std::vector<double>* v) const { return flow_list(*v, format_double); }
+    std::string operator()(const ChoiceRef& c) const { return quote(c.name()); }
   };
   return std::visit(Text{}, ref);
 }

@@ -9,12 +9,30 @@
 #include <variant>
 #include <vector>
 
+#include "sana/config/choices.h"
 #include "sana/config/config.h"
 
 namespace sana::config {
 
+// An enum field (config/choices.h), read and written as its name.
+struct ChoiceRef {
+  void* target = nullptr;
+  std::vector<std::string> names;  // names[i] names the enumerator whose value is i
+  size_t (*get)(const void*) = nullptr;
+  void (*set)(void*, size_t) = nullptr;
+
+  template <class E>
+  static ChoiceRef of(E& value) {
+    return {&value, names_of<E>(), [](const void* p) { return static_cast<size_t>(*static_cast<const E*>(p)); },
+            [](void* p, size_t i) { *static_cast<E*>(p) = static_cast<E>(i); }};
+  }
+  std::string name() const { return names.at(get(target)); }
+  // Sets the enumerator named `name`; false (nothing set) for an unknown name.
+  bool set_name(const std::string& name) const;
+};
+
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              std::vector<int64_t>*, std::vector<double>*>;
+                              std::vector<int64_t>*, std::vector<double>*, ChoiceRef>;
 
 struct Field {
   std::string key;  // full dotted path, e.g. "train.optimizer.lr"
@@ -24,7 +42,7 @@ struct Field {
   std::optional<double> min;  // numeric bounds, also applied to list elements
   std::optional<double> max;
   bool min_exclusive = false;
-  std::vector<std::string> choices;  // allowed strings; empty = any
+  std::vector<std::string> choices;  // allowed strings (an enum's names); empty = any
 
   Field& at_least(double v) { min = v; min_exclusive = false; return *this; }
   Field& above(double v) { min = v; min_exclusive = true; return *this; }
@@ -36,7 +54,7 @@ struct Field {
 // All fields of `c`, in the order they are printed. The pointers are into `c`.
 std::vector<Field> fields_of(Config& c);
 
-// "integer", "number", "boolean", "string", "list of strings", ...
+// "integer", "number", "boolean", "string" (enums too), "list of strings", ...
 std::string type_name(const FieldRef& ref);
 
 // The field's current value as a one-line YAML scalar or flow sequence.

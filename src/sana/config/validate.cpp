@@ -21,7 +21,7 @@ int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
 
 void resolve_defaults(Config& config) {
   auto& opt = config.train.optimizer;
-  const bool came = opt.type == "CAME";
+  const bool came = opt.type == OptimizerType::CAME;
   if (opt.betas.empty()) opt.betas = came ? std::vector<double>{0.9, 0.999, 0.9999}
                                           : std::vector<double>{0.9, 0.999};
   if (opt.eps.empty()) opt.eps = came ? std::vector<double>{1e-30, 1e-16}
@@ -61,9 +61,8 @@ class Checker : public IssueSink {
         std::find(f.choices.begin(), f.choices.end(), v) != f.choices.end()) {
       return;
     }
-    const std::string close = suggest_key(v, f.choices);
-    fail(f.key, fmt::format("'{}' is not one of: {}", v, fmt::join(f.choices, ", ")),
-         close.empty() ? "" : fmt::format("did you mean {}?", close));
+    auto it = origins_.find(f.key);
+    out_.push_back(choice_issue(f.key, v, f.choices, it == origins_.end() ? Origin{} : it->second));
   }
 
  private:
@@ -87,6 +86,7 @@ struct CheckField {
   void operator()(std::vector<double>* v) const {
     for (double x : *v) c.bounds(f, x);
   }
+  void operator()(const ChoiceRef&) const {}  // the loader took only a known name
 };
 
 std::string working_world_sizes(const TrainConfig& t) {
@@ -122,16 +122,16 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
 
   const auto& opt = cfg.train.optimizer;
-  const size_t want_betas = opt.type == "CAME" ? 3 : 2;
-  const size_t want_eps = opt.type == "CAME" ? 2 : 1;
+  const size_t want_betas = opt.type == OptimizerType::CAME ? 3 : 2;
+  const size_t want_eps = opt.type == OptimizerType::CAME ? 2 : 1;
   if (opt.betas.size() != want_betas) {
     c.fail("train.optimizer.betas",
-           fmt::format("{} takes {} betas, got {}", opt.type, want_betas, opt.betas.size()),
+           fmt::format("{} takes {} betas, got {}", name_of(opt.type), want_betas, opt.betas.size()),
            "remove the key to use the optimizer's defaults");
   }
   if (opt.eps.size() != want_eps) {
     c.fail("train.optimizer.eps",
-           fmt::format("{} takes {} eps value{}, got {}", opt.type, want_eps,
+           fmt::format("{} takes {} eps value{}, got {}", name_of(opt.type), want_eps,
                        want_eps == 1 ? "" : "s", opt.eps.size()),
            "remove the key to use the optimizer's defaults");
   }
@@ -167,19 +167,19 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
       }
     }
   }
-  if (cfg.dist.backend == "nccl" && cfg.dist.device == "cpu") {
+  if (cfg.dist.backend == Backend::nccl && cfg.dist.device == DeviceKind::cpu) {
     c.fail("dist.backend", "nccl needs CUDA devices, but dist.device is cpu",
            "use backend gloo (or auto) with device cpu");
   }
-  if (cfg.dist.allow_shared_device && cfg.dist.backend == "nccl") {
+  if (cfg.dist.allow_shared_device && cfg.dist.backend == Backend::nccl) {
     c.fail("dist.allow_shared_device", "NCCL cannot run two ranks on one GPU",
            "use dist.backend=gloo for shared-device debugging runs");
   }
-  if (cfg.vae.vae_type == "torchscript" && cfg.vae.vae_pretrained.empty()) {
+  if (cfg.vae.vae_type == VaeType::torchscript && cfg.vae.vae_pretrained.empty()) {
     c.fail("vae.vae_pretrained", "is required when vae.vae_type is torchscript",
            "give the TorchScript encoder file, or set vae.vae_type: none");
   }
-  if (cfg.text_encoder.text_encoder_name == "torchscript" &&
+  if (cfg.text_encoder.text_encoder_name == TextEncoderType::torchscript &&
       cfg.text_encoder.text_encoder_path.empty()) {
     c.fail("text_encoder.text_encoder_path", "is required when text_encoder_name is torchscript",
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
@@ -211,10 +211,10 @@ void check_paths(Checker& c, const Config& cfg) {
   if (!cfg.model.load_from.empty()) {
     check_existing(c, "model.load_from", cfg.model.load_from, "checkpoint");
   }
-  if (cfg.vae.vae_type == "torchscript" && !cfg.vae.vae_pretrained.empty()) {
+  if (cfg.vae.vae_type == VaeType::torchscript && !cfg.vae.vae_pretrained.empty()) {
     check_existing(c, "vae.vae_pretrained", cfg.vae.vae_pretrained, "VAE encoder");
   }
-  if (cfg.text_encoder.text_encoder_name == "torchscript" &&
+  if (cfg.text_encoder.text_encoder_name == TextEncoderType::torchscript &&
       !cfg.text_encoder.text_encoder_path.empty()) {
     check_existing(c, "text_encoder.text_encoder_path", cfg.text_encoder.text_encoder_path,
                    "text encoder");

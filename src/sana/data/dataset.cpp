@@ -46,7 +46,7 @@ Dataset::Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const c
       buckets_(std::move(buckets)),
       global_batch_(cfg.train.global_batch_size),
       seed_(static_cast<uint64_t>(cfg.train.seed)),
-      tail_(parse_tail(cfg.data.tail)) {
+      tail_(cfg.data.tail) {
   const uint64_t n = index_->size();
   bucket_of_.resize(n);
   std::vector<int64_t> count(static_cast<size_t>(buckets_.size()), 0);

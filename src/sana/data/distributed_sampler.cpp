@@ -42,7 +42,7 @@ std::vector<int64_t> distributed_sampler_indices(int64_t n, int world_size, int 
 
 EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
                           int world_size) {
-  if (cfg.data.sampler != "distributed") return ds.plan(epoch);
+  if (cfg.data.sampler != config::DataSampler::distributed) return ds.plan(epoch);
   const auto& of = ds.bucket_of();
   if (std::any_of(of.begin(), of.end(), [&](uint16_t b) { return b != of.front(); })) {
     throw UsageError(
@@ -57,7 +57,7 @@ EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t 
   for (int r = 0; r < world_size; ++r) {
     per_rank.push_back(distributed_sampler_indices(n, world_size, r,
                                                    static_cast<uint64_t>(cfg.train.seed), epoch,
-                                                   true, cfg.data.tail == "drop"));
+                                                   true, cfg.data.tail == config::Tail::drop));
   }
   const int64_t per_rank_len = static_cast<int64_t>(per_rank.front().size());
   const int64_t steps = per_rank_len / (a * m);

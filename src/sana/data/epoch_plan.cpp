@@ -11,12 +11,6 @@
 
 namespace sana::data {
 
-TailPolicy parse_tail(const std::string& name) {
-  if (name == "drop") return TailPolicy::drop;
-  if (name == "pad") return TailPolicy::pad;
-  throw std::invalid_argument("unknown tail policy " + name);
-}
-
 EpochPlan EpochPlan::build(const std::vector<uint16_t>& bucket_of, int num_buckets,
                            int64_t global_batch, uint64_t seed, int64_t epoch, TailPolicy tail) {
   if (global_batch < 1) throw std::invalid_argument("global batch size must be at least 1");

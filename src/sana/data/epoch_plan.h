@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "sana/config/config.h"
+
 namespace sana::data {
 
-enum class TailPolicy { drop, pad };
-TailPolicy parse_tail(const std::string& name);  // "drop" | "pad"; throws invalid_argument
+// data.tail: what happens to a bucket's last partial global batch.
+using TailPolicy = config::Tail;
 
 using SampleId = uint32_t;
 

@@ -34,11 +34,11 @@ torch::Tensor sample_noise(const SampleKey& key, at::IntArrayRef shape) {
 
 double sample_sigma(const SampleKey& key, const config::SchedulerConfig& sched) {
   util::RandomStream rng(key_of(key, "sigma"));
-  if (sched.weighting_scheme == "logit_normal") {
+  if (sched.weighting_scheme == config::Weighting::logit_normal) {
     return 1.0 / (1.0 + std::exp(-(sched.logit_mean + sched.logit_std * normal(rng))));
   }
   const double u = rng.uniform();
-  if (sched.weighting_scheme == "mode") {
+  if (sched.weighting_scheme == config::Weighting::mode) {
     const double c = std::cos(M_PI * u / 2.0);
     return 1.0 - u - sched.mode_scale * (c * c - 1.0 + u);
   }

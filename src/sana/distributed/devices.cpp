@@ -52,7 +52,8 @@ DeviceClaim choose_device(const LaunchEnv& env, const config::DistConfig& cfg,
   c.rank = env.rank;
   c.host = host;
   const int count = static_cast<int>(visible.cuda_ids.size());
-  const bool want_cuda = cfg.device == "cuda" || (cfg.device == "auto" && count > 0);
+  const bool want_cuda =
+      cfg.device == config::DeviceKind::cuda || (cfg.device == config::DeviceKind::automatic && count > 0);
   if (!want_cuda) return c;
   if (count == 0) {
     throw DeviceError(fmt::format(
@@ -99,7 +100,7 @@ std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& cla
 
 std::string choose_backend(const config::DistConfig& cfg, const DeviceClaim& claim,
                            bool nccl_available) {
-  if (cfg.backend != "auto") return cfg.backend;
+  if (cfg.backend != config::Backend::automatic) return config::name_of(cfg.backend);
   return claim.kind == "cuda" && nccl_available && !cfg.allow_shared_device ? "nccl" : "gloo";
 }
 

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "sana/config/config.h"
 #include "sana/torch_compat.h"
 
 #include <string>
@@ -42,11 +43,11 @@ class AutocastGuard {
 };
 
 // The autocast a run uses: bf16 / fp16 on CUDA per model.mixed_precision, none on CPU.
-inline AutocastState autocast_for(const torch::Device& device, const std::string& mixed_precision) {
+inline AutocastState autocast_for(const torch::Device& device, config::Precision mixed_precision) {
   AutocastState s;
-  if (!device.is_cuda() || mixed_precision == "fp32") return s;
+  if (!device.is_cuda() || mixed_precision == config::Precision::fp32) return s;
   s.enabled = true;
-  s.dtype = mixed_precision == "fp16" ? at::kHalf : at::kBFloat16;
+  s.dtype = mixed_precision == config::Precision::fp16 ? at::kHalf : at::kBFloat16;
   return s;
 }
 

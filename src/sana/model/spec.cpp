@@ -51,7 +51,7 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.depth = it->depth;
   s.cross_heads = it->cross_heads;
   s.patch = it->patch;
-  const bool latent = cfg.data.load_vae_feat || cfg.vae.vae_type != "none";
+  const bool latent = cfg.data.load_vae_feat || cfg.vae.vae_type != config::VaeType::none;
   s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
   s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
   s.linear_head_dim = cfg.model.linear_head_dim;
@@ -59,7 +59,7 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.caption_channels = cfg.text_encoder.caption_channels;
   s.caption_tokens = cfg.text_encoder.model_max_length;
   s.num_classes = cfg.model.num_classes;
-  if (cfg.data.load_text_feat || cfg.text_encoder.text_encoder_name != "none") {
+  if (cfg.data.load_text_feat || cfg.text_encoder.text_encoder_name != config::TextEncoderType::none) {
     s.conditioning = Conditioning::caption;
   } else if (cfg.model.num_classes > 0) {
     s.conditioning = Conditioning::class_label;

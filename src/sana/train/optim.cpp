@@ -158,14 +158,17 @@ void Came::step(double lr) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, const NamedParams& params) {
-  if (o.type == "CAME") return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay);
-  if (o.type == "AdamW") return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
-  throw std::invalid_argument(fmt::format("train.optimizer.type: unknown optimizer '{}'", o.type));
+  if (o.type == config::OptimizerType::CAME) return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay);
+  if (o.type == config::OptimizerType::AdamW) {
+    return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
+  }
+  throw std::invalid_argument(
+      fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));
 }
 
 double peak_learning_rate(const config::TrainConfig& t) {
   double lr = t.optimizer.lr;
-  if (t.auto_lr == "sqrt") lr *= std::sqrt(static_cast<double>(t.global_batch_size) / 256.0);
+  if (t.auto_lr == config::AutoLr::sqrt) lr *= std::sqrt(static_cast<double>(t.global_batch_size) / 256.0);
   return lr;
 }
 
@@ -173,10 +176,10 @@ double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_s
   const double peak = peak_learning_rate(t);
   const int64_t warmup = t.lr_schedule_args.num_warmup_steps;
   if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
-  if (t.lr_schedule == "constant") return peak;
+  if (t.lr_schedule == config::LrSchedule::constant) return peak;
   const double progress =
       std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total_steps - warmup)));
-  const double floor = t.lr_schedule == "cosine" ? 0.0 : t.lr_schedule_args.final_lr_ratio * peak;
+  const double floor = t.lr_schedule == config::LrSchedule::cosine ? 0.0 : t.lr_schedule_args.final_lr_ratio * peak;
   return floor + (peak - floor) * 0.5 * (1 + std::cos(M_PI * progress));
 }
 

@@ -12,12 +12,12 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
                        model::Conditioning conditioning) {
   const bool training = use == EncoderUse::training;
   Encoders e;
-  if (cfg.vae.vae_type == "torchscript" && !(training && cfg.data.load_vae_feat)) {
+  if (cfg.vae.vae_type == config::VaeType::torchscript && !(training && cfg.data.load_vae_feat)) {
     e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
   }
   const bool wanted = training ? !cfg.data.load_text_feat
                                : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
-  if (cfg.text_encoder.text_encoder_name == "torchscript" && wanted) {
+  if (cfg.text_encoder.text_encoder_name == config::TextEncoderType::torchscript && wanted) {
     e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
   }
   return e;
@@ -65,7 +65,7 @@ void Previews::maybe_render(int64_t global_step, int64_t total_steps, bool epoch
 
 void Previews::render(int64_t global_step, const std::string& why) {
   const int rank = rt_.rank(), world = rt_.world_size();
-  const bool rank0_renders_all = cfg_.train.preview_on == "rank0";
+  const bool rank0_renders_all = cfg_.train.preview_on == config::PreviewOn::rank0;
   const std::string work = fmt::format("previews of step {} ({})", global_step, why);
   if (rank0_renders_all && rank != 0) {
     rt_.wait_for_work(work, 0);  // cannot time out while rank 0 keeps sampling

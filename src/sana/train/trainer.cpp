@@ -170,9 +170,10 @@ void Trainer::resume() {
 void Trainer::log_start() const {
   const auto& t = cfg_.train;
   const int world = rt_.world_size();
-  if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != "fp32") {
-    log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32", cfg_.model.mixed_precision);
-  } else if (rt_.device().is_cuda() && cfg_.model.mixed_precision == "fp16") {
+  if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != config::Precision::fp32) {
+    log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
+              config::name_of(cfg_.model.mixed_precision));
+  } else if (rt_.device().is_cuda() && cfg_.model.mixed_precision == config::Precision::fp16) {
     log::warn("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
   }
   log::info("{}: {} parameters ({} conditioning), {} on {}; {} process{}, global batch {} = micro {} x {} "

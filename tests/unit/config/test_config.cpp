@@ -47,15 +47,15 @@ bool mentions(const std::vector<ConfigIssue>& issues, const std::string& key,
 TEST_CASE("defaults follow upstream Sana where the concept is the same", "[config]") {
   TempDir dir;
   const Config c = load_text(dir, "");
-  CHECK(c.train.optimizer.type == "AdamW");
+  CHECK(c.train.optimizer.type == OptimizerType::AdamW);
   CHECK(c.train.optimizer.lr == 1e-4);
   CHECK(c.train.optimizer.weight_decay == 0.03);
   CHECK(c.train.optimizer.eps == std::vector<double>{1e-10});
   CHECK(c.train.optimizer.betas == std::vector<double>{0.9, 0.999});
-  CHECK(c.train.lr_schedule == "constant");
+  CHECK(c.train.lr_schedule == LrSchedule::constant);
   CHECK(c.train.lr_schedule_args.num_warmup_steps == 500);
   CHECK(c.train.log_interval == 50);
-  CHECK(c.scheduler.weighting_scheme == "logit_normal");
+  CHECK(c.scheduler.weighting_scheme == Weighting::logit_normal);
   CHECK(c.scheduler.logit_std == 1.0);
   CHECK(c.model.model == "SanaMS_600M_P1_D28");
   CHECK(c.model.linear_head_dim == 32);
@@ -106,7 +106,7 @@ TEST_CASE("every override form reaches the typed config", "[config][overrides]")
   }
   SECTION("a mapping sets several keys of a section") {
     const Config c = load_text(dir, yaml, {"--train.optimizer={type: CAME, lr: 3e-4}"});
-    CHECK(c.train.optimizer.type == "CAME");
+    CHECK(c.train.optimizer.type == OptimizerType::CAME);
     CHECK(c.train.optimizer.lr == 3e-4);
   }
   SECTION("strings keep spaces and can be quoted") {
@@ -135,7 +135,7 @@ TEST_CASE("base: files load first and later values override earlier ones", "[con
     CHECK(c.work_dir == "from_root");      // only in the root
     CHECK(c.train.seed == 2);              // mid overrides root
     CHECK(c.train.num_epochs == 9);        // the file overrides both
-    CHECK(c.train.optimizer.type == "CAME");
+    CHECK(c.train.optimizer.type == OptimizerType::CAME);
     CHECK(c.train.optimizer.lr == 0.1);    // nested keys merge, not replace
   }
   SECTION("a list of bases applies in order") {
@@ -189,6 +189,38 @@ TEST_CASE("print-config output loads back to the same config", "[config][print]"
   CHECK(odd.work_dir == "a \"quoted\" dir");
 }
 
+TEST_CASE("every name of every enumerated option loads, prints back, and nothing else loads", "[config][choices]") {
+  TempDir dir;
+  Config defaults;
+  int enums = 0, names = 0;
+  for (const auto& f : fields_of(defaults)) {
+    const auto* choice = std::get_if<ChoiceRef>(&f.ref);
+    if (choice == nullptr) continue;
+    ++enums;
+    INFO(f.key);
+    CHECK(f.choices == choice->names);
+    CHECK(type_name(f.ref) == "string");
+    for (const auto& name : choice->names) {
+      ++names;
+      Config c = load_text(dir, "", {"--" + f.key + "=" + name, "--train.optimizer.betas=[0.9, 0.99, 0.999]",
+                                     "--train.optimizer.eps=[1e-30, 1e-16]", "--train.optimizer.type=CAME",
+                                     "--vae.vae_pretrained=vae.pt", "--text_encoder.text_encoder_path=text.pt"});
+      if (f.key == "train.optimizer.type") continue;  // set again by the last override
+      for (const auto& g : fields_of(c)) {
+        if (g.key == f.key) CHECK(value_text(g.ref) == "\"" + name + "\"");
+      }
+    }
+    const auto issues = issues_of(dir, "", {"--" + f.key + "=" + choice->names.front() + "x"});
+    CHECK(mentions(issues, f.key, "is not one of: "));
+    CHECK(mentions(issues, f.key, "did you mean " + choice->names.front() + "?"));
+    CHECK(mentions(issues, f.key, "command line"));
+  }
+  CHECK(enums >= 12);
+  CHECK(names >= 2 * enums);
+  // A non-scalar is a type error, as for any string.
+  CHECK(mentions(issues_of(dir, "train:\n  lr_schedule: [constant]\n"), "train.lr_schedule", "expected string"));
+}
+
 TEST_CASE("the shipped configs load and print", "[config][print]") {
   for (const char* name : {"sana_tiny_cpu.yaml", "Sana_600M_img512.yaml", "Sana_1600M_img1024.yaml"}) {
     INFO(name);
@@ -198,7 +230,7 @@ TEST_CASE("the shipped configs load and print", "[config][print]") {
   const Config big =
       load_config({std::string(SANA_SOURCE_DIR) + "/configs/Sana_1600M_img1024.yaml"}, {}, no_paths());
   CHECK(big.model.model == "SanaMS_1600M_P1_D20");
-  CHECK(big.train.optimizer.type == "CAME");  // inherited from the 600M config
+  CHECK(big.train.optimizer.type == OptimizerType::CAME);  // inherited from the 600M config
   CHECK(big.data.aspect_ratio_type == "ASPECT_RATIO_1024");
 }
 

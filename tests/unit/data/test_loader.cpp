@@ -41,7 +41,7 @@ struct Fixture {
     cfg.data.image_size = cfg.model.image_size = 32;
     cfg.data.aspect_ratio_type = "generated";
     cfg.data.bucket_step = 8;
-    cfg.data.tail = "pad";
+    cfg.data.tail = sana::config::Tail::pad;
     cfg.train.global_batch_size = 4;
     cfg.train.micro_batch_size = 1;
     cfg.train.seed = 5;

@@ -132,7 +132,7 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
   std::vector<double> draws;
   int dropped = 0;
   sana::config::SchedulerConfig uniform;
-  uniform.weighting_scheme = "uniform";
+  uniform.weighting_scheme = sana::config::Weighting::uniform;
   for (uint64_t i = 0; i < 4000; ++i) {
     draws.push_back(sample_sigma({2, 0, i}, sched));
     const double u = sample_sigma({2, 0, i}, uniform);

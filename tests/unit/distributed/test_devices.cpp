@@ -38,10 +38,10 @@ TEST_CASE("more processes than GPUs is an error naming the rank and the fix", "[
                         Catch::Contains("2 processes were started on host colab") &&
                         Catch::Contains("dist.allow_shared_device=true"));
   cfg.allow_shared_device = true;
-  cfg.backend = "gloo";
+  cfg.backend = sana::config::Backend::gloo;
   const auto c = choose_device(local(1, 2), cfg, gpus({"GPU-a"}), "colab");
   CHECK(c.index == 0);
-  cfg.device = "cuda";
+  cfg.device = sana::config::DeviceKind::cuda;
   CHECK_THROWS_WITH(choose_device(local(0, 1), cfg, gpus({}), "n1"),
                     Catch::Contains("sees no CUDA device"));
 }

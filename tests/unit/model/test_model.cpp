@@ -23,7 +23,7 @@ using sana::test::small_spec;
 ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   sana::config::Config cfg;
   cfg.model.model = name;
-  cfg.vae.vae_type = "none";
+  cfg.vae.vae_type = sana::config::VaeType::none;
   cfg.text_encoder.caption_channels = 32;
   cfg.text_encoder.model_max_length = 8;
   if (cond == Conditioning::caption) cfg.data.load_text_feat = true;

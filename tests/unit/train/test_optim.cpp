@@ -51,7 +51,7 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
 }
 
 TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
-  for (const char* type : {"CAME", "AdamW"}) {
+  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::AdamW}) {
     torch::manual_seed(1);
     const auto a = torch::randn({64, 16}), target = torch::randn({64, 8});
     auto w = torch::zeros({16, 8}, torch::requires_grad());
@@ -59,8 +59,9 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     o.type = type;
     o.lr = 0.01;
     o.weight_decay = 0.0;
-    o.betas = std::string(type) == "CAME" ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
-    o.eps = std::string(type) == "CAME" ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
+    const bool came = type == config::OptimizerType::CAME;
+    o.betas = came ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
+    o.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
     auto opt = train::make_optimizer(o, {{"w", w}});
     auto loss_of = [&] { return (a.matmul(w) - target).pow(2).mean(); };
     const double before = loss_of().item<double>();
@@ -72,7 +73,7 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     // The least-squares optimum, for reference.
     const double best = (a.matmul(torch::pinverse(a).matmul(target)) - target).pow(2).mean().item<double>();
     const double after = loss_of().item<double>();
-    INFO(type << ": " << before << " -> " << after << " (optimum " << best << ")");
+    INFO(config::name_of(type) << ": " << before << " -> " << after << " (optimum " << best << ")");
     CHECK(after - best < 0.02 * (before - best));
   }
 }
@@ -109,19 +110,19 @@ TEST_CASE("learning-rate schedules: warmup, constant, cosine, floor, sqrt scalin
   config::TrainConfig t;
   t.optimizer.lr = 1e-3;
   t.lr_schedule_args.num_warmup_steps = 10;
-  t.lr_schedule = "constant";
+  t.lr_schedule = config::LrSchedule::constant;
   CHECK(train::learning_rate(t, 0, 100) == Approx(1e-4));
   CHECK(train::learning_rate(t, 9, 100) == Approx(1e-3));
   CHECK(train::learning_rate(t, 99, 100) == Approx(1e-3));
-  t.lr_schedule = "cosine";
+  t.lr_schedule = config::LrSchedule::cosine;
   CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
   CHECK(train::learning_rate(t, 60, 110) == Approx(0.5e-3));
   CHECK(train::learning_rate(t, 110, 110) == Approx(0.0).margin(1e-12));
-  t.lr_schedule = "cosine_decay_to_constant";
+  t.lr_schedule = config::LrSchedule::cosine_decay_to_constant;
   t.lr_schedule_args.final_lr_ratio = 0.1;
   CHECK(train::learning_rate(t, 110, 110) == Approx(1e-4));
   CHECK(train::learning_rate(t, 500, 110) == Approx(1e-4));
-  t.auto_lr = "sqrt";
+  t.auto_lr = config::AutoLr::sqrt;
   t.global_batch_size = 1024;
   CHECK(train::peak_learning_rate(t) == Approx(2e-3));
 }
