@@ -6,7 +6,7 @@
 //   - autocast: 2.4+ has device-generic calls; 1.13 has CUDA-only ones.
 //   - optional: c10::optional is its own type in 1.13 and std::optional in 2.x; API fields
 //     of that type take compat::optional / c10::nullopt, which work with both.
-// CUDA-only code (dist/backend_cuda.cpp, train/device_feed_cuda.cpp) builds on both too:
+// CUDA-only code (distributed/backend_cuda.cpp, train/device_feed_cuda.cpp) builds on both too:
 // scripts/compat/cuda_syntax_check.sh checks it against 1.13's and 2.6's headers.
 #pragma once
 

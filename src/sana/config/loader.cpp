@@ -240,6 +240,7 @@ struct Assign {
   const YAML::Node& node;
   std::optional<std::string>& unknown_name;
   bool operator()(const ChoiceRef& c) const {
+    if (node.IsNull()) return unknown_name = "", true;  // no name: the choices say what to write
     if (!node.IsScalar()) return false;
     if (!c.set_name(node.Scalar())) unknown_name = node.Scalar();
     return true;

@@ -23,7 +23,7 @@ bool nccl_available();
 // tensor exists (else every process starts a context on GPU 0).
 void use_cuda_device(int index);
 
-// NCCL with `timeout` per collective; applies dist/nccl_env.h's defaults first and logs the
+// NCCL with `timeout` per collective; applies distributed/nccl_env.h's defaults first and logs the
 // NCCL variables in force (rank 0).
 c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,

@@ -1,7 +1,7 @@
 // The safetensors format (an 8-byte little-endian header length, a JSON header naming
 // each tensor's dtype, shape and byte range, then the raw bytes), written and read here
 // because Debian has no C++ package for it. Python reads these files with numpy alone
-// (tests/reference/safetensors_np.py) or with the safetensors package.
+// (read_safetensors in tests/reference/sana_reference.py) or with the safetensors package.
 #pragma once
 
 #include <torch/torch.h>

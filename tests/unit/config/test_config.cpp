@@ -217,7 +217,8 @@ TEST_CASE("every name of every enumerated option loads, prints back, and nothing
   }
   CHECK(enums >= 12);
   CHECK(names >= 2 * enums);
-  // A non-scalar is a type error, as for any string.
+  // No value names no choice; a non-scalar is a type error, as for any string.
+  CHECK(mentions(issues_of(dir, "", {"--train.auto_lr=null"}), "train.auto_lr", "'' is not one of: none, sqrt"));
   CHECK(mentions(issues_of(dir, "train:\n  lr_schedule: [constant]\n"), "train.lr_schedule", "expected string"));
 }
 

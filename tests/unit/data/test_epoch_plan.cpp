@@ -48,7 +48,7 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
             const auto plan = EpochPlan::build(bucket_of, buckets, g, 7, epoch, tail);
             const auto again = EpochPlan::build(bucket_of, buckets, g, 7, epoch, tail);
             INFO("n=" << n << " buckets=" << buckets << " G=" << g << " tail="
-                      << (tail == TailPolicy::drop ? "drop" : "pad") << " epoch=" << epoch);
+                      << sana::config::name_of(tail) << " epoch=" << epoch);
             // Every rank computes the same plan: same steps, same contents.
             REQUIRE(plan.steps() == again.steps());
             REQUIRE(plan.fingerprint() == again.fingerprint());
