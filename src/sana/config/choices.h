@@ -9,7 +9,6 @@
 
 #include <array>
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,16 +24,6 @@ struct Names;
 template <class E>
 std::string name_of(E e) {
   return std::string(Names<E>::values[static_cast<size_t>(e)]);
-}
-
-// The enumerator named `name`, or nothing.
-template <class E>
-std::optional<E> parse_choice(std::string_view name) {
-  const auto& names = Names<E>::values;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (names[i] == name) return static_cast<E>(i);
-  }
-  return std::nullopt;
 }
 
 template <class E>
