@@ -3,6 +3,7 @@
 # Gloo, Catch2 v3, python3-torch 2.6 for the reference tests) in a debootstrap chroot kept
 # outside the repository (SANA_TRIXIE_ROOT, default /var/cache/sana-trixie; made on the
 # first run, ~2 min plus packages). Needs root. Extra arguments go to ctest (e.g. -R unit).
+# The fault-injection trials run 3 per fault here (SANA_FAULT_TRIALS; 10 in the main suite).
 #   bash scripts/compat/libtorch26_test.sh [CTEST ARGS...]
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,4 +48,5 @@ done
 ctest_args=$(printf '%q ' "$@")
 chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
   cmake -S . -B /src/build-sana -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && \
-  cmake --build /src/build-sana -j\$(nproc) && cd /src/build-sana && ctest --output-on-failure $ctest_args"
+  cmake --build /src/build-sana -j\$(nproc) && cd /src/build-sana && \
+  SANA_FAULT_TRIALS=\${SANA_FAULT_TRIALS:-3} ctest --output-on-failure $ctest_args"

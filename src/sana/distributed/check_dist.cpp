@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "sana/config/loader.h"
+#include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -110,7 +111,8 @@ void soak(Runtime& rt, double seconds) {
 
 int run_check_dist(const config::Config& cfg, const LaunchEnv& env, const CheckDistOptions& opts) {
   const auto start = Clock::now();
-  auto rt = Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)});
+  auto rt = Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)},
+                           flight_record_dir(cfg.work_dir));
   try {
     if (rt->rank() == 0) {
       std::cout << fmt::format(

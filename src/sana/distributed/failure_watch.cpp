@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 
+#include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -70,9 +74,18 @@ void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds
   }
 }
 
+void exit_with_record(const std::string& reason, int code) {
+  log::error("stopping: {}", reason);
+  const std::string path = FlightRecorder::process().dump(reason);
+  if (!path.empty()) log::error("flight record of this rank: {}", path);
+  log::close_file();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
 void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
                            const std::string& reason, int dead_rank) {
-  log::error("stopping: {}", reason);
   if (store != nullptr) {
     try {
       store->set(keys::ack(rank), bytes("1"));
@@ -80,19 +93,65 @@ void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
     } catch (const std::exception&) {
     }
   }
-  log::close_file();
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(kExitPeerFailed);
+  exit_with_record(reason, kExitPeerFailed);
+}
+
+std::string short_error(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+std::string store_lost_reason(const RendezvousEndpoint& endpoint, int rank, const std::exception& e) {
+  const std::string who = endpoint.host_name();
+  return fmt::format("{} (the store host at {}:{}) stopped answering rank {} ({}): {} is stopped, hung, gone or "
+                     "cut off",
+                     who, endpoint.host, endpoint.port, rank, short_error(e), who);
+}
+
+std::string encode_beat(int64_t count, int64_t collectives) {
+  return fmt::format("{} {}", count, collectives);
+}
+
+Beat decode_beat(const std::string& value) {
+  Beat b;
+  if (std::sscanf(value.c_str(), "%" SCNd64 " %" SCNd64, &b.count, &b.collectives) < 1) b.count = -1;
+  return b;
+}
+
+std::string collective_progress(c10d::Store& store, int world_size) noexcept {
+  try {
+    std::vector<std::string> parts;
+    std::vector<std::pair<int, int64_t>> seen;
+    int64_t most = -1;
+    for (int r = 0; r < world_size; ++r) {
+      if (!store.check({keys::heartbeat(r)})) continue;
+      const Beat b = decode_beat(text(store.get(keys::heartbeat(r))));
+      if (b.collectives < 0) continue;
+      seen.emplace_back(r, b.collectives);
+      most = std::max(most, b.collectives);
+      parts.push_back(fmt::format("rank {} #{}", r, b.collectives));
+    }
+    if (seen.empty()) return "";
+    std::vector<std::string> behind;
+    for (const auto& [r, n] : seen) {
+      if (n < most) behind.push_back(fmt::format("rank {} at #{}", r, n));
+    }
+    return fmt::format("collectives started (as of the last heartbeats): {}{}", fmt::join(parts, ", "),
+                       behind.empty() ? "" : fmt::format("; behind: {}", fmt::join(behind, ", ")));
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 FailureWatch::FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
                            std::chrono::milliseconds heartbeat_timeout,
                            std::chrono::milliseconds timeout)
-    : rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
+    : endpoint_(endpoint), rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
   RendezvousEndpoint client = endpoint;
   client.server = false;
-  store_ = open_store(client, timeout);
+  // Its beats are quick store operations: a store host that leaves one unanswered for
+  // the heartbeat timeout is as good as dead (the flight recorder's watchdog ends us).
+  store_ = open_store(client, timeout, heartbeat_timeout, /*keep_in_record=*/false);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -116,19 +175,17 @@ void FailureWatch::run() {
   while (!stopping_) {
     lock.unlock();
     try {
-      store_->set(keys::heartbeat(rank_), bytes(std::to_string(++beat)));
+      store_->set(keys::heartbeat(rank_),
+                  bytes(encode_beat(++beat, FlightRecorder::process().collectives_started())));
       const std::string failure = published_failure(*store_);
       if (!failure.empty()) {
         exit_for_peer_failure(store_.get(), rank_, world_size_, failure);
       }
-      if (rank_ == 0) check_heartbeats(last, since);
+      check_heartbeats(last, since);
     } catch (const std::exception& e) {
       lock.lock();
       if (stopping_) break;
-      exit_for_peer_failure(nullptr, rank_, world_size_,
-                            fmt::format("lost the connection to the store on rank 0 ({}); rank 0 "
-                                        "has probably failed",
-                                        e.what()));
+      exit_for_peer_failure(nullptr, rank_, world_size_, store_lost_reason(endpoint_, rank_, e));
     }
     lock.lock();
     wake_.wait_for(lock, kBeat, [this] { return stopping_; });
@@ -138,21 +195,24 @@ void FailureWatch::run() {
 void FailureWatch::check_heartbeats(std::vector<int64_t>& last,
                                     std::vector<std::chrono::steady_clock::time_point>& since) {
   const auto now = std::chrono::steady_clock::now();
-  for (int r = 1; r < world_size_; ++r) {
+  for (int r = rank_ == 0 ? 1 : 0; r < (rank_ == 0 ? world_size_ : 1); ++r) {
     const auto i = static_cast<size_t>(r);
     if (store_->check({keys::finished(r)})) continue;
-    int64_t value = -1;
-    if (store_->check({keys::heartbeat(r)})) value = std::atoll(text(store_->get(keys::heartbeat(r))).c_str());
-    if (value != last[i]) {
-      last[i] = value;
+    Beat beat;
+    if (store_->check({keys::heartbeat(r)})) beat = decode_beat(text(store_->get(keys::heartbeat(r))));
+    if (beat.count != last[i]) {
+      last[i] = beat.count;
       since[i] = now;
       continue;
     }
     if (now - since[i] > heartbeat_timeout_) {
       const double secs = std::chrono::duration<double>(now - since[i]).count();
-      const std::string reason = fmt::format(
-          "rank {} stopped responding (no heartbeat for {:.0f} s): it was killed, crashed or hung",
-          r, secs);
+      std::string reason = fmt::format(
+          "rank {} stopped responding (no heartbeat for {:.0f} s): it was killed, crashed or hung", r, secs);
+      if (beat.collectives >= 0) {
+        reason += fmt::format("; it had started {} collectives, rank {} {}", beat.collectives, rank_,
+                              FlightRecorder::process().collectives_started());
+      }
       publish_failure(*store_, reason);
       exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_), r);
     }

@@ -43,6 +43,29 @@ void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds
 [[noreturn]] void exit_for_peer_failure(c10d::Store* store, int rank, int world_size,
                                         const std::string& reason, int dead_rank = -1);
 
+// Logs "stopping: <reason>", writes the flight record (work_dir/flight/rank<N>.json) and
+// ends the process with `code` at once, whatever other threads are blocked in.
+[[noreturn]] void exit_with_record(const std::string& reason, int code);
+
+// c10::Error's message without the C++ backtrace it carries; any other exception's what().
+std::string short_error(const std::exception& e);
+
+// Why this rank stops when the store host does not answer: "rank 0 (the store host at
+// ADDR) stopped answering rank R (<error>): ...".
+std::string store_lost_reason(const RendezvousEndpoint& endpoint, int rank, const std::exception& e);
+
+// A heartbeat's value: the beat count and how many collectives this rank has started.
+struct Beat {
+  int64_t count = -1;
+  int64_t collectives = -1;
+};
+std::string encode_beat(int64_t count, int64_t collectives);
+Beat decode_beat(const std::string& value);
+
+// "collectives started: rank 0 #12, rank 1 #12, rank 2 #11 (rank 2 is behind)", from the
+// heartbeats in the store; "" when there are none. Never throws.
+std::string collective_progress(c10d::Store& store, int world_size) noexcept;
+
 class FailureWatch {
  public:
   FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
@@ -55,9 +78,11 @@ class FailureWatch {
 
  private:
   void run();
+  // Rank 0 watches every other rank's heartbeat; the others watch rank 0's.
   void check_heartbeats(std::vector<int64_t>& last, std::vector<std::chrono::steady_clock::time_point>& since);
 
   c10::intrusive_ptr<c10d::Store> store_;
+  RendezvousEndpoint endpoint_;
   int rank_;
   int world_size_;
   std::chrono::milliseconds heartbeat_timeout_;

@@ -48,6 +48,9 @@ struct RendezvousEndpoint {
   bool server = false;      // this process hosts the TCPStore
   std::string key_prefix;   // torchrun: "/worker/attempt_<n>"
   std::string run_id;       // from LaunchEnv::run_id
+
+  // Who hosts the store, for messages: rank 0, or torchrun's agent (agent store).
+  std::string host_name() const { return key_prefix.empty() ? "rank 0" : "torchrun's agent"; }
 };
 
 // Resolves the endpoint from the environment and config overrides (empty/0 = not set).

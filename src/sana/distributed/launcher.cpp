@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <algorithm>
 #include <optional>
 #include <thread>
@@ -172,6 +173,17 @@ void signal_all(std::vector<Worker>& workers, int sig) {
   }
 }
 
+// Whether `pid` is stopped (SIGSTOP, a debugger): it cannot act on SIGTERM until continued.
+bool is_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
+  const char state = line[close_paren + 2];
+  return state == 'T' || state == 't';
+}
+
 bool all_exited(const std::vector<Worker>& workers) {
   for (const auto& w : workers) {
     if (!w.exit_code || w.out.fd >= 0 || w.err.fd >= 0) return false;
@@ -265,6 +277,13 @@ class Attempt {
   void stop_all(int sig) {
     stopping_ = true;
     signal_all(workers_, sig);
+    // A stopped worker would sit out the whole grace period and then be killed anyway.
+    for (auto& w : workers_) {
+      if (w.exit_code || sig == SIGKILL || !is_stopped(w.pid)) continue;
+      say(fmt::format("rank {} is stopped (SIGSTOP or a debugger) and cannot act on the signal; killing it",
+                      w.rank));
+      kill(-w.pid, SIGKILL);
+    }
     kill_pending_ = true;
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::duration<double>(o_.grace_s));

@@ -52,7 +52,7 @@ class BucketedReducer : public Reducer {
     GradBucket plan;
     size_t pending = 0;
     torch::Tensor flat;
-    c10::intrusive_ptr<c10d::Work> work;
+    PendingCollective work;
   };
   void launch_ready_in_order();  // mutex_ held
   void launch(Bucket& b);
@@ -110,9 +110,10 @@ BucketedReducer::~BucketedReducer() {
   for (auto& b : buckets_) {
     if (b.work) {
       try {
-        b.work->wait();
+        b.work.work()->wait();
       } catch (...) {
       }
+      b.work.reset();
     }
   }
 }

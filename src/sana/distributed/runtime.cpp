@@ -13,6 +13,8 @@
 
 #include "sana/distributed/backend_factory.h"
 #include "sana/distributed/failure_watch.h"
+#include "sana/distributed/flight_recorder.h"
+#include "sana/distributed/watched_store.h"
 #include "sana/util/log.h"
 
 namespace sana::dist {
@@ -38,9 +40,13 @@ std::string rank_list(const std::vector<int>& ranks) {
 // The store
 
 c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
-                                           std::chrono::milliseconds timeout) {
+                                           std::chrono::milliseconds timeout,
+                                           std::chrono::milliseconds quick_limit, bool keep_in_record) {
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
+    FlightOp record(OpFamily::store, endpoint.server ? "listen" : "connect",
+                    fmt::format("{}:{}", endpoint.host, endpoint.port), 0,
+                    timeout + WatchedStore::kWaitMargin, keep_in_record);
     tcp = c10::make_intrusive<c10d::TCPStore>(
         endpoint.host,
         compat::tcp_store_options(static_cast<uint16_t>(endpoint.port), endpoint.server, timeout));
@@ -49,15 +55,34 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
       throw DistTimeout(fmt::format(
           "rank 0 could not listen on port {} ({}); another run may hold it: set MASTER_PORT or "
           "dist.master_port",
-          endpoint.port, e.what()));
+          endpoint.port, short_error(e)));
     }
     throw DistTimeout(fmt::format(
         "could not reach the store of rank 0 at {}:{} within {} s ({}); check that rank 0 "
         "started, MASTER_ADDR/MASTER_PORT (or dist.master_addr/master_port) and the firewall",
-        endpoint.host, endpoint.port, timeout.count() / 1000.0, e.what()));
+        endpoint.host, endpoint.port, timeout.count() / 1000.0, short_error(e)));
   }
-  return c10::make_intrusive<c10d::PrefixStore>(
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
       endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/", tcp);
+  return c10::make_intrusive<WatchedStore>(prefixed, quick_limit, keep_in_record);
+}
+
+// ---------------------------------------------------------------------------------------
+// Collectives in flight
+
+PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
+  if (this != &other) {
+    reset();
+    work_ = std::move(other.work_);
+    token_ = std::exchange(other.token_, 0);
+  }
+  return *this;
+}
+
+void PendingCollective::reset(const std::string& error) {
+  if (token_ != 0) FlightRecorder::process().end(token_, error);
+  token_ = 0;
+  work_.reset();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -84,7 +109,8 @@ void set_compute_threads(int threads) {
 }
 
 std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::DistConfig& cfg,
-                                        const StartChecks& checks) {
+                                        const StartChecks& checks, const std::string& flight_dir) {
+  FlightRecorder::process().set_identity(env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   set_compute_threads(rt->threads_);
@@ -97,7 +123,8 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::Dist
   } catch (const DeviceError&) {
     rt->leave();
     throw;
-  } catch (const PeerFailure&) {
+  } catch (const PeerFailure& e) {
+    FlightRecorder::process().dump(e.what());
     rt->leave();
     throw;
   } catch (const std::exception& e) {
@@ -151,7 +178,26 @@ void Runtime::connect() {
   endpoint_ = resolve_endpoint(env_, cfg_.master_addr, static_cast<int>(cfg_.master_port));
   log::debug("rendezvous at {}:{}{}", endpoint_.host, endpoint_.port,
              endpoint_.server ? " (hosting the store)" : "");
-  store_ = open_store(endpoint_, timeout());
+  watch_deadlines();
+  store_ = open_store(endpoint_, timeout(), timeout());
+}
+
+std::chrono::milliseconds Runtime::collective_limit() const {
+  return timeout() + WatchedStore::kWaitMargin;
+}
+
+void Runtime::watch_deadlines() {
+  OverdueContext ctx;
+  ctx.rank = rank();
+  ctx.store_address = fmt::format("{}:{}", endpoint_.host, endpoint_.port);
+  ctx.store_host = endpoint_.host_name();
+  ctx.hosts_store = endpoint_.server;
+  ctx.timeout_s = cfg_.timeout_s;
+  FlightRecorder::install_sigusr1();
+  FlightRecorder::process().start_watchdog([ctx](const FlightEntry& overdue) {
+    const auto [reason, code] = describe_overdue(overdue, ctx);
+    exit_with_record(reason, code);
+  });
 }
 
 void Runtime::join() {
@@ -179,9 +225,7 @@ void Runtime::guard_store(const std::function<void()>& op) {
     throw;
   } catch (const std::exception& e) {
     if (endpoint_.server) throw;
-    throw PeerFailure(fmt::format(
-        "lost the connection to the store on rank 0 ({}:{}): {}; rank 0 has probably failed",
-        endpoint_.host, endpoint_.port, e.what()));
+    throw PeerFailure(store_lost_reason(endpoint_, rank(), e));
   }
 }
 
@@ -226,7 +270,7 @@ void Runtime::create_backend() {
   } catch (const std::exception& e) {
     const std::string failure = published_failure_or_empty(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
-    throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, e.what()));
+    throw DistTimeout(fmt::format("creating the {} backend failed: {}", backend_name_, short_error(e)));
   }
 }
 
@@ -323,39 +367,59 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
   try {
     work->wait();
   } catch (const std::exception& e) {
-    // Name the failed rank when it already told the store; else say what we saw.
+    // Name the failed rank when it already told the store; else say what we saw, and
+    // which rank was behind by the heartbeats' collective counts.
     const std::string known = published_failure_or_empty(*store_);
     if (!known.empty()) throw PeerFailure(known);
-    throw PeerFailure(fmt::format("{} failed ({}); another rank has probably failed", what,
-                                  e.what()));
+    const std::string progress = collective_progress(*store_, world_size());
+    throw PeerFailure(fmt::format("{} #{} failed ({}); another rank has probably failed{}{}", what,
+                                  FlightRecorder::process().collectives_started(), short_error(e),
+                                  progress.empty() ? "" : "; ", progress));
   }
 }
 
 void Runtime::barrier() {
   if (world_size() == 1) return;
+  FlightOp record(OpFamily::collective, "barrier", "", 0, collective_limit());
   wait_work(backend_->barrier(compat::barrier_options(backend_name_ == "nccl" ? claim_.index : -1)), "barrier");
 }
 
 void Runtime::all_reduce(torch::Tensor& t) {
   if (world_size() == 1) return;
   std::vector<torch::Tensor> tensors{t};
+  FlightOp record(OpFamily::collective, "all-reduce", "", static_cast<int64_t>(t.nbytes()), collective_limit());
   wait_work(backend_->allreduce(tensors), "all-reduce");
 }
 
 void Runtime::broadcast(torch::Tensor& t) {
   if (world_size() == 1) return;
   std::vector<torch::Tensor> tensors{t};
+  FlightOp record(OpFamily::collective, "broadcast", "", static_cast<int64_t>(t.nbytes()), collective_limit());
   wait_work(backend_->broadcast(tensors), "broadcast");
 }
 
-c10::intrusive_ptr<c10d::Work> Runtime::all_reduce_async(torch::Tensor& t) {
+PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
   if (world_size() == 1) return {};
   std::vector<torch::Tensor> tensors{t};
-  return backend_->allreduce(tensors);
+  const int64_t token = FlightRecorder::process().begin(OpFamily::collective, "all-reduce (async)", "",
+                                                        static_cast<int64_t>(t.nbytes()), collective_limit());
+  try {
+    return PendingCollective(backend_->allreduce(tensors), token);
+  } catch (const std::exception& e) {
+    FlightRecorder::process().end(token, short_error(e));
+    throw;
+  }
 }
 
-void Runtime::wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-  if (work) wait_work(work, what);
+void Runtime::wait(PendingCollective& pending, const char* what) {
+  if (!pending) return;
+  try {
+    wait_work(pending.work(), what);
+  } catch (const std::exception& e) {
+    pending.reset(short_error(e));
+    throw;
+  }
+  pending.reset();
 }
 
 double Runtime::all_reduce_sum(double value) {
@@ -381,6 +445,8 @@ void Runtime::fail(const std::string& reason) noexcept {
   if (!store_) return;
   // Our own watcher would read the failure we publish and exit 3, hiding the cause.
   if (watch_) watch_->stop();
+  const std::string path = FlightRecorder::process().dump(reason);
+  if (!path.empty()) log::error("flight record of this rank: {}", path);
   publish_failure(*store_, fmt::format("rank {} on {} failed: {}", rank(), host_, reason));
   try {
     store_->set(keys::ack(rank()), bytes("1"));

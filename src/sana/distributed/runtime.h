@@ -47,13 +47,38 @@ struct StartChecks {
 
 class FailureWatch;
 
+// A collective started with Runtime::all_reduce_async; Runtime::wait finishes it. Its
+// flight-record entry ends when it is waited for, reset or destroyed, so an abandoned
+// collective is never mistaken for a hung one.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(c10::intrusive_ptr<c10d::Work> work, int64_t flight_token)
+      : work_(std::move(work)), token_(flight_token) {}
+  PendingCollective(PendingCollective&& other) noexcept { *this = std::move(other); }
+  PendingCollective& operator=(PendingCollective&& other) noexcept;
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+  ~PendingCollective() { reset(); }
+
+  explicit operator bool() const { return static_cast<bool>(work_); }
+  const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }
+  // Ends the flight-record entry (with `error`, if any) and drops the work.
+  void reset(const std::string& error = "");
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  int64_t token_ = 0;
+};
+
 class Runtime {
  public:
   // Rendezvous, agreement, device map, backend, failure watch: in that order, each
   // bounded by dist.timeout_s. Throws LaunchEnvError, DeviceError, Disagreement,
   // DistTimeout or PeerFailure with a message naming ranks and what to do.
+  // flight_dir: where this rank's flight record goes on a failure or SIGUSR1 ("": none).
   static std::unique_ptr<Runtime> start(const LaunchEnv& env, const config::DistConfig& cfg,
-                                        const StartChecks& checks);
+                                        const StartChecks& checks, const std::string& flight_dir = "");
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -88,10 +113,10 @@ class Runtime {
   void all_reduce(torch::Tensor& t);  // sum, in place
   void broadcast(torch::Tensor& t);   // from rank 0, in place
   double all_reduce_sum(double value);
-  // Starts a sum all-reduce and returns at once (world size 1: nothing to do, nullptr).
-  c10::intrusive_ptr<c10d::Work> all_reduce_async(torch::Tensor& t);
-  // Waits for `work` (nullptr: done), turning a broken collective into PeerFailure.
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // Starts a sum all-reduce and returns at once (world size 1: nothing to do, empty).
+  PendingCollective all_reduce_async(torch::Tensor& t);
+  // Waits for `pending` (empty: done), turning a broken collective into PeerFailure.
+  void wait(PendingCollective& pending, const char* what);
 
   // Tells every other rank that this one failed (best effort, never throws).
   void fail(const std::string& reason) noexcept;
@@ -100,6 +125,9 @@ class Runtime {
 
  private:
   Runtime(LaunchEnv env, config::DistConfig cfg);
+  // The flight recorder's watchdog: an overdue store operation or collective ends the
+  // process naming the store host or the collective (installed before the first one).
+  void watch_deadlines();
   void connect();
   void start_checked(const StartChecks& checks);
   void join();
@@ -112,6 +140,8 @@ class Runtime {
   // Acknowledges the end of the run's start-up to rank 0, which waits for everyone.
   void leave() noexcept;
   void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // The limit of one collective before the watchdog declares it hung.
+  std::chrono::milliseconds collective_limit() const;
   std::chrono::milliseconds timeout() const;
 
   LaunchEnv env_;
@@ -135,8 +165,13 @@ void set_compute_threads(int threads);
 // The store key prefix every sana-train rank uses (inside torchrun's attempt prefix).
 constexpr const char* kStorePrefix = "sana/";
 
-// Opens the store of `endpoint` (server or client), bounded by `timeout`.
+// Opens the store of `endpoint` (server or client), bounded by `timeout`. Every operation
+// on it is in the flight record; one that is not answered within `quick_limit` (set,
+// check, add...) or its own timeout plus a margin (get, wait) is overdue.
+// keep_in_record: false for the failure watch's beats, which would crowd out the rest.
 c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           std::chrono::milliseconds quick_limit,
+                                           bool keep_in_record = true);
 
 }  // namespace sana::dist

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "sana/util/log.h"
 
@@ -17,7 +19,21 @@ std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64
   return "";
 }
 
-Checkpointer::Checkpointer(const config::Config& cfg, bool writes) : cfg_(cfg), writes_(writes) {}
+namespace {
+
+// Tests only (SANA_TEST_CKPT_STAGE_DELAY_MS=N): every stage of a checkpoint write takes N ms
+// longer, so a fault trial can strike while one is being written.
+int g_stage_delay_ms = 0;
+void delay_stage(const char*) { std::this_thread::sleep_for(std::chrono::milliseconds(g_stage_delay_ms)); }
+
+}  // namespace
+
+Checkpointer::Checkpointer(const config::Config& cfg, bool writes) : cfg_(cfg), writes_(writes) {
+  if (const char* delay = std::getenv("SANA_TEST_CKPT_STAGE_DELAY_MS")) {
+    g_stage_delay_ms = std::atoi(delay);
+    if (g_stage_delay_ms > 0) ckpt::checkpoint_test_hook = delay_stage;
+  }
+}
 
 void Checkpointer::maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch,
                               bool stop_requested, const std::function<ckpt::Snapshot()>& capture) {

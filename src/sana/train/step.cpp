@@ -36,7 +36,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     auto batch = loader.next();
     if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
     guard.add(*batch);
-    if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << '\n';
+    if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
     reducer_.begin_backward(micro == accumulation_ - 1);

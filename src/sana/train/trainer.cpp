@@ -5,10 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "sana/util/safetensors.h"
 #include "sana/config/loader.h"
+#include "sana/distributed/flight_recorder.h"
 #include "sana/model/weights.h"
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
@@ -38,6 +41,17 @@ std::string weights_checksum(const torch::nn::Module& model) {
   return h.hex();
 }
 
+// Tests only (SANA_TEST_INDEX_DELAY_MS=N): rank 0's indexing takes N ms longer, with
+// progress every 100 ms, so a fault trial can strike while the others wait for the index.
+void slow_indexing_for_tests(dist::Runtime& rt) {
+  const char* delay = std::getenv("SANA_TEST_INDEX_DELAY_MS");
+  const int64_t rounds = delay == nullptr ? 0 : std::atoll(delay) / 100;
+  for (int64_t i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rt.work_progress("index", -1 - i);
+  }
+}
+
 // Rank 0 builds the index first (reading every image header once, not once per rank);
 // the others wait for it, then open its cache when work_dir is shared, or build their own
 // when it is not. Waiting ranks time out only when rank 0 stops making progress.
@@ -46,6 +60,7 @@ data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
   data::IndexBuildOptions options;
   if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
   if (!main_rank) rt.wait_for_work("index", 0);
+  if (main_rank) slow_indexing_for_tests(rt);
   auto dataset = data::Dataset::open(cfg, options);
   if (main_rank) rt.work_done("index");
   rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
@@ -109,12 +124,14 @@ void inject_test_failure(int rank, int64_t global_step) {
 }  // namespace
 
 int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)});
+  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)},
+                                 dist::flight_record_dir(cfg.work_dir));
   try {
     Trainer(cfg, *rt).run();
     rt->finish();
     return kExitOk;
-  } catch (const dist::PeerFailure&) {
+  } catch (const dist::PeerFailure& e) {
+    dist::FlightRecorder::process().dump(e.what());
     throw;  // another rank failed first: it has told everyone
   } catch (const std::exception& e) {
     rt->fail(e.what());  // the others stop now instead of at their next collective's timeout
