@@ -5,15 +5,18 @@
 // place (sana/util/error.h): 0 done, 1 the run failed, 2 usage/config/data/launch/device
 // error, 3 stopped because another rank failed.
 #include <CLI/CLI.hpp>
+#include <c10/util/Logging.h>
 #include <fmt/format.h>
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
 #include "commands/command.h"
 #include "sana/config/schema.h"
+#include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher.h"
 #include "sana/train/config_checks.h"
 #include "sana/util/error.h"
@@ -143,6 +146,9 @@ dist::LaunchEnv launch_environment(FailureOutput& failures) {
 
 int main(int argc, char** argv) {
   register_checks();  // what config validation needs from model/ and data/ (presets, buckets)
+  dist::FlightRecorder::install_sigusr1();  // kill -USR1 writes the flight record, never kills
+  // LibTorch's errors carry a C++ backtrace in their message; users read our messages.
+  c10::SetStackTraceFetcher(std::function<std::string()>([] { return std::string(); }));
   CLI::App cli{"sana-train: train Sana-style multi-scale linear diffusion transformers"};
   FailureOutput failures;
   try {

@@ -2,7 +2,8 @@
 # A hung rank (SIGSTOP: its sockets stay open, so no backend error comes) and the flight
 # record, with ranks started by hand (no launcher to clean up after them) running
 # `check-dist --seconds 60`:
-#   1. SIGUSR1 makes a rank write work_dir/flight/rank<N>.json and go on running.
+#   1. SIGUSR1 makes a rank write work_dir/flight/rank<N>.json and go on running; sent to
+#      `sana-train launch`, it reaches every worker and stops nobody.
 #   2. A stopped rank 0 (it hosts the store: a read from it never returns) makes the
 #      other ranks exit 3 within the heartbeat timeout + 5 s, naming rank 0; each writes
 #      its flight record with the store operation still in flight.
@@ -38,16 +39,33 @@ then pass "SIGUSR1 wrote rank 1's flight record"; else fail "no usable flight re
 kill -0 "${PIDS[1]}" 2>/dev/null && pass "rank 1 goes on after SIGUSR1" || fail "rank 1 died of SIGUSR1"
 for r in 0 1 2; do kill -KILL "${PIDS[$r]}" 2>/dev/null; code_of "${PIDS[$r]}"; done
 
+# SIGUSR1 to the launcher reaches every worker, and stops nobody.
+out=$SCRATCH/launch.log
+rm -rf "$flight"
+"$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
+launcher=$!
+wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start under the launcher"
+kill -USR1 "$launcher"
+deadline=$(( $(date +%s) + 10 ))
+until [ -f "$flight/rank0.json" ] && [ -f "$flight/rank1.json" ] || [ "$(date +%s)" -ge "$deadline" ]; do sleep 0.05; done
+[ -f "$flight/rank0.json" ] && [ -f "$flight/rank1.json" ] && pass "SIGUSR1 to the launcher: both workers wrote their record" \
+  || fail "SIGUSR1 to the launcher: records missing"; ls "$flight" 2>&1
+kill -0 "$launcher" 2>/dev/null && pass "the launcher goes on after SIGUSR1" || fail "the launcher stopped on SIGUSR1"
+kill -TERM "$launcher"; wait_for_exit "$launcher" 30 || fail "the launcher did not stop on SIGTERM"; code_of "$launcher"
+
 # Stops VICTIM, waits for the others to exit 3 within LIMIT s; prints the time.
 stop_and_wait() {  # VICTIM LIMIT
   local victim=$1 limit=$2 r t0
   start_soak
   kill -STOP "${PIDS[$victim]}"
   t0=$(now)
-  for r in 0 1 2; do
-    [ "$r" = "$victim" ] && continue
-    wait_for_exit "${PIDS[$r]}" "$limit" || fail "rank $r still runs $limit s after rank $victim stopped"
+  local left=1
+  while [ "$left" -gt 0 ] && awk -v e="$(elapsed_since "$t0")" -v l="$limit" 'BEGIN { exit !(e < l) }'; do
+    left=0
+    for r in 0 1 2; do [ "$r" != "$victim" ] && kill -0 "${PIDS[$r]}" 2>/dev/null && left=$((left + 1)); done
+    sleep 0.05
   done
+  [ "$left" -eq 0 ] || fail "$left rank(s) still run $limit s after rank $victim stopped"
   echo "SIGSTOP of rank $victim -> the others exited after $(elapsed_since "$t0") s (heartbeat timeout $hb s)"
   for r in 0 1 2; do
     [ "$r" = "$victim" ] && continue

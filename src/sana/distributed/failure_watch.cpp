@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +76,11 @@ void wait_for_acks(c10d::Store& store, int world_size, std::chrono::milliseconds
 }
 
 void exit_with_record(const std::string& reason, int code) {
+  // The watchdog and the failure watch may both get here: the first one says why.
+  static std::atomic<bool> exiting{false};
+  if (exiting.exchange(true)) {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   log::error("stopping: {}", reason);
   const std::string path = FlightRecorder::process().dump(reason);
   if (!path.empty()) log::error("flight record of this rank: {}", path);
@@ -144,14 +150,14 @@ std::string collective_progress(c10d::Store& store, int world_size) noexcept {
 }
 
 FailureWatch::FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
-                           std::chrono::milliseconds heartbeat_timeout,
-                           std::chrono::milliseconds timeout)
+                           std::chrono::milliseconds heartbeat_timeout)
     : endpoint_(endpoint), rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
   RendezvousEndpoint client = endpoint;
   client.server = false;
-  // Its beats are quick store operations: a store host that leaves one unanswered for
-  // the heartbeat timeout is as good as dead (the flight recorder's watchdog ends us).
-  store_ = open_store(client, timeout, heartbeat_timeout, /*keep_in_record=*/false);
+  // Its beats are quick store operations on keys that exist: a store host that leaves one
+  // unanswered for the heartbeat timeout is as good as dead (the flight recorder's
+  // watchdog ends us), so that is also this connection's timeout.
+  store_ = open_store(client, heartbeat_timeout, heartbeat_timeout, /*keep_in_record=*/false);
   thread_ = std::thread([this] { run(); });
 }
 

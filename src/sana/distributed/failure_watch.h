@@ -69,7 +69,7 @@ std::string collective_progress(c10d::Store& store, int world_size) noexcept;
 class FailureWatch {
  public:
   FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
-               std::chrono::milliseconds heartbeat_timeout, std::chrono::milliseconds timeout);
+               std::chrono::milliseconds heartbeat_timeout);
   ~FailureWatch();
   FailureWatch(const FailureWatch&) = delete;
   FailureWatch& operator=(const FailureWatch&) = delete;

@@ -30,6 +30,7 @@ nlohmann::ordered_json entry_json(const FlightEntry& e, double now_s) {
   j["kind"] = e.kind;
   if (!e.what.empty()) j["what"] = e.what;
   j["bytes"] = e.bytes;
+  if (e.repeats > 1) j["repeats"] = e.repeats;
   j["start_s"] = std::round(e.start_s * 1000) / 1000;
   if (e.end_s < 0) {
     j["state"] = "in flight";
@@ -82,15 +83,42 @@ int64_t FlightRecorder::begin(OpFamily family, std::string kind, std::string wha
   op.entry.what = std::move(what);
   op.entry.bytes = bytes;
   op.entry.start_s = seconds_since_start(now);
-  op.entry.limit_s = std::chrono::duration<double>(limit).count();
-  op.has_deadline = limit.count() > 0;
-  op.deadline = now + limit;
+  op.has_deadline = limit.count() > 0 && limit < kLongest;
+  op.entry.limit_s = op.has_deadline ? std::chrono::duration<double>(limit).count() : 0;
+  if (op.has_deadline) op.deadline = now + limit;
   op.keep = keep;
   std::lock_guard<std::mutex> lock(mutex_);
   op.entry.seq = family == OpFamily::collective ? ++collectives_ : ++store_seq_;
   const int64_t token = next_token_++;
   open_.emplace(token, std::move(op));
   return token;
+}
+
+void FlightRecorder::arm(int64_t token, std::chrono::milliseconds limit) {
+  if (limit.count() <= 0 || limit >= kLongest) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = open_.find(token);
+  if (it == open_.end()) return;
+  it->second.has_deadline = true;
+  it->second.deadline = Clock::now() + limit;
+  // Reported from its start: the wait began later than that.
+  it->second.entry.limit_s =
+      std::chrono::duration<double>(it->second.deadline - started_).count() - it->second.entry.start_s;
+}
+
+bool FlightRecorder::merge_repeat(const FlightEntry& e) {
+  if (e.family != OpFamily::store || !e.error.empty()) return false;
+  // The last few finished store operations, back to the latest collective.
+  int looked = 0;
+  for (auto it = kept_.rbegin(); it != kept_.rend() && looked < 4; ++it, ++looked) {
+    if (it->family != OpFamily::store) return false;
+    if (it->kind == e.kind && it->what == e.what && it->error.empty()) {
+      it->end_s = e.end_s;
+      ++it->repeats;
+      return true;
+    }
+  }
+  return false;
 }
 
 void FlightRecorder::end(int64_t token, const std::string& error) {
@@ -101,8 +129,10 @@ void FlightRecorder::end(int64_t token, const std::string& error) {
     FlightEntry e = std::move(it->second.entry);
     e.end_s = seconds_since_start(Clock::now());
     e.error = error;
-    kept_.push_back(std::move(e));
-    if (kept_.size() > kKept) kept_.pop_front();
+    if (!merge_repeat(e)) {
+      kept_.push_back(std::move(e));
+      if (kept_.size() > kKept) kept_.pop_front();
+    }
   }
   open_.erase(it);
 }
@@ -128,14 +158,15 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   // One field per line and one operation per line: readable with `less`, parsable as JSON.
   std::string out = "{\n";
   out += fmt::format("  \"rank\": {},\n  \"world_size\": {},\n  \"pid\": {},\n", rank, world, getpid());
-  out += fmt::format("  \"reason\": {},\n", nlohmann::json(reason).dump());
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;  // bad UTF-8 in a message
+  out += fmt::format("  \"reason\": {},\n", nlohmann::json(reason).dump(-1, ' ', false, kReplace));
   out += fmt::format("  \"process_start\": \"{:%Y-%m-%dT%H:%M:%S}Z\",\n",
                      fmt::gmtime(std::chrono::system_clock::to_time_t(started_wall_)));
   out += fmt::format("  \"written_at_s\": {:.3f},\n", now_s);
   out += fmt::format("  \"collectives_started\": {},\n", collectives_started());
   out += "  \"ops\": [";
   for (size_t i = 0; i < ops.size(); ++i) {
-    out += (i == 0 ? "\n    " : ",\n    ") + entry_json(ops[i], now_s).dump();
+    out += (i == 0 ? "\n    " : ",\n    ") + entry_json(ops[i], now_s).dump(-1, ' ', false, kReplace);
   }
   out += ops.empty() ? "]\n}\n" : "\n  ]\n}\n";
   return out;
@@ -143,6 +174,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
 
 std::string FlightRecorder::dump(const std::string& reason) noexcept {
   try {
+    std::lock_guard<std::mutex> writing(dump_mutex_);
     std::string dir;
     int rank = 0;
     {
@@ -188,14 +220,20 @@ std::pair<std::string, int> describe_overdue(const FlightEntry& e, const Overdue
           kExitPeerFailed};
 }
 
-void FlightRecorder::start_watchdog(OverdueHandler handler, std::chrono::milliseconds period) {
+void FlightRecorder::set_overdue_handler(OverdueHandler handler) {
   std::lock_guard<std::mutex> lock(mutex_);
   handler_ = std::move(handler);
+}
+
+void FlightRecorder::start_watchdog(std::chrono::milliseconds period) {
+  std::lock_guard<std::mutex> lock(mutex_);
   period_ = period;
   if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
 }
 
 void FlightRecorder::install_sigusr1() {
+  static_assert(std::atomic<bool>::is_always_lock_free, "the SIGUSR1 handler only stores a flag");
+  process().start_watchdog();
   struct sigaction sa {};
   sa.sa_handler = on_sigusr1;
   sigemptyset(&sa.sa_mask);

@@ -36,6 +36,7 @@ struct FlightEntry {
   double end_s = -1;              // < 0: still in flight
   double limit_s = 0;             // 0: no deadline
   std::string error;              // what it failed with, if it did
+  int64_t repeats = 1;            // a polled store operation: how many times in a row
 };
 
 class FlightRecorder {
@@ -45,6 +46,8 @@ class FlightRecorder {
   using OverdueHandler = std::function<void(const FlightEntry&)>;
 
   static constexpr size_t kKept = 64;  // finished operations kept for the record
+  // Limits beyond this are no limit (and cannot overflow the clock).
+  static constexpr std::chrono::hours kLongest{24 * 365};
 
   FlightRecorder();
   ~FlightRecorder();
@@ -59,8 +62,13 @@ class FlightRecorder {
 
   // Records the start of an operation and returns its token. `limit` zero: no deadline.
   // `keep` false: forgotten when it ends (the failure watch's beats would flood the record).
+  // A store operation that repeats one of the last few (a polling loop) is counted in that
+  // entry's `repeats` instead of taking a place of its own.
   int64_t begin(OpFamily family, std::string kind, std::string what, int64_t bytes,
                 std::chrono::milliseconds limit, bool keep = true);
+  // Gives a started operation its deadline from now: an async collective is not late
+  // while its own rank is still computing, only once the rank waits for it.
+  void arm(int64_t token, std::chrono::milliseconds limit);
   void end(int64_t token, const std::string& error = "");
 
   int64_t collectives_started() const { return collectives_.load(); }
@@ -73,9 +81,11 @@ class FlightRecorder {
   std::string dump(const std::string& reason) noexcept;
 
   // Starts the watchdog (once); it checks deadlines and the SIGUSR1 flag every `period`.
-  void start_watchdog(OverdueHandler handler,
-                      std::chrono::milliseconds period = std::chrono::milliseconds(100));
-  // SIGUSR1 makes the process's recorder write its record (process() only).
+  void start_watchdog(std::chrono::milliseconds period = std::chrono::milliseconds(100));
+  // What the watchdog does with an overdue operation (empty: only marks it reported).
+  void set_overdue_handler(OverdueHandler handler);
+  // SIGUSR1 makes the process's recorder write its record and go on, and starts its
+  // watchdog (which does the writing). Every command calls it first.
   static void install_sigusr1();
 
  private:
@@ -87,10 +97,13 @@ class FlightRecorder {
   };
   void watch();
   double seconds_since_start(Clock::time_point t) const;
+  // Folds a finished polled store operation into a recent equal one; false if none.
+  bool merge_repeat(const FlightEntry& e);
 
   const Clock::time_point started_;
   const std::chrono::system_clock::time_point started_wall_;
   mutable std::mutex mutex_;
+  std::mutex dump_mutex_;  // one writer of the file at a time
   std::map<int64_t, Open> open_;
   std::deque<FlightEntry> kept_;
   int64_t next_token_ = 1;

@@ -291,7 +291,13 @@ class Attempt {
 
   void take_signal() {
     unsigned char sig = 0;
-    if (read(g_signal_pipe[0], &sig, 1) == 1 && user_signal_ == 0) {
+    if (read(g_signal_pipe[0], &sig, 1) != 1) return;
+    if (sig == SIGUSR1) {  // not a stop: every worker writes its flight record and goes on
+      say("got SIGUSR1; passing it to every worker (each writes work_dir/flight/rank<N>.json)");
+      signal_all(workers_, SIGUSR1);
+      return;
+    }
+    if (user_signal_ == 0) {
       user_signal_ = sig;
       say(fmt::format("got signal {}; stopping all workers", static_cast<int>(sig)));
       stop_all(sig);
@@ -407,6 +413,7 @@ int run_launcher(const LaunchOptions& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   int user_signal = 0;

@@ -79,6 +79,10 @@ PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexc
   return *this;
 }
 
+void PendingCollective::arm(std::chrono::milliseconds limit) {
+  if (token_ != 0) FlightRecorder::process().arm(token_, limit);
+}
+
 void PendingCollective::reset(const std::string& error) {
   if (token_ != 0) FlightRecorder::process().end(token_, error);
   token_ = 0;
@@ -93,6 +97,8 @@ Runtime::Runtime(LaunchEnv env, config::DistConfig cfg)
 
 Runtime::~Runtime() {
   if (watch_) watch_->stop();
+  // The handler describes this runtime's store; nothing of it is waited on any more.
+  FlightRecorder::process().set_overdue_handler(nullptr);
 }
 
 std::chrono::milliseconds Runtime::timeout() const {
@@ -128,7 +134,7 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::Dist
     rt->leave();
     throw;
   } catch (const std::exception& e) {
-    rt->fail(e.what());
+    rt->fail(short_error(e));
     throw;
   }
   return rt;
@@ -193,8 +199,8 @@ void Runtime::watch_deadlines() {
   ctx.store_host = endpoint_.host_name();
   ctx.hosts_store = endpoint_.server;
   ctx.timeout_s = cfg_.timeout_s;
-  FlightRecorder::install_sigusr1();
-  FlightRecorder::process().start_watchdog([ctx](const FlightEntry& overdue) {
+  FlightRecorder::install_sigusr1();  // also starts the watchdog
+  FlightRecorder::process().set_overdue_handler([ctx](const FlightEntry& overdue) {
     const auto [reason, code] = describe_overdue(overdue, ctx);
     exit_with_record(reason, code);
   });
@@ -209,7 +215,7 @@ void Runtime::join() {
   wait_for_keys(all, "joining the rendezvous");
   const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(
       std::min(cfg_.heartbeat_timeout_s, cfg_.timeout_s) * 1000));
-  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat, timeout());
+  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat);
 }
 
 void Runtime::wait_for_keys(const std::vector<std::string>& wanted, const std::string& what) {
@@ -378,31 +384,42 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
   }
 }
 
+void Runtime::run_collective(const char* kind, int64_t bytes,
+                             const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
+  FlightOp record(OpFamily::collective, kind, "", bytes, collective_limit());
+  try {
+    wait_work(start(), kind);
+  } catch (const std::exception& e) {
+    record.failed(short_error(e));
+    throw;
+  }
+}
+
 void Runtime::barrier() {
   if (world_size() == 1) return;
-  FlightOp record(OpFamily::collective, "barrier", "", 0, collective_limit());
-  wait_work(backend_->barrier(compat::barrier_options(backend_name_ == "nccl" ? claim_.index : -1)), "barrier");
+  run_collective("barrier", 0, [&] {
+    return backend_->barrier(compat::barrier_options(backend_name_ == "nccl" ? claim_.index : -1));
+  });
 }
 
 void Runtime::all_reduce(torch::Tensor& t) {
   if (world_size() == 1) return;
   std::vector<torch::Tensor> tensors{t};
-  FlightOp record(OpFamily::collective, "all-reduce", "", static_cast<int64_t>(t.nbytes()), collective_limit());
-  wait_work(backend_->allreduce(tensors), "all-reduce");
+  run_collective("all-reduce", static_cast<int64_t>(t.nbytes()), [&] { return backend_->allreduce(tensors); });
 }
 
 void Runtime::broadcast(torch::Tensor& t) {
   if (world_size() == 1) return;
   std::vector<torch::Tensor> tensors{t};
-  FlightOp record(OpFamily::collective, "broadcast", "", static_cast<int64_t>(t.nbytes()), collective_limit());
-  wait_work(backend_->broadcast(tensors), "broadcast");
+  run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors); });
 }
 
 PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
   if (world_size() == 1) return {};
   std::vector<torch::Tensor> tensors{t};
+  // No deadline yet: this rank's own backward may still run long after the launch.
   const int64_t token = FlightRecorder::process().begin(OpFamily::collective, "all-reduce (async)", "",
-                                                        static_cast<int64_t>(t.nbytes()), collective_limit());
+                                                        static_cast<int64_t>(t.nbytes()), std::chrono::milliseconds(0));
   try {
     return PendingCollective(backend_->allreduce(tensors), token);
   } catch (const std::exception& e) {
@@ -413,6 +430,7 @@ PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
 
 void Runtime::wait(PendingCollective& pending, const char* what) {
   if (!pending) return;
+  pending.arm(collective_limit());
   try {
     wait_work(pending.work(), what);
   } catch (const std::exception& e) {

@@ -63,6 +63,8 @@ class PendingCollective {
 
   explicit operator bool() const { return static_cast<bool>(work_); }
   const c10::intrusive_ptr<c10d::Work>& work() const { return work_; }
+  // Gives the flight-record entry its deadline, from now (the rank starts waiting).
+  void arm(std::chrono::milliseconds limit);
   // Ends the flight-record entry (with `error`, if any) and drops the work.
   void reset(const std::string& error = "");
 
@@ -140,6 +142,9 @@ class Runtime {
   // Acknowledges the end of the run's start-up to rank 0, which waits for everyone.
   void leave() noexcept;
   void wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // Starts a collective with `start` and waits for it, in the flight record as `kind`.
+  void run_collective(const char* kind, int64_t bytes,
+                      const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
   // The limit of one collective before the watchdog declares it hung.
   std::chrono::milliseconds collective_limit() const;
   std::chrono::milliseconds timeout() const;

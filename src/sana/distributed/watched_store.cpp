@@ -8,6 +8,11 @@ namespace sana::dist {
 
 namespace {
 
+// A waiting operation's limit: its timeout plus the margin; none when it waits forever.
+std::chrono::milliseconds wait_limit(std::chrono::milliseconds timeout) {
+  return timeout.count() <= 0 ? std::chrono::milliseconds(0) : timeout + WatchedStore::kWaitMargin;
+}
+
 std::string key_list(const std::vector<std::string>& keys) {
   return keys.size() == 1 ? keys.front() : fmt::format("{} (+{} more)", keys.front(), keys.size() - 1);
 }
@@ -42,7 +47,7 @@ std::vector<uint8_t> WatchedStore::compareSet(const std::string& key, const std:
 
 std::vector<uint8_t> WatchedStore::get(const std::string& key) {
   // A get waits for the key up to the store's timeout first.
-  return run("get", key, 0, inner_->getTimeout() + kWaitMargin, [&] { return inner_->get(key); });
+  return run("get", key, 0, wait_limit(inner_->getTimeout()), [&] { return inner_->get(key); });
 }
 
 int64_t WatchedStore::add(const std::string& key, int64_t value) {
@@ -65,7 +70,7 @@ int64_t WatchedStore::getNumKeys() {
 void WatchedStore::wait(const std::vector<std::string>& keys) { wait(keys, inner_->getTimeout()); }
 
 void WatchedStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
-  run("wait", keys.empty() ? "" : key_list(keys), 0, timeout + kWaitMargin,
+  run("wait", keys.empty() ? "" : key_list(keys), 0, wait_limit(timeout),
       [&] { inner_->wait(keys, timeout); });
 }
 

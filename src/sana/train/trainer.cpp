@@ -11,6 +11,7 @@
 
 #include "sana/util/safetensors.h"
 #include "sana/config/loader.h"
+#include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/model/weights.h"
 #include "sana/train/report.h"
@@ -134,7 +135,7 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
     dist::FlightRecorder::process().dump(e.what());
     throw;  // another rank failed first: it has told everyone
   } catch (const std::exception& e) {
-    rt->fail(e.what());  // the others stop now instead of at their next collective's timeout
+    rt->fail(dist::short_error(e));  // the others stop now, not at their next collective's timeout
     throw;
   }
 }

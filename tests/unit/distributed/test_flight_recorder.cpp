@@ -100,15 +100,14 @@ TEST_CASE("without a folder the record is not written") {
 }
 
 TEST_CASE("the watchdog reports an overdue operation once, and not one that ended in time") {
-  FlightRecorder rec;
   std::mutex m;
   std::vector<FlightEntry> reported;
-  rec.start_watchdog(
-      [&](const FlightEntry& e) {
-        std::lock_guard<std::mutex> lock(m);
-        reported.push_back(e);
-      },
-      10ms);
+  FlightRecorder rec;  // after what its handler uses: its watchdog stops first
+  rec.set_overdue_handler([&](const FlightEntry& e) {
+    std::lock_guard<std::mutex> lock(m);
+    reported.push_back(e);
+  });
+  rec.start_watchdog(10ms);
   // Ends well within its limit: never reported.
   rec.end(rec.begin(OpFamily::store, "set", "quick", 1, 2s));
   const auto start = std::chrono::steady_clock::now();
@@ -125,6 +124,48 @@ TEST_CASE("the watchdog reports an overdue operation once, and not one that ende
   REQUIRE(reported.size() == 1);
   CHECK(reported[0].kind == "check");
   CHECK(reported[0].what == "failed");
+}
+
+TEST_CASE("an async collective's deadline runs from when the rank waits for it") {
+  std::atomic<int> reported{0};
+  FlightRecorder rec;
+  rec.set_overdue_handler([&](const FlightEntry&) { ++reported; });
+  rec.start_watchdog(10ms);
+  const int64_t token = rec.begin(OpFamily::collective, "all-reduce (async)", "", 64, 0ms);
+  std::this_thread::sleep_for(150ms);  // the rank's own backward: no deadline yet
+  rec.arm(token, 1s);
+  std::this_thread::sleep_for(100ms);
+  CHECK(reported == 0);  // 250 ms after the launch, 100 ms into a 1 s wait
+  REQUIRE(eventually([&] { return reported == 1; }));
+  rec.end(token);
+}
+
+TEST_CASE("polling the store takes one entry, not the whole record") {
+  FlightRecorder rec;
+  rec.end(rec.begin(OpFamily::collective, "broadcast", "", 8, 0ms));
+  for (int i = 0; i < 500; ++i) {  // a wait loop: check the keys, check for a failure
+    rec.end(rec.begin(OpFamily::store, "check", "join/0 (+2 more)", 0, 1s));
+    rec.end(rec.begin(OpFamily::store, "check", "failed", 0, 1s));
+  }
+  const auto ops = rec.entries();
+  REQUIRE(ops.size() == 3);
+  CHECK(ops[0].kind == "broadcast");
+  CHECK(ops[1].repeats == 500);
+  CHECK(ops[2].what == "failed");
+  CHECK(ops[2].repeats == 500);
+  CHECK(ops[2].end_s >= ops[1].start_s);
+}
+
+TEST_CASE("a limit beyond a year is no deadline") {
+  std::atomic<int> reported{0};
+  FlightRecorder rec;
+  rec.set_overdue_handler([&](const FlightEntry&) { ++reported; });
+  rec.start_watchdog(10ms);
+  const int64_t token = rec.begin(OpFamily::store, "wait", "k", 0, std::chrono::hours(24 * 365 * 300));
+  std::this_thread::sleep_for(50ms);  // an overflowed deadline would be in the past
+  CHECK(reported == 0);
+  CHECK(rec.entries().front().limit_s == 0);
+  rec.end(token);
 }
 
 TEST_CASE("an overdue operation names the store host or the hung collective") {

@@ -43,14 +43,21 @@ class StalledStore : public c10d::HashStore {
 
 }  // namespace
 
+// Puts back an empty overdue handler however the test ends (ours captures locals).
+struct HandlerGuard {
+  ~HandlerGuard() { FlightRecorder::process().set_overdue_handler(nullptr); }
+};
+
 TEST_CASE("a store operation left unanswered is reported at its limit; answered ones are recorded") {
   auto& rec = FlightRecorder::process();
   std::mutex m;
   std::vector<FlightEntry> overdue;
-  rec.start_watchdog([&](const FlightEntry& e) {
+  HandlerGuard restore;
+  rec.set_overdue_handler([&](const FlightEntry& e) {
     std::lock_guard<std::mutex> lock(m);
     overdue.push_back(e);
   });
+  rec.start_watchdog();
   auto inner = c10::make_intrusive<StalledStore>();
   WatchedStore store(inner, 200ms);
 
@@ -77,7 +84,6 @@ TEST_CASE("a store operation left unanswered is reported at its limit; answered 
   const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   inner->release();
   caller.join();
-  rec.start_watchdog([](const FlightEntry&) {});  // the handler above captures locals
   REQUIRE(seen);
   CHECK(after >= 0.2);
   CHECK(after < 3.0);
