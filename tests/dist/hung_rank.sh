@@ -81,7 +81,8 @@ for r in 1 2; do
   if /usr/bin/python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1]))
-stuck = [o for o in j["ops"] if o["state"] == "in flight"]
+# Unanswered: still in flight (the watchdog fired) or failed (its socket timed out).
+stuck = [o for o in j["ops"] if o["state"] in ("in flight", "failed")]
 sys.exit(0 if "rank 0" in j["reason"] and any(o["family"] == "store" for o in stuck) else 1)' "$flight/rank$r.json"; then
     pass "rank $r's flight record shows the unanswered store operation"
   else

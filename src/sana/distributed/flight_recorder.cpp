@@ -125,7 +125,8 @@ void FlightRecorder::end(int64_t token, const std::string& error) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = open_.find(token);
   if (it == open_.end()) return;
-  if (it->second.keep) {
+  // A failed operation is always kept: it is what the record is read for.
+  if (it->second.keep || !error.empty()) {
     FlightEntry e = std::move(it->second.entry);
     e.end_s = seconds_since_start(Clock::now());
     e.error = error;

@@ -61,7 +61,8 @@ class FlightRecorder {
   void set_identity(int rank, int world_size, const std::string& dir);
 
   // Records the start of an operation and returns its token. `limit` zero: no deadline.
-  // `keep` false: forgotten when it ends (the failure watch's beats would flood the record).
+  // `keep` false: forgotten when it ends well (the failure watch's beats would flood the
+  // record); kept when it fails.
   // A store operation that repeats one of the last few (a polling loop) is counted in that
   // entry's `repeats` instead of taking a place of its own.
   int64_t begin(OpFamily family, std::string kind, std::string what, int64_t bytes,

@@ -56,12 +56,16 @@ TEST_CASE("the flight record keeps the last 64 finished operations and all in fl
   CHECK(rec.entries().front().error == "connection reset");  // sorted by start
 }
 
-TEST_CASE("operations recorded with keep=false leave no trace once they end") {
+TEST_CASE("operations recorded with keep=false leave no trace once they end well") {
   FlightRecorder rec;
   const int64_t beat = rec.begin(OpFamily::store, "set", "hb/1", 8, 1s, /*keep=*/false);
   CHECK(rec.entries().size() == 1);  // in flight: listed
   rec.end(beat);
   CHECK(rec.entries().empty());
+  // A beat that fails is what the record is read for: kept.
+  rec.end(rec.begin(OpFamily::store, "set", "hb/1", 8, 1s, /*keep=*/false), "Socket Timeout");
+  REQUIRE(rec.entries().size() == 1);
+  CHECK(rec.entries().front().error == "Socket Timeout");
 }
 
 TEST_CASE("the JSON record parses, one operation per line, in-flight ones with their wait") {
