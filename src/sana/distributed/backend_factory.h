@@ -11,11 +11,12 @@
 
 namespace sana::dist {
 
-// Gloo over the interface `ifname` (or GLOO_SOCKET_IFNAME), else loopback when every rank
-// is on this host, else the address this host's name resolves to.
+// Gloo over the interface `ifname` (or GLOO_SOCKET_IFNAME), else listening on
+// `listen_host` (loopback when every rank is on this host, else the address that reaches
+// the store host), else ("") on the address this host's name resolves to.
 c10::intrusive_ptr<compat::CollectiveBackend> make_gloo_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    std::chrono::milliseconds timeout, const std::string& ifname, bool single_host);
+    std::chrono::milliseconds timeout, const std::string& ifname, const std::string& listen_host);
 
 bool nccl_available();
 

@@ -10,7 +10,7 @@ namespace sana::dist {
 
 c10::intrusive_ptr<compat::CollectiveBackend> make_gloo_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-    std::chrono::milliseconds timeout, const std::string& ifname, bool single_host) {
+    std::chrono::milliseconds timeout, const std::string& ifname, const std::string& listen_host) {
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
   // The C++ API does not read GLOO_SOCKET_IFNAME for us (Python does).
   std::string iface = ifname;
@@ -26,8 +26,8 @@ c10::intrusive_ptr<compat::CollectiveBackend> make_gloo_backend(
           "'ip addr' and set dist.socket_ifname or GLOO_SOCKET_IFNAME to one of them",
           iface, ifname.empty() ? "GLOO_SOCKET_IFNAME" : "dist.socket_ifname"));
     }
-  } else if (single_host) {
-    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else if (!listen_host.empty()) {
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(listen_host));
   } else {
     options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }

@@ -107,6 +107,7 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
       const char* v = env(name);
       if (v != nullptr && *v != '\0' && e.run_id.empty()) e.run_id = v;
     }
+    if (const char* token = env("SANA_RUN_TOKEN")) e.token = token;
     if (e.run_id.empty() && !e.job_id.empty()) {
       const char* step = env("SLURM_STEP_ID");
       e.run_id = e.job_id + "." + (step ? step : "0");
@@ -172,6 +173,11 @@ RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& con
     ep.port = 20000 + static_cast<int>(std::strtoul(env.job_id.c_str(), nullptr, 10) % 20000);
   } else {
     ep.port = kDefaultMasterPort;
+  }
+  ep.token = env.token;
+  if (ep.token.empty()) {
+    ep.token = fmt::format("derived/{}/{}/{}:{}", env.launcher, env.run_id, ep.host, ep.port);
+    ep.token_derived = true;
   }
   return ep;
 }

@@ -28,6 +28,9 @@ struct LaunchEnv {
   // Names this run among others that might share a store endpoint: the launcher's run id
   // (SANA_RUN_ID, TORCHELASTIC_RUN_ID, Slurm job.step, OpenMPI job id), or "".
   std::string run_id;
+  // The run's secret for the store (SANA_RUN_TOKEN; `sana-train launch` makes a random
+  // one), or "" when the launcher gives none.
+  std::string token;
 };
 
 // A launcher environment that is present but unusable (names the variable to fix).
@@ -48,6 +51,11 @@ struct RendezvousEndpoint {
   bool server = false;      // this process hosts the TCPStore
   std::string key_prefix;   // torchrun: "/worker/attempt_<n>"
   std::string run_id;       // from LaunchEnv::run_id
+  // What every connection to the store must present: LaunchEnv::token, or where the
+  // launcher gives none, one derived from the run id and the endpoint (the same on every
+  // rank, but not secret: set SANA_RUN_TOKEN for that).
+  std::string token;
+  bool token_derived = false;
 
   // Who hosts the store, for messages: rank 0, or torchrun's agent (agent store).
   std::string host_name() const { return key_prefix.empty() ? "rank 0" : "torchrun's agent"; }

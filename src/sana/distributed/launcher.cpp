@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -362,6 +363,24 @@ void exit_with_launcher() {
   }).detach();
 }
 
+std::string random_token() {
+  uint8_t raw[16] = {};
+  size_t got = 0;
+  while (got < sizeof raw) {
+    const ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof raw) {  // no entropy source: the time and pid, still unique per run
+    const auto t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t(getpid()) << 40);
+    for (size_t i = 0; i < sizeof raw; ++i) raw[i] ^= static_cast<uint8_t>(t >> (8 * (i % 8)));
+  }
+  std::string hex;
+  for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
 int pick_free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
@@ -416,6 +435,12 @@ int run_launcher(const LaunchOptions& o) {
   sigaction(SIGUSR1, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // The run's token, which every connection to its store must present: random for a
+  // single-node run; nodes must share one, so several nodes use SANA_RUN_TOKEN when set
+  // and otherwise one derived from the endpoint (resolve_endpoint).
+  if (o.nnodes == 1 && std::getenv("SANA_RUN_TOKEN") == nullptr) {
+    setenv("SANA_RUN_TOKEN", random_token().c_str(), 1);
+  }
   int user_signal = 0;
   int code = 0;
   // Every node's launcher derives the same run id from the endpoint; one node adds a

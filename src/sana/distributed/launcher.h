@@ -28,6 +28,9 @@ std::string check_launch_options(const LaunchOptions& opts);
 // succeeded, else the first failure's code (128 + signal for a killed worker).
 int run_launcher(const LaunchOptions& opts);
 
+// 32 hex digits from the kernel's random source: a run's store token.
+std::string random_token();
+
 // A TCP port that was free a moment ago.
 int pick_free_port();
 

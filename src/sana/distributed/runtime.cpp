@@ -37,37 +37,6 @@ std::string rank_list(const std::vector<int>& ranks) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
-// The store
-
-c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
-                                           std::chrono::milliseconds timeout,
-                                           std::chrono::milliseconds quick_limit, bool keep_in_record) {
-  c10::intrusive_ptr<c10d::Store> tcp;
-  try {
-    FlightOp record(OpFamily::store, endpoint.server ? "listen" : "connect",
-                    fmt::format("{}:{}", endpoint.host, endpoint.port), 0,
-                    timeout + WatchedStore::kWaitMargin, keep_in_record);
-    tcp = c10::make_intrusive<c10d::TCPStore>(
-        endpoint.host,
-        compat::tcp_store_options(static_cast<uint16_t>(endpoint.port), endpoint.server, timeout));
-  } catch (const std::exception& e) {
-    if (endpoint.server) {
-      throw DistTimeout(fmt::format(
-          "rank 0 could not listen on port {} ({}); another run may hold it: set MASTER_PORT or "
-          "dist.master_port",
-          endpoint.port, short_error(e)));
-    }
-    throw DistTimeout(fmt::format(
-        "could not reach the store of rank 0 at {}:{} within {} s ({}); check that rank 0 "
-        "started, MASTER_ADDR/MASTER_PORT (or dist.master_addr/master_port) and the firewall",
-        endpoint.host, endpoint.port, timeout.count() / 1000.0, short_error(e)));
-  }
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
-      endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/", tcp);
-  return c10::make_intrusive<WatchedStore>(prefixed, quick_limit, keep_in_record);
-}
-
-// ---------------------------------------------------------------------------------------
 // Collectives in flight
 
 PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
@@ -185,7 +154,7 @@ void Runtime::connect() {
   log::debug("rendezvous at {}:{}{}", endpoint_.host, endpoint_.port,
              endpoint_.server ? " (hosting the store)" : "");
   watch_deadlines();
-  store_ = open_store(endpoint_, timeout(), timeout());
+  store_ = open_store(endpoint_, timeout(), timeout(), true, &local_address_);
 }
 
 std::chrono::milliseconds Runtime::collective_limit() const {
@@ -266,8 +235,10 @@ void Runtime::create_backend() {
     if (backend_name_ == "nccl") {
       backend_ = make_nccl_backend(pg_store, rank(), world_size(), timeout());
     } else {
-      backend_ = make_gloo_backend(pg_store, rank(), world_size(), timeout(), cfg_.socket_ifname,
-                                   env_.local_world_size == env_.world_size);
+      // Gloo listens on loopback for a single-host run, else on the address that reaches
+      // the store host (never on every interface).
+      const std::string listen = env_.local_world_size == env_.world_size ? "127.0.0.1" : local_address_;
+      backend_ = make_gloo_backend(pg_store, rank(), world_size(), timeout(), cfg_.socket_ifname, listen);
     }
   } catch (const PeerFailure&) {
     throw;

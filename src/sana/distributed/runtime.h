@@ -1,4 +1,5 @@
-// The distributed runtime of one process: rendezvous through a c10d TCPStore, the
+// The distributed runtime of one process: rendezvous through the run's store (rank 0
+// hosts it: store_server.h; torchrun's agent store where torchrun has one), the
 // start-up agreement and device map, the collective backend (Gloo for CPU tensors, NCCL
 // for CUDA tensors when LibTorch has CUDA), failure detection through the store, and
 // the few collectives the trainer uses. Every wait is bounded by dist.timeout_s; a failed
@@ -152,6 +153,7 @@ class Runtime {
   LaunchEnv env_;
   config::DistConfig cfg_;
   RendezvousEndpoint endpoint_;
+  std::string local_address_;  // this host's address as the store host sees it
   std::string host_;
   DeviceClaim claim_;
   std::vector<DeviceClaim> device_map_;
@@ -174,9 +176,13 @@ constexpr const char* kStorePrefix = "sana/";
 // on it is in the flight record; one that is not answered within `quick_limit` (set,
 // check, add...) or its own timeout plus a margin (get, wait) is overdue.
 // keep_in_record: false for the failure watch's beats, which would crowd out the rest.
+// The store is ours (run_store.h: rank 0 hosts it), or under torchrun's agent store
+// LibTorch's TCPStore client. local_address: set to this host's address as the store
+// host sees it (our store only; Gloo listens there on a multi-host run).
 c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
                                            std::chrono::milliseconds timeout,
                                            std::chrono::milliseconds quick_limit,
-                                           bool keep_in_record = true);
+                                           bool keep_in_record = true,
+                                           std::string* local_address = nullptr);
 
 }  // namespace sana::dist
