@@ -100,7 +100,6 @@ PY
 }
 
 survived=0
-wedged=0
 max_exit=0
 for trial in $(seq 1 "$trials"); do
   before=$FAILURES
@@ -145,12 +144,6 @@ for trial in $(seq 1 "$trials"); do
     sigstop)
       if grep -qE "rank $rank (stopped responding|\(the store host)|no word from rank $rank\b|store of rank $rank at|rank $rank made no progress|behind: (rank [0-9]+ at #[0-9]+, )*rank $rank at #" <<< "$workers"; then
         :
-      elif [ "$rank" != 0 ] && grep -q "this rank's own store at .* has not answered" <<< "$workers"; then
-        # Known, not yet fixed (docs/design.md, "Processes and failures"): a rank stopped in
-        # the middle of a store request wedges LibTorch's single-threaded store server, and
-        # every rank blames rank 0. Counted apart; everything else is still checked.
-        wedged=$((wedged + 1))
-        echo "trial $trial: KNOWN: rank $rank stopped mid-request and wedged rank 0's store; nobody named it"
       else
         fail "trial $trial: no worker names the hung rank $rank"; tail -15 "$log"
       fi ;;
@@ -174,5 +167,5 @@ for trial in $(seq 1 "$trials"); do
   [ "$FAILURES" -eq "$before" ] && survived=$((survived + 1))
   rm -rf "$work"
 done
-echo "faults summary: $fault: $trials trials, $survived survived, longest exit ${max_exit} s (limit $limit s, dist.timeout_s $timeout_s)$( [ "$wedged" -gt 0 ] && echo "; $wedged with the store wedged by the stopped rank (known)")"
+echo "faults summary: $fault: $trials trials, $survived survived, longest exit ${max_exit} s (limit $limit s, dist.timeout_s $timeout_s)"
 finish
