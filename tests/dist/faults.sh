@@ -125,11 +125,7 @@ for trial in $(seq 1 "$trials"); do
     term_launcher) kill -TERM "$target" ;;
   esac
   t0=$(now)
-  deadline=$(( $(date +%s) + limit + 20 ))
-  while pgrep -f "$TOKEN" > /dev/null; do
-    [ "$(date +%s)" -ge "$deadline" ] && break
-    sleep 0.05
-  done
+  wait_until_gone $((limit + 20))
   secs=$(elapsed_since "$t0")
   kill -KILL "$LAUNCHER" 2>/dev/null  # gone already, unless the limit check below fails
   wait "$LAUNCHER"; code=$?

@@ -16,12 +16,35 @@ rank0=$(pid_of_rank 0) || fail "rank 0 not found"
 port=$(tr '\0' '\n' < "/proc/$rank0/environ" | sed -n 's/^MASTER_PORT=//p')
 echo "rank 0 (pid $rank0) hosts the store on port $port"
 
-# Every listening TCP socket of the workers, as "address:port".
-listening=$(for p in $(pgrep -f "$TOKEN"); do ss -Hltnp 2>/dev/null | grep "pid=$p," ; done | awk '{print $4}' | sort -u)
+# Every listening TCP socket of the workers, as "address:port" (from /proc: no ss needed).
+listening=$(/usr/bin/python3 - $(pgrep -f "$TOKEN") <<'EOF'
+import os, socket, sys
+inodes = set()
+for pid in sys.argv[1:]:
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] != "0A" or f[9] not in inodes:  # 0A: LISTEN
+            continue
+        addr, port = f[1].split(":")
+        raw = bytes.fromhex(addr)
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word in host order
+        host = socket.inet_ntop(family, raw)
+        print(f"{host}:{int(port, 16)}" if family == socket.AF_INET else f"[{host}]:{int(port, 16)}")
+EOF
+)
+listening=$(echo "$listening" | sort -u)
 echo "listening: $(echo $listening)"
 if [ -z "$listening" ]; then
-  fail "no listening socket of the workers found with ss"
-elif echo "$listening" | grep -qvE '^(127\.[0-9.]+|\[::1\]):[0-9]+$'; then
+  fail "no listening socket of the workers found"
+elif echo "$listening" | grep -qvE '^(127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]):[0-9]+$'; then
   fail "a worker listens beyond loopback on a single-host run: $(echo $listening)"
 else
   pass "every listening socket of the workers is on loopback (store and Gloo)"
@@ -84,8 +107,11 @@ raw=$!
 timeout 60 /usr/bin/python3 - "$port" > "$SCRATCH/tcpstore.log" 2>&1 <<'EOF'
 import sys, datetime
 import torch.distributed as dist
+kwargs = dict(is_master=False, timeout=datetime.timedelta(seconds=3))
+if "use_libuv" in (dist.TCPStore.__init__.__doc__ or ""):
+    kwargs["use_libuv"] = False  # LibTorch 2.2+ asks for libuv by default; Debian builds it without
 try:
-    s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=3))
+    s = dist.TCPStore("127.0.0.1", int(sys.argv[1]), **kwargs)
     s.set("sana/failed", "a foreign client says stop")  # sent without waiting for an answer
     print("TCPStore: read back", s.get("sana/failed"))
 except Exception as e:

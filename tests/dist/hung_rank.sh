@@ -59,13 +59,9 @@ stop_and_wait() {  # VICTIM LIMIT
   start_soak
   kill -STOP "${PIDS[$victim]}"
   t0=$(now)
-  local left=1
-  while [ "$left" -gt 0 ] && awk -v e="$(elapsed_since "$t0")" -v l="$limit" 'BEGIN { exit !(e < l) }'; do
-    left=0
-    for r in 0 1 2; do [ "$r" != "$victim" ] && kill -0 "${PIDS[$r]}" 2>/dev/null && left=$((left + 1)); done
-    sleep 0.05
-  done
-  [ "$left" -eq 0 ] || fail "$left rank(s) still run $limit s after rank $victim stopped"
+  local others=()
+  for r in 0 1 2; do [ "$r" != "$victim" ] && others+=("${PIDS[$r]}"); done
+  wait_for_exits "$limit" "${others[@]}" || fail "rank(s) still run $limit s after rank $victim stopped"
   echo "SIGSTOP of rank $victim -> the others exited after $(elapsed_since "$t0") s (heartbeat timeout $hb s)"
   for r in 0 1 2; do
     [ "$r" = "$victim" ] && continue

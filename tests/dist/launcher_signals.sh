@@ -23,8 +23,7 @@ launcher=$!
 wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
 kill -KILL "$launcher"
 code_of "$launcher"
-deadline=$(( $(date +%s) + 10 ))
-while pgrep -f "$TOKEN" > /dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+wait_until_gone 10
 assert_no_leftovers
 
 # Restarts: a worker that fails on the first attempt only.

@@ -38,6 +38,29 @@ wait_for_exit() {
   done
 }
 
+# Waits until every PID has exited, at most SECONDS; returns 1 on timeout.
+wait_for_exits() {
+  local seconds=$1 pid
+  shift
+  local deadline
+  deadline=$(awk -v n="$(now)" -v s="$seconds" 'BEGIN { printf "%.2f", n + s }')
+  for pid in "$@"; do
+    while kill -0 "$pid" 2>/dev/null; do
+      awk -v n="$(now)" -v d="$deadline" 'BEGIN { exit !(n >= d) }' && return 1
+      sleep 0.05
+    done
+  done
+}
+
+# Waits until no process of this test remains, at most SECONDS; returns 1 on timeout.
+wait_until_gone() {
+  local deadline=$(( $(date +%s) + $1 ))
+  while pgrep -f "$TOKEN" > /dev/null; do
+    [ "$(date +%s)" -ge "$deadline" ] && return 1
+    sleep 0.05
+  done
+}
+
 # The pid of the process of this test whose environment has RANK=<rank> and whose command
 # line has the word WORD (default check-dist).
 pid_of_rank() {
