@@ -11,6 +11,7 @@ packages=(
   libopenblas0-pthread
   openmpi-bin python3-torch python3-torchvision python3-numpy python3-pil
   mate-backgrounds dataset-fashion-mnist time gnuplot-nox universal-ctags
+  iproute2 clang-14 libclang-rt-14-dev
 )
 
 missing=()

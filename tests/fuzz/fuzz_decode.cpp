@@ -1,0 +1,17 @@
+// The training decode path (OpenCV, EXIF orientation, reduced JPEG decoding, cover and
+// crop to a bucket): never throws; a bad file is a result with a reason, a good one is
+// exactly the bucket's size.
+#include <cstdint>
+
+#include "fuzz_support.h"
+#include "sana/data/decode.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string path = sana::fuzz::as_file(data, size, ".img");
+  sana::data::DecodeOptions opts;
+  opts.max_pixels = 1 << 22;  // keeps each run short; larger sources are refused as too large
+  const int h = 16 + (size % 3) * 8, w = 24;
+  const auto img = sana::data::decode_to_bucket(path, h, w, (size & 1) != 0, opts);
+  if (img.ok() && (img.rgb.rows != h || img.rgb.cols != w || img.rgb.type() != CV_8UC3)) __builtin_trap();
+  return 0;
+}
