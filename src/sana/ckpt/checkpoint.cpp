@@ -1,10 +1,13 @@
 #include "sana/ckpt/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <chrono>
 #include <filesystem>
@@ -109,6 +112,24 @@ void stage(const char* name) {
 }
 }  // namespace
 
+namespace {
+
+// `.tmp-<name>-<pid>` folders left by a writer that was killed mid-write: removed once
+// their process is gone (this process's own one is removed by the caller).
+void remove_stale_temporaries(const fs::path& root) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".tmp-", 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + n.rfind('-') + 1, nullptr, 10);
+    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
+}  // namespace
+
 std::string checkpoint_name(int64_t global_step) { return fmt::format("step_{:08d}", global_step); }
 
 std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t keep_last_n) {
@@ -118,19 +139,27 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
   const fs::path final_dir = root / name;
   std::error_code ec;
+  remove_stale_temporaries(root);
   fs::remove_all(tmp, ec);
-  fs::create_directories(tmp);
-  const NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
-  for (size_t i = 0; i < 3; ++i) {
-    const fs::path file = tmp / kFiles[i];
-    stage(kFiles[i]);
-    write_safetensors(file.string(), *parts[i], {{"checkpoint", name}});
-    fsync_path(file);
-    snap.state.checksums[kFiles[i]] = file_checksum(file);
+  try {
+    fs::create_directories(tmp);
+    const NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
+    for (size_t i = 0; i < 3; ++i) {
+      const fs::path file = tmp / kFiles[i];
+      stage(kFiles[i]);
+      write_safetensors(file.string(), *parts[i], {{"checkpoint", name}});
+      fsync_path(file);
+      snap.state.checksums[kFiles[i]] = file_checksum(file);
+    }
+    stage("trainer_state.json");
+    write_text_synced(tmp / "trainer_state.json", to_json(snap.state).dump(2) + "\n");
+    fsync_path(tmp);
+  } catch (...) {
+    // A failed write (disk full) must not keep the space it took: the run's next step, or
+    // a resume, needs it. The checkpoints saved before are untouched.
+    fs::remove_all(tmp, ec);
+    throw;
   }
-  stage("trainer_state.json");
-  write_text_synced(tmp / "trainer_state.json", to_json(snap.state).dump(2) + "\n");
-  fsync_path(tmp);
   stage("rename");
   fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
   fs::rename(tmp, final_dir);

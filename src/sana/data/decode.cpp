@@ -9,6 +9,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sana/data/image_header.h"
@@ -24,6 +25,7 @@ const char* reason_name(BadReason r) {
     case BadReason::corrupt: return "corrupt";
     case BadReason::not_an_image: return "not an image";
     case BadReason::too_large: return "too large";
+    case BadReason::unsupported: return "unsupported format";
   }
   return "unknown";
 }
@@ -45,13 +47,43 @@ DecodedImage bad(BadReason r, std::string detail) {
   return d;
 }
 
-// A JPEG must end with its EOI marker and a PNG with its IEND chunk; decoders fill a cut
-// file with gray and say nothing, so the check is ours.
+// Where a JPEG's entropy-coded data starts: after the first SOS segment, found by walking
+// the marker segments (an EXIF thumbnail inside APP1 has its own EOI, skipped this way).
+// npos when the segments do not parse.
+size_t jpeg_scan_start(const std::vector<uchar>& b) {
+  size_t i = 2;
+  while (i + 4 <= b.size()) {
+    if (b[i] != 0xFF) return std::string::npos;
+    const uchar m = b[i + 1];
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    const size_t len = (static_cast<size_t>(b[i + 2]) << 8) | b[i + 3];
+    if (m == 0xDA) return i + 2 + len;
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD8)) {
+      i += 2;
+      continue;
+    }
+    if (len < 2) return std::string::npos;
+    i += 2 + len;
+  }
+  return std::string::npos;
+}
+
+// A JPEG must have its EOI marker after the scan, and a PNG must end with its IEND chunk;
+// decoders fill a cut file with gray and say nothing, so the check is ours. Data after a
+// JPEG's EOI (camera trailers, a second image) is allowed: it decodes fine.
 bool looks_complete(const std::vector<uchar>& b) {
   size_t end = b.size();
   while (end > 0 && b[end - 1] == 0) --end;  // some writers pad with zeros
   if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8) {
-    return end >= 2 && b[end - 2] == 0xFF && b[end - 1] == 0xD9;
+    if (end >= 2 && b[end - 2] == 0xFF && b[end - 1] == 0xD9) return true;
+    const size_t scan = jpeg_scan_start(b);
+    if (scan == std::string::npos || scan >= b.size()) return false;
+    // In entropy-coded data 0xFF is followed by 0x00 or a restart marker: FF D9 is the EOI.
+    static const uchar eoi[] = {0xFF, 0xD9};
+    return std::search(b.begin() + static_cast<std::ptrdiff_t>(scan), b.end(), eoi, eoi + 2) != b.end();
   }
   if (b.size() >= 8 && b[0] == 0x89 && b[1] == 'P') {
     static const uchar iend[] = {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
@@ -143,8 +175,12 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   }
   if (bgr.empty()) {
     const ImageSize s = read_image_size(path);
-    return s.ok ? bad(BadReason::corrupt, "the decoder rejected it")
-                : bad(BadReason::not_an_image, s.error);
+    if (!s.ok) return bad(BadReason::not_an_image, s.error);
+    // A format the header reader knows (GIF) but this OpenCV cannot decode.
+    if (!cv::haveImageReader(path)) {
+      return bad(BadReason::unsupported, fmt::format("OpenCV {} has no decoder for it; convert such files", CV_VERSION));
+    }
+    return bad(BadReason::corrupt, "the decoder rejected it");
   }
   DecodedImage out;
   out.reduce = reduce;

@@ -10,7 +10,7 @@
 
 namespace sana::data {
 
-enum class BadReason { none, missing, empty, truncated, corrupt, not_an_image, too_large };
+enum class BadReason { none, missing, empty, truncated, corrupt, not_an_image, too_large, unsupported };
 const char* reason_name(BadReason r);
 
 struct DecodeOptions {

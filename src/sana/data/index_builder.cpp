@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -25,18 +26,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Writing the index failed: an I/O error (exit 1), naming the folder and the cause.
+[[noreturn]] void write_failed(const std::string& path, int err) {
+  const fs::path p(path);
+  throw sana::RunError(fmt::format("cannot write the index into '{}' ({}): {}", p.parent_path().string(),
+                                   p.filename().string(), std::strerror(err)),
+                       "index error");
+}
+
 class TempFile {
  public:
   explicit TempFile(std::string path) : path_(std::move(path)) {
     f_ = std::fopen(path_.c_str(), "w+b");
-    if (f_ == nullptr) throw IndexError(fmt::format("cannot write '{}'", path_));
+    if (f_ == nullptr) write_failed(path_, errno);
   }
   ~TempFile() {
     if (f_ != nullptr) std::fclose(f_);
     std::remove(path_.c_str());
   }
   void write(const void* p, size_t n) {
-    if (std::fwrite(p, 1, n, f_) != n) throw IndexError(fmt::format("writing '{}' failed (disk full?)", path_));
+    if (std::fwrite(p, 1, n, f_) != n) write_failed(path_, errno);
   }
   std::FILE* get() { return f_; }
 
@@ -70,7 +79,8 @@ void fill_sizes(std::vector<IndexRow>& rows, std::vector<uint32_t>& flags, int t
     } else {
       flags[todo[k]] |= kSizeUnknown;
       ++result.unreadable;
-      log::warn("index: cannot read the size of '{}': {}", r.path, sizes[k].error);
+      log::warn("index: cannot read the size of '{}{}': {}", r.path.substr(0, 200), r.path.size() > 200 ? "..." : "",
+                sizes[k].error);
     }
   }
 }
@@ -228,9 +238,7 @@ void write_index_file(IndexHeader& h, TempFile& records, TempFile& blob, const s
   h.content_hash = append_hashed(out, {&records, &blob});
   std::rewind(out.get());
   out.write(&h, sizeof h);
-  if (std::fflush(out.get()) != 0 || fsync(fileno(out.get())) != 0) {
-    throw IndexError(fmt::format("writing '{}' failed (disk full?)", tmp_out));
-  }
+  if (std::fflush(out.get()) != 0 || fsync(fileno(out.get())) != 0) write_failed(tmp_out, errno);
   fs::rename(tmp_out, output);  // the TempFile then finds nothing left to remove
 }
 

@@ -106,12 +106,62 @@ std::string resolve(const fs::path& base, const std::string& p) {
 uint32_t parse_size(const std::string& text, const std::string& where, const char* what) {
   if (text.empty()) return 0;
   try {
-    const long v = std::stol(text);
-    if (v < 0 || v > (1 << 20)) throw std::out_of_range("size");
+    size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used != text.size() || v < 0 || v > (1 << 20)) throw std::out_of_range("size");
     return static_cast<uint32_t>(v);
   } catch (const std::exception&) {
-    throw IndexError(fmt::format("{}: {} '{}' is not a size in pixels", where, what, text));
+    throw IndexError(fmt::format("{}: {} '{}' is not a size in pixels", where, what, text.substr(0, 80)));
   }
+}
+
+// The index stores paths with a 16-bit length: a longer one is the line's error.
+void check_path_length(const std::string& path, const std::string& where, const char* what) {
+  if (path.size() > 65535) {
+    throw IndexError(fmt::format("{}: the {} is {} bytes long (at most 65535): {}...", where, what, path.size(),
+                                 path.substr(0, 80)));
+  }
+}
+
+void check_row_paths(const IndexRow& row, const std::string& where) {
+  check_path_length(row.path, where, "image path");
+  check_path_length(row.latent, where, "latent path");
+  check_path_length(row.text_feat, where, "text feature path");
+}
+
+// The first byte offset that is not well-formed UTF-8, or npos.
+size_t invalid_utf8_at(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + n >= s.size()) return i;  // cut short
+    for (size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return i;
+    }
+    i += n + 1;
+  }
+  return std::string::npos;
 }
 
 class JsonlSource : public RowSource {
@@ -143,6 +193,7 @@ class JsonlSource : public RowSource {
       row.label = parse_label(json_text(j, {"label", "class", "class_id"}), where);
       row.latent = resolve(base_, json_text(j, {"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, json_text(j, {"text_feat", "text_feat_path", "caption_feature"}));
+      check_row_paths(row, where);
       return true;
     }
     return false;
@@ -154,6 +205,13 @@ class JsonlSource : public RowSource {
   fs::path base_;
   uint64_t line_no_ = 0;
 };
+
+constexpr size_t kMaxRecord = 64u << 20;
+
+// Whether a CSV record so far has a quoted field still open (it goes on on the next line).
+bool quote_open(const std::string& record) {
+  return std::count(record.begin(), record.end(), '"') % 2 == 1;
+}
 
 // RFC 4180 fields: commas, double quotes, doubled quotes inside quotes.
 std::vector<std::string> split_csv(const std::string& line) {
@@ -198,10 +256,25 @@ class CsvSource : public RowSource {
   bool next(IndexRow& row) override {
     std::string line;
     while (std::getline(in_, line)) {
-      ++line_no_;
+      const uint64_t first_line = ++line_no_;
       if (trim(line).empty()) continue;
+      // A quoted field may hold newlines (RFC 4180): the record goes on.
+      std::string more;
+      while (quote_open(line) && std::getline(in_, more)) {
+        ++line_no_;
+        line += '\n' + more;
+        if (line.size() > kMaxRecord) {
+          throw IndexError(fmt::format("{}:{}: a quoted field runs on for over {} MiB (a quote never closed?)", file_,
+                                       first_line, kMaxRecord >> 20));
+        }
+      }
+      const std::string where = fmt::format("{}:{}", file_, first_line);
+      if (quote_open(line)) throw IndexError(fmt::format("{}: a quoted field is never closed", where));
+      if (const size_t bad = invalid_utf8_at(line); bad != std::string::npos) {
+        throw IndexError(fmt::format("{}: byte {} (0x{:02X}) is not UTF-8; save the file as UTF-8", where, bad + 1,
+                                     static_cast<unsigned char>(line[bad])));
+      }
       const auto f = split_csv(line);
-      const std::string where = fmt::format("{}:{}", file_, line_no_);
       auto get = [&](std::initializer_list<const char*> names) {
         const int c = column(names);
         return c >= 0 && static_cast<size_t>(c) < f.size() ? f[static_cast<size_t>(c)] : std::string();
@@ -215,6 +288,7 @@ class CsvSource : public RowSource {
       row.label = parse_label(get({"label", "class", "class_id"}), where);
       row.latent = resolve(base_, get({"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, get({"text_feat", "text_feat_path", "caption_feature"}));
+      check_row_paths(row, where);
       return true;
     }
     return false;

@@ -214,8 +214,10 @@ void Loader::count(SampleId candidate, const std::string& reason, bool substitut
     if (substitute) ++bad_.substituted;
     return;
   }
-  ++bad_.by_reason[reason.substr(0, reason.find(':'))];
+  // Each bad sample once under its reason, however often it is tried (as planned or as
+  // another's substitute).
   if (logged_.insert(candidate).second) {
+    ++bad_.by_reason[reason.substr(0, reason.find(':'))];
     log::warn("bad sample {} '{}': {}; using a substitute from the same bucket", candidate,
               dataset_.index().text(candidate).path, reason);
   }

@@ -69,7 +69,7 @@ struct Batch {
 };
 
 struct BadSampleCounts {
-  std::map<std::string, int64_t> by_reason;
+  std::map<std::string, int64_t> by_reason;  // distinct bad samples, by reason
   int64_t substituted = 0;
   int64_t decoded = 0;
 };

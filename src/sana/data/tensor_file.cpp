@@ -3,9 +3,10 @@
 #include <fmt/format.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <vector>
+
+#include "sana/util/safetensors_header.h"
 
 namespace sana::data {
 
@@ -82,43 +83,30 @@ torch::Tensor read_npy(const std::string& path, const std::vector<char>& b) {
 
 torch::Tensor read_safetensors(const std::string& path, const std::vector<char>& b,
                                const std::string& key) {
-  if (b.size() < 8) throw TensorFileError(fmt::format("'{}' is not a safetensors file", path));
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
-  if (n > b.size() - 8) throw TensorFileError(fmt::format("'{}' is truncated or not safetensors", path));
-  nlohmann::json header;
+  SafetensorsHeader header;
   try {
-    header = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-  } catch (const std::exception& e) {
-    throw TensorFileError(fmt::format("'{}': bad safetensors header: {}", path, e.what()));
+    header = parse_safetensors_header(b.data(), b.size(), path);
+  } catch (const SafetensorsError& e) {
+    throw TensorFileError(e.what());  // a damaged feature file is a bad sample
   }
-  std::string name = key;
-  if (name.empty()) {
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") continue;
-      if (!name.empty()) throw TensorFileError(fmt::format("'{}' holds several tensors; name one", path));
-      name = it.key();
+  const SafetensorsEntry* entry = nullptr;
+  for (const auto& e : header.entries) {
+    if (key.empty()) {
+      if (entry != nullptr) throw TensorFileError(fmt::format("'{}' holds several tensors; name one", path));
+      entry = &e;
+    } else if (e.name == key) {
+      entry = &e;
     }
   }
-  if (name.empty() || !header.contains(name)) {
-    throw TensorFileError(fmt::format("'{}' has no tensor '{}'", path, name));
-  }
-  const auto& t = header[name];
-  const std::string dtype = t.value("dtype", "");
+  if (entry == nullptr) throw TensorFileError(fmt::format("'{}' has no tensor '{}'", path, key));
   torch::ScalarType type;
-  if (dtype == "F32") type = torch::kFloat32;
-  else if (dtype == "F16") type = torch::kFloat16;
-  else if (dtype == "BF16") type = torch::kBFloat16;
-  else if (dtype == "F64") type = torch::kFloat64;
-  else throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}", path, name, dtype));
-  const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
-  const uint64_t data_start = 8 + n;
-  if (offsets.size() != 2 || offsets[1] < offsets[0] || data_start > b.size() ||
-      offsets[1] > b.size() - data_start) {
-    throw TensorFileError(fmt::format("'{}' is truncated: tensor '{}' lies past the end", path, name));
-  }
-  return from_bytes(b.data() + data_start + offsets[0], offsets[1] - offsets[0], type,
-                    t.at("shape").get<std::vector<int64_t>>(), path);
+  if (entry->dtype == "F32") type = torch::kFloat32;
+  else if (entry->dtype == "F16") type = torch::kFloat16;
+  else if (entry->dtype == "BF16") type = torch::kBFloat16;
+  else if (entry->dtype == "F64") type = torch::kFloat64;
+  else throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
+                                         entry->name, entry->dtype));
+  return from_bytes(b.data() + entry->begin, entry->end - entry->begin, type, entry->shape, path);
 }
 
 }  // namespace

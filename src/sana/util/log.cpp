@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <mutex>
@@ -71,7 +73,7 @@ bool open_file(const std::string& path, std::string* error) {
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::FILE* f = std::fopen(path.c_str(), "a");
   if (f == nullptr) {
-    if (error != nullptr) *error = fmt::format("cannot open log file '{}'", path);
+    if (error != nullptr) *error = fmt::format("cannot open log file '{}': {}", path, std::strerror(errno));
     return false;
   }
   std::lock_guard<std::mutex> lock(sink().mutex);

@@ -74,37 +74,15 @@ SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
-  if (b.size() < 8) throw SafetensorsError(fmt::format("'{}' is too short for safetensors", path));
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(b[static_cast<size_t>(i)]);
-  if (n > b.size() - 8) throw SafetensorsError(fmt::format("'{}' is truncated (header)", path));
+  const SafetensorsHeader header = parse_safetensors_header(b.data(), b.size(), path);
   SafetensorsFile file;
-  try {
-    const auto header = nlohmann::ordered_json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
-    const uint64_t data_size = b.size() - 8 - n;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      if (it.key() == "__metadata__") {
-        file.metadata = it.value().get<std::map<std::string, std::string>>();
-        continue;
-      }
-      const auto dtype = it.value().at("dtype").get<std::string>();
-      const auto& names = dtype_names();
-      const auto d = std::find_if(names.begin(), names.end(), [&](const auto& x) { return dtype == x.second; });
-      if (d == names.end()) throw SafetensorsError(fmt::format("'{}': tensor '{}' has dtype {}", path, it.key(), dtype));
-      const auto shape = it.value().at("shape").get<std::vector<int64_t>>();
-      const auto off = it.value().at("data_offsets").get<std::vector<uint64_t>>();
-      auto t = torch::empty(shape, torch::TensorOptions().dtype(d->first));
-      const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-      if (off.size() != 2 || off[1] < off[0] || off[1] > data_size || off[1] - off[0] != bytes) {
-        throw SafetensorsError(fmt::format("'{}' is truncated or damaged: tensor '{}' does not fit", path, it.key()));
-      }
-      std::memcpy(t.data_ptr(), b.data() + 8 + n + off[0], bytes);
-      file.tensors.emplace_back(it.key(), std::move(t));
-    }
-  } catch (const SafetensorsError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw SafetensorsError(fmt::format("'{}': bad safetensors header: {}", path, e.what()));
+  file.metadata = header.metadata;
+  const auto& names = dtype_names();
+  for (const auto& e : header.entries) {
+    const auto d = std::find_if(names.begin(), names.end(), [&](const auto& x) { return e.dtype == x.second; });
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(d->first));  // the header checked dtype and size
+    std::memcpy(t.data_ptr(), b.data() + e.begin, e.end - e.begin);
+    file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;
 }

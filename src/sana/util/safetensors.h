@@ -12,14 +12,9 @@
 #include <utility>
 #include <vector>
 
-#include "sana/util/error.h"
+#include "sana/util/safetensors_header.h"
 
 namespace sana {
-
-class SafetensorsError : public sana::RunError {
- public:
-  explicit SafetensorsError(const std::string& what) : RunError(what, "safetensors error") {}
-};
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 

@@ -134,6 +134,39 @@ TEST_CASE("a crash at any stage of a save leaves latest on a loadable checkpoint
   }
 }
 
+namespace {
+void fail_at_optimizer(const char* stage) {
+  if (std::string(stage) == "optimizer.safetensors") throw std::runtime_error("No space left on device");
+}
+}  // namespace
+
+TEST_CASE("a failed save (disk full) leaves no partial folder; one left by a killed writer goes next time",
+          "[ckpt]") {
+  sana::test::TempDir dir;
+  ckpt::write_checkpoint(dir.path(), snapshot(5), 0);
+  ckpt::checkpoint_test_hook = fail_at_optimizer;
+  CHECK_THROWS_WITH(ckpt::write_checkpoint(dir.path(), snapshot(6), 0), Catch::Contains("No space left"));
+  ckpt::checkpoint_test_hook = nullptr;
+  const auto leftovers = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(dir.path("checkpoints"))) {
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) ++n;
+    }
+    return n;
+  };
+  CHECK(leftovers() == 0);  // the space it took is free again
+  CHECK(fs::path(ckpt::resolve_latest(dir.path()).path).filename() == "step_00000005");
+  // A writer killed mid-save (a pid that no longer runs) left its folder: the next save clears it.
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  fs::create_directories(dir.path("checkpoints/.tmp-step_00000006-" + std::to_string(child)));
+  REQUIRE(leftovers() == 1);
+  ckpt::write_checkpoint(dir.path(), snapshot(7), 0);
+  CHECK(leftovers() == 0);
+}
+
 TEST_CASE("Python reads the model weights with numpy alone", "[ckpt]") {
   sana::test::TempDir dir;
   const auto path = ckpt::write_checkpoint(dir.path(), snapshot(3), 0);

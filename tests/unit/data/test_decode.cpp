@@ -90,6 +90,21 @@ TEST_CASE("bad files come back with a reason and never crash", "[decode]") {
   }
 }
 
+TEST_CASE("a JPEG with data after its end marker decodes; one cut inside its scan does not", "[decode]") {
+  // Camera trailers and second images follow the EOI of valid files; an EXIF thumbnail has
+  // its own EOI before the main scan, which must not count as the end.
+  TempDir dir;
+  cv::Mat src(48, 64, CV_8UC3, cv::Scalar(20, 120, 220));
+  std::vector<uchar> jpg;
+  cv::imencode(".jpg", src, jpg);
+  const std::string body(jpg.begin(), jpg.end());
+  dir.write("trailer.jpg", body + std::string(300, 'j'));
+  const auto ok = decode_to_bucket(dir.path("trailer.jpg"), 32, 32, false, defaults());
+  CHECK(ok.ok());
+  dir.write("cut.jpg", body.substr(0, body.size() - 40) + std::string(300, 'j'));
+  CHECK(decode_to_bucket(dir.path("cut.jpg"), 32, 32, false, defaults()).bad == BadReason::truncated);
+}
+
 TEST_CASE("pixels become float CHW in [-1, 1]", "[decode]") {
   cv::Mat rgb(2, 3, CV_8UC3, cv::Scalar(0, 255, 51));
   std::vector<float> out(18);

@@ -135,6 +135,20 @@ TEST_CASE("JSONL and CSV metadata: relative paths, given or missing sizes, label
   CHECK((idx.record(3).flags & kSizeUnknown) != 0);  // kept, flagged for substitution
 }
 
+TEST_CASE("a quoted CSV field may span lines; errors after it name the editor's line", "[index]") {
+  TempDir dir;
+  write_image(dir, "a.png", 8, 8);
+  write_image(dir, "b.png", 8, 8);
+  dir.write("multi.csv", "path,caption\na.png,\"line one\nline two, with \"\"quotes\"\"\"\nb.png,plain\n");
+  build_index({dir.path("multi.csv")}, dir.path("m.sidx"));
+  const auto idx = DatasetIndex::open(dir.path("m.sidx"));
+  REQUIRE(idx.size() == 2);
+  CHECK(idx.text(0).caption == "line one\nline two, with \"quotes\"");
+  CHECK(idx.text(1).caption == "plain");
+  dir.write("late.csv", "path,caption,width\na.png,\"two\nlines\",3\nb.png,x,wide\n");
+  CHECK_THROWS_WITH(build_index({dir.path("late.csv")}, dir.path("x.sidx")), Catch::Contains("late.csv:4: width"));
+}
+
 TEST_CASE("the same input gives the same bytes", "[index]") {
   TempDir dir;
   for (int i = 0; i < 20; ++i) write_image(dir, "f/" + std::to_string(i) + ".png", 8 + i, 30 - i);
@@ -172,6 +186,20 @@ TEST_CASE("truncated, foreign and malformed inputs are clear errors", "[index]")
                     Catch::Contains("size.csv:2: width 'wide' is not a size"));
   CHECK_THROWS_WITH(build_index({dir.path("nothing")}, dir.path("x.sidx")),
                     Catch::Contains("does not exist"));
+  // Found by the bad-input catalogue (tests/apps/bad_inputs.sh): a width with a unit, a
+  // CSV that is not UTF-8, a path over the index's 64 KiB limit, a quote never closed.
+  dir.write("px.jsonl", "{\"path\": \"a.png\", \"width\": \"64px\", \"height\": 48}\n");
+  CHECK_THROWS_WITH(build_index({dir.path("px.jsonl")}, dir.path("x.sidx")),
+                    Catch::Contains("px.jsonl:1: width '64px' is not a size"));
+  dir.write("latin1.csv", "path,caption\na.png,caf\xe9\n");
+  CHECK_THROWS_WITH(build_index({dir.path("latin1.csv")}, dir.path("x.sidx")),
+                    Catch::Contains("latin1.csv:2: byte 10 (0xE9) is not UTF-8"));
+  dir.write("long.jsonl", "{\"path\": \"a.png\"}\n{\"path\": \"" + std::string(70000, 'p') + "\"}\n");
+  CHECK_THROWS_WITH(build_index({dir.path("long.jsonl")}, dir.path("x.sidx")),
+                    Catch::Contains("long.jsonl:2: the image path is 700") && Catch::Contains("(at most 65535)"));
+  dir.write("open.csv", "path,caption\na.png,\"never closed\nb.png,x\n");
+  CHECK_THROWS_WITH(build_index({dir.path("open.csv")}, dir.path("x.sidx")),
+                    Catch::Contains("open.csv:2: a quoted field is never closed"));
   CHECK_FALSE(std::filesystem::exists(dir.path("x.sidx")));  // no half-written index left
 }
 
