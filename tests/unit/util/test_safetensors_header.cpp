@@ -1,0 +1,57 @@
+// The safetensors header checks, without tensors: a hostile header is an error naming the
+// file and tensor before anything is allocated.
+#include "catch.h"
+
+#include <cstdint>
+#include <string>
+
+#include "sana/util/safetensors_header.h"
+
+namespace {
+
+// A file of the given JSON header (padded to 8 bytes) followed by `data_bytes` zero bytes.
+std::string file_of(std::string header, size_t data_bytes) {
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+sana::SafetensorsHeader parse(const std::string& f) {
+  return sana::parse_safetensors_header(f.data(), f.size(), "w.safetensors");
+}
+
+}  // namespace
+
+TEST_CASE("a well-formed header gives each tensor's range in the file", "[safetensors]") {
+  const auto f = file_of(
+      R"({"__metadata__":{"format":"pt"},"b":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("a":{"dtype":"BF16","shape":[],"data_offsets":[24,26]}})",
+      26);
+  const auto h = parse(f);
+  REQUIRE(h.entries.size() == 2);
+  CHECK(h.entries[0].name == "b");  // file order, not sorted
+  CHECK(h.entries[0].end - h.entries[0].begin == 24);
+  CHECK(h.entries[1].end == f.size());
+  CHECK(h.metadata.at("format") == "pt");
+}
+
+TEST_CASE("hostile or damaged headers are errors naming the file, never allocations", "[safetensors]") {
+  using Catch::Contains;
+  // A shape whose byte count overflows 64 bits, and one that is merely huge.
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0)),
+                    Contains("w.safetensors': tensor 'x' has an impossible shape"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[100000,100000],"data_offsets":[0,16]}})", 16)),
+                    Contains("tensor 'x' does not fit"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4)),
+                    Contains("impossible shape"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8)),
+                    Contains("truncated or damaged: tensor 'x'"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", 8)),
+                    Contains("dtype C64"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":"big","data_offsets":[0,4]}})", 4)),
+                    Contains("bad safetensors header at 'x'"));
+  CHECK_THROWS_WITH(parse(file_of(R"([1,2,3])", 0)), Contains("not an object"));
+  CHECK_THROWS_WITH(parse(std::string("\xff\xff\xff\xff\0\0\0\0{}", 10)), Contains("truncated (header)"));
+  CHECK_THROWS_WITH(parse("short"), Contains("too short"));
+}
