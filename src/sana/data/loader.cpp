@@ -56,7 +56,7 @@ Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts
   }
   const int n = std::max(1, opts_.workers);
   running_ = n;
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this, guard = guard_] { work(guard); });
 }
 
 Loader::~Loader() {
@@ -75,18 +75,28 @@ Loader::~Loader() {
   log::warn("{} data loader thread{} still inside a read {} s after the loader stopped (a hung file "
             "system?); left behind so that this process can end",
             stuck, stuck == 1 ? " is" : "s are", opts_.stop_wait_s);
+  // The workers outside a read finish what they touch of the loader first (bounded: no
+  // read happens while the guard is held; an index page on a hung file system could).
+  std::unique_lock<std::shared_timed_mutex> leave(guard_->mutex, std::defer_lock);
+  if (!leave.try_lock_for(std::chrono::duration<double>(opts_.stop_wait_s))) {
+    log::warn("a data loader thread is stuck outside a read too; leaving it behind anyway");
+  }
+  guard_->left = true;
   for (auto& t : threads_) t.detach();
 }
 
-void Loader::work() {
+void Loader::work(const std::shared_ptr<WorkerGuard>& guard) {
+  std::shared_lock<std::shared_timed_mutex> in(guard->mutex);  // released around reads only
   struct Exit {  // every return counts, so the destructor knows when all workers are out
     Loader* loader;
+    WorkerGuard& guard;
     ~Exit() {
+      if (guard.left) return;  // the loader is gone
       std::lock_guard<std::mutex> lock(loader->mutex_);
       --loader->running_;
       loader->exited_.notify_all();
     }
-  } on_exit{this};
+  } on_exit{this, *guard};
   while (true) {
     size_t k = 0;
     {
@@ -99,9 +109,11 @@ void Loader::work() {
       k = next_job_++;
     }
     try {
-      Batch b = decode_job(jobs_[k]);
+      Batch b = decode_job(jobs_[k], *guard);
       std::lock_guard<std::mutex> lock(mutex_);
       done_.emplace(k, std::move(b));
+    } catch (const LeftBehind&) {
+      return;
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       errors_.emplace(k, std::current_exception());
@@ -135,7 +147,7 @@ std::optional<Batch> Loader::next() {
   return b;
 }
 
-Batch Loader::decode_job(const Job& job) {
+Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
   Batch b;
   b.step = job.step;
   b.micro_step = job.micro_step;
@@ -167,7 +179,10 @@ Batch Loader::decode_job(const Job& job) {
       if (size_unknown && opts_.load_latents) return unknown_size;
       if (opts_.load_latents) {
         torch::Tensor lat;
-        if (auto bad = read_feature(text.latent, "latent", lat); !bad.empty()) return bad;
+        const std::string bad = outside(guard, [path = std::string(text.latent), &lat] {
+          return read_feature(path, "latent", lat);
+        });
+        if (!bad.empty()) return bad;
         if (lat.sizes() != b.latents[i].sizes()) {
           return fmt::format("wrong latent shape: {} is not {} for bucket {}x{}",
                              fmt::join(lat.sizes(), "x"), fmt::join(b.latents[i].sizes(), "x"), h, w);
@@ -179,15 +194,20 @@ Batch Loader::decode_job(const Job& job) {
         util::RandomStream flip_rng(util::stream_key(
             "sample.flip", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), c}));
         const bool flip = opts_.random_flip && flip_rng.below(2) == 1;
-        const auto d = decode_to_bucket(std::string(text.path), h, w, flip, opts_.decode,
-                                        static_cast<int>(r.width), static_cast<int>(r.height));
+        const auto d = outside(guard, [path = std::string(text.path), h, w, flip, decode = opts_.decode,
+                                       rw = static_cast<int>(r.width), rh = static_cast<int>(r.height)] {
+          return decode_to_bucket(path, h, w, flip, decode, rw, rh);
+        });
         if (!d.ok()) return std::string(reason_name(d.bad)) + ": " + d.detail;
         if (size_unknown) return unknown_size;
         to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
       }
       if (opts_.load_text_feat) {
         torch::Tensor feat;
-        if (auto bad = read_feature(text.text_feat, "text features", feat); !bad.empty()) return bad;
+        const std::string bad = outside(guard, [path = std::string(text.text_feat), &feat] {
+          return read_feature(path, "text features", feat);
+        });
+        if (!bad.empty()) return bad;
         if (feat.dim() == 3 && feat.size(0) == 1) feat = feat[0];
         if (feat.dim() != 2 || feat.size(1) != opts_.text_channels) {
           return fmt::format("wrong text feature shape: {}, expected [length, {}]",

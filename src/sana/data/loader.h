@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -87,7 +88,8 @@ class Loader {
   Loader(const Dataset& dataset, EpochPlan&& plan, LoaderOptions opts, int64_t first_step = 0) = delete;
   // Stops the workers, mid-epoch too, and joins them. A worker still inside a read after
   // opts.stop_wait_s (a hung network file system) is left behind with a warning instead of
-  // hanging the process: a loader is only destroyed mid-read when the run is ending.
+  // hanging the process; should its read ever return, it ends without touching the
+  // loader (WorkerGuard).
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -102,8 +104,34 @@ class Loader {
   struct Job {
     int64_t step, micro_step;
   };
-  void work();
-  Batch decode_job(const Job& job);
+  // What a worker shares with the loader that must outlive it: a worker holds `mutex`
+  // shared whenever it touches the loader and lets go of it around each read that may
+  // never return (outside()); the destructor takes it exclusively to leave the remaining
+  // workers behind (`left`), so a read that returns later finds the flag, not freed memory.
+  struct WorkerGuard {
+    std::shared_timed_mutex mutex;
+    std::atomic<bool> left{false};
+  };
+  struct LeftBehind {};  // thrown in a worker whose loader is gone
+  // Runs `read` (it touches only its own captures) without holding the loader; throws
+  // LeftBehind when the loader was destroyed meanwhile, else returns or rethrows.
+  template <class Read>
+  static auto outside(WorkerGuard& guard, Read&& read) {
+    guard.mutex.unlock_shared();
+    decltype(read()) result;
+    try {
+      result = read();
+    } catch (...) {
+      guard.mutex.lock_shared();
+      if (guard.left) throw LeftBehind{};
+      throw;
+    }
+    guard.mutex.lock_shared();
+    if (guard.left) throw LeftBehind{};
+    return result;
+  }
+  void work(const std::shared_ptr<WorkerGuard>& guard);
+  Batch decode_job(const Job& job, WorkerGuard& guard);
   // Tries `read` on `id`, then on substitutes from its bucket (never the same sample
   // twice; from the whole dataset when the bucket has no other); `read` returns "" on
   // success or the reason it failed. Returns the id that worked.
@@ -115,6 +143,7 @@ class Loader {
   const Dataset& dataset_;
   const EpochPlan& plan_;
   LoaderOptions opts_;
+  std::shared_ptr<WorkerGuard> guard_ = std::make_shared<WorkerGuard>();
   std::vector<Job> jobs_;
   std::vector<std::thread> threads_;
 
