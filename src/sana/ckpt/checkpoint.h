@@ -82,6 +82,8 @@ class AsyncSaver {
   AsyncSaver& operator=(const AsyncSaver&) = delete;
   void save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
   void wait();
+  // The last write's duration and folder: written by the writing thread, so read them only
+  // after wait() (or save(), which waits first) has returned.
   double last_write_seconds() const { return last_seconds_; }
   std::string last_path() const { return last_path_; }
 

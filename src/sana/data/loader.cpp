@@ -76,9 +76,10 @@ Loader::~Loader() {
             "system?); left behind so that this process can end",
             stuck, stuck == 1 ? " is" : "s are", opts_.stop_wait_s);
   // The workers outside a read finish what they touch of the loader first (bounded: no
-  // read happens while the guard is held; an index page on a hung file system could).
-  std::unique_lock<std::shared_timed_mutex> leave(guard_->mutex, std::defer_lock);
-  if (!leave.try_lock_for(std::chrono::duration<double>(opts_.stop_wait_s))) {
+  // read happens inside; an index page on a hung file system could).
+  std::unique_lock<std::mutex> leave(guard_->mutex);
+  if (!guard_->idle.wait_for(leave, std::chrono::duration<double>(opts_.stop_wait_s),
+                             [&] { return guard_->inside == 0; })) {
     log::warn("a data loader thread is stuck outside a read too; leaving it behind anyway");
   }
   guard_->left = true;
@@ -86,15 +87,19 @@ Loader::~Loader() {
 }
 
 void Loader::work(const std::shared_ptr<WorkerGuard>& guard) {
-  std::shared_lock<std::shared_timed_mutex> in(guard->mutex);  // released around reads only
+  if (!guard->enter()) return;
   struct Exit {  // every return counts, so the destructor knows when all workers are out
     Loader* loader;
     WorkerGuard& guard;
+    bool left = false;  // the loader is gone: touch nothing
     ~Exit() {
-      if (guard.left) return;  // the loader is gone
-      std::lock_guard<std::mutex> lock(loader->mutex_);
-      --loader->running_;
-      loader->exited_.notify_all();
+      if (left) return;
+      {
+        std::lock_guard<std::mutex> lock(loader->mutex_);
+        --loader->running_;
+        loader->exited_.notify_all();
+      }
+      guard.leave();
     }
   } on_exit{this, *guard};
   while (true) {
@@ -113,6 +118,7 @@ void Loader::work(const std::shared_ptr<WorkerGuard>& guard) {
       std::lock_guard<std::mutex> lock(mutex_);
       done_.emplace(k, std::move(b));
     } catch (const LeftBehind&) {
+      on_exit.left = true;
       return;
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,30 +103,42 @@ class Loader {
   struct Job {
     int64_t step, micro_step;
   };
-  // What a worker shares with the loader that must outlive it: a worker holds `mutex`
-  // shared whenever it touches the loader and lets go of it around each read that may
-  // never return (outside()); the destructor takes it exclusively to leave the remaining
-  // workers behind (`left`), so a read that returns later finds the flag, not freed memory.
+  // What a worker shares with the loader that must outlive it: a worker counts itself
+  // `inside` whenever it touches the loader and steps out only around each read that may
+  // never return (outside()); the destructor waits until none is inside and marks the
+  // guard `left`, so a read that returns later finds the flag, not freed memory. (A plain
+  // mutex and condition: ThreadSanitizer does not see a timed shared_mutex's ordering.)
   struct WorkerGuard {
-    std::shared_timed_mutex mutex;
-    std::atomic<bool> left{false};
+    std::mutex mutex;
+    std::condition_variable idle;  // `inside` went down
+    int inside = 0;
+    bool left = false;
+    bool enter() {  // false once the loader is gone
+      std::lock_guard<std::mutex> lock(mutex);
+      if (left) return false;
+      ++inside;
+      return true;
+    }
+    void leave() {
+      std::lock_guard<std::mutex> lock(mutex);
+      --inside;
+      idle.notify_all();
+    }
   };
   struct LeftBehind {};  // thrown in a worker whose loader is gone
-  // Runs `read` (it touches only its own captures) without holding the loader; throws
-  // LeftBehind when the loader was destroyed meanwhile, else returns or rethrows.
+  // Runs `read` (it touches only its own captures) outside the loader; throws LeftBehind
+  // when the loader was destroyed meanwhile, else returns or rethrows.
   template <class Read>
   static auto outside(WorkerGuard& guard, Read&& read) {
-    guard.mutex.unlock_shared();
+    guard.leave();
     decltype(read()) result;
     try {
       result = read();
     } catch (...) {
-      guard.mutex.lock_shared();
-      if (guard.left) throw LeftBehind{};
+      if (!guard.enter()) throw LeftBehind{};
       throw;
     }
-    guard.mutex.lock_shared();
-    if (guard.left) throw LeftBehind{};
+    if (!guard.enter()) throw LeftBehind{};
     return result;
   }
   void work(const std::shared_ptr<WorkerGuard>& guard);

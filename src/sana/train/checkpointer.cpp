@@ -47,6 +47,7 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
   last_saved_ = next.global_step;
   if (!writes_) return;
   const auto start = std::chrono::steady_clock::now();
+  saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
   saver_.save(cfg_.work_dir, capture(), cfg_.ckpt.keep_last_n);
   if (!cfg_.ckpt.async_save) saver_.wait();
