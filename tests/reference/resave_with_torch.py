@@ -1,8 +1,15 @@
 #!/usr/bin/python3
-"""Re-saves a safetensors file as Python would save a training checkpoint:
-torch.save({"state_dict": {"module." + name: tensor}, "step": 7}, OUT).
+"""Re-saves a safetensors file as Python would save a training checkpoint.
 
-Usage: resave_with_torch.py IN.safetensors OUT.pt
+Default: a DDP-style checkpoint,
+  torch.save({"state_dict": {"module." + name: tensor}, "step": 7}, OUT).
+--upstream: as NVlabs/Sana's save_checkpoint writes one: the model's state dict (with the
+persistent `pos_embed` buffer upstream's Sana registers, zeros of 1 x patches x hidden),
+the EMA's state dict beside it, the optimizer's and the position,
+  torch.save({"state_dict": ..., "state_dict_ema": ..., "optimizer": ..., "epoch": 1,
+              "step": 7}, OUT).
+
+Usage: resave_with_torch.py [--upstream] IN.safetensors OUT.pt
 """
 import json
 import struct
@@ -12,8 +19,7 @@ import numpy as np
 import torch
 
 
-def main():
-    src, dst = sys.argv[1], sys.argv[2]
+def read(src):
     data = open(src, "rb").read()
     (n,) = struct.unpack("<Q", data[:8])
     header = json.loads(data[8:8 + n])
@@ -23,8 +29,24 @@ def main():
     for name, info in header.items():
         start, end = info["data_offsets"]
         arr = np.frombuffer(data[8 + n + start:8 + n + end], dtype=kinds[info["dtype"]])
-        state["module." + name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
-    torch.save({"state_dict": state, "step": 7}, dst)
+        state[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return state
+
+
+def main():
+    args = sys.argv[1:]
+    upstream = args[0] == "--upstream"
+    src, dst = args[-2], args[-1]
+    state = read(src)
+    if not upstream:
+        torch.save({"state_dict": {"module." + k: v for k, v in state.items()}, "step": 7}, dst)
+        return 0
+    hidden = state["x_embedder.proj.weight"].shape[0]
+    model = dict(state)
+    model["pos_embed"] = torch.zeros(1, 16, hidden)
+    ema = {k: v.clone() for k, v in model.items()}
+    torch.save({"state_dict": model, "state_dict_ema": ema, "optimizer": {"state": {}, "param_groups": []},
+                "epoch": 1, "step": 7}, dst)
     return 0
 
 

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "sana/util/log.h"
 #include "sana/util/safetensors.h"
 
 namespace sana::model {
@@ -49,6 +50,9 @@ std::map<std::string, torch::Tensor> from_pickle(const std::string& path) {
   }
   return out;
 }
+
+// Buffers upstream's SanaMS saves that this model does not have (see LoadReport::ignored).
+bool is_ignored_upstream_buffer(const std::string& name) { return name == "pos_embed"; }
 
 }  // namespace
 
@@ -111,7 +115,13 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
     }
   }
   for (const auto& [name, t] : file) {
-    if (!targets.count(name)) report.unexpected.push_back(name);
+    if (targets.count(name)) continue;
+    (is_ignored_upstream_buffer(name) ? report.ignored : report.unexpected).push_back(name);
+  }
+  for (const auto& name : report.ignored) {
+    log::info("'{}': {} ignored: upstream's fixed sin-cos position table; this model adds no absolute "
+              "position embedding (as upstream with use_pe: false)",
+              path, name);
   }
   if (strict && !report.clean()) {
     throw WeightsError(fmt::format("'{}' does not fit the model: {} (load non-strictly to take what fits)",

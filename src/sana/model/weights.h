@@ -27,6 +27,10 @@ struct LoadReport {
   std::vector<std::string> missing;     // in the model, not in the file
   std::vector<std::string> unexpected;  // in the file, not in the model
   std::vector<std::string> mismatched;  // "name: file 3x4, model 4x4"
+  // In the file, kept by upstream's model but of no use to this one (pos_embed: upstream's
+  // fixed sin-cos table; this model, like upstream with use_pe false, adds none): not
+  // loaded, not a misfit, named once in the log.
+  std::vector<std::string> ignored;
   int64_t loaded = 0;
   bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
   std::string summary() const;  // a few names of each kind and the counts

@@ -127,6 +127,19 @@ TEST_CASE("weights round-trip through safetensors and torch.save; strict loads n
   CHECK(model::load_weights(*c, pt).clean());
   for (const auto& p : c->named_parameters()) CHECK(torch::equal(p.value(), pa[p.key()]));
 
+  // As upstream's save_checkpoint writes it (python3-torch): state_dict with the persistent
+  // pos_embed buffer, state_dict_ema, optimizer, epoch, step. A strict load takes it, names
+  // pos_embed as ignored (this model has no absolute position embedding), and no misfit.
+  const auto up = dir.path("upstream.pth");
+  const auto ru = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                          "/tests/reference/resave_with_torch.py --upstream " + path + " " + up);
+  REQUIRE(ru.exit_code == 0);
+  model::SanaMS u(spec, model::BuildOptions{torch::kFloat32, false, 5});
+  const auto upstream_report = model::load_weights(*u, up);
+  CHECK(upstream_report.clean());
+  CHECK(upstream_report.ignored == std::vector<std::string>{"pos_embed"});
+  for (const auto& p : u->named_parameters()) CHECK(torch::equal(p.value(), pa[p.key()]));
+
   // Another shape: strict names every misfit and changes nothing; non-strict takes what fits.
   auto deeper = spec;
   deeper.depth = 3;
