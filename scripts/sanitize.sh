@@ -22,9 +22,9 @@ data=$root/data/example
 status=0
 rows=()
 
-build() {  # KIND TARGET...
-  local kind=$1 dir=$root/build-${1/address/asan}
-  dir=${dir/thread/tsan}
+build() {  # KIND TARGET...: build-asan/ or build-tsan/
+  local kind=$1 dir
+  case $kind in address) dir=$root/build-asan ;; thread) dir=$root/build-tsan ;; esac
   shift
   if [ ! -f "$dir/CMakeCache.txt" ]; then
     local generator=()

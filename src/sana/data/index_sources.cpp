@@ -208,7 +208,8 @@ class JsonlSource : public RowSource {
 
 constexpr size_t kMaxRecord = 64u << 20;
 
-// Whether a CSV record so far has a quoted field still open (it goes on on the next line).
+// Whether a CSV text has an odd number of quotes: a record so far with a quoted field still
+// open (it goes on on the next line), or a line that flips that.
 bool quote_open(const std::string& record) {
   return std::count(record.begin(), record.end(), '"') % 2 == 1;
 }
@@ -260,16 +261,18 @@ class CsvSource : public RowSource {
       if (trim(line).empty()) continue;
       // A quoted field may hold newlines (RFC 4180): the record goes on.
       std::string more;
-      while (quote_open(line) && std::getline(in_, more)) {
+      bool in_quotes = quote_open(line);
+      while (in_quotes && std::getline(in_, more)) {
         ++line_no_;
         line += '\n' + more;
+        in_quotes ^= quote_open(more);  // each line flips the parity by its own quotes
         if (line.size() > kMaxRecord) {
           throw IndexError(fmt::format("{}:{}: a quoted field runs on for over {} MiB (a quote never closed?)", file_,
                                        first_line, kMaxRecord >> 20));
         }
       }
       const std::string where = fmt::format("{}:{}", file_, first_line);
-      if (quote_open(line)) throw IndexError(fmt::format("{}: a quoted field is never closed", where));
+      if (in_quotes) throw IndexError(fmt::format("{}: a quoted field is never closed", where));
       if (const size_t bad = invalid_utf8_at(line); bad != std::string::npos) {
         throw IndexError(fmt::format("{}: byte {} (0x{:02X}) is not UTF-8; save the file as UTF-8", where, bad + 1,
                                      static_cast<unsigned char>(line[bad])));

@@ -6,7 +6,7 @@
 #include <regex>
 #include <vector>
 
-#include "sana/util/safetensors_header.h"
+#include "sana/util/safetensors.h"
 
 namespace sana::data {
 
@@ -99,13 +99,11 @@ torch::Tensor read_safetensors(const std::string& path, const std::vector<char>&
     }
   }
   if (entry == nullptr) throw TensorFileError(fmt::format("'{}' has no tensor '{}'", path, key));
-  torch::ScalarType type;
-  if (entry->dtype == "F32") type = torch::kFloat32;
-  else if (entry->dtype == "F16") type = torch::kFloat16;
-  else if (entry->dtype == "BF16") type = torch::kBFloat16;
-  else if (entry->dtype == "F64") type = torch::kFloat64;
-  else throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
-                                         entry->name, entry->dtype));
+  const torch::ScalarType type = safetensors_scalar_type(entry->dtype);  // the header checked it
+  if (!torch::isFloatingType(type)) {
+    throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
+                                      entry->name, entry->dtype));
+  }
   return from_bytes(b.data() + entry->begin, entry->end - entry->begin, type, entry->shape, path);
 }
 

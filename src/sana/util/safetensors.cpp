@@ -22,6 +22,13 @@ const std::vector<std::pair<torch::ScalarType, const char*>>& dtype_names() {
 
 }  // namespace
 
+torch::ScalarType safetensors_scalar_type(const std::string& dtype) {
+  const auto& names = dtype_names();
+  const auto d = std::find_if(names.begin(), names.end(), [&](const auto& x) { return dtype == x.second; });
+  if (d == names.end()) throw SafetensorsError(fmt::format("dtype {} is not one this reader takes", dtype));
+  return d->first;
+}
+
 void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
@@ -77,10 +84,9 @@ SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string&
   const SafetensorsHeader header = parse_safetensors_header(b.data(), b.size(), path);
   SafetensorsFile file;
   file.metadata = header.metadata;
-  const auto& names = dtype_names();
   for (const auto& e : header.entries) {
-    const auto d = std::find_if(names.begin(), names.end(), [&](const auto& x) { return e.dtype == x.second; });
-    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(d->first));  // the header checked dtype and size
+    // The header checked the dtype and that the range holds exactly shape x dtype bytes.
+    auto t = torch::empty(e.shape, torch::TensorOptions().dtype(safetensors_scalar_type(e.dtype)));
     std::memcpy(t.data_ptr(), b.data() + e.begin, e.end - e.begin);
     file.tensors.emplace_back(e.name, std::move(t));
   }

@@ -29,6 +29,10 @@ struct SafetensorsFile {
   torch::Tensor get(const std::string& name) const;  // throws SafetensorsError
 };
 
+// The LibTorch type of a safetensors dtype the header reader takes (F64, F32, F16, BF16,
+// I64, I32, U8, BOOL); a SafetensorsError for any other.
+torch::ScalarType safetensors_scalar_type(const std::string& dtype);
+
 // Reads every tensor; a truncated or malformed file is a SafetensorsError naming it.
 SafetensorsFile read_safetensors(const std::string& path);
 // The same from a file's bytes already in memory (`path` names it in errors).
