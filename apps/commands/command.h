@@ -54,6 +54,8 @@ class ConfigCommand {
     return ctx;
   }
   virtual int run(const dist::LaunchEnv& env, const config::Config& cfg) = 0;
+  // Whether it prints the config itself (with its load notes as comments) instead of logging them.
+  virtual bool prints_config() const { return false; }
 };
 
 // What a subcommand does with its config.

@@ -7,6 +7,7 @@
 #include "command.h"
 #include "sana/config/schema.h"
 #include "sana/distributed/startup_failure.h"
+#include "sana/util/log.h"
 
 namespace sana::app {
 
@@ -39,7 +40,12 @@ config::Config load_config(const ConfigCommand& command, const dist::LaunchEnv& 
   std::vector<std::string> files;
   if (!command.config_file().empty()) files.push_back(command.config_file());
   try {
-    return config::load_config(files, overrides, command.validation(env), std::move(cli_issues));
+    auto cfg = config::load_config(files, overrides, command.validation(env), std::move(cli_issues));
+    // --print-config writes them as comments of its YAML instead.
+    if (env.rank == 0 && !command.prints_config()) {
+      for (const auto& note : cfg.load_notes) log::info("config: {}", note);
+    }
+    return cfg;
   } catch (const config::ConfigError& e) {
     // The other ranks would wait for this one until dist.timeout_s: tell them now.
     dist::report_startup_failure(env, "", 0, e.issues().front().format());
@@ -74,6 +80,7 @@ class PrintConfig : public ConfigCommand {
  public:
   PrintConfig(CLI::App& app, const TopLevelOptions& top) : app_(app), top_(top) {}
   bool chosen() const override { return top_.print_config; }
+  bool prints_config() const override { return true; }
   std::string config_file() const override { return top_.config_path; }
   std::vector<std::string> overrides() const override { return app_.remaining(); }
   config::ValidationContext validation(const dist::LaunchEnv& env) const override {

@@ -87,4 +87,30 @@ inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
 #endif
 }
 
+// ---- autocast (CPU) -----------------------------------------------------------------------
+
+inline bool cpu_autocast_enabled() {
+#if SANA_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(at::kCPU);
+#else
+  return at::autocast::is_cpu_enabled();
+#endif
+}
+
+inline void set_cpu_autocast(bool enabled) {
+#if SANA_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+#else
+  at::autocast::set_cpu_enabled(enabled);
+#endif
+}
+
+inline void set_cpu_autocast_dtype(at::ScalarType dtype) {
+#if SANA_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+#else
+  at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+}
+
 }  // namespace sana::compat

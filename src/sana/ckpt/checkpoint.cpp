@@ -59,6 +59,9 @@ nlohmann::ordered_json to_json(const TrainerState& s) {
           {"bad_samples", s.bad_samples},
           {"samples_read", s.reads},
           {"skipped_steps", s.skipped_steps},
+          {"loss_scale", s.loss_scale},
+          {"loss_scale_clean_steps", s.loss_scale_clean_steps},
+          {"overflow_steps", s.overflow_steps},
           {"checksums", s.checksums}};
 }
 
@@ -76,6 +79,9 @@ TrainerState from_json(const nlohmann::json& j) {
   s.bad_samples = j.value("bad_samples", int64_t{0});
   s.reads = j.value("samples_read", int64_t{0});
   s.skipped_steps = j.value("skipped_steps", int64_t{0});
+  s.loss_scale = j.value("loss_scale", 0.0);
+  s.loss_scale_clean_steps = j.value("loss_scale_clean_steps", int64_t{0});
+  s.overflow_steps = j.value("overflow_steps", int64_t{0});
   s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
   return s;
 }

@@ -39,6 +39,9 @@ struct TrainerState {
   std::string model;
   std::string config_hash;
   int64_t bad_samples = 0, reads = 0, skipped_steps = 0;
+  // fp16 loss scaling (train/loss_scaler.h): 0 when the run did not scale.
+  double loss_scale = 0;
+  int64_t loss_scale_clean_steps = 0, overflow_steps = 0;
   std::map<std::string, std::string> checksums;  // file name -> xxh3-64 hex
 };
 

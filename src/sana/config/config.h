@@ -17,12 +17,12 @@ namespace sana::config {
 enum class Tail { drop, pad };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
-enum class VaeType { none, torchscript };
-enum class TextEncoderType { none, torchscript };
+enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, mode, uniform };
 enum class OptimizerType { AdamW, CAME };
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
-enum class AutoLr { none, sqrt };
+enum class TimestepGrid { integer, continuous };
+enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
@@ -34,9 +34,8 @@ template <> struct Names<DataSampler> {
 template <> struct Names<Precision> {
   static constexpr std::array<std::string_view, 3> values{"fp32", "fp16", "bf16"};
 };
-template <> struct Names<VaeType> { static constexpr std::array<std::string_view, 2> values{"none", "torchscript"}; };
-template <> struct Names<TextEncoderType> {
-  static constexpr std::array<std::string_view, 2> values{"none", "torchscript"};
+template <> struct Names<VaeType> {
+  static constexpr std::array<std::string_view, 3> values{"none", "torchscript", "dc-ae"};
 };
 template <> struct Names<Weighting> {
   static constexpr std::array<std::string_view, 3> values{"logit_normal", "mode", "uniform"};
@@ -45,7 +44,12 @@ template <> struct Names<OptimizerType> { static constexpr std::array<std::strin
 template <> struct Names<LrSchedule> {
   static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};
 };
-template <> struct Names<AutoLr> { static constexpr std::array<std::string_view, 2> values{"none", "sqrt"}; };
+template <> struct Names<AutoLr> {
+  static constexpr std::array<std::string_view, 3> values{"none", "sqrt", "linear"};
+};
+template <> struct Names<TimestepGrid> {
+  static constexpr std::array<std::string_view, 2> values{"integer", "continuous"};
+};
 template <> struct Names<PreviewOn> { static constexpr std::array<std::string_view, 2> values{"shared", "rank0"}; };
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
 template <> struct Names<DeviceKind> {
@@ -72,7 +76,7 @@ struct DataConfig {
 struct ModelConfig {
   std::string model = "SanaMS_600M_P1_D28";
   int64_t image_size = 512;
-  Precision mixed_precision = Precision::bf16;
+  Precision mixed_precision = Precision::fp16;  // upstream's default; fp16 runs with loss scaling
   bool fp32_attention = true;
   std::string load_from;
   bool multi_scale = true;
@@ -81,13 +85,18 @@ struct ModelConfig {
   std::string ffn_type = "glumbconv";
   double mlp_ratio = 2.5;
   bool qk_norm = false;
-  double class_dropout_prob = 0.1;
+  bool cross_norm = false;      // RMSNorm on the cross-attention's q and k (Sana 1.5)
+  bool use_pe = false;          // fixed 2-D sin-cos position embedding on the patch tokens
+  double pe_interpolation = 1.0;  // its grid scale (upstream's lewei_scale)
+  double class_dropout_prob = 0.0;
   int64_t num_classes = 0;  // >0 without captions: class-conditional (labels from the data)
   bool load_strict = true;  // load_from: every tensor must match (false: load what fits)
 };
 
 struct VaeConfig {
-  VaeType vae_type = VaeType::none;  // none: pixel space; torchscript: vae_pretrained
+  // none: pixel space; torchscript or dc-ae (upstream's name): vae_pretrained is a
+  // TorchScript export (dc-ae and a model name: load_vae_feat, or an error saying how to export).
+  VaeType vae_type = VaeType::none;
   std::string vae_pretrained;
   double scale_factor = 0.41407;
   int64_t vae_latent_dim = 32;
@@ -95,12 +104,15 @@ struct VaeConfig {
 };
 
 struct TextEncoderConfig {
-  TextEncoderType text_encoder_name = TextEncoderType::none;  // none: class labels or unconditional
+  // none: class labels or unconditional; torchscript or one of upstream's encoder names
+  // (gemma-2-2b-it, T5, ...; config/upstream.h): text_encoder_path is a TorchScript export.
+  std::string text_encoder_name = "none";
   std::string text_encoder_path;
   int64_t caption_channels = 2304;
   int64_t model_max_length = 300;
   bool y_norm = true;
-  double y_norm_scale_factor = 0.01;
+  double y_norm_scale_factor = 1.0;
+  std::vector<std::string> chi_prompt;  // lines put before every caption (joined by newlines)
 };
 
 struct SchedulerConfig {
@@ -112,7 +124,10 @@ struct SchedulerConfig {
   double logit_mean = 0.0;
   double logit_std = 1.0;
   double mode_scale = 1.29;
-  std::string vis_sampler = "flow_euler";
+  // integer: upstream's grid (t = floor(1000 u), sigma from the shifted t/1000 table, the model
+  // sees trunc(1000 sigma)); continuous: sigma = shift(u), the model sees 1000 sigma.
+  TimestepGrid timestep_grid = TimestepGrid::integer;
+  std::string vis_sampler = "flow_dpm-solver";
 };
 
 struct OptimizerConfig {
@@ -127,7 +142,10 @@ struct OptimizerConfig {
 
 struct LrScheduleArgs {
   int64_t num_warmup_steps = 500;
-  double final_lr_ratio = 0.1;  // cosine_decay_to_constant: floor as a fraction of lr
+  // cosine_decay_to_constant: floor as a fraction of lr; 0 = upstream's 1 / the auto_lr scale
+  double final_lr_ratio = 0.0;
+  double num_decay = 0.667;  // cosine_decay_to_constant: decays over this fraction of the steps
+  double num_cycles = 0.5;   // cosine: half-waves over the run (0.5 = one decay to 0)
 };
 
 struct TrainConfig {
@@ -136,20 +154,29 @@ struct TrainConfig {
   int64_t max_steps = 0;  // optimizer steps; 0 = bounded by num_epochs only
   int64_t global_batch_size = 32;  // samples per optimizer step, fixed for the run
   int64_t micro_batch_size = 4;    // samples per process per forward
+  // Upstream's style (0 = unset): per-process batch and accumulation; when either is set the
+  // global batch is train_batch_size x gradient_accumulation_steps x world size.
+  int64_t train_batch_size = 0;
+  int64_t gradient_accumulation_steps = 0;
   int64_t num_workers = 4;
   bool grad_checkpointing = false;
   double gradient_clip = 1.0;  // global-norm clip; 0 disables
   OptimizerConfig optimizer;
   LrSchedule lr_schedule = LrSchedule::constant;
   LrScheduleArgs lr_schedule_args;
-  AutoLr auto_lr = AutoLr::none;  // sqrt: scale lr by sqrt(global_batch_size / 256)
-  double ema_rate = 0.9999;      // 0 disables the EMA copy
+  AutoLr auto_lr = AutoLr::sqrt;  // scale lr by sqrt (or linear) of global_batch_size / 256
+  bool ema_update = false;       // keep an EMA copy of the weights (upstream's default: off)
+  double ema_rate = 0.9999;      // its decay; 0 turns it off too
   int64_t log_interval = 50;
-  int64_t save_model_steps = 1000;
+  int64_t save_model_steps = 1000000;
   int64_t save_model_epochs = 1;
   bool visualize = false;
-  int64_t eval_sampling_steps = 500;
-  std::vector<std::string> validation_prompts;
+  int64_t eval_sampling_steps = 250;
+  std::vector<std::string> validation_prompts = {  // upstream's five
+      "dog", "portrait photo of a girl, photograph, highly detailed face, depth of field",
+      "Self-portrait oil painting, a beautiful cyborg with golden hair, 8k",
+      "Astronaut in a jungle, cold color palette, muted colors, detailed, 8k",
+      "A photo of beautiful mountain with realistic sunset and blue lake, highly detailed, masterpiece"};
   int64_t preview_steps = 20;
   double preview_cfg_scale = 4.5;
   int64_t preview_images = 4;
@@ -183,6 +210,9 @@ struct CkptConfig {
 };
 
 struct Config {
+  // What loading said without failing: upstream keys accepted with no effect here, renamed
+  // keys, derived values. Not a config key: never printed as one, never fingerprinted.
+  std::vector<std::string> load_notes;
   std::string work_dir = "output/run";
   std::string resume_from;  // "", "latest" or a checkpoint directory
   std::string log_level = "info";
@@ -200,5 +230,14 @@ struct Config {
 // Micro-steps per optimizer step on `world_size` processes, or 0 when
 // global_batch_size is not micro_batch_size × world_size × a whole number.
 int64_t accumulation_steps(const TrainConfig& train, int64_t world_size);
+
+// Whether the global batch follows the world size (upstream's train_batch_size style).
+inline bool upstream_batch_style(const TrainConfig& t) {
+  return t.train_batch_size > 0 || t.gradient_accumulation_steps > 0;
+}
+inline bool uses_vae(const VaeConfig& v) { return v.vae_type != VaeType::none; }
+inline bool uses_text_encoder(const TextEncoderConfig& t) { return t.text_encoder_name != "none"; }
+// Whether the EMA copy is kept.
+inline bool ema_enabled(const TrainConfig& t) { return t.ema_update && t.ema_rate > 0; }
 
 }  // namespace sana::config

@@ -28,9 +28,15 @@ std::vector<std::string> split_key(const std::string& key) {
 
 namespace {
 
-std::string emit(const Config& config, const std::vector<std::string>& skip) {
+std::string emit(const Config& config, std::vector<std::string> skip) {
   Config copy = config;
   std::string out = "# sana-train config, fully resolved\n";
+  if (upstream_batch_style(config.train)) {
+    // Derived from train_batch_size and the world size: written, they would set both styles.
+    skip.insert(skip.end(), {"train.global_batch_size", "train.micro_batch_size"});
+    out += fmt::format("# train.global_batch_size {} and micro_batch_size {} follow train_batch_size\n",
+                       config.train.global_batch_size, config.train.micro_batch_size);
+  }
   std::vector<std::string> open;  // the sections the previous key was in
   for (const Field& f : fields_of(copy)) {
     if (std::find(skip.begin(), skip.end(), f.key) != skip.end()) continue;
@@ -52,7 +58,11 @@ std::string emit(const Config& config, const std::vector<std::string>& skip) {
 
 }  // namespace
 
-std::string to_yaml(const Config& config) { return emit(config, {}); }
+std::string to_yaml(const Config& config) {
+  std::string notes;
+  for (const auto& note : config.load_notes) notes += "# note: " + note + "\n";
+  return notes + emit(config, {});
+}
 
 std::string config_fingerprint(const Config& config) {
   // Keys that may rightly differ between ranks (per host or per process).

@@ -15,6 +15,7 @@
 #include <set>
 
 #include "sana/config/schema.h"
+#include "sana/config/upstream.h"
 
 namespace fs = std::filesystem;
 
@@ -30,6 +31,7 @@ struct Entry {
   YAML::Node value;
   Origin key_origin;
   Origin value_origin;
+  int64_t written = 0;  // when it was last set: later layers and later lines win
 };
 
 Origin mark_origin(const std::string& file, const YAML::Mark& mark) {
@@ -60,7 +62,10 @@ struct ConfigLoader::Layers {
   bool file_failed = false;  // a file or base could not be read: its keys are unknown
   std::vector<std::string> loading;  // files being loaded, for cycle detection
 
+  int64_t writes = 0;
+
   void set(Entry e) {
+    e.written = ++writes;
     auto it = std::find_if(entries.begin(), entries.end(),
                            [&](const Entry& x) { return x.key == e.key; });
     if (it == entries.end()) {
@@ -73,7 +78,8 @@ struct ConfigLoader::Layers {
   // Leaves of `node` under `prefix`. Mappings nest; everything else is a leaf.
   void flatten(const YAML::Node& node, const std::string& prefix, const Origin& key_origin,
                const Origin& value_origin, const std::string& file) {
-    if (!node.IsMap()) {
+    // An empty mapping under a key is a value (upstream's `auto_lr: {}` means "off").
+    if (!node.IsMap() || (node.size() == 0 && !prefix.empty())) {
       set(Entry{prefix, node, key_origin, node.IsNull() ? key_origin : value_origin});
       return;
     }
@@ -295,9 +301,48 @@ void ConfigLoader::add_override(const Override& o) {
   layers_->flatten(value, o.key, origin, origin, "");
 }
 
+namespace {
+
+// Upstream's keys and value names become ours (config/upstream.h); keys accepted with no
+// effect are dropped with a note. Two entries that end up at one key must agree.
+std::vector<Entry> translate_entries(const std::vector<Entry>& entries, std::vector<ConfigIssue>& issues,
+                                     std::vector<std::string>& notes) {
+  std::vector<Entry> out;
+  std::map<std::string, std::string> written_as;  // our key -> the key the YAML used
+  for (const Entry& e : entries) {
+    UpstreamTranslation t = translate_upstream(e.key, e.value);
+    if (!t.error.empty()) {
+      issues.push_back({e.key, t.error, e.value_origin, t.hint});
+      continue;
+    }
+    if (!t.note.empty()) notes.push_back(t.note);
+    if (t.dropped) continue;
+    Entry translated{t.key, t.value, e.key_origin, e.value_origin, e.written};
+    auto same = std::find_if(out.begin(), out.end(), [&](const Entry& x) { return x.key == t.key; });
+    if (same == out.end()) {
+      written_as[t.key] = e.key;
+      out.push_back(std::move(translated));
+      continue;
+    }
+    const bool later = e.written > same->written;
+    if (YAML::Dump(same->value) != YAML::Dump(t.value)) {
+      notes.push_back(fmt::format("{} is set both as {} and as {}: the later one, {}, is used", t.key,
+                                  written_as[t.key], e.key, later ? e.key : written_as[t.key]));
+    }
+    if (later) {
+      written_as[t.key] = e.key;
+      *same = std::move(translated);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Config ConfigLoader::build(const ValidationContext& ctx) const {
   Config config;
   std::vector<ConfigIssue> issues = layers_->issues;
+  const std::vector<Entry> entries = translate_entries(layers_->entries, issues, config.load_notes);
   std::vector<Field> fields = fields_of(config);
   const std::vector<std::string> sections = section_keys(fields);
   std::vector<std::string> known;
@@ -306,7 +351,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
 
   OriginMap origins;
   std::set<std::string> reported;  // unknown sections and misused fields, reported once
-  for (const Entry& e : layers_->entries) {
+  for (const Entry& e : entries) {
     auto field = std::find_if(fields.begin(), fields.end(),
                               [&](const Field& f) { return f.key == e.key; });
     if (field != fields.end()) {
@@ -323,7 +368,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
       continue;
     }
     if (std::find(sections.begin(), sections.end(), e.key) != sections.end()) {
-      if (e.value.IsNull()) continue;  // "data:" with nothing under it
+      if (e.value.IsNull() || e.value.IsMap()) continue;  // "data:" or "data: {}"
       issues.push_back({e.key,
                         fmt::format("is a section, got {}", describe_node(e.value)),
                         e.value_origin,
@@ -362,6 +407,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
   }
 
   resolve_defaults(config);
+  resolve_upstream_style(config, origins, ctx.world_size, issues);
   // Without all of its files the config is incomplete: checking it would report noise.
   if (!layers_->file_failed) {
     for (auto& issue : validate(config, ctx, origins)) issues.push_back(std::move(issue));

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "sana/config/checks.h"
+#include "sana/config/upstream.h"
 
 namespace sana::config {
 
@@ -44,7 +45,7 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("aspect_ratio_type", d.aspect_ratio_type,
         "bucket table: upstream's ASPECT_RATIO_<size> or 'generated' (any size, bucket_step)")
       .one_of({"ASPECT_RATIO_256", "ASPECT_RATIO_512", "ASPECT_RATIO_1024", "ASPECT_RATIO_2048",
-               "generated"});
+               "ASPECT_RATIO_4096", "generated"});
   s.add("multi_scale_sizes", d.multi_scale_sizes, "further base sizes trained in the same run")
       .at_least(8);
   s.add("bucket_step", d.bucket_step, "pixel step of generated bucket tables").at_least(1);
@@ -80,7 +81,10 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
   s.add("linear_head_dim", m.linear_head_dim, "channels per linear-attention head").at_least(1);
   s.add("ffn_type", m.ffn_type, "feed-forward kind").one_of({"glumbconv"});
   s.add("mlp_ratio", m.mlp_ratio, "feed-forward hidden size / model width").above(0);
-  s.add("qk_norm", m.qk_norm, "RMSNorm on queries and keys (SANA-1.5)");
+  s.add("qk_norm", m.qk_norm, "RMSNorm on the self-attention's queries and keys (SANA-1.5)");
+  s.add("cross_norm", m.cross_norm, "RMSNorm on the cross-attention's queries and keys (SANA-1.5)");
+  s.add("use_pe", m.use_pe, "add a fixed 2-D sin-cos position embedding to the patch tokens");
+  s.add("pe_interpolation", m.pe_interpolation, "use_pe: grid scale of the embedding").above(0);
   s.add("class_dropout_prob", m.class_dropout_prob, "caption/class dropout for guidance")
       .at_least(0)
       .at_most(1);
@@ -93,8 +97,9 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
 
 void describe_vae(std::vector<Field>& f, VaeConfig& v) {
   Section s(f, "vae");
-  s.add("vae_type", v.vae_type, "'none' trains in pixel space; 'torchscript' loads vae_pretrained");
-  s.add("vae_pretrained", v.vae_pretrained, "TorchScript VAE encoder file");
+  s.add("vae_type", v.vae_type,
+        "'none' trains in pixel space; 'torchscript' or 'dc-ae' loads vae_pretrained");
+  s.add("vae_pretrained", v.vae_pretrained, "TorchScript VAE file (encode, optionally decode)");
   s.add("scale_factor", v.scale_factor, "latent scale factor").above(0);
   s.add("vae_latent_dim", v.vae_latent_dim, "latent channels").at_least(1);
   s.add("vae_downsample_rate", v.vae_downsample_rate, "pixels per latent cell").at_least(1);
@@ -103,12 +108,15 @@ void describe_vae(std::vector<Field>& f, VaeConfig& v) {
 void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
   Section s(f, "text_encoder");
   s.add("text_encoder_name", t.text_encoder_name,
-        "'none' (class labels or unconditional) or 'torchscript' (text_encoder_path)");
+        "'none' (class labels or unconditional), 'torchscript' or an upstream encoder name "
+        "(runs text_encoder_path)")
+      .one_of(text_encoder_names());
   s.add("text_encoder_path", t.text_encoder_path, "TorchScript text encoder file");
   s.add("caption_channels", t.caption_channels, "caption feature width").at_least(1);
   s.add("model_max_length", t.model_max_length, "caption tokens").at_least(1);
   s.add("y_norm", t.y_norm, "RMSNorm on caption features");
   s.add("y_norm_scale_factor", t.y_norm_scale_factor, "initial RMSNorm weight").above(0);
+  s.add("chi_prompt", t.chi_prompt, "instruction lines put before every caption (Sana's CHI)");
 }
 
 void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
@@ -121,6 +129,8 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
   s.add("logit_mean", sc.logit_mean, "mean of the logit-normal timestep density");
   s.add("logit_std", sc.logit_std, "std of the logit-normal timestep density").above(0);
   s.add("mode_scale", sc.mode_scale, "scale of the 'mode' timestep density");
+  s.add("timestep_grid", sc.timestep_grid,
+        "integer: upstream's 1/1000 grid and integer model timesteps; continuous: any sigma");
   s.add("vis_sampler", sc.vis_sampler, "sampler for preview images")
       .one_of({"flow_euler", "flow_dpm-solver"});
 }
@@ -136,6 +146,14 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .commonly_used();
   s.add("micro_batch_size", t.micro_batch_size, "samples per process per forward").at_least(1)
       .commonly_used();
+  s.add("train_batch_size", t.train_batch_size,
+        "upstream style, 0 = unset: per-process batch; global = it x accumulation x world size")
+      .at_least(0)
+      .at_most(1 << 20);
+  s.add("gradient_accumulation_steps", t.gradient_accumulation_steps,
+        "upstream style, 0 = unset: micro-steps per optimizer step (train_batch_size)")
+      .at_least(0)
+      .at_most(1 << 20);
   s.add("num_workers", t.num_workers, "data loading threads per process").at_least(0);
   s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
@@ -152,10 +170,16 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")
       .at_least(0);
   a.add("final_lr_ratio", t.lr_schedule_args.final_lr_ratio,
-        "cosine_decay_to_constant: final lr / lr")
+        "cosine_decay_to_constant: final lr / lr; 0 = upstream's 1 / the auto_lr scale")
       .at_least(0)
       .at_most(1);
-  s.add("auto_lr", t.auto_lr, "'sqrt' scales lr by sqrt(global_batch_size / 256)");
+  a.add("num_decay", t.lr_schedule_args.num_decay,
+        "cosine_decay_to_constant: fraction of the steps the decay takes")
+      .above(0)
+      .at_most(1);
+  a.add("num_cycles", t.lr_schedule_args.num_cycles, "cosine: half-waves over the run").above(0);
+  s.add("auto_lr", t.auto_lr, "scale lr by sqrt (or linear) of global_batch_size / 256");
+  s.add("ema_update", t.ema_update, "keep an EMA copy of the weights (updated before each step)");
   s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
       0.999999999);
   s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)

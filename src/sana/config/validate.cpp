@@ -8,6 +8,7 @@
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
 #include "sana/config/checks.h"
+#include "sana/config/upstream.h"
 
 namespace fs = std::filesystem;
 
@@ -151,9 +152,9 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
              fmt::format("use ASPECT_RATIO_{} if upstream has it, or 'generated'", d.image_size));
     }
     for (int64_t s : d.multi_scale_sizes) {
-      if (s != 256 && s != 512 && s != 1024 && s != 2048) {
+      if (s != 256 && s != 512 && s != 1024 && s != 2048 && s != 4096) {
         c.fail("data.multi_scale_sizes",
-               fmt::format("{} has no upstream bucket table (256, 512, 1024, 2048)", s),
+               fmt::format("{} has no upstream bucket table (256, 512, 1024, 2048, 4096)", s),
                "set data.aspect_ratio_type: generated for other sizes");
       }
     }
@@ -179,8 +180,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
     c.fail("vae.vae_pretrained", "is required when vae.vae_type is torchscript",
            "give the TorchScript encoder file, or set vae.vae_type: none");
   }
-  if (cfg.text_encoder.text_encoder_name == TextEncoderType::torchscript &&
-      cfg.text_encoder.text_encoder_path.empty()) {
+  if (cfg.text_encoder.text_encoder_name == "torchscript" && cfg.text_encoder.text_encoder_path.empty()) {
     c.fail("text_encoder.text_encoder_path", "is required when text_encoder_name is torchscript",
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
   }
@@ -202,6 +202,40 @@ void check_existing(Checker& c, const std::string& key, const std::string& path,
   }
 }
 
+constexpr const char* kExportHint =
+    "export it to TorchScript (README, 'Coming from NVlabs/Sana') and give the file, or precompute "
+    "features and set data.{}: true";
+
+// One encoder file a training run will load: a local TorchScript file, not a hub name.
+void check_encoder_file(Checker& c, const char* key, const std::string& path, const std::string& if_empty,
+                        const char* features_key, const char* what) {
+  const std::string hint = fmt::format(kExportHint, features_key);
+  if (path.empty()) {
+    c.fail(key, if_empty, hint);
+  } else if (looks_like_hub_name(path)) {
+    c.fail(key, fmt::format("'{}' names a hub model; sana-train runs a local TorchScript export of the {}", path, what),
+           hint);
+  } else {
+    check_existing(c, key, path, what);
+  }
+}
+
+// Upstream's YAMLs name hub models (mit-han-lab/dc-ae-..., gemma-2-2b-it): say how to provide them.
+void check_encoder_paths(Checker& c, const Config& cfg) {
+  const auto& vae = cfg.vae;
+  if (uses_vae(vae) && !cfg.data.load_vae_feat) {
+    check_encoder_file(c, "vae.vae_pretrained", vae.vae_pretrained,
+                       fmt::format("is empty, but vae.vae_type is {}", name_of(vae.vae_type)), "load_vae_feat", "VAE");
+  }
+  const auto& text = cfg.text_encoder;
+  if (uses_text_encoder(text) && !cfg.data.load_text_feat) {
+    check_encoder_file(c, "text_encoder.text_encoder_path", text.text_encoder_path,
+                       fmt::format("is empty: text_encoder_name {} runs from a local TorchScript export here",
+                                   text.text_encoder_name),
+                       "load_text_feat", "text encoder");
+  }
+}
+
 void check_paths(Checker& c, const Config& cfg) {
   if (cfg.data.data_dir.empty()) {
     c.fail("data.data_dir", "is required: no training data given",
@@ -211,14 +245,7 @@ void check_paths(Checker& c, const Config& cfg) {
   if (!cfg.model.load_from.empty()) {
     check_existing(c, "model.load_from", cfg.model.load_from, "checkpoint");
   }
-  if (cfg.vae.vae_type == VaeType::torchscript && !cfg.vae.vae_pretrained.empty()) {
-    check_existing(c, "vae.vae_pretrained", cfg.vae.vae_pretrained, "VAE encoder");
-  }
-  if (cfg.text_encoder.text_encoder_name == TextEncoderType::torchscript &&
-      !cfg.text_encoder.text_encoder_path.empty()) {
-    check_existing(c, "text_encoder.text_encoder_path", cfg.text_encoder.text_encoder_path,
-                   "text encoder");
-  }
+  check_encoder_paths(c, cfg);
   if (!cfg.resume_from.empty() && cfg.resume_from != "latest") {
     check_existing(c, "resume_from", cfg.resume_from, "checkpoint");
   }

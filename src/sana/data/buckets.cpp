@@ -13,7 +13,8 @@ namespace sana::data {
 namespace {
 
 // Upstream's ASPECT_RATIO_512 (key, height, width). ASPECT_RATIO_256 halves every size,
-// 1024 doubles it and 2048 quadruples it, exactly as upstream's tables do.
+// 1024 doubles it, 2048 quadruples it and 4096 multiplies it by 8, exactly as upstream's
+// tables do (its 4096 table, as diffusers' ASPECT_RATIO_4096_BIN, starts 0.25: 2048 x 8192).
 struct Row {
   const char* key;
   int h, w;
@@ -45,6 +46,7 @@ BucketTable BucketTable::upstream(const std::string& name) {
       {"ASPECT_RATIO_512", {1, 1}},
       {"ASPECT_RATIO_1024", {2, 1}},
       {"ASPECT_RATIO_2048", {4, 1}},
+      {"ASPECT_RATIO_4096", {8, 1}},
   };
   auto it = scale.find(name);
   if (it == scale.end()) throw std::invalid_argument("no upstream bucket table named " + name);

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "sana/util/random.h"
@@ -49,6 +50,24 @@ double shift_sigma(double sigma, double flow_shift) {
   return flow_shift * sigma / (1.0 + (flow_shift - 1.0) * sigma);
 }
 
+double grid_sigma(int64_t t, int64_t steps, double flow_shift) {
+  // numpy.linspace(start, stop, num): y = i * ((stop - start) / (num - 1)) + start, the last
+  // element set to stop. With start 1 and stop 1/steps, 1 - y is t / steps up to rounding.
+  const double start = 1.0, stop = 1.0 / static_cast<double>(steps);
+  double beta = stop;
+  if (t < steps - 1) {
+    const double step = (stop - start) / static_cast<double>(steps - 1);
+    volatile double product = static_cast<double>(t) * step;  // no fused multiply-add: numpy rounds twice
+    beta = product + start;
+  }
+  const double sigma = 1.0 - beta;
+  return flow_shift * sigma / (1.0 + (flow_shift - 1.0) * sigma);
+}
+
+int64_t grid_index(double u, int64_t steps) {
+  return std::clamp<int64_t>(static_cast<int64_t>(std::floor(u * static_cast<double>(steps))), 0, steps - 1);
+}
+
 bool caption_dropped(const SampleKey& key, double probability) {
   util::RandomStream rng(key_of(key, "caption_dropout"));
   return rng.uniform() < probability;
@@ -59,13 +78,20 @@ FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& 
                           double drop_probability) {
   TORCH_CHECK(x0.size(0) == static_cast<int64_t>(ids.size()), "one id per sample");
   std::vector<torch::Tensor> noise;
-  std::vector<double> sigmas;
+  std::vector<double> sigmas, alphas, timesteps;
   std::vector<uint8_t> dropped;
   const auto shape = x0.sizes().slice(1);
+  const bool grid = sched.timestep_grid == config::TimestepGrid::integer;
   for (uint32_t id : ids) {
     const SampleKey key{seed, epoch, id};
     noise.push_back(sample_noise(key, shape));
-    sigmas.push_back(shift_sigma(sample_sigma(key, sched), sched.flow_shift));
+    const double u = sample_sigma(key, sched);
+    const double sigma = grid ? grid_sigma(grid_index(u, sched.train_sampling_steps), sched.train_sampling_steps,
+                                           sched.flow_shift)
+                              : shift_sigma(u, sched.flow_shift);
+    sigmas.push_back(sigma);
+    alphas.push_back(1.0 - sigma);  // in float64 before the cast, as upstream's alphas table
+    timesteps.push_back(grid ? std::trunc(sigma * 1000.0) : sigma * 1000.0);
     dropped.push_back(caption_dropped(key, drop_probability) ? 1 : 0);
   }
   FlowBatch b;
@@ -74,9 +100,10 @@ FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& 
   std::vector<int64_t> view(static_cast<size_t>(x0.dim()), 1);
   view[0] = x0.size(0);
   const auto s = b.sigmas.view(view);
-  b.noisy = (1 - s) * x0 + s * eps;
+  const auto a = torch::tensor(alphas, torch::kFloat64).to(x0.device(), x0.scalar_type()).view(view);
+  b.noisy = a * x0 + s * eps;
   b.target = eps - x0;
-  b.timesteps = b.sigmas * 1000.0;
+  b.timesteps = torch::tensor(timesteps, torch::kFloat64).to(x0.device(), x0.scalar_type());
   b.dropped = torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kInt64)
                   .to(torch::kBool)
                   .to(x0.device());

@@ -1,7 +1,8 @@
-// The flow-matching objective (as upstream Sana trains): per-sample sigma from the
-// configured density (logit-normal, uniform or "mode"), shifted by scheduler.flow_shift,
-// x_t = (1 - sigma) x0 + sigma eps, the model sees timestep sigma * 1000, the target is
-// eps - x0. Every draw for a sample (eps, sigma, caption dropout) is a pure function of
+// The flow-matching objective (as upstream Sana trains): per-sample u from the configured
+// density (logit-normal, uniform or "mode"); on the integer grid (scheduler.timestep_grid,
+// upstream's) t = floor(N u) and sigma is entry t of upstream's shifted table (t / N, shifted
+// by scheduler.flow_shift), else sigma = shift(u); x_t = (1 - sigma) x0 + sigma eps, the model
+// sees timestep sigma * 1000 (truncated to an integer on the grid), the target is eps - x0. Every draw for a sample (eps, sigma, caption dropout) is a pure function of
 // (train.seed, epoch, sample id, purpose): never of rank, world size, worker or order,
 // so the loss of a step is the same at any world size and a resume needs no RNG state.
 #pragma once
@@ -34,6 +35,13 @@ double sample_sigma(const SampleKey& key, const config::SchedulerConfig& sched);
 
 // sigma' = s * sigma / (1 + (s - 1) * sigma)
 double shift_sigma(double sigma, double flow_shift);
+
+// Upstream's training table (SpacedDiffusion for linear_flow): sigma(t) = shift(1 - beta_t) with
+// beta = numpy.linspace(1, 1/steps, steps) in float64, exactly as numpy computes it; t in [0, steps).
+double grid_sigma(int64_t t, int64_t steps, double flow_shift);
+
+// The timestep index of u in (0, 1) on a grid of `steps`: floor(steps u), at most steps - 1.
+int64_t grid_index(double u, int64_t steps);
 
 // Whether this sample's caption (or class) is replaced by the null embedding.
 bool caption_dropped(const SampleKey& key, double probability);

@@ -9,18 +9,38 @@
 
 namespace sana::diffusion {
 
-std::vector<double> sigma_schedule(int steps, double flow_shift) {
+namespace {
+
+void check_sampler(const std::string& sampler) {
+  if (sampler != "flow_euler" && sampler != "flow_dpm-solver") {
+    throw std::invalid_argument(fmt::format("unknown sampler '{}' (flow_euler, flow_dpm-solver)", sampler));
+  }
+}
+
+}  // namespace
+
+std::vector<double> sigma_schedule(int steps, double flow_shift, const std::string& sampler) {
   if (steps < 1) throw std::invalid_argument("a sampler needs at least one step");
+  check_sampler(sampler);
   std::vector<double> sigmas;
+  if (sampler == "flow_euler") {
+    const double last = shift_sigma(0.001, flow_shift);  // diffusers' sigma_min, already shifted
+    for (int i = 0; i < steps; ++i) {
+      const double t = steps == 1 ? 1.0 : 1.0 + (last - 1.0) * static_cast<double>(i) / (steps - 1);
+      sigmas.push_back(shift_sigma(t, flow_shift));
+    }
+    sigmas.push_back(0.0);
+    return sigmas;
+  }
   for (int i = 0; i <= steps; ++i) {
-    sigmas.push_back(shift_sigma(1.0 - static_cast<double>(i) / steps, flow_shift));
+    sigmas.push_back(shift_sigma(0.999 * static_cast<double>(steps - i) / steps, flow_shift));
   }
   return sigmas;
 }
 
 torch::Tensor sample_flow(const Velocity& velocity, const torch::Tensor& noise, int steps,
                           double flow_shift, const std::string& sampler) {
-  const auto sigmas = sigma_schedule(steps, flow_shift);
+  const auto sigmas = sigma_schedule(steps, flow_shift, sampler);
   torch::Tensor x = noise;
   if (sampler == "flow_euler") {
     for (int i = 0; i < steps; ++i) {
@@ -28,31 +48,27 @@ torch::Tensor sample_flow(const Velocity& velocity, const torch::Tensor& noise, 
     }
     return x;
   }
-  if (sampler != "flow_dpm-solver") {
-    throw std::invalid_argument(fmt::format("unknown sampler '{}' (flow_euler, flow_dpm-solver)", sampler));
-  }
   // DPM-Solver++(2M) with alpha = 1 - sigma: lambda = log(alpha / sigma); data prediction
-  // x0 = x - sigma v. Second order from the second step on, first order on the last.
+  // x0 = x - sigma v. First order on the first step (no earlier prediction) and on the last
+  // (it lands on sigma = 0: the data prediction), second order between.
   auto lambda = [](double s) { return std::log((1.0 - s) / s); };
   torch::Tensor prev_x0;
   double prev_h = 0;
   for (int i = 0; i < steps; ++i) {
     const double s = sigmas[i], s_next = sigmas[i + 1];
     const auto x0 = x - s * velocity(x, s);
-    if (s_next <= 0.0) {  // the last step lands on the data prediction
+    if (s_next <= 0.0) {
       x = x0;
       break;
     }
-    // sigma = 1 has lambda = -inf: the first step is the DDIM step from pure noise.
-    const double h = s >= 1.0 ? std::numeric_limits<double>::infinity() : lambda(s_next) - lambda(s);
+    const double h = lambda(s_next) - lambda(s);
     const double alpha_next = 1.0 - s_next;
-    const double decay = std::isinf(h) ? 0.0 : std::exp(-h);  // e^{-h} = (sigma' alpha)/(sigma alpha')
     torch::Tensor d = x0;
-    if (prev_x0.defined() && std::isfinite(h) && std::isfinite(prev_h)) {
+    if (prev_x0.defined()) {  // D1 = (x0 - prev_x0) / r, r = prev_h / h; d = x0 + D1 / 2
       const double r = prev_h / h;
       d = (1 + 1 / (2 * r)) * x0 - (1 / (2 * r)) * prev_x0;
     }
-    x = (s_next / s) * x - alpha_next * (decay - 1.0) * d;
+    x = (s_next / s) * x - alpha_next * std::expm1(-h) * d;
     prev_x0 = x0;
     prev_h = h;
   }

@@ -1,8 +1,9 @@
-// Samplers for the flow-matching ODE dx/dsigma = v(x, sigma), from pure noise at sigma = 1
-// to data at sigma = 0, on upstream's shifted schedule: flow Euler, and DPM-Solver++(2M)
-// in the flow parameterisation (alpha = 1 - sigma; data prediction x - sigma v), which
-// reaches the same images in fewer steps. No randomness inside: the caller's noise fixes
-// the result.
+// Samplers for the flow-matching ODE dx/dsigma = v(x, sigma), from noise to data at
+// sigma = 0, on upstream's grids: flow Euler as diffusers' FlowMatchEulerDiscreteScheduler
+// steps, and DPM-Solver++(2M) in the flow parameterisation (alpha = 1 - sigma; data
+// prediction x - sigma v) as upstream's DPMS(schedule FLOW, time_uniform_flow, multistep,
+// order 2, lower_order_final): first order on the first and last steps, second order
+// between. No randomness inside: the caller's noise fixes the result.
 #pragma once
 
 #include <torch/torch.h>
@@ -16,8 +17,12 @@ namespace sana::diffusion {
 // The model's velocity (eps - x0) at x for noise level sigma (the model sees sigma * 1000).
 using Velocity = std::function<torch::Tensor(const torch::Tensor& x, double sigma)>;
 
-// steps + 1 noise levels from 1 to 0: sigma_i = shift(1 - i / steps).
-std::vector<double> sigma_schedule(int steps, double flow_shift);
+// The steps + 1 noise levels a sampler visits, ending at 0.
+//   flow_euler (diffusers): shift(linspace(1, shift(0.001), steps)), then 0 (the last nonzero
+//     level is shifted twice, as diffusers does).
+//   flow_dpm-solver (upstream's time_uniform_flow): shift(linspace(0.999, 0, steps + 1)); it
+//     starts at shift(0.999), not 1.
+std::vector<double> sigma_schedule(int steps, double flow_shift, const std::string& sampler);
 
 // "flow_euler" or "flow_dpm-solver" (upstream's vis_sampler names). Throws
 // std::invalid_argument for other names.

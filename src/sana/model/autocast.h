@@ -42,6 +42,26 @@ class AutocastGuard {
   bool entered_ = false;
 };
 
+// Autocast off, on CUDA and CPU, for its lifetime: upstream computes LiteLA's products with
+// autocast disabled (its attn_matmul), because under fp16 they overflow into NaN losses.
+class NoAutocast {
+ public:
+  NoAutocast() : cuda_(AutocastState::current()), cpu_(compat::cpu_autocast_enabled()) {
+    if (cuda_.enabled) compat::set_cuda_autocast(false, cuda_.dtype);
+    if (cpu_) compat::set_cpu_autocast(false);
+  }
+  ~NoAutocast() {
+    if (cuda_.enabled) cuda_.apply();
+    if (cpu_) compat::set_cpu_autocast(true);
+  }
+  NoAutocast(const NoAutocast&) = delete;
+  NoAutocast& operator=(const NoAutocast&) = delete;
+
+ private:
+  AutocastState cuda_;
+  bool cpu_;
+};
+
 // The autocast a run uses: bf16 / fp16 on CUDA per model.mixed_precision, none on CPU.
 inline AutocastState autocast_for(const torch::Device& device, config::Precision mixed_precision) {
   AutocastState s;

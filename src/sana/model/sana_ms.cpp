@@ -1,11 +1,12 @@
 #include "sana/model/sana_ms.h"
 
 #include "sana/model/autocast.h"
+#include "sana/model/pos_embed.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 namespace sana::model {
 
@@ -96,6 +97,8 @@ torch::Tensor LiteLAImpl::attend(const torch::Tensor& q_in, const torch::Tensor&
   auto q = torch::relu(q_in);
   auto k = torch::relu(k_in);
   auto v = v_in;
+  std::optional<NoAutocast> no_autocast;  // else matmul, on autocast's list, would run in fp16/bf16
+  if (in_fp32) no_autocast.emplace();
   if (in_fp32 && q.scalar_type() != torch::kFloat64) {
     q = q.to(torch::kFloat32);
     k = k.to(torch::kFloat32);
@@ -131,20 +134,31 @@ torch::Tensor LiteLAImpl::forward(const torch::Tensor& x) {
   return proj->forward(out.reshape({B, C, N}).permute({0, 2, 1}));
 }
 
-CrossAttentionImpl::CrossAttentionImpl(int64_t hidden, int64_t heads_, const torch::TensorOptions& o)
+CrossAttentionImpl::CrossAttentionImpl(int64_t hidden, int64_t heads_, bool cross_norm,
+                                       const torch::TensorOptions& o)
     : heads(heads_) {
   q_linear = register_module("q_linear", Linear(hidden, hidden, true, o));
   kv_linear = register_module("kv_linear", Linear(hidden, 2 * hidden, true, o));
   proj = register_module("proj", Linear(hidden, hidden, true, o));
+  if (cross_norm) {  // upstream's MultiHeadCrossAttention(qk_norm=cross_norm): over all C, eps 1e-6
+    q_norm = register_module("q_norm", RMSNorm(hidden, 1.0, 1e-6, o));
+    k_norm = register_module("k_norm", RMSNorm(hidden, 1.0, 1e-6, o));
+  }
 }
 
 torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& y,
                                           const torch::Tensor& bias) {
   const int64_t B = x.size(0), N = x.size(1), C = x.size(2), L = y.size(1);
   const int64_t hd = C / heads;
-  const auto q = q_linear->forward(x).view({B, N, heads, hd}).transpose(1, 2);
+  auto q_full = q_linear->forward(x);
   const auto kv = kv_linear->forward(y).view({B, L, 2, C}).unbind(2);
-  const auto k = kv[0].reshape({B, L, heads, hd}).transpose(1, 2);
+  auto k_full = kv[0];
+  if (q_norm) {
+    q_full = q_norm->forward(q_full);
+    k_full = k_norm->forward(k_full);
+  }
+  const auto q = q_full.view({B, N, heads, hd}).transpose(1, 2);
+  const auto k = k_full.reshape({B, L, heads, hd}).transpose(1, 2);
   const auto v = kv[1].reshape({B, L, heads, hd}).transpose(1, 2);
   auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   if (bias.defined()) scores = scores + bias;
@@ -181,7 +195,7 @@ torch::Tensor GLUMBConvImpl::forward(const torch::Tensor& x, int64_t h, int64_t 
 SanaMSBlockImpl::SanaMSBlockImpl(const ModelSpec& s, const torch::TensorOptions& o) {
   attn = register_module("attn", LiteLA(s, o));
   if (s.conditioning != Conditioning::none) {
-    cross_attn = register_module("cross_attn", CrossAttention(s.hidden, s.cross_heads, o));
+    cross_attn = register_module("cross_attn", CrossAttention(s.hidden, s.cross_heads, s.cross_norm, o));
   }
   mlp = register_module("mlp", GLUMBConv(s.hidden, s.mlp_hidden(), o));
   scale_shift_table = register_parameter("scale_shift_table", make({6, s.hidden}, o));
@@ -383,50 +397,6 @@ SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spe
   if (!options.meta) initialize(options.seed);
 }
 
-void SanaMSImpl::initialize(uint64_t seed) {
-  // As upstream's SanaMS.initialize: every Linear xavier-uniform with zero bias; the patch
-  // embedding xavier-uniform over its flattened kernel; the timestep and caption MLPs
-  // N(0, 0.02); convolutions PyTorch's default; modulation tables randn / sqrt(C).
-  torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(seed);
-  auto uniform = [&](torch::Tensor& t, double bound) {
-    t.copy_(torch::empty(t.sizes(), t.options().device(torch::kCPU)).uniform_(-bound, bound, gen));
-  };
-  auto normal = [&](torch::Tensor& t, double std) {
-    t.copy_(torch::empty(t.sizes(), t.options().device(torch::kCPU)).normal_(0, std, gen));
-  };
-  for (auto& item : named_modules("", /*include_self=*/false)) {
-    if (auto* lin = item.value()->as<LinearImpl>()) {
-      const double fan_in = static_cast<double>(lin->weight.size(1));
-      const double fan_out = static_cast<double>(lin->weight.size(0));
-      uniform(lin->weight, std::sqrt(6.0 / (fan_in + fan_out)));
-      if (lin->bias.defined()) lin->bias.zero_();
-    } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
-      const double fan_in = static_cast<double>(conv->weight[0].numel());
-      uniform(conv->weight, 1.0 / std::sqrt(fan_in));  // kaiming_uniform(a=sqrt(5))
-      if (conv->bias.defined()) uniform(conv->bias, 1.0 / std::sqrt(fan_in));
-    }
-  }
-  auto& pw = x_embedder->proj->weight;
-  uniform(pw, std::sqrt(6.0 / static_cast<double>(pw[0].numel() + pw.size(0))));
-  for (auto& p : t_embedder->mlp->named_parameters()) {
-    if (p.key().find("weight") != std::string::npos) normal(p.value(), 0.02);
-  }
-  normal(t_block->named_parameters()["1.weight"], 0.02);
-  const double inv_sqrt_c = 1.0 / std::sqrt(static_cast<double>(spec_.hidden));
-  for (auto& b : *blocks) {
-    auto& table = b->as<SanaMSBlockImpl>()->scale_shift_table;
-    normal(table, inv_sqrt_c);
-  }
-  normal(final_layer->scale_shift_table, inv_sqrt_c);
-  if (caption_embedder) {
-    normal(caption_embedder->y_proj->fc1->weight, 0.02);
-    normal(caption_embedder->y_proj->fc2->weight, 0.02);
-    normal(caption_embedder->y_embedding, 1.0 / std::sqrt(static_cast<double>(spec_.caption_channels)));
-  }
-  if (label_embedder) normal(label_embedder->embedding_table->weight, 0.02);
-}
-
 std::pair<torch::Tensor, torch::Tensor> SanaMSImpl::embed_condition(const Condition& cond, int64_t batch) {
   if (spec_.conditioning == Conditioning::none) return {};
   if (!cond.y.defined()) {
@@ -458,7 +428,9 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
   const auto dtype = x_embedder->proj->weight.scalar_type();
   auto x = x_embedder->forward(x_in.to(dtype));
-  const auto t = t_embedder->forward(timestep.reshape({B}));
+  if (spec_.use_pe) x = x + pos_embed(h, w, x);
+  // Upstream's forward truncates (timestep.long()): the sampler's 1000 sigma too.
+  const auto t = t_embedder->forward(spec_.integer_timesteps ? timestep.reshape({B}).trunc() : timestep.reshape({B}));
   const auto t0 = t_block->forward(t);
   const auto [y, bias] = embed_condition(cond, B);
   const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();
@@ -476,6 +448,16 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   x = final_layer->forward(x, t);  // [B, N, p*p*c]
   const int64_t c = spec_.out_channels;
   return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
+}
+
+torch::Tensor SanaMSImpl::pos_embed(int64_t h, int64_t w, const torch::Tensor& like) {
+  auto& cached = pos_embed_cache_[{h, w}];  // one per bucket shape: sin/cos of a big grid is slow
+  if (!cached.defined() || cached.device() != like.device() || cached.scalar_type() != like.scalar_type()) {
+    cached = sincos_pos_embed(spec_.hidden, h, w, spec_.pe_interpolation, spec_.pe_base_size)
+                 .to(like.device(), like.scalar_type())
+                 .unsqueeze(0);
+  }
+  return cached;
 }
 
 std::vector<std::pair<std::string, int64_t>> SanaMSImpl::parameter_counts() const {

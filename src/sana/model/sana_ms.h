@@ -83,9 +83,10 @@ TORCH_MODULE(LiteLA);
 // (0 for real tokens, -10000 for padding) or undefined.
 class CrossAttentionImpl : public torch::nn::Module {
  public:
-  CrossAttentionImpl(int64_t hidden, int64_t heads, const torch::TensorOptions& options);
+  CrossAttentionImpl(int64_t hidden, int64_t heads, bool cross_norm, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& bias);
   Linear q_linear{nullptr}, kv_linear{nullptr}, proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // model.cross_norm
   int64_t heads;
 };
 TORCH_MODULE(CrossAttention);
@@ -227,7 +228,10 @@ class SanaMSImpl : public torch::nn::Module {
 
  private:
   void initialize(uint64_t seed);
+  // model.use_pe's embedding for an h x w grid, in `like`'s device and dtype, [1, h*w, C].
+  torch::Tensor pos_embed(int64_t h, int64_t w, const torch::Tensor& like);
   ModelSpec spec_;
+  std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_embed_cache_;
   bool grad_checkpointing_ = false;
 };
 TORCH_MODULE(SanaMS);

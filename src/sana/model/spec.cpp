@@ -51,7 +51,7 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.depth = it->depth;
   s.cross_heads = it->cross_heads;
   s.patch = it->patch;
-  const bool latent = cfg.data.load_vae_feat || cfg.vae.vae_type != config::VaeType::none;
+  const bool latent = cfg.data.load_vae_feat || config::uses_vae(cfg.vae);
   s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
   s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
   s.linear_head_dim = cfg.model.linear_head_dim;
@@ -59,7 +59,7 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.caption_channels = cfg.text_encoder.caption_channels;
   s.caption_tokens = cfg.text_encoder.model_max_length;
   s.num_classes = cfg.model.num_classes;
-  if (cfg.data.load_text_feat || cfg.text_encoder.text_encoder_name != config::TextEncoderType::none) {
+  if (cfg.data.load_text_feat || config::uses_text_encoder(cfg.text_encoder)) {
     s.conditioning = Conditioning::caption;
   } else if (cfg.model.num_classes > 0) {
     s.conditioning = Conditioning::class_label;
@@ -69,7 +69,12 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   s.y_norm = cfg.text_encoder.y_norm;
   s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
   s.qk_norm = cfg.model.qk_norm;
+  s.cross_norm = cfg.model.cross_norm;
+  s.use_pe = cfg.model.use_pe;
+  s.pe_interpolation = cfg.model.pe_interpolation;
+  s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
   s.fp32_attention = cfg.model.fp32_attention;
+  s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
   s.class_dropout_prob = cfg.model.class_dropout_prob;
   if (s.hidden % s.linear_head_dim != 0) {
     throw SpecError("model.linear_head_dim", fmt::format(

@@ -39,8 +39,13 @@ struct ModelSpec {
   double y_norm_scale = 0.01;    // its initial weight
   double norm_eps = 1e-5;        // RMSNorm eps (y_norm and qk_norm)
   bool qk_norm = false;          // RMSNorm on self-attention q and k (SANA-1.5)
-  bool fp32_attention = true;    // linear attention in fp32 under autocast
-  double class_dropout_prob = 0.1;
+  bool cross_norm = false;       // RMSNorm (eps 1e-6) on cross-attention q and k (SANA-1.5)
+  bool use_pe = false;           // fixed 2-D sin-cos position embedding on the patch tokens
+  double pe_interpolation = 1.0; // its grid scale
+  int64_t pe_base_size = 16;     // its reference grid: model.image_size / (downsample x patch)
+  bool fp32_attention = true;    // linear attention in fp32 with autocast off (as upstream)
+  bool integer_timesteps = true; // truncate timesteps to integers, as upstream's forward (timestep_grid)
+  double class_dropout_prob = 0.0;
 
   int64_t mlp_hidden() const { return static_cast<int64_t>(static_cast<double>(hidden) * mlp_ratio); }
   int64_t linear_heads() const { return hidden / linear_head_dim; }

@@ -1,5 +1,6 @@
-// The exponential moving average of the weights (train.ema_rate; 0 turns it off). Owns
-// the averaged copies; the trainer calls update() after each optimizer step, and the
+// The exponential moving average of the weights (train.ema_update, train.ema_rate). Owns
+// the averaged copies; the trainer calls update() after clipping and before each optimizer
+// step (upstream's order: the average lags the weights by one step), and the
 // checkpointer saves capture() and a resume hands it back through restore().
 #pragma once
 

@@ -12,12 +12,12 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
                        model::Conditioning conditioning) {
   const bool training = use == EncoderUse::training;
   Encoders e;
-  if (cfg.vae.vae_type == config::VaeType::torchscript && !(training && cfg.data.load_vae_feat)) {
+  if (config::uses_vae(cfg.vae) && !(training && cfg.data.load_vae_feat)) {
     e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
   }
   const bool wanted = training ? !cfg.data.load_text_feat
                                : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
-  if (cfg.text_encoder.text_encoder_name == config::TextEncoderType::torchscript && wanted) {
+  if (config::uses_text_encoder(cfg.text_encoder) && wanted) {
     e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
   }
   return e;

@@ -25,7 +25,8 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
   }
 }
 
-StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard) {
+StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard,
+                          double loss_scale) {
   // The loss stays on the device until the step's agreement: a read per micro-batch
   // would make the host wait for the GPU and stop copies from overlapping compute.
   const auto device = model_->parameters().front().device();
@@ -41,7 +42,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
     reducer_.begin_backward(micro == accumulation_ - 1);
     const auto loss = micro_loss(*batch, epoch);
-    loss.backward();
+    (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
     out.loss_sum += loss.detach().to(torch::kFloat64);
   }
   reducer_.finalize();
@@ -94,6 +95,19 @@ std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& p
   double sq = 0;
   for (size_t i = 0; i < params.size(); ++i) sq += h[static_cast<int64_t>(i)];
   return {std::sqrt(sq), h[static_cast<int64_t>(params.size())]};
+}
+
+void unscale_and_clip(const std::vector<torch::Tensor>& params, double grad_norm, double loss_scale, double clip) {
+  double factor = 1.0 / loss_scale;
+  if (clip > 0 && grad_norm > clip) factor *= clip / (grad_norm + 1e-6);
+  if (factor == 1.0) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) p.grad().mul_(factor);
+}
+
+bool loss_scaling(const torch::Device& device, config::Precision mixed_precision) {
+  const auto amp = model::autocast_for(device, mixed_precision);
+  return amp.enabled && amp.dtype == at::kHalf;
 }
 
 }  // namespace sana::train

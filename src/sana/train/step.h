@@ -35,7 +35,8 @@ class TrainStep {
   bool pinned() const { return feed_.pinned(); }
   // Forward and backward of this rank's micro-batches of step `step` of `epoch`; every
   // batch is counted by `guard`. After it the gradients are synced on every rank.
-  StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard);
+  // `loss_scale` multiplies each loss before its backward (fp16 loss scaling; 1 otherwise).
+  StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
  private:
   torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch);
@@ -54,5 +55,13 @@ class TrainStep {
 // The global gradient norm and this rank's loss in one read from the device (the squares
 // summed on the host in parameter order).
 std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum);
+
+// Gradients computed from a loss scaled by `loss_scale`, whose true global norm is
+// `grad_norm`: divided by the scale and, when gradient_clip > 0 and the norm exceeds it,
+// clipped as torch's clip_grad_norm_ (factor clip / (norm + 1e-6)), in one multiplication.
+void unscale_and_clip(const std::vector<torch::Tensor>& params, double grad_norm, double loss_scale, double clip);
+
+// Whether a run scales its loss: autocast to fp16 (CUDA with model.mixed_precision fp16).
+bool loss_scaling(const torch::Device& device, config::Precision mixed_precision);
 
 }  // namespace sana::train

@@ -153,9 +153,10 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       params_(tensors_of(named_)),
       reducer_(dist::make_reducer(rt, named_, {cfg.ddp.bucket_cap_mb})),
       optimizer_(make_optimizer(cfg.train.optimizer, named_)),
-      ema_(named_, cfg.train.ema_rate),
+      ema_(named_, config::ema_enabled(cfg.train) ? cfg.train.ema_rate : 0.0),
       guard_(cfg.data.max_bad_fraction),
       nonfinite_(cfg.train.max_nonfinite),
+      scaler_(loss_scaling(rt.device(), cfg.model.mixed_precision)),
       step_(cfg, model_, encoders_, *reducer_, accumulation_, rt.rank(), rt.world_size()),
       previews_(cfg, rt, model_, encoders_),
       checkpointer_(cfg, main_rank_) {
@@ -227,9 +228,12 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     torch::NoGradGuard no_grad;
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
-  const double lr = learning_rate(cfg_.train, position_.global_step, total_steps_);
-  const auto out = step_.run(loader, epoch, step, guard_);
-  const auto [grad_norm, loss] = grad_norm_and_loss(params_, out.loss_sum);
+  // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
+  const double lr = learning_rate(cfg_.train, position_.global_step - scaler_.overflows(), total_steps_);
+  const double scale = scaler_.scale();
+  const auto out = step_.run(loader, epoch, step, guard_, scale);
+  const auto [scaled_norm, loss] = grad_norm_and_loss(params_, out.loss_sum);
+  const double grad_norm = scaled_norm / scale;
 
   // The step's agreement: gradients are equal on every rank now, and so is their norm.
   const auto [bad, reads] = guard_.local();
@@ -241,7 +245,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   sums = sums.to(torch::kCPU).contiguous();
   const auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
   guard_.decide(verdict.total_bad, verdict.total_reads);
-  const bool applied = update(verdict, grad_norm, lr);
+  const bool applied = update(verdict, grad_norm, lr, scale);
 
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1};
@@ -258,17 +262,20 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   return false;
 }
 
-bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr) {
-  const bool apply = nonfinite_.accept(verdict.nonfinite, position_.global_step + 1);
+bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale) {
+  // fp16: gradients that overflow with a finite loss are the scaler's (skip, halve the scale),
+  // not a non-finite step; torch's GradScaler does the same.
+  const bool overflow = scaler_.enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
+  scaler_.update(!verdict.nonfinite);
+  if (overflow) {
+    log::debug("step {}: gradients overflowed at loss scale {}: skipped, the scale is now {}",
+               position_.global_step + 1, scale, scaler_.scale());
+  }
+  const bool apply = !overflow && nonfinite_.accept(verdict.nonfinite, position_.global_step + 1);
   if (apply) {
-    const double clip = cfg_.train.gradient_clip;
-    if (clip > 0 && grad_norm > clip) {
-      torch::NoGradGuard no_grad;
-      const double scale = clip / (grad_norm + 1e-6);
-      for (auto& p : params_) p.mutable_grad().mul_(scale);
-    }
+    unscale_and_clip(params_, grad_norm, scale, cfg_.train.gradient_clip);
+    ema_.update();  // as upstream: before the step, so the average lags the weights by one step
     optimizer_->step(lr);
-    ema_.update();
   }
   for (auto& p : params_) p.mutable_grad().zero_();
   return apply;
@@ -294,6 +301,12 @@ ckpt::Snapshot Trainer::capture() const {
   st.config_hash = config::config_fingerprint(cfg_);
   std::tie(st.bad_samples, st.reads) = guard_.capture();
   st.skipped_steps = nonfinite_.capture();
+  if (scaler_.enabled()) {
+    const auto s = scaler_.capture();
+    st.loss_scale = s.scale;
+    st.loss_scale_clean_steps = s.clean_in_a_row;
+    st.overflow_steps = s.overflows;
+  }
   return snap;
 }
 
@@ -308,6 +321,9 @@ void Trainer::restore(const ckpt::Snapshot& snap, const std::string& source) {
   position_ = {st.epoch, st.step_in_epoch, st.global_step};
   guard_.restore(st.bad_samples, st.reads, main_rank_);
   nonfinite_.restore(st.skipped_steps);
+  if (scaler_.enabled() && st.loss_scale > 0) {
+    scaler_.restore({st.loss_scale, st.loss_scale_clean_steps, st.overflow_steps});
+  }
 }
 
 void Trainer::finish() {

@@ -22,6 +22,7 @@
 #include "sana/train/checkpointer.h"
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
+#include "sana/train/loss_scaler.h"
 #include "sana/train/metrics.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
@@ -50,7 +51,8 @@ class Trainer {
   void log_start() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
-  bool update(const StepVerdict& verdict, double grad_norm, double lr);  // false: skipped
+  // false: skipped. `scale`: the loss scale the step's backward ran at.
+  bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale);
   void finish();
 
   const config::Config& cfg_;
@@ -68,6 +70,7 @@ class Trainer {
   Ema ema_;
   BadSampleGuard guard_;
   NonfinitePolicy nonfinite_;
+  LossScaler scaler_;
   RunPosition position_;
   int64_t total_steps_ = 0;
   bool resumed_ = false, stopped_ = false;

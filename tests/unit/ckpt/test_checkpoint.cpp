@@ -30,6 +30,9 @@ ckpt::Snapshot snapshot(int64_t step) {
   s.state.global_batch_size = 8;
   s.state.world_size = 3;
   s.state.model = "test";
+  s.state.loss_scale = 8192.0;  // an fp16 run's scaler
+  s.state.loss_scale_clean_steps = step + 7;
+  s.state.overflow_steps = 3;
   return s;
 }
 
@@ -65,6 +68,9 @@ TEST_CASE("checkpoints round-trip; latest names the newest; old ones are pruned"
   CHECK(back.state.epoch == 3);
   CHECK(back.state.world_size == 3);
   CHECK(back.state.checksums.size() == 3);
+  CHECK(back.state.loss_scale == 8192.0);
+  CHECK(back.state.loss_scale_clean_steps == 37);
+  CHECK(back.state.overflow_steps == 3);
 }
 
 TEST_CASE("damaged checkpoints are rejected by name and latest falls back", "[ckpt]") {

@@ -115,6 +115,7 @@ TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[
 TEST_CASE("flow-matching formulas", "[diffusion]") {
   sana::config::SchedulerConfig sched;
   sched.flow_shift = 3.0;
+  sched.timestep_grid = sana::config::TimestepGrid::continuous;
   CHECK(shift_sigma(0.5, 3.0) == Approx(0.75));
   CHECK(shift_sigma(0.25, 1.0) == 0.25);
   const auto x0 = torch::rand({2, 3, 4, 4});
@@ -128,6 +129,20 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
     CHECK(torch::allclose(b.target[i], eps - x0[i]));
   }
   CHECK(flow_loss(b.target, b.target).item<float>() == 0.0f);
+  // Upstream's integer grid: t = floor(1000 u), sigma from the shifted table, integer timesteps.
+  sched.timestep_grid = sana::config::TimestepGrid::integer;
+  const auto g = make_flow_batch(x0, {0, 1}, 1, 0, sched);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t t = grid_index(sample_sigma({1, 0, static_cast<uint64_t>(i)}, sched), 1000);
+    const double s = grid_sigma(t, 1000, 3.0);
+    CHECK(g.sigmas[i].item<double>() == Approx(s));
+    CHECK(g.timesteps[i].item<double>() == std::trunc(1000 * s));
+    CHECK(g.timesteps[i].item<double>() != b.timesteps[i].item<double>());
+  }
+  CHECK(grid_sigma(0, 1000, 3.0) == 0.0);
+  CHECK(grid_sigma(500, 1000, 3.0) == Approx(0.75));
+  CHECK(grid_sigma(999, 1000, 1.0) == Approx(0.999));
+  CHECK(grid_index(0.99999999, 1000) == 999);
   // Logit-normal(0, 1) has median 0.5; uniform stays in [0, 1); dropout hits its rate.
   std::vector<double> draws;
   int dropped = 0;

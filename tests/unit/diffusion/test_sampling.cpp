@@ -56,8 +56,10 @@ TEST_CASE("flow samplers land on the data", "[sampling]") {
     return (x - x0) / sigma;
   };
   const auto z = torch::linspace(-2, 2, 9, torch::kFloat64);
-  const auto exact = mu + s * z;
   auto err = [&](const char* sampler, int steps) {
+    // The flow is linear: from x at sigma0 it ends at mu + s (x - (1-sigma0) mu) / sqrt((1-sigma0)^2 s^2 + sigma0^2).
+    const double s0 = diffusion::sigma_schedule(steps, 1.0, sampler).front(), a0 = 1 - s0;
+    const auto exact = mu + s * (z - a0 * mu) / std::sqrt(a0 * a0 * s * s + s0 * s0);
     return (diffusion::sample_flow(gauss, z, steps, 1.0, sampler) - exact).abs().max().item<double>();
   };
   // Euler is first order (4x the steps: about 1/4 the error), DPM-Solver++(2M) second
@@ -71,10 +73,39 @@ TEST_CASE("flow samplers land on the data", "[sampling]") {
   CHECK(dpm10 / dpm40 > 8);
   CHECK(dpm40 < euler40 / 3);
   CHECK_THROWS_WITH(diffusion::sample_flow(gauss, z, 4, 1.0, "ddpm"), Catch::Contains("flow_euler"));
-  const auto sig = diffusion::sigma_schedule(4, 3.0);
-  CHECK(sig.front() == 1.0);
-  CHECK(sig.back() == 0.0);
-  CHECK(sig[2] == Approx(0.75));  // shift(0.5) with s = 3: 1.5 / 2
+}
+
+TEST_CASE("samplers visit upstream's noise levels in upstream's orders", "[sampling]") {
+  auto shift3 = [](double t) { return 3 * t / (1 + 2 * t); };
+  // DPM-Solver (upstream's time_uniform_flow): shift(linspace(0.999, 0, N + 1)), from shift(0.999).
+  const auto dpm = diffusion::sigma_schedule(20, 3.0, "flow_dpm-solver");
+  REQUIRE(dpm.size() == 21);
+  CHECK(dpm.front() == Approx(0.999667).epsilon(1e-6));
+  CHECK(dpm[10] == Approx(shift3(0.4995)));
+  CHECK(dpm.back() == 0.0);
+  // Euler (diffusers): shift(linspace(1, shift(0.001), N)), then 0: the last level shifted twice.
+  const auto euler = diffusion::sigma_schedule(28, 3.0, "flow_euler");
+  REQUIRE(euler.size() == 29);
+  CHECK(euler.front() == 1.0);
+  CHECK(euler[27] == Approx(0.008929).epsilon(1e-4));
+  CHECK(euler.back() == 0.0);
+  CHECK_THROWS_WITH(diffusion::sigma_schedule(4, 1.0, "ddpm"), Catch::Contains("flow_dpm-solver"));
+
+  // Orders: a velocity whose data prediction changes with sigma, three DPM steps by hand.
+  // Step 1 is first order (DDIM), step 2 second order with r = h_prev / h, step 3 lands on x0.
+  const diffusion::Velocity v = [](const torch::Tensor& x, double sigma) { return x * (1 + sigma); };
+  const auto x_T = torch::tensor({0.7, -1.1}, torch::kFloat64);
+  const auto sig = diffusion::sigma_schedule(3, 3.0, "flow_dpm-solver");
+  auto lambda = [](double s) { return std::log((1 - s) / s); };
+  auto x0_at = [&](const torch::Tensor& x, double s) { return x - s * v(x, s); };
+  const auto m0 = x0_at(x_T, sig[0]);
+  const double h1 = lambda(sig[1]) - lambda(sig[0]), h2 = lambda(sig[2]) - lambda(sig[1]);
+  const auto x1 = sig[1] / sig[0] * x_T - (1 - sig[1]) * std::expm1(-h1) * m0;
+  const auto m1 = x0_at(x1, sig[1]);
+  const auto d = m1 + 0.5 * (h2 / h1) * (m1 - m0);
+  const auto x2 = sig[2] / sig[1] * x1 - (1 - sig[2]) * std::expm1(-h2) * d;
+  const auto expected = x0_at(x2, sig[2]);
+  CHECK(torch::allclose(diffusion::sample_flow(v, x_T, 3, 3.0, "flow_dpm-solver"), expected, 0, 1e-12));
 }
 
 TEST_CASE("previews are deterministic PNG grids, one per bucket", "[sampling][preview]") {
@@ -186,7 +217,7 @@ TEST_CASE("TorchScript encoders load, are checked against the config, and drive 
   CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU), Catch::Contains("no method encode"));
 
   config::TextEncoderConfig tc;
-  tc.text_encoder_name = config::TextEncoderType::torchscript;
+  tc.text_encoder_name = "torchscript";
   tc.text_encoder_path = fx.path("text.pt");
   tc.caption_channels = 8;
   tc.model_max_length = 6;

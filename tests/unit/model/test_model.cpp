@@ -11,6 +11,7 @@
 #include "sana/util/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
+#include "sana/torch_compat.h"
 #include "model_specs.h"
 #include "test_support.h"
 
@@ -178,6 +179,67 @@ TEST_CASE("linear attention equals a direct float64 evaluation of its formula", 
   CHECK(LiteLAImpl::attend(q.to(torch::kBFloat16), k.to(torch::kBFloat16), v.to(torch::kBFloat16),
                            LiteLAImpl::kEps, true)
             .scalar_type() == torch::kFloat32);
+  // Under autocast matmul is on the lower-precision list: fp32_attention turns autocast off
+  // around the products, as upstream's attn_matmul does. CPU autocast (bf16) is the guard a
+  // CPU build has; the same NoAutocast covers CUDA's.
+  struct CpuAutocast {
+    CpuAutocast() {
+      sana::compat::set_cpu_autocast_dtype(at::kBFloat16);
+      sana::compat::set_cpu_autocast(true);
+    }
+    ~CpuAutocast() { sana::compat::set_cpu_autocast(false); }
+  };
+  const auto q32 = q.to(torch::kFloat32), k32 = k.to(torch::kFloat32), v32 = v.to(torch::kFloat32);
+  {
+    CpuAutocast amp;
+    REQUIRE(torch::matmul(q32[0][0], k32[0][0].t()).scalar_type() == torch::kBFloat16);  // autocast is on
+    const auto under = LiteLAImpl::attend(q32, k32, v32, LiteLAImpl::kEps, true);
+    CHECK(sana::compat::cpu_autocast_enabled());  // and back on after the attention
+    CHECK(rel_diff(under, ours32) < 1e-6);
+    // Without fp32_attention the products do run in bf16: the check above can tell.
+    CHECK(rel_diff(LiteLAImpl::attend(q32, k32, v32, LiteLAImpl::kEps, false), ours32) > 1e-4);
+  }
+}
+
+TEST_CASE("SANA 1.5's cross_norm and upstream's use_pe", "[model]") {
+  torch::manual_seed(5);
+  // cross_norm: RMSNorm (eps 1e-6, weight) over all C of the cross-attention's q and k, not v.
+  CrossAttention attn(16, 2, true, torch::TensorOptions().dtype(torch::kFloat64));
+  for (auto& p : attn->parameters()) p.data().normal_(0, 0.3);
+  const auto x = torch::randn({1, 5, 16}, torch::kFloat64), y = torch::randn({1, 3, 16}, torch::kFloat64);
+  auto rms = [](const torch::Tensor& t, const torch::Tensor& w) { return t * torch::rsqrt(t.pow(2).mean(-1, true) + 1e-6) * w; };
+  const auto q = rms(torch::linear(x, attn->q_linear->weight, attn->q_linear->bias), attn->q_norm->weight);
+  const auto kv = torch::linear(y, attn->kv_linear->weight, attn->kv_linear->bias).chunk(2, -1);
+  const auto k = rms(kv[0], attn->k_norm->weight);
+  auto heads = [](const torch::Tensor& t) { return t.view({1, -1, 2, 8}).transpose(1, 2); };
+  const auto w = torch::softmax(torch::matmul(heads(q), heads(k).transpose(-1, -2)) / std::sqrt(8.0), -1);
+  const auto o = torch::matmul(w, heads(kv[1])).transpose(1, 2).reshape({1, 5, 16});
+  const auto expected = torch::linear(o, attn->proj->weight, attn->proj->bias);
+  CHECK(rel_diff(attn->forward(x, y, torch::Tensor()), expected) < 1e-12);
+
+  // As parameters: blocks.{i}.cross_attn.{q,k}_norm.weight, [hidden], upstream's names.
+  auto spec = small_spec(Conditioning::caption);
+  spec.cross_norm = true;
+  SanaMS normed(spec, BuildOptions{torch::kFloat32, false, 1});
+  const auto params = normed->named_parameters();
+  CHECK(params.contains("blocks.1.cross_attn.q_norm.weight"));
+  CHECK(params["blocks.0.cross_attn.k_norm.weight"].sizes() == torch::IntArrayRef{spec.hidden});
+  spec.cross_norm = false;
+  CHECK(SanaMS(spec, BuildOptions{torch::kFloat32, false, 1})->parameter_count() ==
+        normed->parameter_count() - 2 * spec.depth * spec.hidden);
+
+  // use_pe: no parameters, the embedding added to the patch tokens of every bucket shape.
+  spec.use_pe = true;
+  spec.pe_base_size = 4;
+  SanaMS with_pe(spec, BuildOptions{torch::kFloat32, false, 1});
+  spec.use_pe = false;
+  SanaMS without(spec, BuildOptions{torch::kFloat32, false, 1});
+  CHECK(with_pe->parameter_count() == without->parameter_count());
+  const auto img = torch::randn({1, 3, 8, 16});
+  const auto t = torch::full({1}, 500.0);
+  const auto c = condition_for(spec, 1);
+  torch::NoGradGuard no_grad;
+  CHECK(rel_diff(with_pe->forward(img, t, c), without->forward(img, t, c)) > 1e-3);
 }
 
 TEST_CASE("float64 gradients agree with finite differences", "[model]") {

@@ -107,22 +107,33 @@ TEST_CASE("AdamW computes what torch's AdamW computes; optimizer state round-tri
 }
 
 TEST_CASE("learning-rate schedules: warmup, constant, cosine, floor, sqrt scaling", "[train][optim]") {
+  // diffusers' lambdas as upstream steps them: the rate of optimizer step k (k steps taken).
   config::TrainConfig t;
   t.optimizer.lr = 1e-3;
+  t.auto_lr = config::AutoLr::none;
   t.lr_schedule_args.num_warmup_steps = 10;
   t.lr_schedule = config::LrSchedule::constant;
-  CHECK(train::learning_rate(t, 0, 100) == Approx(1e-4));
-  CHECK(train::learning_rate(t, 9, 100) == Approx(1e-3));
+  CHECK(train::learning_rate(t, 0, 100) == 0.0);  // LambdaLR starts at lambda(0) = 0
+  CHECK(train::learning_rate(t, 5, 100) == Approx(0.5e-3));
+  CHECK(train::learning_rate(t, 10, 100) == Approx(1e-3));
   CHECK(train::learning_rate(t, 99, 100) == Approx(1e-3));
   t.lr_schedule = config::LrSchedule::cosine;
   CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
   CHECK(train::learning_rate(t, 60, 110) == Approx(0.5e-3));
   CHECK(train::learning_rate(t, 110, 110) == Approx(0.0).margin(1e-12));
+  // Upstream's cosine_decay_to_constant: the decay takes int(0.667 x 110) = 73 steps.
   t.lr_schedule = config::LrSchedule::cosine_decay_to_constant;
   t.lr_schedule_args.final_lr_ratio = 0.1;
-  CHECK(train::learning_rate(t, 110, 110) == Approx(1e-4));
+  CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
+  CHECK(train::learning_rate(t, 73, 110) == Approx(1e-4));
+  CHECK(train::learning_rate(t, 41, 110) == Approx(1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(M_PI * 31.0 / 63.0))));
   CHECK(train::learning_rate(t, 500, 110) == Approx(1e-4));
   t.auto_lr = config::AutoLr::sqrt;
   t.global_batch_size = 1024;
   CHECK(train::peak_learning_rate(t) == Approx(2e-3));
+  // final_lr_ratio 0: upstream's floor, 1 / the auto_lr scale: back to train.optimizer.lr.
+  t.lr_schedule_args.final_lr_ratio = 0.0;
+  CHECK(train::learning_rate(t, 100, 110) == Approx(1e-3));
+  t.auto_lr = config::AutoLr::linear;
+  CHECK(train::peak_learning_rate(t) == Approx(4e-3));
 }

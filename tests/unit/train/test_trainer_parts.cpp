@@ -12,6 +12,8 @@
 #include "sana/config/config.h"
 #include "sana/train/checkpointer.h"
 #include "sana/train/ema.h"
+#include "sana/train/loss_scaler.h"
+#include "sana/train/step.h"
 #include "sana/train/metrics.h"
 #include "sana/train/previews.h"
 #include "sana/train/resume.h"
@@ -234,4 +236,52 @@ TEST_CASE("Durations read as minutes or hours", "[train][metrics]") {
   CHECK(duration_text(65) == "1m05s");
   CHECK(duration_text(7380) == "2h03m");
   CHECK(duration_text(-1) == "?");
+}
+
+TEST_CASE("fp16 loss scaling: skip and halve on overflow, grow after 2000 clean steps", "[train][amp]") {
+  train::LossScaler off(false);
+  CHECK(off.scale() == 1.0);
+  CHECK_FALSE(off.update(false));
+  CHECK(off.overflows() == 0);
+
+  train::LossScaler s(true);
+  CHECK(s.scale() == 65536.0);  // torch's GradScaler defaults, as upstream's accelerate uses them
+  CHECK_FALSE(s.update(false));
+  CHECK(s.scale() == 32768.0);
+  CHECK(s.overflows() == 1);
+  for (int i = 0; i < 1999; ++i) CHECK(s.update(true));
+  CHECK(s.scale() == 32768.0);
+  CHECK(s.update(true));  // the 2000th clean step in a row
+  CHECK(s.scale() == 65536.0);
+  for (int i = 0; i < 1500; ++i) s.update(true);
+  CHECK_FALSE(s.update(false));  // an overflow restarts the count
+  for (int i = 0; i < 1999; ++i) s.update(true);
+  CHECK(s.scale() == 32768.0);
+  // Checkpointed: a restored scaler continues exactly.
+  train::LossScaler back(true);
+  back.restore(s.capture());
+  CHECK(back.scale() == s.scale());
+  CHECK(back.update(true) == s.update(true));
+  CHECK(back.scale() == 65536.0);
+  CHECK(back.scale() == s.scale());
+  CHECK(back.overflows() == 2);
+
+  // Only fp16 autocast scales (CUDA); bf16, fp32 and CPU runs do not.
+  CHECK(train::loss_scaling(torch::Device(torch::kCUDA, 0), config::Precision::fp16));
+  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCUDA, 0), config::Precision::bf16));
+  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCPU), config::Precision::fp16));
+}
+
+TEST_CASE("scaled gradients are unscaled, then clipped by their true norm", "[train][amp]") {
+  const auto g = torch::tensor({3.0, 4.0}, torch::kFloat64);  // norm 5
+  auto p = torch::zeros({2}, torch::kFloat64).requires_grad_(true);
+  p.mutable_grad() = g * 1024.0;
+  train::unscale_and_clip({p}, 5.0, 1024.0, 0.0);
+  CHECK(torch::allclose(p.grad(), g, 0, 1e-12));
+  p.mutable_grad() = g * 1024.0;
+  train::unscale_and_clip({p}, 5.0, 1024.0, 1.0);  // clipped to norm 1, as clip_grad_norm_
+  CHECK(torch::allclose(p.grad(), g / (5.0 + 1e-6), 0, 1e-12));
+  p.mutable_grad() = g.clone();
+  train::unscale_and_clip({p}, 5.0, 1.0, 10.0);  // nothing to do
+  CHECK(torch::equal(p.grad(), g));
 }

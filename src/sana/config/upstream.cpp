@@ -1,0 +1,321 @@
+#include "sana/config/upstream.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <utility>
+
+namespace sana::config {
+
+namespace {
+
+// One upstream key (and every key under it). Exactly one of `moved_to` / `why` is set.
+// `only`: the value (YAML) that may be given; anything else is an error, because
+// ignoring it would train something other than what the user asked for.
+struct Rule {
+  const char* key;
+  const char* moved_to;
+  const char* why;
+  const char* only;
+};
+
+constexpr const char* kCaptions = "captions come from the data's caption field, one per sample";
+constexpr const char* kClip = "no CLIP-score caption selection";
+constexpr const char* kInference = "an inference option; previews use train.preview_cfg_scale";
+constexpr const char* kDistill = "a consistency-distillation option that upstream's train.py does not read";
+constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
+constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/logs";
+constexpr const char* kSprint = "SANA-Sprint / ControlNet / model-growth training is not part of sana-train";
+
+const Rule kRules[] = {
+    // top level
+    {"load_from", "model.load_from", nullptr, nullptr},
+    {"debug", nullptr, "log_level: debug gives the detail", nullptr},
+    {"caching", nullptr, "nothing is cached between runs except dataset indexes", nullptr},
+    {"report_to", nullptr, kTracker, nullptr},
+    {"tracker_project_name", nullptr, kTracker, nullptr},
+    {"name", nullptr, kTracker, nullptr},
+    {"loss_report_name", nullptr, kTracker, nullptr},
+    {"controlnet", nullptr, kSprint, nullptr},
+    {"model_growth", nullptr, kSprint, nullptr},
+    // data
+    {"data.buckets_file", nullptr, "buckets come from data.aspect_ratio_type", nullptr},
+    {"data.caption_proportion", nullptr, kCaptions, nullptr},
+    {"data.external_caption_suffixes", nullptr, kCaptions, nullptr},
+    {"data.external_clipscore_suffixes", nullptr, kClip, nullptr},
+    {"data.clip_thr_temperature", nullptr, kClip, nullptr},
+    {"data.clip_thr", nullptr, kClip, nullptr},
+    {"data.del_img_clip_thr", nullptr, kClip, nullptr},
+    {"data.sort_dataset", nullptr, "the epoch plan fixes the order from train.seed", nullptr},
+    {"data.transform", nullptr, "images are resized and centre-cropped to their bucket, as default_train",
+     "default_train"},
+    {"data.type", nullptr, "the dataset kind follows data.data_dir (folders, JSONL/CSV metadata, indexes)",
+     nullptr},
+    {"data.hq_only", nullptr, "no quality filter", nullptr},
+    {"data.valid_num", nullptr, "no held-out split", nullptr},
+    {"data.data", nullptr, "unused upstream too", nullptr},
+    {"data.extra", nullptr, "unused upstream too", nullptr},
+    // model
+    {"model.resume_from.checkpoint", "resume_from", nullptr, nullptr},
+    {"model.resume_from.load_ema", nullptr, kResume, "false"},
+    {"model.resume_from.resume_optimizer", nullptr, kResume, "true"},
+    {"model.resume_from.resume_lr_scheduler", nullptr, kResume, "true"},
+    {"model.resume_from", "resume_from", nullptr, nullptr},
+    {"model.aspect_ratio_type", "data.aspect_ratio_type", nullptr, nullptr},
+    {"model.micro_condition", nullptr, "no micro-conditioning", "false"},
+    {"model.autocast_linear_attn", nullptr,
+     "model.fp32_attention decides (upstream reads this at import, so it has no effect there either)", nullptr},
+    {"model.mlp_acts", nullptr, "GLUMBConv's activations are fixed", "[silu, silu, null]"},
+    {"model.cfg_scale", nullptr, kInference, nullptr},
+    {"model.guidance_type", nullptr, kInference, nullptr},
+    {"model.pag_applied_layers", nullptr, kInference, nullptr},
+    {"model.pos_embed_type", nullptr, "model.use_pe adds the sin-cos embedding", nullptr},
+    {"model.cross_attn_type", nullptr, "softmax cross-attention, the maths of every upstream kind", nullptr},
+    {"model.extra", nullptr, "unused upstream too", nullptr},
+    // vae
+    {"vae.weight_dtype", nullptr, "the VAE runs in its TorchScript export's dtype", nullptr},
+    {"vae.sample_posterior", nullptr, "DC-AE encodes deterministically", nullptr},
+    {"vae.extra", nullptr, "unused upstream too", nullptr},
+    {"text_encoder.extra", nullptr, "unused upstream too", nullptr},
+    // scheduler
+    {"scheduler.predict_v", "scheduler.predict_flow_v", nullptr, nullptr},
+    {"scheduler.pred_sigma", nullptr, "flow matching predicts no variance", "false"},
+    {"scheduler.learn_sigma", nullptr, "only with pred_sigma", nullptr},
+    {"scheduler.timestep_norm_scale_factor", nullptr, "timesteps enter the model unscaled", "1.0"},
+    {"scheduler.extra", nullptr, "unused upstream too", nullptr},
+    // train
+    {"train.work_dir", "work_dir", nullptr, nullptr},
+    {"train.auto_lr.rule", "train.auto_lr", nullptr, nullptr},
+    {"train.auto_lr.base_batch_size", nullptr, "the base batch is 256, as upstream's", "256"},
+    {"train.gc_step", nullptr, "train.grad_checkpointing checkpoints every block", "1"},
+    {"train.optimizer.block_size", nullptr, "an 8-bit CAME option", nullptr},
+    {"train.optimizer.min_8bit_size", nullptr, "an 8-bit CAME option", nullptr},
+    {"train.eval_batch_size", nullptr, "no evaluation set is read", nullptr},
+    {"train.use_fsdp", nullptr, "sana-train trains with DDP: every rank keeps the whole model", nullptr},
+    {"train.use_flash_attn", nullptr, "self-attention is linear; cross-attention uses LibTorch's kernel", nullptr},
+    {"train.lora_rank", nullptr, "no LoRA: every weight trains", nullptr},
+    {"train.mask_type", nullptr, "no token masking", "null"},
+    {"train.mask_loss_coef", nullptr, "no token masking", "0"},
+    {"train.load_mask_index", nullptr, "no token masking", "false"},
+    {"train.snr_loss", nullptr, "the flow loss is unweighted, as upstream's flow runs", "false"},
+    {"train.real_prompt_ratio", nullptr, "upstream's train.py does not read it either", nullptr},
+    {"train.training_hours", nullptr, "no wall-clock limit: use train.max_steps", nullptr},
+    {"train.early_stop_hours", nullptr, "no wall-clock limit: use train.max_steps", nullptr},
+    {"train.save_image_epochs", nullptr, "previews follow eval_sampling_steps and preview_every_epochs",
+     nullptr},
+    {"train.null_embed_root", nullptr, "no embedding cache files are written", nullptr},
+    {"train.valid_prompt_embed_root", nullptr, "no embedding cache files are written", nullptr},
+    {"train.local_save_vis", nullptr, "previews are always written under work_dir/previews", nullptr},
+    {"train.deterministic_validation", nullptr, "previews always start from the same noise", nullptr},
+    {"train.online_metric", nullptr, "no online FID/CLIP metrics", nullptr},
+    {"train.eval_metric_step", nullptr, "no online FID/CLIP metrics", nullptr},
+    {"train.online_metric_dir", nullptr, "no online FID/CLIP metrics", nullptr},
+    {"train.skip_step", nullptr, "a resume continues at the next sample; nothing is skipped", "0"},
+    {"train.loss_type", nullptr, kDistill, nullptr},
+    {"train.huber_c", nullptr, kDistill, nullptr},
+    {"train.num_ddim_timesteps", nullptr, kDistill, nullptr},
+    {"train.w_max", nullptr, kDistill, nullptr},
+    {"train.w_min", nullptr, kDistill, nullptr},
+    {"train.ema_decay", nullptr, kDistill, nullptr},
+    {"train.debug_nan", nullptr, "non-finite steps are always counted (train.max_nonfinite)", nullptr},
+    {"train.resume_lr_scheduler", nullptr, kResume, nullptr},
+    {"train.load_from_optimizer", nullptr, "model.load_from loads weights only", nullptr},
+    {"train.load_from_lr_scheduler", nullptr, "model.load_from loads weights only", nullptr},
+    {"train.optimizer_D", nullptr, kSprint, nullptr},
+    {"train.extra", nullptr, "unused upstream too", nullptr},
+};
+
+// Upstream's names for values of ours.
+struct ValueName {
+  const char* key;
+  const char* upstream;
+  const char* ours;
+  const char* note;  // when the value is not exactly the same thing
+};
+
+const ValueName kValueNames[] = {
+    {"train.optimizer.type", "CAMEWrapper", "CAME", nullptr},
+    {"train.optimizer.type", "CAME8BitWrapper", "CAME",
+     "8-bit optimizer state is not implemented: CAME with fp32 state (the same update, more memory)"},
+    {"vae.vae_type", "AutoencoderDC", "dc-ae", nullptr},
+};
+
+struct Encoder {
+  const char* name;
+  int64_t width;
+};
+
+// Upstream's text_encoder_dict (diffusion/model/builder.py) and the hidden size of each.
+const Encoder kEncoders[] = {
+    {"T5", 4096},         {"T5-small", 512},       {"T5-base", 768},
+    {"T5-large", 1024},   {"T5-xl", 2048},         {"T5-xxl", 4096},
+    {"gemma-2b", 2048},   {"gemma-2b-it", 2048},   {"gemma-2-2b", 2304},
+    {"gemma-2-2b-it", 2304}, {"gemma-2-9b", 3584}, {"gemma-2-9b-it", 3584},
+    {"Qwen2-0.5B-Instruct", 896}, {"Qwen2-1.5B-Instruct", 1536},
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool as_number(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+// YAML equality as a user means it: 1 == 1.0, True == true, `-` == null.
+bool same_value(const YAML::Node& a, const YAML::Node& b) {
+  const bool a_null = !a || a.IsNull();
+  const bool b_null = !b || b.IsNull();
+  if (a_null || b_null) return a_null && b_null;
+  if (a.IsSequence() && b.IsSequence()) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!same_value(a[i], b[i])) return false;
+    }
+    return true;
+  }
+  if (!a.IsScalar() || !b.IsScalar()) return false;
+  double x = 0, y = 0;
+  if (as_number(a.Scalar(), x) && as_number(b.Scalar(), y)) return x == y;
+  return lower(a.Scalar()) == lower(b.Scalar());
+}
+
+bool under(const std::string& key, const std::string& prefix) {
+  return key == prefix ||
+         (key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 && key[prefix.size()] == '.');
+}
+
+// The exact rule for `key`, else the rule of its nearest enclosing key.
+const Rule* find_rule(const std::string& key) {
+  const Rule* best = nullptr;
+  size_t best_length = 0;
+  for (const Rule& r : kRules) {
+    const std::string k = r.key;
+    if (under(key, k) && k.size() > best_length) {
+      best = &r;
+      best_length = k.size();
+    }
+  }
+  return best;
+}
+
+std::string describe(const YAML::Node& n) {
+  if (!n || n.IsNull()) return "null";
+  if (n.IsScalar()) return n.Scalar();
+  YAML::Emitter out;
+  out << YAML::Flow << n;
+  return out.c_str();
+}
+
+// Translates upstream's value names; returns the note to log, or "".
+std::string apply_value_names(UpstreamTranslation& t) {
+  // auto_lr: {rule: sqrt} arrives as train.auto_lr.rule; an empty auto_lr turns scaling off.
+  if (t.key == "train.auto_lr" && (t.value.IsNull() || (t.value.IsMap() && t.value.size() == 0))) {
+    t.value = YAML::Node(std::string("none"));
+    return "";
+  }
+  if (!t.value.IsScalar()) return "";
+  for (const ValueName& v : kValueNames) {
+    if (t.key == v.key && t.value.Scalar() == v.upstream) {
+      t.value = YAML::Node(std::string(v.ours));
+      return v.note ? fmt::format("upstream's {}: {}: {}", t.key, v.upstream, v.note)
+                    : fmt::format("upstream's {}: {} is {} here", t.key, v.upstream, v.ours);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+UpstreamTranslation translate_upstream(const std::string& key, const YAML::Node& value) {
+  UpstreamTranslation t;
+  t.key = key;
+  t.value = value;
+  const Rule* rule = find_rule(key);
+  if (rule && !rule->moved_to) {
+    t.dropped = true;
+    if (rule->only && !same_value(value, YAML::Load(rule->only))) {
+      t.error = fmt::format("{} is not supported here: {}", describe(value), rule->why);
+      t.hint = fmt::format("remove the key or set it to {}", rule->only);
+    } else {
+      t.note = fmt::format("upstream's {} is accepted with no effect: {}", key, rule->why);
+    }
+    return t;
+  }
+  std::vector<std::string> notes;
+  if (rule) {
+    t.key = rule->moved_to;
+    notes.push_back(fmt::format("upstream's {} is read as {}", key, t.key));
+  }
+  if (std::string named = apply_value_names(t); !named.empty()) notes.push_back(named);
+  t.note = fmt::format("{}", fmt::join(notes, "; "));
+  return t;
+}
+
+const std::vector<std::string>& text_encoder_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out = {"none", "torchscript"};
+    for (const Encoder& e : kEncoders) out.push_back(e.name);
+    return out;
+  }();
+  return names;
+}
+
+int64_t text_encoder_width(const std::string& name) {
+  for (const Encoder& e : kEncoders) {
+    if (name == e.name) return e.width;
+  }
+  return 0;
+}
+
+void resolve_upstream_style(Config& config, const OriginMap& origins, int64_t world_size,
+                            std::vector<ConfigIssue>& issues) {
+  auto& t = config.train;
+  if (upstream_batch_style(t)) {
+    for (const char* ours : {"train.global_batch_size", "train.micro_batch_size"}) {
+      const auto it = origins.find(ours);
+      if (it == origins.end()) continue;
+      issues.push_back({ours, "is set together with upstream's train_batch_size / gradient_accumulation_steps",
+                        it->second,
+                        "use one style: global_batch_size + micro_batch_size (the global batch stays fixed "
+                        "at any world size) or train_batch_size + gradient_accumulation_steps (upstream's: "
+                        "the global batch is their product x world size)"});
+    }
+    if (t.train_batch_size == 0) t.train_batch_size = 32;  // upstream's defaults
+    if (t.gradient_accumulation_steps == 0) t.gradient_accumulation_steps = 1;
+    t.micro_batch_size = t.train_batch_size;
+    t.global_batch_size = t.train_batch_size * t.gradient_accumulation_steps * std::max<int64_t>(1, world_size);
+    config.load_notes.push_back(fmt::format(
+        "train.global_batch_size is {}: train_batch_size {} x gradient_accumulation_steps {} x world size {}",
+        t.global_batch_size, t.train_batch_size, t.gradient_accumulation_steps, world_size));
+  }
+  auto& text = config.text_encoder;
+  const int64_t width = text_encoder_width(text.text_encoder_name);
+  if (width > 0 && width != text.caption_channels && origins.count("text_encoder.caption_channels") == 0) {
+    config.load_notes.push_back(fmt::format("text_encoder.caption_channels is {}, the width of {}", width,
+                                            text.text_encoder_name));
+    text.caption_channels = width;
+  }
+}
+
+bool looks_like_hub_name(const std::string& path) {
+  if (path.empty() || path[0] == '/' || path[0] == '.') return false;
+  const size_t slash = path.find('/');
+  if (slash == std::string::npos || path.find('/', slash + 1) != std::string::npos) return false;
+  const std::string last = path.substr(slash + 1);
+  for (const char* ext : {".pt", ".pth", ".ts", ".bin", ".safetensors", ".ckpt"}) {
+    const std::string e = ext;
+    if (last.size() > e.size() && last.compare(last.size() - e.size(), e.size(), e) == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace sana::config

@@ -1,0 +1,143 @@
+// NVlabs/Sana's own YAMLs (verbatim copies in tests/configs/upstream/) load unchanged:
+// moved keys are read at upstream's path, upstream's value names are translated, keys with
+// no effect here are accepted with a note, and values we cannot honour are errors.
+#include <algorithm>
+#include <filesystem>
+
+#include "config_test_support.h"
+#include "sana/config/upstream.h"
+
+namespace {
+
+std::string upstream_yaml(const std::string& name) {
+  return std::string(SANA_SOURCE_DIR) + "/tests/configs/upstream/" + name;
+}
+
+bool noted(const Config& c, const std::string& fragment) {
+  return std::any_of(c.load_notes.begin(), c.load_notes.end(),
+                     [&](const std::string& n) { return n.find(fragment) != std::string::npos; });
+}
+
+}  // namespace
+
+TEST_CASE("every upstream sana_config YAML loads unchanged", "[config][upstream]") {
+  const char* files[] = {
+      "512ms/Sana_600M_img512.yaml",      "512ms/Sana_600M_img256.yaml",
+      "512ms/Sana_1600M_img512.yaml",     "512ms/ci_Sana_600M_img512.yaml",
+      "512ms/sample_dataset.yaml",        "1024ms/Sana_600M_img1024.yaml",
+      "1024ms/Sana_1600M_img1024.yaml",   "1024ms/Sana_1600M_img1024_AdamW.yaml",
+      "1024ms/Sana_1600M_img1024_CAME8bit.yaml", "2048ms/Sana_1600M_img2048_bf16.yaml",
+      "4096ms/Sana_1600M_img4096_bf16.yaml",
+  };
+  for (const char* name : files) {
+    INFO(name);
+    const Config c = load_config({upstream_yaml(name)}, {}, no_paths());
+    CHECK(c.work_dir == "output/debug");  // train.work_dir, upstream's place for it
+    CHECK(c.vae.vae_type == VaeType::dc_ae);  // dc-ae and AutoencoderDC
+    CHECK(uses_text_encoder(c.text_encoder));
+    CHECK_FALSE(c.load_notes.empty());
+    // What it prints loads back to the same config (the derived batch is not written twice).
+    TempDir dir;
+    Config again = load_config({dir.write("printed.yaml", to_yaml(c))}, {}, no_paths());
+    Config first = c;
+    again.load_notes.clear();  // the upstream keys' notes are gone: the printed YAML has none
+    first.load_notes.clear();
+    CHECK(to_yaml(again) == to_yaml(first));
+  }
+}
+
+TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstream]") {
+  const Config c = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")}, {}, no_paths(8));
+  CHECK(c.data.aspect_ratio_type == "ASPECT_RATIO_512");  // model.aspect_ratio_type
+  CHECK(c.train.optimizer.type == OptimizerType::CAME);   // CAMEWrapper
+  CHECK(c.train.optimizer.eps == std::vector<double>{1e-30, 1e-16});
+  CHECK(c.model.mixed_precision == Precision::fp16);
+  CHECK(c.scheduler.flow_shift == 3.0);
+  CHECK(c.scheduler.vis_sampler == "flow_dpm-solver");
+  CHECK(c.text_encoder.chi_prompt.size() == 8);
+  CHECK(c.text_encoder.chi_prompt.back() == "User Prompt: ");
+  // train_batch_size is per process: 128 x accumulation 1 x 8 processes.
+  CHECK(c.train.micro_batch_size == 128);
+  CHECK(c.train.global_batch_size == 1024);
+  CHECK(accumulation_steps(c.train, 8) == 1);
+  CHECK(noted(c, "data.clip_thr is accepted with no effect"));
+  CHECK(noted(c, "train.online_metric is accepted with no effect"));
+  CHECK(noted(c, "model.aspect_ratio_type is read as data.aspect_ratio_type"));
+  CHECK(noted(c, "CAMEWrapper is CAME"));
+  CHECK(noted(c, "train.global_batch_size is 1024"));
+
+  const Config t5 = load_config({upstream_yaml("512ms/Sana_600M_img256.yaml")}, {}, no_paths());
+  CHECK(t5.scheduler.predict_flow_v);  // written as predict_v there
+  CHECK(t5.text_encoder.caption_channels == 4096);  // T5's width, as upstream's encoder gives it
+  CHECK(t5.model.use_pe);
+  CHECK(t5.model.qk_norm);
+  CHECK(noted(t5, "train.use_fsdp is accepted with no effect"));
+
+  const Config pe = load_config({upstream_yaml("4096ms/Sana_1600M_img4096_bf16.yaml")}, {}, no_paths());
+  CHECK(pe.data.aspect_ratio_type == "ASPECT_RATIO_4096");
+  CHECK(pe.model.use_pe);
+  CHECK(pe.model.pe_interpolation == 2.0);
+  CHECK(pe.model.mixed_precision == Precision::bf16);
+
+  const Config came8 = load_config({upstream_yaml("1024ms/Sana_1600M_img1024_CAME8bit.yaml")}, {}, no_paths());
+  CHECK(came8.train.optimizer.type == OptimizerType::CAME);
+  CHECK(noted(came8, "8-bit optimizer state is not implemented"));
+  CHECK(noted(came8, "train.optimizer.block_size is accepted with no effect"));
+}
+
+TEST_CASE("upstream's batch style and auto_lr forms", "[config][upstream]") {
+  TempDir dir;
+  const Config acc = load_text(dir, "train:\n  train_batch_size: 4\n  gradient_accumulation_steps: 3\n", {},
+                               no_paths(2));
+  CHECK(acc.train.micro_batch_size == 4);
+  CHECK(acc.train.global_batch_size == 24);
+  CHECK(accumulation_steps(acc.train, 2) == 3);
+  // Only gradient_accumulation_steps: upstream's train_batch_size default, 32.
+  CHECK(load_text(dir, "train:\n  gradient_accumulation_steps: 2\n").train.global_batch_size == 64);
+  // Both styles at once cannot both hold.
+  auto both = issues_of(dir, "train:\n  train_batch_size: 4\n  global_batch_size: 16\n");
+  CHECK(mentions(both, "train.global_batch_size", "use one style"));
+
+  CHECK(load_text(dir, "train:\n  auto_lr:\n    rule: linear\n").train.auto_lr == AutoLr::linear);
+  CHECK(load_text(dir, "train:\n  auto_lr: {rule: sqrt}\n").train.auto_lr == AutoLr::sqrt);
+  CHECK(load_text(dir, "train:\n  auto_lr: {}\n").train.auto_lr == AutoLr::none);
+  CHECK(load_text(dir, "train:\n  auto_lr:\n").train.auto_lr == AutoLr::none);
+  CHECK(load_text(dir, "").train.auto_lr == AutoLr::sqrt);  // upstream's default
+}
+
+TEST_CASE("upstream values that cannot be honoured are errors, not silence", "[config][upstream]") {
+  TempDir dir;
+  CHECK(mentions(issues_of(dir, "scheduler:\n  pred_sigma: true\n"), "scheduler.pred_sigma",
+                 "flow matching predicts no variance"));
+  CHECK(mentions(issues_of(dir, "model:\n  mlp_acts: [gelu, gelu, null]\n"), "model.mlp_acts",
+                 "set it to [silu, silu, null]"));
+  CHECK(mentions(issues_of(dir, "train:\n  snr_loss: true\n"), "train.snr_loss", "not supported here"));
+  // The accepted forms of the same keys load: `-` and `null` are the same YAML value.
+  CHECK_NOTHROW(load_text(dir, "model:\n  mlp_acts:\n    - silu\n    - silu\n    -\n"));
+  CHECK_NOTHROW(load_text(dir, "scheduler:\n  pred_sigma: False\n"));
+  // A key and its upstream alias with different values: the later line wins, with a note.
+  const Config twice = load_text(dir, "work_dir: a\ntrain:\n  work_dir: b\n");
+  CHECK(twice.work_dir == "b");
+  CHECK(std::any_of(twice.load_notes.begin(), twice.load_notes.end(),
+                    [](const std::string& n) { return n.find("the later one") != std::string::npos; }));
+}
+
+TEST_CASE("hub model names need a TorchScript export or precomputed features", "[config][upstream]") {
+  TempDir dir;
+  const std::string data = dir.path("data");
+  std::filesystem::create_directories(data);
+  const std::string yaml = "data:\n  data_dir: [" + data +
+                           "]\nvae:\n  vae_type: dc-ae\n  vae_pretrained: mit-han-lab/dc-ae-f32c32-sana-1.0\n"
+                           "text_encoder:\n  text_encoder_name: gemma-2-2b-it\n";
+  const ValidationContext run{1, true};
+  const auto issues = issues_of(dir, yaml, {}, run);
+  CHECK(mentions(issues, "vae.vae_pretrained", "names a hub model"));
+  CHECK(mentions(issues, "vae.vae_pretrained", "load_vae_feat"));
+  CHECK(mentions(issues, "text_encoder.text_encoder_path", "gemma-2-2b-it runs from a local TorchScript export"));
+  CHECK(mentions(issues, "text_encoder.text_encoder_path", "Coming from NVlabs/Sana"));
+  // Precomputed features need neither encoder.
+  CHECK_NOTHROW(load_text(dir, yaml, {"--data.load_vae_feat=true", "--data.load_text_feat=true"}, run));
+  CHECK(looks_like_hub_name("Efficient-Large-Model/gemma-2-2b-it"));
+  CHECK_FALSE(looks_like_hub_name("exports/vae.pt"));
+  CHECK_FALSE(looks_like_hub_name("/abs/vae"));
+}
