@@ -82,7 +82,9 @@ for kind in "${kinds[@]}"; do
       TSAN_BASE=""
       export SANA_TRAIN_BIN=$BUILD/apps/sana-train
       run asan.unit 900 "$BUILD/tests/sana_unit_tests"
-      run asan.torch_unit 2400 "$BUILD/tests/sana_torch_tests"  # hidden ones ([.reference]: Python) skipped
+      # Hidden ones ([.reference]: Python) skipped, and [text]: SentencePiece's module needs
+      # RTLD_DEEPBIND (model/spm_shim.cpp), which ASan refuses.
+      run asan.torch_unit 2400 "$BUILD/tests/sana_torch_tests" "~[text]"
       work=$(mktemp -d /tmp/sana-asan-XXXXXX)
       common=(--config "$root/configs/sana_tiny_cpu.yaml" "--data.data_dir=[$data]" "--work_dir=$work/run"
               --train.log_interval=5 --train.eval_sampling_steps=10 --train.preview_steps=4

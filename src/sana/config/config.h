@@ -108,6 +108,9 @@ struct TextEncoderConfig {
   // (gemma-2-2b-it, T5, ...; config/upstream.h): text_encoder_path is a TorchScript export.
   std::string text_encoder_name = "none";
   std::string text_encoder_path;
+  // A SentencePiece model (the encoder's tokenizer.model): captions are tokenized here, as
+  // upstream's Hugging Face tokenizer does, and text_encoder_path takes (input_ids, mask).
+  std::string tokenizer_path;
   int64_t caption_channels = 2304;
   int64_t model_max_length = 300;
   bool y_norm = true;

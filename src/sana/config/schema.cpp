@@ -111,7 +111,10 @@ void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
         "'none' (class labels or unconditional), 'torchscript' or an upstream encoder name "
         "(runs text_encoder_path)")
       .one_of(text_encoder_names());
-  s.add("text_encoder_path", t.text_encoder_path, "TorchScript text encoder file");
+  s.add("text_encoder_path", t.text_encoder_path,
+        "TorchScript text encoder: forward(prompts) -> (features, mask), or forward(ids, mask) with tokenizer_path");
+  s.add("tokenizer_path", t.tokenizer_path,
+        "SentencePiece tokenizer.model: captions tokenized here as upstream (CHI prompt, token selection)");
   s.add("caption_channels", t.caption_channels, "caption feature width").at_least(1);
   s.add("model_max_length", t.model_max_length, "caption tokens").at_least(1);
   s.add("y_norm", t.y_norm, "RMSNorm on caption features");

@@ -233,6 +233,7 @@ void check_encoder_paths(Checker& c, const Config& cfg) {
                        fmt::format("is empty: text_encoder_name {} runs from a local TorchScript export here",
                                    text.text_encoder_name),
                        "load_text_feat", "text encoder");
+    if (!text.tokenizer_path.empty()) check_existing(c, "text_encoder.tokenizer_path", text.tokenizer_path, "tokenizer");
   }
 }
 

@@ -73,28 +73,71 @@ FrozenTextEncoder FrozenTextEncoder::load(const config::TextEncoderConfig& cfg, 
   enc.cfg_ = cfg;
   enc.device_ = device;
   enc.module_ = load_frozen(cfg.text_encoder_path, "text_encoder.text_encoder_path", device);
+  if (!cfg.tokenizer_path.empty()) {
+    enc.tokenizer_ = std::make_shared<CaptionTokenizer>(cfg.tokenizer_path, cfg.text_encoder_name);
+  }
   enc.encode({"a probe prompt"});
   return enc;
 }
 
-std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vector<std::string>& prompts) {
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::run(const std::vector<std::string>& texts, int64_t length) {
   torch::NoGradGuard no_grad;
-  c10::List<std::string> list;
-  for (const auto& p : prompts) list.push_back(p);
+  const auto n = static_cast<int64_t>(texts.size());
+  std::vector<c10::IValue> inputs;
+  torch::Tensor mask;
+  if (tokenizer_) {
+    const auto tokens = tokenizer_->batch(texts, length);
+    mask = torch::tensor(tokens.mask, torch::kInt64).view({n, length});
+    inputs = {torch::tensor(tokens.ids, torch::kInt64).view({n, length}).to(device_), mask.to(device_)};
+  } else {
+    c10::List<std::string> list;
+    for (const auto& t : texts) list.push_back(t);
+    inputs = {list};
+  }
   c10::IValue out;
   try {
-    out = module_.forward({list});
+    out = module_.forward(inputs);
   } catch (const std::exception& e) {
-    throw EncoderError(fmt::format("text_encoder.text_encoder_path: forward(prompts) failed: {}",
+    throw EncoderError(fmt::format("text_encoder.text_encoder_path: forward({}) failed: {}",
+                                   tokenizer_ ? "input_ids, attention_mask" : "prompts",
                                    std::string(e.what()).substr(0, 300)));
   }
-  if (!out.isTuple() || out.toTupleRef().elements().size() != 2 || !out.toTupleRef().elements()[0].isTensor() ||
-      !out.toTupleRef().elements()[1].isTensor()) {
-    throw EncoderError("text_encoder.text_encoder_path: forward(prompts) must return (features, mask)");
+  const bool tuple = out.isTuple() && !out.toTupleRef().elements().empty();
+  const c10::IValue first = tuple ? out.toTupleRef().elements()[0] : out;
+  if (tokenizer_ && first.isTensor()) return {first.toTensor().to(torch::kFloat32), mask};
+  if (!tokenizer_ && tuple && out.toTupleRef().elements().size() == 2 && first.isTensor() &&
+      out.toTupleRef().elements()[1].isTensor()) {
+    return {first.toTensor().to(torch::kFloat32), out.toTupleRef().elements()[1].toTensor().to(torch::kInt64)};
   }
-  auto features = out.toTupleRef().elements()[0].toTensor().to(torch::kFloat32);
-  auto mask = out.toTupleRef().elements()[1].toTensor();
-  const auto n = static_cast<int64_t>(prompts.size());
+  throw EncoderError(tokenizer_ ? "text_encoder.text_encoder_path: forward(input_ids, attention_mask) must return "
+                                  "features (or a tuple that starts with them)"
+                                : "text_encoder.text_encoder_path: forward(prompts) must return (features, mask)");
+}
+
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vector<std::string>& prompts) {
+  const auto count = [this](const std::string& text) {
+    return tokenizer_ ? static_cast<int64_t>(tokenizer_->encode(text).size()) : int64_t{0};
+  };
+  const int64_t n = static_cast<int64_t>(prompts.size()), L = cfg_.model_max_length;
+  const auto plan = plan_captions(prompts, cfg_.chi_prompt, cfg_.text_encoder_name, L, count);
+  auto [features, mask] = run(plan.texts, plan.length);
+  // Without a tokenizer the module chose the length: keep token 0 and the last L - 1 of it.
+  const auto keep = tokenizer_ ? plan.keep : select_index(features.dim() == 3 ? features.size(1) : 0, L);
+  if (features.dim() == 3 && mask.dim() == 2 && features.size(1) >= L && mask.size(1) == features.size(1)) {
+    const auto index = torch::tensor(keep, torch::kInt64).to(features.device());
+    features = features.index_select(1, index);
+    mask = mask.to(features.device()).index_select(1, index);
+  }
+  return checked({features, mask}, n);
+}
+
+torch::Tensor FrozenTextEncoder::empty_prompt() {
+  return checked(run({""}, cfg_.model_max_length), 1).first[0];
+}
+
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::checked(std::pair<torch::Tensor, torch::Tensor> out,
+                                                                   int64_t n) const {
+  const auto& [features, mask] = out;
   if (features.dim() != 3 || features.size(0) != n || features.size(1) != cfg_.model_max_length ||
       features.size(2) != cfg_.caption_channels || mask.sizes() != features.sizes().slice(0, 2)) {
     throw EncoderError(fmt::format(

@@ -3,8 +3,12 @@
 //  - a VAE: a module with a method `encode(images) -> latents` (images [B, 3, H, W] in
 //    [-1, 1]); an optional `decode(latents) -> images` draws latent-space previews. The
 //    latents are multiplied by vae.scale_factor here, as upstream does after encoding.
-//  - a text encoder: `forward(prompts: List[str]) -> (features [N, L, D], mask [N, L])`,
-//    tokenizer included.
+//  - a text encoder: `forward(prompts: List[str]) -> (features [N, T, D], mask [N, T])`,
+//    tokenizer included; or, with text_encoder.tokenizer_path (model/tokenizer.h), one that
+//    takes `forward(input_ids [N, T], attention_mask [N, T]) -> features [N, T, D]` (or a
+//    tuple whose first element they are: a traced decoder's last hidden state). Around it,
+//    upstream's caption pipeline: the CHI prompt in front, T = its tokens + L - 2, and token 0
+//    plus the last L - 1 kept (L = model_max_length).
 // Every output is checked against the config (channels, downsampling, tokens, width), so a
 // wrong export is a clear error at start, not a shape error deep in the model.
 #pragma once
@@ -18,6 +22,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/model/tokenizer.h"
 #include "sana/util/error.h"
 
 namespace sana::model {
@@ -48,9 +53,17 @@ class FrozenTextEncoder {
   static FrozenTextEncoder load(const config::TextEncoderConfig& cfg, torch::Device device);
   // features [N, model_max_length, caption_channels], mask [N, model_max_length]
   std::pair<torch::Tensor, torch::Tensor> encode(const std::vector<std::string>& prompts);
+  // Upstream's null caption: the empty prompt's features, without CHI prompt or token
+  // selection, [model_max_length, caption_channels].
+  torch::Tensor empty_prompt();
 
  private:
+  // The module's features [N, T, D] and mask [N, T] for `texts` (T = `length` with a tokenizer).
+  std::pair<torch::Tensor, torch::Tensor> run(const std::vector<std::string>& texts, int64_t length);
+  std::pair<torch::Tensor, torch::Tensor> checked(std::pair<torch::Tensor, torch::Tensor> out, int64_t n) const;
+
   torch::jit::Module module_;
+  std::shared_ptr<CaptionTokenizer> tokenizer_;
   config::TextEncoderConfig cfg_;
   torch::Device device_ = torch::kCPU;
 };

@@ -23,6 +23,15 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
   return e;
 }
 
+bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders) {
+  if (!encoders.text || !model->caption_embedder) return false;
+  torch::NoGradGuard no_grad;
+  auto& null_caption = model->caption_embedder->y_embedding;
+  null_caption.copy_(encoders.text->empty_prompt().to(null_caption.device(), null_caption.scalar_type()));
+  log::info("y_embedder.y_embedding: the text encoder's empty-prompt features, as upstream sets it on loading");
+  return true;
+}
+
 PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
                                         model::Conditioning conditioning) {
   auto o = preview_options_for(cfg);

@@ -32,6 +32,11 @@ enum class EncoderUse { training, previews };
 Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
                        model::Conditioning conditioning);
 
+// As upstream on loading weights: the null caption (y_embedding, used for caption dropout and
+// guidance) becomes the text encoder's features of the empty prompt. False (nothing changed)
+// without a text encoder or a caption model.
+bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders);
+
 // The preview options for this config on `device`: decoding through the VAE when it can,
 // the validation prompts encoded once for a caption model (warnings say what is missing).
 PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,

@@ -161,6 +161,7 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       previews_(cfg, rt, model_, encoders_),
       checkpointer_(cfg, main_rank_) {
   resume();
+  if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
   const int64_t per_epoch = dataset_.plan(0).steps();
   total_steps_ = per_epoch * cfg.train.num_epochs;
   if (cfg.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.train.max_steps);
@@ -168,6 +169,16 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+// As upstream's load_checkpoint: on loading weights, the null caption (y_embedding, used for
+// caption dropout and guidance) becomes the text encoder's features of the empty prompt.
+void Trainer::use_empty_prompt() {
+  if (!train::use_empty_prompt(model_, encoders_)) return;
+  torch::NoGradGuard no_grad;
+  auto null_caption = model_->caption_embedder->y_embedding.contiguous();
+  rt_.broadcast(null_caption);  // every rank takes rank 0's
+  model_->caption_embedder->y_embedding.copy_(null_caption);
 }
 
 void Trainer::resume() {

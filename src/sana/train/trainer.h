@@ -48,6 +48,7 @@ class Trainer {
 
  private:
   void resume();
+  void use_empty_prompt();
   void log_start() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);

@@ -15,6 +15,7 @@
 
 #include "sana/data/distributed_sampler.h"
 #include "sana/distributed/runtime.h"
+#include "sana/util/safetensors.h"
 #include "test_support.h"
 
 using sana::test::run_command;
@@ -109,6 +110,34 @@ TEST_CASE("a short training run on real images lowers the loss", "[torch][train]
   const auto refused = run_command(preview + " --model.model=SanaMS_tiny_P4_D4 --out " + dir.path("x"));
   CHECK(refused.exit_code == 2);
   CHECK(refused.output.find("x_embedder.proj.weight (file 128x3x2x2, model 128x3x4x4)") != std::string::npos);
+}
+
+TEST_CASE("the EMA is updated before the optimizer step, as upstream", "[torch][train][ema]") {
+  // Start from known weights W, take one step (no warmup) with ema_rate 0.5. Upstream's
+  // order averages W with W (the weights before the step): the EMA is W. Averaging after the
+  // step would give (W + W') / 2.
+  TempDir dir;
+  const std::string base = std::string(SANA_TRAIN_BIN) + " --config " + SANA_SOURCE_DIR +
+                           "/configs/sana_tiny_cpu.yaml --data.data_dir=/usr/share/backgrounds/mate"
+                           " --train.max_steps=1 --train.visualize=false --train.lr_schedule_args.num_warmup_steps=0";
+  const auto first = run_command(base + " --work_dir=" + dir.path("a"));
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const auto second = run_command(base + " --train.ema_update=true --train.ema_rate=0.5 --model.load_from=" +
+                                  dir.path("a/model.safetensors") + " --work_dir=" + dir.path("b"));
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  const auto w = sana::read_safetensors(dir.path("a/model.safetensors"));
+  const auto stepped = sana::read_safetensors(dir.path("b/model.safetensors"));
+  const auto ema = sana::read_safetensors(dir.path("b/ema.safetensors"));
+  REQUIRE(ema.tensors.size() > 10);
+  double moved = 0;
+  for (const auto& [name, average] : ema.tensors) {
+    INFO(name);
+    CHECK(torch::allclose(average, w.get(name), 1e-6, 1e-7));
+    moved = std::max(moved, (stepped.get(name) - w.get(name)).abs().max().item<double>());
+  }
+  CHECK(moved > 1e-4);  // the step did change the weights
 }
 
 TEST_CASE("the distributed sampler partitions exactly as torch's DistributedSampler",

@@ -1,0 +1,99 @@
+// Captions as upstream encodes them, around a TorchScript text encoder that takes token ids:
+// the SentencePiece tokens (Gemma: BOS first; T5: EOS last; right padding, truncation keeping
+// the special tokens), the CHI prompt in front, token 0 and the last L - 1 kept, and the
+// empty prompt as the null caption, each against tests/reference/make_text_pipeline.py.
+#include "catch.h"
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "sana/model/encoders.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/tokenizer.h"
+#include "sana/train/previews.h"
+#include "sana/util/safetensors.h"
+#include "model_specs.h"
+#include "test_support.h"
+
+using namespace sana;
+
+namespace {
+
+const sana::test::TempDir& fixtures() { return sana::test::reference_fixtures("make_text_pipeline.py"); }
+
+nlohmann::json case_json() {
+  std::ifstream in(fixtures().path("case.json"));
+  return nlohmann::json::parse(in);
+}
+
+config::TextEncoderConfig text_config(const std::string& name) {
+  const auto c = case_json();
+  config::TextEncoderConfig t;
+  t.text_encoder_name = name;
+  t.text_encoder_path = fixtures().path("ids_encoder.pt");
+  t.tokenizer_path = fixtures().path("spm.model");
+  t.model_max_length = c.at("model_max_length").get<int64_t>();
+  t.caption_channels = 8;
+  t.chi_prompt = c.at("chi_prompt").get<std::vector<std::string>>();
+  return t;
+}
+
+bool same(const torch::Tensor& ours, const torch::Tensor& upstream) {
+  return ours.sizes() == upstream.sizes() &&
+         torch::allclose(ours.to(torch::kFloat64), upstream.to(torch::kFloat64), 1e-6, 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("captions go through upstream's CHI prompt, tokens and selection", "[model][text]") {
+  const auto expected = read_safetensors(fixtures().path("expected.safetensors"));
+  const auto captions = case_json().at("captions").get<std::vector<std::string>>();
+  auto gemma = model::FrozenTextEncoder::load(text_config("gemma-2-2b-it"), torch::kCPU);
+  const auto [features, mask] = gemma.encode(captions);
+  CHECK(same(features, expected.get("gemma_features")));
+  CHECK(same(mask, expected.get("gemma_mask")));
+  // T5: upstream gives it no CHI prompt; EOS ends every caption, even a truncated one.
+  auto t5 = model::FrozenTextEncoder::load(text_config("T5"), torch::kCPU);
+  const auto [t5_features, t5_mask] = t5.encode(captions);
+  CHECK(same(t5_features, expected.get("t5_features")));
+  CHECK(same(t5_mask, expected.get("t5_mask")));
+  // The null caption: the empty prompt alone (no CHI prompt), as upstream's null embedding.
+  CHECK(same(gemma.empty_prompt(), expected.get("null_features")));
+  // Without CHI prompt lines every token is kept.
+  auto plain_cfg = text_config("gemma-2-2b-it");
+  plain_cfg.chi_prompt.clear();
+  auto plain = model::FrozenTextEncoder::load(plain_cfg, torch::kCPU);
+  CHECK(same(plain.encode({""}).first[0], expected.get("null_features")));
+}
+
+TEST_CASE("token rules: special tokens survive truncation, padding is on the right", "[model][text]") {
+  const model::CaptionTokenizer gemma(fixtures().path("spm.model"), "gemma-2-2b-it");
+  const model::CaptionTokenizer t5(fixtures().path("spm.model"), "T5");
+  const auto long_ids = gemma.encode("a very long caption about a city street at dusk");
+  REQUIRE(long_ids.size() > 6);
+  CHECK(long_ids.front() == 2);  // BOS
+  const auto g = gemma.batch({"a very long caption about a city street at dusk", ""}, 6);
+  CHECK(std::vector<int64_t>(g.ids.begin(), g.ids.begin() + 6) == std::vector<int64_t>(long_ids.begin(), long_ids.begin() + 6));
+  CHECK(std::vector<int64_t>(g.ids.begin() + 6, g.ids.end()) == std::vector<int64_t>{2, 0, 0, 0, 0, 0});
+  CHECK(std::vector<int64_t>(g.mask.begin() + 6, g.mask.end()) == std::vector<int64_t>{1, 0, 0, 0, 0, 0});
+  const auto t = t5.batch({"a very long caption about a city street at dusk"}, 6);
+  CHECK(t.ids.back() == 1);  // EOS kept
+  CHECK(model::select_index(10, 4) == std::vector<int64_t>{0, 7, 8, 9});
+  CHECK_THROWS_WITH(model::CaptionTokenizer(fixtures().path("case.json"), "gemma-2-2b-it"),
+                    Catch::Contains("text_encoder.tokenizer_path"));
+}
+
+TEST_CASE("loading weights makes the empty prompt the null caption, as upstream", "[model][text]") {
+  auto spec = sana::test::small_spec(model::Conditioning::caption);
+  spec.caption_channels = 8;
+  spec.caption_tokens = case_json().at("model_max_length").get<int64_t>();
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 1});
+  train::Encoders encoders;
+  encoders.text = std::make_shared<model::FrozenTextEncoder>(
+      model::FrozenTextEncoder::load(text_config("gemma-2-2b-it"), torch::kCPU));
+  CHECK_FALSE(same(net->caption_embedder->y_embedding, encoders.text->empty_prompt()));
+  CHECK(train::use_empty_prompt(net, encoders));
+  CHECK(same(net->caption_embedder->y_embedding, encoders.text->empty_prompt()));
+  CHECK_FALSE(train::use_empty_prompt(net, train::Encoders{}));
+}
