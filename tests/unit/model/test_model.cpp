@@ -443,6 +443,13 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("worst relative difference") != std::string::npos);
   WARN(r.output);
+  // And against upstream's own modules (upstream_model.py: SanaMS's code paths, strict names).
+  const std::string upstream = std::string(SANA_SOURCE_DIR) + "/tests/reference/upstream_model.py";
+  const auto u = sana::test::run_command("/usr/bin/python3 " + upstream + " " + fmt::format("{}", fmt::join(files, " ")));
+  INFO(u.output);
+  CHECK(u.exit_code == 0);
+  CHECK(u.output.find("captions + qk_norm, 8x32 bucket: max relative difference") != std::string::npos);
+  WARN(u.output);
 
   // The reference notices a wrong output: scale one C++ prediction slightly and it fails.
   auto file = sana::read_safetensors(files[0]);
@@ -453,4 +460,5 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
   const auto bad = sana::test::run_command("/usr/bin/python3 " + script + " " + files[0]);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
+  CHECK(sana::test::run_command("/usr/bin/python3 " + upstream + " " + files[0]).exit_code == 1);
 }

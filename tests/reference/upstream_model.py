@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""The SanaMS forward pass as upstream's modules compute it, for checking the C++ model.
+
+Usage: upstream_model.py CASE.safetensors...   (the case files of the C++ test "the C++ model
+matches an independent Python implementation": weights "w.<name>", inputs "in.*", the C++
+output "out.pred", the shape as JSON metadata)
+
+Independent of sana_reference.py (our own reading of the maths): this file builds torch.nn
+modules with the structure, parameter names and forward code paths of upstream's
+diffusion/model/nets/sana_multi_scale.py (SanaMS, SanaMSBlock) and sana_blocks.py (LiteLA and
+its attn_matmul, MultiHeadCrossAttention on the scaled_dot_product_attention path, GLUMBConv
+of ConvLayers, T2IFinalLayer, TimestepEmbedder, CaptionEmbedder with its forced token drop,
+PatchEmbedMS, RMSNorm from norms.py, t2i_modulate, unpatchify), loads the case's weights
+strictly (a name or shape that differs from upstream's modules fails here), and runs it in
+float64. Class-label cases are skipped: upstream's SanaMS conditions on captions only.
+Prints the largest relative difference per case; exits 1 above 1e-5.
+"""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TOLERANCE = 1e-5
+
+
+def read_safetensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    kinds = {"F64": np.float64, "F32": np.float32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
+    out = {}
+    for name, info in header.items():
+        start, end = info["data_offsets"]
+        arr = np.frombuffer(data[8 + n + start:8 + n + end], dtype=kinds[info["dtype"]])
+        out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return out, meta
+
+
+def t2i_modulate(x, shift, scale):  # sana_blocks.t2i_modulate
+    return x * (1 + scale) + shift
+
+
+class RMSNorm(nn.Module):  # norms.RMSNorm
+    def __init__(self, dim, scale_factor=1.0, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim) * scale_factor)
+
+    def forward(self, x):
+        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight.float()).type_as(x)
+
+
+class LiteLA(nn.Module):  # sana_blocks.LiteLA, heads of `dim` channels, ReLU kernel
+    PAD_VAL = 1
+
+    def __init__(self, c, dim, eps, qk_norm, norm_eps):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.qkv = nn.Linear(c, 3 * c, bias=False)
+        self.proj = nn.Linear(c, c)
+        self.q_norm = RMSNorm(c, 1.0, norm_eps) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(c, 1.0, norm_eps) if qk_norm else nn.Identity()
+
+    def attn_matmul(self, q, k, v):  # fp32_attention: inputs are float64 here already
+        q, k = F.relu(q), F.relu(k)
+        v = F.pad(v, (0, 0, 0, 1), mode="constant", value=LiteLA.PAD_VAL)
+        vk = torch.matmul(v, k)
+        out = torch.matmul(vk, q)
+        return out[:, :, :-1] / (out[:, :, -1:] + self.eps)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, c).unbind(2)
+        q = self.q_norm(q).transpose(-1, -2).reshape(b, c // self.dim, self.dim, n)
+        k = self.k_norm(k).transpose(-1, -2).reshape(b, c // self.dim, self.dim, n).transpose(-1, -2)
+        v = v.transpose(-1, -2).reshape(b, c // self.dim, self.dim, n)
+        out = self.attn_matmul(q, k, v).to(x.dtype)
+        return self.proj(out.view(b, c, n).permute(0, 2, 1))
+
+
+class MultiHeadCrossAttention(nn.Module):  # sana_blocks, the scaled_dot_product_attention path
+    def __init__(self, c, heads, qk_norm=False):
+        super().__init__()
+        self.heads, self.head_dim = heads, c // heads
+        self.q_linear = nn.Linear(c, c)
+        self.kv_linear = nn.Linear(c, 2 * c)
+        self.proj = nn.Linear(c, c)
+        self.q_norm = RMSNorm(c, 1.0, 1e-6) if qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(c, 1.0, 1e-6) if qk_norm else nn.Identity()
+
+    def forward(self, x, cond, mask=None):
+        b, n, c = x.shape
+        q = self.q_linear(x)
+        k, v = self.kv_linear(cond).view(b, -1, 2, c).unbind(2)
+        q = self.q_norm(q).view(b, -1, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_norm(k).view(b, -1, self.heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, -1, self.heads, self.head_dim).transpose(1, 2)
+        if mask is not None:
+            mask = ((1 - mask.to(q.dtype)) * -10000.0)[:, None, None].repeat(1, self.heads, 1, 1)
+        x = sdpa(q, k, v, mask)
+        return self.proj(x.transpose(1, 2).reshape(b, -1, c))
+
+
+def sdpa(q, k, v, mask):
+    """F.scaled_dot_product_attention (torch 2.x); Debian's torch 1.13 has no such function, so
+    there its documented equivalent: softmax(q k^T / sqrt(d) + mask) v."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask
+    return torch.softmax(scores, dim=-1) @ v
+
+
+class ConvLayer(nn.Module):  # sana_blocks.ConvLayer: same padding, optional activation
+    def __init__(self, cin, cout, kernel, groups=1, bias=True, act=None):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, kernel, padding=kernel // 2, groups=groups, bias=bias)
+        self.act = act
+
+    def forward(self, x):
+        x = self.conv(x)
+        return self.act(x) if self.act is not None else x
+
+
+class GLUMBConv(nn.Module):  # sana_blocks.GLUMBConv, act ("silu", "silu", None)
+    def __init__(self, c, hidden):
+        super().__init__()
+        self.inverted_conv = ConvLayer(c, hidden * 2, 1, act=nn.SiLU())
+        self.depth_conv = ConvLayer(hidden * 2, hidden * 2, 3, groups=hidden * 2)
+        self.point_conv = ConvLayer(hidden, c, 1, bias=False)
+        self.glu_act = nn.SiLU()
+
+    def forward(self, x, hw):
+        b, n, c = x.shape
+        x = x.reshape(b, hw[0], hw[1], c).permute(0, 3, 1, 2)
+        x = self.depth_conv(self.inverted_conv(x))
+        x, gate = torch.chunk(x, 2, dim=1)
+        x = self.point_conv(x * self.glu_act(gate))
+        return x.flatten(2).permute(0, 2, 1)
+
+
+class SanaMSBlock(nn.Module):
+    def __init__(self, spec, caption):
+        super().__init__()
+        c = spec["hidden"]
+        self.norm1 = nn.LayerNorm(c, elementwise_affine=False, eps=1e-6)
+        self.attn = LiteLA(c, spec["linear_head_dim"], 1e-8, spec.get("qk_norm", False), spec["norm_eps"])
+        self.cross_attn = MultiHeadCrossAttention(c, spec["cross_heads"], spec.get("cross_norm", False)) if caption else None
+        self.norm2 = nn.LayerNorm(c, elementwise_affine=False, eps=1e-6)
+        self.mlp = GLUMBConv(c, spec["mlp_hidden"])
+        self.scale_shift_table = nn.Parameter(torch.zeros(6, c))
+
+    def forward(self, x, y, t, mask, hw):
+        b = x.shape[0]
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = (
+            self.scale_shift_table[None] + t.reshape(b, 6, -1)).chunk(6, dim=1)
+        x = x + gate_msa * self.attn(t2i_modulate(self.norm1(x), shift_msa, scale_msa))
+        if self.cross_attn is not None:
+            x = x + self.cross_attn(x, y, mask)
+        return x + gate_mlp * self.mlp(t2i_modulate(self.norm2(x), shift_mlp, scale_mlp), hw)
+
+
+def timestep_embedding(t, dim, max_period=10000):  # sana_blocks.TimestepEmbedder.timestep_embedding
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class SanaMS(nn.Module):
+    def __init__(self, spec, caption_channels, tokens, y_norm_scale):
+        super().__init__()
+        c, p = spec["hidden"], spec["patch"]
+        self.p, self.out_channels = p, spec["out_channels"]
+        self.x_embedder = nn.Module()
+        self.x_embedder.proj = nn.Conv2d(spec["in_channels"], c, p, stride=p)
+        self.t_embedder = nn.Module()
+        self.t_embedder.mlp = nn.Sequential(nn.Linear(256, c), nn.SiLU(), nn.Linear(c, c))
+        self.t_block = nn.Sequential(nn.SiLU(), nn.Linear(c, 6 * c))
+        self.y_embedder = nn.Module()
+        self.y_embedder.y_proj = nn.Module()
+        self.y_embedder.y_proj.fc1 = nn.Linear(caption_channels, c)
+        self.y_embedder.y_proj.fc2 = nn.Linear(c, c)
+        self.y_embedder.register_buffer("y_embedding", torch.zeros(tokens, caption_channels))
+        self.attention_y_norm = RMSNorm(c, y_norm_scale, 1e-5)
+        self.blocks = nn.ModuleList([SanaMSBlock(spec, True) for _ in range(spec["depth"])])
+        self.final_layer = nn.Module()
+        self.final_layer.linear = nn.Linear(c, p * p * spec["out_channels"])
+        self.final_layer.scale_shift_table = nn.Parameter(torch.zeros(2, c))
+
+    def forward(self, x, timestep, y, mask, force_drop_ids):
+        b = x.shape[0]
+        timestep = timestep.long().to(torch.float32)  # SanaMS.forward: integer timesteps
+        h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
+        x = self.x_embedder.proj(x).flatten(2).transpose(1, 2)  # PatchEmbedMS
+        t = self.t_embedder.mlp(timestep_embedding(timestep, 256).to(x.dtype))
+        t0 = self.t_block(t)
+        y = y[:, None]  # upstream's captions are [B, 1, L, C]
+        drop_ids = force_drop_ids == 1  # CaptionEmbedder.token_drop
+        y = torch.where(drop_ids[:, None, None, None], self.y_embedder.y_embedding, y)
+        y = self.y_embedder.y_proj.fc2(F.gelu(self.y_embedder.y_proj.fc1(y), approximate="tanh"))
+        y = self.attention_y_norm(y).squeeze(1)
+        for block in self.blocks:
+            x = block(x, y, t0, mask, (h, w))
+        shift, scale = (self.final_layer.scale_shift_table[None] + t[:, None]).chunk(2, dim=1)  # T2IFinalLayer
+        x = F.layer_norm(x, (x.shape[-1],), eps=1e-6)
+        x = self.final_layer.linear(t2i_modulate(x, shift, scale))
+        c = self.out_channels  # unpatchify
+        x = x.reshape(b, h, w, self.p, self.p, c)
+        x = torch.einsum("nhwpqc->nchpwq", x)
+        return x.reshape(b, c, h * self.p, w * self.p)
+
+
+def check(path):
+    tensors, meta = read_safetensors(path)
+    spec = json.loads(meta["spec"])
+    name = meta.get("case", path)
+    if spec["conditioning"] != "caption":
+        print(f"{name}: skipped (upstream's SanaMS has no class conditioning)")
+        return 0.0
+    weights = {k[2:]: v.double() for k, v in tensors.items() if k.startswith("w.")}
+    spec["in_channels"] = tensors["in.x"].shape[1]
+    spec["qk_norm"] = "blocks.0.attn.q_norm.weight" in weights
+    spec["cross_norm"] = "blocks.0.cross_attn.q_norm.weight" in weights
+    tokens, caption_channels = weights["y_embedder.y_embedding"].shape
+    model = SanaMS(spec, caption_channels, tokens, 1.0).double()
+    model.load_state_dict(weights, strict=True)  # upstream's names and shapes, every one
+    with torch.no_grad():
+        pred = model(tensors["in.x"].double(), tensors["in.t"].double(), tensors["in.y"].double(),
+                     tensors["in.mask"], tensors["in.drop"].long())
+    ours = tensors["out.pred"].double()
+    worst = ((pred - ours).abs().max() / ours.abs().max()).item()
+    print(f"{name}: max relative difference {worst:.3g}")
+    return worst
+
+
+def main():
+    worst = max(check(path) for path in sys.argv[1:])
+    print(f"worst relative difference {worst:.3g} (tolerance {TOLERANCE})")
+    sys.exit(0 if worst <= TOLERANCE else 1)
+
+
+if __name__ == "__main__":
+    main()
