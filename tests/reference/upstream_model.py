@@ -17,29 +17,15 @@ Prints the largest relative difference per case; exits 1 above 1e-5.
 """
 import json
 import math
-import struct
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sana_reference import read_safetensors  # the case-file reader only; none of its maths
+
 TOLERANCE = 1e-5
-
-
-def read_safetensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    kinds = {"F64": np.float64, "F32": np.float32, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
-    out = {}
-    for name, info in header.items():
-        start, end = info["data_offsets"]
-        arr = np.frombuffer(data[8 + n + start:8 + n + end], dtype=kinds[info["dtype"]])
-        out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
-    return out, meta
 
 
 def t2i_modulate(x, shift, scale):  # sana_blocks.t2i_modulate
