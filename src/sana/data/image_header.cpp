@@ -59,7 +59,17 @@ ImageSize jpeg_size(std::FILE* f) {
   int orientation = 1;
   uint8_t m[4];
   while (std::fread(m, 1, 2, f) == 2) {
-    if (m[0] != 0xFF) return fail("corrupt header");
+    if (m[0] != 0xFF) {
+      // Stray bytes before a marker: libjpeg skips them to the next 0xFF and decodes on, so
+      // must we, or the decoder would meet a frame (and a size) this check never saw.
+      int c = m[1];
+      while (c != 0xFF) {
+        if ((c = std::fgetc(f)) == EOF) return fail("truncated");
+      }
+      if ((c = std::fgetc(f)) == EOF) return fail("truncated");
+      m[0] = 0xFF;
+      m[1] = static_cast<uint8_t>(c);
+    }
     const uint8_t marker = m[1];
     if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
     if (marker == 0xFF) {

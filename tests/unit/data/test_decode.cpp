@@ -7,6 +7,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "sana/data/decode.h"
+#include "sana/data/image_header.h"
 #include "test_support.h"
 
 using namespace sana::data;
@@ -88,6 +89,23 @@ TEST_CASE("bad files come back with a reason and never crash", "[decode]") {
     CHECK(d.bad == reason);
     CHECK(d.rgb.empty());
   }
+}
+
+TEST_CASE("a JPEG bomb behind stray bytes is refused before decoding", "[decode]") {
+  // libjpeg skips stray bytes before a marker and decodes on; the size check must find the
+  // same frame header (here 17968 x 48966 progressive), or the decoder allocates gigabytes.
+  // Found by the decode fuzz target (tests/fuzz/regress/decode/).
+  TempDir dir;
+  std::string jpeg = "\xFF\xD8\xFF\xE0" + std::string("\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00", 16);
+  jpeg += "\x37\x3D\x3E\x3B";  // stray bytes
+  jpeg += std::string("\xFF\xC2\x00\x11\x08\xBF\x46\x46\x30\x03\x01\x22\x00\x02\x11\x01\x03\x11\x01", 19);
+  jpeg += std::string(64, '\x3B') + "\xFF\xD9";
+  const auto path = dir.write("bomb.jpg", jpeg);
+  const auto size = read_image_size(path);
+  REQUIRE(size.ok);
+  CHECK(size.width == 17968);
+  CHECK(size.height == 48966);
+  CHECK(decode_to_bucket(path, 32, 32, false, defaults()).bad == BadReason::too_large);
 }
 
 TEST_CASE("a JPEG with data after its end marker decodes; one cut inside its scan does not", "[decode]") {
