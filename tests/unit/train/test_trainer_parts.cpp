@@ -181,6 +181,11 @@ TEST_CASE("A checkpoint of another batch, seed or model is refused as a config e
   }
   saved.seed = 3;
   CHECK_THROWS_AS(check_resumable(saved, cfg, "SanaMS_other", "ckpt/step_1"), UsageError);
+  // Upstream's batch style on another world size: the error says how to pin the global batch.
+  cfg.train.train_batch_size = 4;
+  cfg.train.global_batch_size = 12;  // 4 x 1 x 3 processes
+  CHECK_THROWS_WITH(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"),
+                    Catch::Contains("set train.global_batch_size: 8"));
 }
 
 TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and moves latest", "[train][checkpointer]") {
