@@ -8,6 +8,7 @@
 #include <c10/util/Logging.h>
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -147,6 +148,9 @@ dist::LaunchEnv launch_environment(FailureOutput& failures) {
 int main(int argc, char** argv) {
   register_checks();  // what config validation needs from model/ and data/ (presets, buckets)
   dist::FlightRecorder::install_sigusr1();  // kill -USR1 writes the flight record, never kills
+  // A write to the socket of a rank that died must fail with EPIPE, which the backend turns
+  // into "another rank failed" (exit 3), instead of killing this rank with SIGPIPE (141).
+  std::signal(SIGPIPE, SIG_IGN);
   // LibTorch's errors carry a C++ backtrace in their message; users read our messages.
   c10::SetStackTraceFetcher(std::function<std::string()>([] { return std::string(); }));
   CLI::App cli{"sana-train: train Sana-style multi-scale linear diffusion transformers"};

@@ -3,7 +3,16 @@
 # survivors learn it from the store or the backend and exit with code 3 within
 # dist.timeout_s plus a few seconds; with the launcher, the launcher stops everyone and
 # exits 137. Prints the time from the SIGKILL to the last survivor's exit.
+# A survivor that writes to the dead rank's socket must get EPIPE, not die of SIGPIPE
+# (exit 141, found by CI): every rank is checked to ignore SIGPIPE before the kill.
 . "$(dirname "$0")/lib.sh"
+
+# True when process PID ignores SIGPIPE (signal 13: bit 12 of SigIgn in /proc/PID/status).
+ignores_sigpipe() {
+  local mask
+  mask=$(awk '/^SigIgn:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+  [ -n "$mask" ] && (( (16#$mask >> 12) & 1 ))
+}
 timeout_s=20
 soak=(check-dist --seconds 60 --dist.timeout_s=$timeout_s --dist.heartbeat_timeout_s=5)
 
@@ -14,6 +23,9 @@ for victim in 1 0; do
   if ! wait_for_line "$SCRATCH/rank0.log" "soak: all-reducing" 60; then
     fail "the soak did not start"; cat "$SCRATCH"/rank*.log; finish
   fi
+  for r in 0 1 2; do
+    ignores_sigpipe "${PIDS[$r]}" || fail "rank $r does not ignore SIGPIPE: a write to a dead peer would kill it"
+  done
   kill -KILL "${PIDS[$victim]}"
   t0=$(now)
   for r in 0 1 2; do
