@@ -52,7 +52,9 @@ const Rule kRules[] = {
     {"data.sort_dataset", nullptr, "the epoch plan fixes the order from train.seed", nullptr},
     {"data.transform", nullptr, "images are resized and centre-cropped to their bucket, as default_train",
      "default_train"},
-    {"data.type", nullptr, "the dataset kind follows data.data_dir (folders, JSONL/CSV metadata, indexes)",
+    {"data.type", nullptr,
+     "the dataset kind follows data.data_dir (folders, JSONL/CSV metadata, wids shards as SanaWebDatasetMS "
+     "reads them, indexes)",
      nullptr},
     {"data.hq_only", nullptr, "no quality filter", nullptr},
     {"data.valid_num", nullptr, "no held-out split", nullptr},

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sana/data/file_ref.h"
 #include "sana/data/image_header.h"
 
 namespace sana::data {
@@ -132,14 +133,9 @@ cv::Mat cover_and_crop(const cv::Mat& bgr, int th, int tw, int interpolation) {
 
 DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip,
                               const DecodeOptions& opts, int source_w, int source_h) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return bad(BadReason::missing, std::filesystem::exists(path, ec) ? "not a regular file"
-                                                                     : "no such file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return bad(BadReason::missing, "cannot open the file");
-  std::vector<uchar> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uchar> bytes;
+  const std::string unreadable = read_ref(path, bytes);  // a file or a tar shard's member
+  if (!unreadable.empty()) return bad(BadReason::missing, unreadable);
   if (bytes.empty()) return bad(BadReason::empty, "zero bytes");
   if (source_w <= 0 || source_h <= 0) {
     const ImageSize s = read_image_size(path);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "sana/data/file_ref.h"
+
 namespace sana::data {
 
 namespace {
@@ -102,7 +104,13 @@ ImageSize jpeg_size(std::FILE* f) {
 }  // namespace
 
 ImageSize read_image_size(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  // A tar member is read whole (images, a few MB) and parsed from memory: the parser's
+  // seeks then stay inside it.
+  std::vector<char> member;
+  const bool in_tar = parse_file_ref(path).in_tar();
+  if (in_tar && !read_ref(path, member).empty()) return fail("missing");
+  if (in_tar && member.empty()) return fail("empty");
+  std::FILE* f = in_tar ? fmemopen(member.data(), member.size(), "rb") : std::fopen(path.c_str(), "rb");
   if (f == nullptr) return fail("missing");
   uint8_t h[32] = {};
   const size_t n = std::fread(h, 1, sizeof h, f);

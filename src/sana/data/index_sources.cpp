@@ -11,12 +11,14 @@
 
 #include "sana/data/dataset_index.h"
 #include "sana/data/index_builder.h"
+#include "sana/data/index_fields.h"
+#include "sana/data/index_wids.h"
 
 namespace fs = std::filesystem;
 
 namespace sana::data {
 
-namespace {
+namespace fields {
 
 bool is_image_file(const fs::path& p) {
   std::string ext = p.extension().string();
@@ -64,6 +66,44 @@ int32_t parse_label(const std::string& text, const std::string& where) {
   }
 }
 
+// Shared by JSONL and CSV: relative paths are relative to the metadata file's folder.
+std::string resolve(const fs::path& base, const std::string& p) {
+  if (p.empty() || fs::path(p).is_absolute()) return p;
+  return (base / p).lexically_normal().string();
+}
+
+uint32_t parse_size(const std::string& text, const std::string& where, const char* what) {
+  if (text.empty()) return 0;
+  try {
+    size_t used = 0;
+    const long v = std::stol(text, &used);
+    if (used != text.size() || v < 0 || v > (1 << 20)) throw std::out_of_range("size");
+    return static_cast<uint32_t>(v);
+  } catch (const std::exception&) {
+    throw IndexError(fmt::format("{}: {} '{}' is not a size in pixels", where, what, text.substr(0, 80)));
+  }
+}
+
+// The index stores paths with a 16-bit length: a longer one is the line's error.
+void check_path_length(const std::string& path, const std::string& where, const char* what) {
+  if (path.size() > 65535) {
+    throw IndexError(fmt::format("{}: the {} is {} bytes long (at most 65535): {}...", where, what, path.size(),
+                                 path.substr(0, 80)));
+  }
+}
+
+void check_row_paths(const IndexRow& row, const std::string& where) {
+  check_path_length(row.path, where, "image path");
+  check_path_length(row.latent, where, "latent path");
+  check_path_length(row.text_feat, where, "text feature path");
+}
+
+}  // namespace fields
+
+namespace {
+
+using namespace fields;
+
 class FolderSource : public RowSource {
  public:
   explicit FolderSource(const std::string& dir) {
@@ -96,38 +136,6 @@ class FolderSource : public RowSource {
   std::vector<fs::path> files_;
   size_t i_ = 0;
 };
-
-// Shared by JSONL and CSV: relative paths are relative to the metadata file's folder.
-std::string resolve(const fs::path& base, const std::string& p) {
-  if (p.empty() || fs::path(p).is_absolute()) return p;
-  return (base / p).lexically_normal().string();
-}
-
-uint32_t parse_size(const std::string& text, const std::string& where, const char* what) {
-  if (text.empty()) return 0;
-  try {
-    size_t used = 0;
-    const long v = std::stol(text, &used);
-    if (used != text.size() || v < 0 || v > (1 << 20)) throw std::out_of_range("size");
-    return static_cast<uint32_t>(v);
-  } catch (const std::exception&) {
-    throw IndexError(fmt::format("{}: {} '{}' is not a size in pixels", where, what, text.substr(0, 80)));
-  }
-}
-
-// The index stores paths with a 16-bit length: a longer one is the line's error.
-void check_path_length(const std::string& path, const std::string& where, const char* what) {
-  if (path.size() > 65535) {
-    throw IndexError(fmt::format("{}: the {} is {} bytes long (at most 65535): {}...", where, what, path.size(),
-                                 path.substr(0, 80)));
-  }
-}
-
-void check_row_paths(const IndexRow& row, const std::string& where) {
-  check_path_length(row.path, where, "image path");
-  check_path_length(row.latent, where, "latent path");
-  check_path_length(row.text_feat, where, "text feature path");
-}
 
 // The first byte offset that is not well-formed UTF-8, or npos.
 size_t invalid_utf8_at(const std::string& s) {
@@ -333,6 +341,7 @@ class IndexSource : public RowSource {
 
 std::unique_ptr<RowSource> open_source(const std::string& src) {
   std::error_code ec;
+  if (auto wids = open_wids_source(src)) return wids;  // before a folder's images or a .json's rows
   if (fs::is_directory(src, ec)) return std::make_unique<FolderSource>(src);
   if (!fs::is_regular_file(src, ec)) {
     throw IndexError(fmt::format("data source '{}' does not exist", src));
@@ -341,8 +350,8 @@ std::unique_ptr<RowSource> open_source(const std::string& src) {
   const std::string ext = fs::path(src).extension().string();
   if (ext == ".jsonl" || ext == ".json") return std::make_unique<JsonlSource>(src);
   if (ext == ".csv") return std::make_unique<CsvSource>(src);
-  throw IndexError(fmt::format("data source '{}' is not a folder, a .jsonl or .csv metadata file "
-                               "or a dataset index",
+  throw IndexError(fmt::format("data source '{}' is not a folder, a .jsonl or .csv metadata file, "
+                               "a wids-meta.json or .tar shard, or a dataset index",
                                src));
 }
 

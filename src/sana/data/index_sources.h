@@ -1,6 +1,6 @@
 // The sources a dataset index is built from, read as rows: image folders (recursive;
-// captions and labels from sidecar .txt/.json files), JSONL or CSV metadata files, and
-// existing indexes. Each yields its rows in a fixed order whatever the file system. No torch.
+// captions and labels from sidecar .txt/.json files), JSONL or CSV metadata files, tar
+// shards in upstream Sana's WebDataset layout (index_wids.h), and existing indexes. Each yields its rows in a fixed order whatever the file system. No torch.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,9 @@ class RowSource {
   virtual bool next(IndexRow& row) = 0;
 };
 
-// A folder, a .jsonl/.json or .csv metadata file, or a dataset index; throws IndexError
-// when `src` is missing or none of these.
+// A folder (of images, or holding upstream Sana's wids-meta.json), a .jsonl/.json or .csv
+// metadata file, a wids-meta.json or .tar shard (index_wids.h), or a dataset index; throws
+// IndexError when `src` is missing or none of these.
 std::unique_ptr<RowSource> open_source(const std::string& src);
 
 }  // namespace sana::data

@@ -13,17 +13,41 @@ namespace sana::data {
 namespace {
 constexpr int kSubstituteAttempts = 16;
 
-// Reads a precomputed feature file into `out`; returns "" or why it is a bad sample.
-std::string read_feature(std::string_view path, const char* what, torch::Tensor& out) {
+// Reads a precomputed feature file with `read` into `out`; returns "" or why it is a bad sample.
+template <class Out, class Read>
+std::string read_feature(std::string_view path, const char* what, Out& out, Read&& read) {
   if (path.empty()) return fmt::format("no {}", what);
   try {
-    out = read_tensor_file(std::string(path));
+    out = read(std::string(path));
   } catch (const TensorFileError& e) {
     return fmt::format("unreadable {}: {}", what, e.what());
   }
   return "";
 }
 }  // namespace
+
+// As upstream's datasets: T <= model_max_length tokens, the rest filled with copies of the
+// last token under mask 0; the file's attention_mask when it has one, else all ones.
+std::string Loader::place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const {
+  const auto& f = feat.features;
+  if (f.dim() != 2 || f.size(1) != opts_.text_channels || f.size(0) == 0) {
+    return fmt::format("wrong text feature shape: {}, expected (1, T, {}) or (T, {})", fmt::join(f.sizes(), "x"),
+                       opts_.text_channels, opts_.text_channels);
+  }
+  const int64_t len = f.size(0);
+  if (len > opts_.text_length) {
+    return fmt::format("too many text tokens: {} > text_encoder.model_max_length {}", len, opts_.text_length);
+  }
+  features.slice(0, 0, len).copy_(f);
+  features.slice(0, len).copy_(f[len - 1].expand({opts_.text_length - len, f.size(1)}));
+  mask.zero_();
+  if (feat.mask.defined()) {
+    mask.slice(0, 0, len).copy_(feat.mask);
+  } else {
+    mask.slice(0, 0, len).fill_(1);
+  }
+  return "";
+}
 
 LoaderOptions loader_options_for(const config::Config& cfg) {
   LoaderOptions o;
@@ -186,9 +210,10 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
       if (opts_.load_latents) {
         torch::Tensor lat;
         const std::string bad = outside(guard, [path = std::string(text.latent), &lat] {
-          return read_feature(path, "latent", lat);
+          return read_feature(path, "latent", lat, [](const std::string& p) { return read_tensor_file(p); });
         });
         if (!bad.empty()) return bad;
+        if (lat.dim() == 4 && lat.size(0) == 1) lat = lat[0];  // upstream accepts (1, C, h, w)
         if (lat.sizes() != b.latents[i].sizes()) {
           return fmt::format("wrong latent shape: {} is not {} for bucket {}x{}",
                              fmt::join(lat.sizes(), "x"), fmt::join(b.latents[i].sizes(), "x"), h, w);
@@ -209,19 +234,13 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
         to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
       }
       if (opts_.load_text_feat) {
-        torch::Tensor feat;
+        TextFeatures feat;
         const std::string bad = outside(guard, [path = std::string(text.text_feat), &feat] {
-          return read_feature(path, "text features", feat);
+          return read_feature(path, "text features", feat, read_text_features);
         });
         if (!bad.empty()) return bad;
-        if (feat.dim() == 3 && feat.size(0) == 1) feat = feat[0];
-        if (feat.dim() != 2 || feat.size(1) != opts_.text_channels) {
-          return fmt::format("wrong text feature shape: {}, expected [length, {}]",
-                             fmt::join(feat.sizes(), "x"), opts_.text_channels);
-        }
-        const int64_t len = std::min(feat.size(0), opts_.text_length);
-        b.text_feat[i].slice(0, 0, len).copy_(feat.slice(0, 0, len));
-        b.text_mask[i].slice(0, 0, len).fill_(1);
+        const std::string wrong = place_text_features(feat, b.text_feat[i], b.text_mask[i]);
+        if (!wrong.empty()) return wrong;
       }
       return std::string();
     }, b);

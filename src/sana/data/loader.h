@@ -22,6 +22,7 @@
 #include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/decode.h"
+#include "sana/data/tensor_file.h"
 #include "sana/util/error.h"
 
 namespace sana::data {
@@ -43,7 +44,7 @@ struct LoaderOptions {
   int64_t latent_channels = 32;    // vae.vae_latent_dim
   int64_t latent_downsample = 32;  // vae.vae_downsample_rate: bucket h, w / this
   bool load_text_feat = false;
-  int64_t text_length = 300;       // text_encoder.model_max_length (pad or cut)
+  int64_t text_length = 300;       // text_encoder.model_max_length (padded to; longer is a bad sample)
   int64_t text_channels = 2304;    // text_encoder.caption_channels
 };
 
@@ -57,8 +58,8 @@ struct Batch {
   int bucket = 0;
   torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
   torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
-  torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), zero-padded
-  torch::Tensor text_mask;            // [micro, L] 1 for real tokens
+  torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), padded with the last token
+  torch::Tensor text_mask;            // [micro, L] 1 for tokens to attend to
   std::vector<SampleId> ids;          // as planned
   std::vector<SampleId> decoded_ids;  // after substitutions
   std::vector<int32_t> labels;        // -1: none
@@ -149,6 +150,8 @@ class Loader {
   SampleId with_substitutes(SampleId id, int bucket, int64_t epoch,
                             const std::function<std::string(SampleId)>& read, Batch& batch);
   void count(SampleId candidate, const std::string& reason, bool substitute);
+  // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
+  std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
   const std::vector<SampleId>& bucket_members(int bucket);
 
   const Dataset& dataset_;

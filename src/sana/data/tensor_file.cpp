@@ -2,134 +2,161 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <regex>
+#include <optional>
 #include <vector>
 
+#include "sana/data/array_file.h"
+#include "sana/data/file_ref.h"
 #include "sana/util/safetensors.h"
 
 namespace sana::data {
 
 namespace {
 
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 std::vector<char> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TensorFileError(fmt::format("cannot open '{}'", path));
-  return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes;
+  const std::string why = read_ref(path, bytes);
+  if (!why.empty()) throw TensorFileError(fmt::format("cannot open '{}': {}", path, why));
+  if (bytes.empty()) throw TensorFileError(fmt::format("'{}' is empty", path));
+  return bytes;
 }
 
-torch::Tensor from_bytes(const char* data, size_t available, torch::ScalarType type,
-                         const std::vector<int64_t>& shape, const std::string& path) {
-  int64_t count = 1;
-  for (int64_t d : shape) {
-    if (d < 0 || __builtin_mul_overflow(count, d, &count) || count > (int64_t{1} << 40)) {
-      throw TensorFileError(fmt::format("'{}' has an impossible shape", path));
-    }
-  }
-  const size_t need = static_cast<size_t>(count) * torch::elementSize(type);
-  if (need > available) {
-    throw TensorFileError(fmt::format("'{}' is truncated: {} bytes of data for a {} tensor of "
-                                      "{} bytes",
-                                      path, available, fmt::join(shape, "x"), need));
-  }
-  auto t = torch::empty(shape, torch::TensorOptions().dtype(type));
-  std::memcpy(t.data_ptr(), data, need);
-  return t.to(torch::kFloat32);
-}
-
-torch::Tensor read_npy(const std::string& path, const std::vector<char>& b) {
-  if (b.size() < 10 || std::memcmp(b.data(), "\x93NUMPY", 6) != 0) {
-    throw TensorFileError(fmt::format("'{}' is not a .npy file", path));
-  }
-  const int major = static_cast<unsigned char>(b[6]);
-  const size_t len_bytes = major == 1 ? 2 : 4;
-  size_t header_len = static_cast<unsigned char>(b[8]) | static_cast<unsigned char>(b[9]) << 8;
-  if (len_bytes == 4) {
-    if (b.size() < 12) throw TensorFileError(fmt::format("'{}' is truncated", path));
-    header_len |= static_cast<size_t>(static_cast<unsigned char>(b[10])) << 16 |
-                  static_cast<size_t>(static_cast<unsigned char>(b[11])) << 24;
-  }
-  const size_t start = 8 + len_bytes;
-  if (header_len > (1 << 20) || header_len > b.size() - start) {
-    throw TensorFileError(fmt::format("'{}' is truncated or has a damaged header", path));
-  }
-  const std::string header(b.data() + start, header_len);
-  std::smatch m;
-  if (!std::regex_search(header, m, std::regex(R"('descr':\s*'([<|>]?)([a-z])(\d+)')"))) {
-    throw TensorFileError(fmt::format("'{}': no dtype in the .npy header", path));
-  }
-  if (m[1] == ">") throw TensorFileError(fmt::format("'{}' is big-endian; save it little-endian", path));
-  const std::string kind = m[2].str() + m[3].str();
+torch::Tensor from_npy(const NpyArray& a, const std::string& name, bool numbers_allowed) {
   torch::ScalarType type;
+  const std::string kind = std::string(1, a.kind) + std::to_string(a.itemsize);
   if (kind == "f4") type = torch::kFloat32;
   else if (kind == "f2") type = torch::kFloat16;
   else if (kind == "f8") type = torch::kFloat64;
-  else throw TensorFileError(fmt::format("'{}' holds dtype {}; latents must be floating point", path, kind));
-  if (header.find("'fortran_order': True") != std::string::npos) {
-    throw TensorFileError(fmt::format("'{}' is in Fortran order; save it C-contiguous", path));
-  }
-  if (!std::regex_search(header, m, std::regex(R"('shape':\s*\(([^)]*)\))"))) {
-    throw TensorFileError(fmt::format("'{}': no shape in the .npy header", path));
-  }
-  std::vector<int64_t> shape;
-  const std::string dims = m[1];
-  const std::regex num(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
-    if (it->str().size() > 12) throw TensorFileError(fmt::format("'{}' has an impossible shape", path));
-    shape.push_back(std::stoll(it->str()));
-  }
-  return from_bytes(b.data() + start + header_len, b.size() - start - header_len, type, shape, path);
+  else if (numbers_allowed && (kind == "b1" || kind == "u1")) type = torch::kUInt8;
+  else if (numbers_allowed && kind == "i1") type = torch::kInt8;
+  else if (numbers_allowed && kind == "i2") type = torch::kInt16;
+  else if (numbers_allowed && kind == "i4") type = torch::kInt32;
+  else if (numbers_allowed && kind == "i8") type = torch::kInt64;
+  else throw TensorFileError(fmt::format("'{}' holds dtype {}; features must be floating point", name, kind));
+  auto t = torch::empty(a.shape, torch::TensorOptions().dtype(type));
+  if (a.bytes > 0) std::memcpy(t.data_ptr(), a.data, a.bytes);
+  return t.to(torch::kFloat32);
 }
 
-torch::Tensor read_safetensors(const std::string& path, const std::vector<char>& b,
-                               const std::string& key) {
-  SafetensorsHeader header;
-  try {
-    header = parse_safetensors_header(b.data(), b.size(), path);
-  } catch (const SafetensorsError& e) {
-    throw TensorFileError(e.what());  // a damaged feature file is a bad sample
+torch::Tensor from_safetensors(const std::vector<char>& b, const SafetensorsEntry& entry, const std::string& path,
+                               bool numbers_allowed) {
+  const torch::ScalarType type = safetensors_scalar_type(entry.dtype);  // the header checked it
+  if (!numbers_allowed && !torch::isFloatingType(type)) {
+    throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
+                                      entry.name, entry.dtype));
   }
-  const SafetensorsEntry* entry = nullptr;
-  for (const auto& e : header.entries) {
-    if (key.empty()) {
-      if (entry != nullptr) throw TensorFileError(fmt::format("'{}' holds several tensors; name one", path));
-      entry = &e;
-    } else if (e.name == key) {
-      entry = &e;
+  auto t = torch::empty(entry.shape, torch::TensorOptions().dtype(type));
+  if (entry.end > entry.begin) std::memcpy(t.data_ptr(), b.data() + entry.begin, entry.end - entry.begin);
+  return t.to(torch::kFloat32);
+}
+
+// The arrays of a file by name ("" for a lone .npy), read on demand.
+class ArrayFile {
+ public:
+  explicit ArrayFile(const std::string& path) : path_(path), bytes_(read_all(path)) {
+    const std::string name = format_name(path);
+    if (ends_with(name, ".npz")) {
+      npz_ = parse_npz(bytes_.data(), bytes_.size(), path);
+    } else if (ends_with(name, ".safetensors")) {
+      try {
+        safetensors_ = parse_safetensors_header(bytes_.data(), bytes_.size(), path);
+      } catch (const SafetensorsError& e) {
+        throw TensorFileError(e.what());  // a damaged feature file is a bad sample
+      }
+    } else if (!ends_with(name, ".npy")) {
+      throw TensorFileError(fmt::format("'{}' is neither .npy, .npz nor .safetensors", path));
     }
   }
-  if (entry == nullptr) throw TensorFileError(fmt::format("'{}' has no tensor '{}'", path, key));
-  const torch::ScalarType type = safetensors_scalar_type(entry->dtype);  // the header checked it
-  if (!torch::isFloatingType(type)) {
-    throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
-                                      entry->name, entry->dtype));
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    if (npz_) out = npz_->names;
+    if (safetensors_) {
+      for (const auto& e : safetensors_->entries) out.push_back(e.name);
+    }
+    if (out.empty()) out.push_back("");
+    return out;
   }
-  return from_bytes(b.data() + entry->begin, entry->end - entry->begin, type, entry->shape, path);
-}
+  bool has(const std::string& name) const {
+    const auto all = names();
+    return std::find(all.begin(), all.end(), name) != all.end();
+  }
+  torch::Tensor get(const std::string& name, bool numbers_allowed = false) const {
+    if (npz_) {
+      const int i = npz_->find(name);
+      return from_npy(npz_->array(i, path_), path_ + ":" + name, numbers_allowed);
+    }
+    if (safetensors_) {
+      for (const auto& e : safetensors_->entries) {
+        if (e.name == name) return from_safetensors(bytes_, e, path_, numbers_allowed);
+      }
+    }
+    return from_npy(parse_npy(bytes_.data(), bytes_.size(), path_), path_, numbers_allowed);
+  }
+  // `wanted` if present, else the first of `fallbacks` present, else the lone array.
+  std::string pick(const std::string& wanted, std::initializer_list<const char*> fallbacks) const {
+    const auto all = names();
+    if (!wanted.empty()) {
+      if (has(wanted)) return wanted;
+      throw TensorFileError(fmt::format("'{}' has no array '{}' (it has: {})", path_, wanted, fmt::join(all, ", ")));
+    }
+    for (const char* f : fallbacks) {
+      if (has(f)) return f;
+    }
+    if (all.size() == 1) return all[0];
+    throw TensorFileError(fmt::format("'{}' holds several arrays ({}); name one", path_, fmt::join(all, ", ")));
+  }
 
-}  // namespace
+ private:
+  std::string path_;
+  std::vector<char> bytes_;
+  std::optional<NpzFile> npz_;
+  std::optional<SafetensorsHeader> safetensors_;
+};
 
-torch::Tensor read_tensor_file_unchecked(const std::string& path, const std::string& key);
-
-torch::Tensor read_tensor_file(const std::string& path, const std::string& key) {
+// Any failure reading `path` as a TensorFileError: a damaged file must never be more than
+// a bad sample (array format errors, JSON type errors, c10 errors).
+template <class Read>
+auto guarded(const std::string& path, Read&& read) {
   try {
-    return read_tensor_file_unchecked(path, key);
+    return read();
   } catch (const TensorFileError&) {
     throw;
+  } catch (const ArrayFileError& e) {
+    throw TensorFileError(e.what());
   } catch (const std::exception& e) {
-    // A damaged file must never be more than a bad sample (JSON type errors, c10 errors).
     throw TensorFileError(fmt::format("'{}' is damaged: {}", path, e.what()));
   }
 }
 
-torch::Tensor read_tensor_file_unchecked(const std::string& path, const std::string& key) {
-  const auto bytes = read_all(path);
-  if (bytes.empty()) throw TensorFileError(fmt::format("'{}' is empty", path));
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0) return read_npy(path, bytes);
-  if (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0) {
-    return read_safetensors(path, bytes, key);
-  }
-  throw TensorFileError(fmt::format("'{}' is neither .npy nor .safetensors", path));
+}  // namespace
+
+torch::Tensor read_tensor_file(const std::string& path, const std::string& key) {
+  return guarded(path, [&] {
+    const ArrayFile file(path);
+    return file.get(file.pick(key, {"z"}));  // "z": upstream's latent cache key
+  });
+}
+
+TextFeatures read_text_features(const std::string& path) {
+  return guarded(path, [&] {
+    const ArrayFile file(path);
+    TextFeatures out;
+    out.features = file.get(file.has("caption_feature") ? "caption_feature" : file.pick("", {}));
+    if (out.features.dim() == 3 && out.features.size(0) == 1) out.features = out.features[0];
+    if (file.has("attention_mask")) {
+      out.mask = file.get("attention_mask", true).reshape({-1}).ne(0).to(torch::kFloat32);
+      if (out.features.dim() == 2 && out.mask.size(0) != out.features.size(0)) {
+        throw TensorFileError(fmt::format("'{}': attention_mask has {} entries for {} tokens", path,
+                                          out.mask.size(0), out.features.size(0)));
+      }
+    }
+    return out;
+  });
 }
 
 }  // namespace sana::data

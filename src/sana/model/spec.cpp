@@ -32,6 +32,7 @@ const std::vector<Preset>& presets() {
       {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (a comment in upstream's registry, also pasted on the P2 preset)"},
       {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, ""},
       {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, ""},
+      {"SanaMS_tiny_P1_D4", 128, 4, 4, 1, true, "upstream's 32 px latent grid at CPU size"},
       {"SanaMS_tiny_P2_D4", 128, 4, 4, 2, true, ""},
       {"SanaMS_tiny_P4_D4", 128, 4, 4, 4, true, ""},
   };

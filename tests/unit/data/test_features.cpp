@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "sana/data/loader.h"
@@ -57,14 +58,14 @@ TEST_CASE("npy and safetensors files read as float32 tensors", "[features]") {
   const auto bf16 = read_tensor_file(d.path("two.safetensors"), "a");
   CHECK(bf16[3].item<float>() == 3.0f);
   CHECK(read_tensor_file(d.path("two.safetensors"), "b")[1].item<float>() == 1.0f);
-  CHECK_THROWS_WITH(read_tensor_file(d.path("two.safetensors")), Catch::Contains("several tensors"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("two.safetensors")), Catch::Contains("several arrays"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("lat3.npy")), Catch::Contains("truncated"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("ints.npy")), Catch::Contains("floating point"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("fortran.npy")), Catch::Contains("Fortran order"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("big.npy")), Catch::Contains("big-endian"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("empty.npy")), Catch::Contains("is empty"));
   CHECK_THROWS_WITH(read_tensor_file(d.path("none.npy")), Catch::Contains("cannot open"));
-  CHECK_THROWS_WITH(read_tensor_file(d.path("meta.jsonl")), Catch::Contains("neither .npy nor"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("meta.jsonl")), Catch::Contains("neither .npy, .npz nor"));
 }
 
 TEST_CASE("the loader serves precomputed latents and caption features", "[features][loader]") {
@@ -87,7 +88,7 @@ TEST_CASE("the loader serves precomputed latents and caption features", "[featur
       CHECK(b->latents[i].min().item<float>() == used);  // the file's contents
       CHECK(b->latents[i].max().item<float>() == used);
       CHECK(b->text_feat[i][4][5].item<float>() == used);
-      CHECK(b->text_feat[i][5].abs().sum().item<float>() == 0.0f);  // zero padding
+      CHECK(b->text_feat[i][7][5].item<float>() == used);  // padded with the last token, as upstream
       CHECK(b->text_mask[i].sum().item<float>() == 5.0f);
       CHECK(b->decoded_ids[static_cast<size_t>(i)] != 3);
       CHECK(b->decoded_ids[static_cast<size_t>(i)] != 5);
@@ -100,6 +101,63 @@ TEST_CASE("the loader serves precomputed latents and caption features", "[featur
   CHECK(substituted == 2);
 }
 
+TEST_CASE("caption features in upstream's .npz: caption_feature and attention_mask", "[features]") {
+  const auto& d = features();
+  for (const char* name : {"txt_stored.npz", "txt_compressed.npz"}) {
+    INFO(name);
+    const TextFeatures t = read_text_features(d.path(name));
+    REQUIRE(t.features.sizes() == torch::IntArrayRef({3, 6}));  // (1, T, C) -> (T, C)
+    CHECK(t.features[2][5].item<float>() == 17.0f);
+    REQUIRE(t.mask.defined());
+    CHECK(torch::equal(t.mask, torch::tensor({1.0f, 1.0f, 0.0f})));  // int16 on disk
+  }
+  CHECK_FALSE(read_text_features(d.path("txt_nomask.npz")).mask.defined());
+  CHECK(read_text_features(d.path("txt0.npy")).features.sizes() == torch::IntArrayRef({5, 6}));
+  CHECK(read_tensor_file(d.path("lat_z.npz"))[3][5][9].item<float>() == 7.0f);  // key "z"
+  CHECK(read_tensor_file(d.path("two.npz"), "b").sizes() == torch::IntArrayRef({3}));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("two.npz")), Catch::Contains("several arrays (a, b)"));
+  CHECK_THROWS_WITH(read_tensor_file(d.path("two.npz"), "c"), Catch::Contains("no array 'c'"));
+  CHECK_THROWS_AS(read_text_features(d.path("damaged.npz")), TensorFileError);
+  CHECK_THROWS_WITH(read_text_features(d.path("cut.npz")), Catch::Contains("truncated"));
+}
+
+TEST_CASE("upstream's wids shards serve latents and caption features as SanaWebDatasetMS does",
+          "[features][loader]") {
+  const auto& d = features();
+  TempDir work;
+  const auto ds = Dataset::open(feature_config(d.path("wids"), work.path()));
+  const auto plan = ds.plan(0);
+  REQUIRE(plan.steps() == 2);  // 8 samples of 40x24 in two shards
+  LoaderOptions o = latent_options();
+  o.load_text_feat = true;
+  o.text_length = 6;
+  o.text_channels = 6;
+  Loader loader(ds, plan, o);
+  std::set<SampleId> seen;
+  while (auto b = loader.next()) {
+    CHECK(b->substituted == 0);
+    for (int i = 0; i < 2; ++i) {
+      const SampleId id = b->decoded_ids[static_cast<size_t>(i)];
+      const auto v = static_cast<float>(id);
+      seen.insert(id);
+      CHECK(b->latents[i].min().item<float>() == v);  // (C, h, w) and (1, C, h, w) alike
+      CHECK(b->latents[i].max().item<float>() == v);
+      const int64_t t = 2 + static_cast<int64_t>(id) % 3;  // tokens on disk; the last masked
+      CHECK(b->text_mask[i].sum().item<float>() == static_cast<float>(t - 1));
+      CHECK(b->text_mask[i][t - 1].item<float>() == 0.0f);
+      CHECK(b->text_feat[i][0][0].item<float>() == v);
+      // Filled to model_max_length with the last token (100 + i) under mask 0, as upstream.
+      CHECK(b->text_feat[i][5][3].item<float>() == 100.0f + v);
+    }
+  }
+  CHECK(seen.size() == 8);
+  o.text_length = 3;  // fewer than samples 2 and 5 have: bad samples, never silently cut
+  Loader short_text(ds, plan, o);
+  while (short_text.next()) {
+  }
+  CHECK(short_text.bad_counts().by_reason["too many text tokens"] == 2);
+}
+
 TEST_CASE("a read that never returns fails the loader in time, and its destructor does not hang",
           "[features][loader]") {
   namespace fs = std::filesystem;
@@ -109,6 +167,7 @@ TEST_CASE("a read that never returns fails the loader in time, and its destructo
   TempDir data, work;
   for (const auto& e : fs::directory_iterator(d.path())) {
     const std::string name = e.path().filename().string();
+    if (e.is_directory()) continue;
     if (name.rfind("lat", 0) == 0) {
       REQUIRE(mkfifo(data.path(name).c_str(), 0600) == 0);
     } else {
