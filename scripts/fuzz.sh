@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # libFuzzer (clang, with ASan and UBSan) over everything that reads outside input: the
 # YAML config loader with overrides, the dataset index reader, the safetensors header, the
-# JSONL/CSV metadata parsers, the image header reader, the decode path, and the run's store
-# requests.
+# JSONL/CSV metadata parsers, the image header reader, the decode path, the run's store
+# requests, and precomputed-feature containers (.npy, .npz, tar shards).
 #   bash scripts/fuzz.sh [SECONDS_PER_TARGET [TARGET...]]     (default 30 s, every target)
 # Builds into build-fuzz/ (or $SANA_FUZZ_BUILD_DIR), replays tests/fuzz/regress/<target>/
 # (inputs that once crashed), then fuzzes each target from tests/fuzz/corpus/ and prints
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-30}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(config index metadata image_header decode safetensors store_request)
+[ ${#targets[@]} -eq 0 ] && targets=(config index metadata image_header decode safetensors store_request features)
 build=${SANA_FUZZ_BUILD_DIR:-$root/build-fuzz}
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 if [ -z "$cxx" ]; then

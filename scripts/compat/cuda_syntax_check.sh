@@ -7,8 +7,10 @@
 #         config and state, nothing installed) and unpacked with dpkg -x into
 #         SANA_CUDA_HEADERS_CACHE (default /var/cache/sana-cuda-headers), once.
 # Both with the CUDA toolkit at CUDA_HOME (default /usr/local/cuda), which must have nccl.h.
-# Also fails when a source under src/ includes CUDA headers but is not in the list (it would
-# be compiled by CMake on no machine we can check). Exit 77 (skipped) without a CUDA toolkit.
+# And the CUDA-only tests (SANA_CUDA_TEST_SOURCES in tests/CMakeLists.txt: e.g. fp32 linear
+# attention under CUDA autocast), with Catch2's headers. Also fails when a source under src/
+# includes CUDA headers but is not in the list (it would be compiled by CMake on no machine
+# we can check). Exit 77 (skipped) without a CUDA toolkit.
 #   bash scripts/compat/cuda_syntax_check.sh [1.13|2.6]...   (default: both)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,6 +29,8 @@ fi
 # The list CMake builds with a CUDA LibTorch.
 sources=$(sed -n '/^set(SANA_CUDA_SOURCES/,/)/p' "$repo/src/CMakeLists.txt" | tr ' ()' '\n\n\n' | grep '\.cpp$' || true)
 [ -n "$sources" ] || { say "no SANA_CUDA_SOURCES list in src/CMakeLists.txt"; exit 1; }
+tests=$(sed -n '/^set(SANA_CUDA_TEST_SOURCES/,/)/p' "$repo/tests/CMakeLists.txt" | tr ' ()' '\n\n\n' | grep '\.cpp$' || true)
+[ -n "$tests" ] || { say "no SANA_CUDA_TEST_SOURCES list in tests/CMakeLists.txt"; exit 1; }
 cuda_includers=$(cd "$repo/src" && grep -rlE '#include [<"](c10/cuda/|ATen/cuda/|cuda_runtime|nccl\.h|torch/csrc/distributed/c10d/ProcessGroupNCCL)' sana | sort)
 unlisted=$(comm -23 <(echo "$cuda_includers") <(echo "$sources" | sort))
 if [ -n "$unlisted" ]; then
@@ -70,10 +74,12 @@ for set in "${sets[@]}"; do
   esac
   version=$(printf '#include <torch/version.h>\nTORCH_VERSION_MAJOR.TORCH_VERSION_MINOR.TORCH_VERSION_PATCH\n' |
             g++ -E -P "${includes[@]}" -x c++ - | tail -1 | tr -d ' ')
-  for src in $sources; do
+  for src in $sources $tests; do
+    file=$repo/src/$src
+    [ -f "$file" ] || file=$repo/tests/$src
     start=$(date +%s)
     if g++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -DUSE_C10D_GLOO -DUSE_C10D_NCCL -DUSE_CUDA \
-        -I "$repo/src" "${includes[@]}" -isystem "$cuda/include" "$repo/src/$src"; then
+        -I "$repo/src" -I "$repo/tests/unit" "${includes[@]}" -isystem "$cuda/include" "$file"; then
       say "ok   $src against LibTorch $version headers and $(basename "$(readlink -f "$cuda")") ($(( $(date +%s) - start )) s)"
     else
       say "FAIL $src against LibTorch $version headers"

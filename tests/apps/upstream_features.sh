@@ -4,7 +4,8 @@
 # members of wids tar shards under the YAML's data_dir, caption features as <key>.npz in the
 # working directory (where upstream's datasets look). Two processes train with
 # data.load_vae_feat and data.load_text_feat on a CPU-sized preset and use every sample; a
-# missing caption-feature file is a named bad sample, not a crash. Each run has a limit.
+# missing caption-feature file is a named bad sample, not a crash; loading weights takes the
+# null caption from upstream's null-embedding file. Each run has a limit.
 . "$(dirname "$0")/../dist/lib.sh"
 YAML=$(cd "$(dirname "$0")/../configs/upstream/512ms" && pwd)/ci_Sana_600M_img512.yaml
 MAKE=$(cd "$(dirname "$0")/../reference" && pwd)/make_wids_dataset.py
@@ -27,5 +28,18 @@ timeout 240 "$BIN" "${common[@]}" --train.num_epochs=1 --data.max_bad_fraction=0
 assert_code $? 0 "a run with one sample's caption features missing"
 if grep -qE "bad sample 5 .*no text features" "$log"; then pass "the sample without features is named"; else
   fail "no line names sample 5's missing features"; cat "$log"; fi
+
+# Loading weights with precomputed features: the null caption becomes the empty prompt's
+# features from the file upstream's train.py writes under train.null_embed_root.
+null=output/pretrained_models/null_embed_diffusers_gemma-2-2b-it_300token_2304.pth
+mkdir -p output/pretrained_models
+/usr/bin/python3 -c "import torch; torch.save({'uncond_prompt_embeds': torch.randn(1, 300, 2304),
+  'uncond_prompt_embeds_mask': torch.ones(1, 300, dtype=torch.long)}, '$null')" ||
+  fail "python3-torch could not write $null"
+log=$SCRATCH/load.log
+timeout 240 "$BIN" "${common[@]}" --train.max_steps=1 "--model.load_from=$SCRATCH/$TOKEN/a/model.safetensors" \
+  --work_dir="$SCRATCH/$TOKEN/c" > "$log" 2>&1
+assert_code $? 0 "a run that loads weights"
+assert_contains "$log" "the empty prompt's features from '$null'" "upstream's null-embedding file is the null caption"
 assert_no_leftovers
 finish

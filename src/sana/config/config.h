@@ -111,6 +111,10 @@ struct TextEncoderConfig {
   // A SentencePiece model (the encoder's tokenizer.model): captions are tokenized here, as
   // upstream's Hugging Face tokenizer does, and text_encoder_path takes (input_ids, mask).
   std::string tokenizer_path;
+  // The empty prompt's features where no text encoder runs (data.load_text_feat): a file as
+  // upstream's train.py writes it ({"uncond_prompt_embeds": (1, T, C)}, .pth or
+  // .safetensors). "": upstream's file under train.null_embed_root when it exists.
+  std::string null_embed_path;
   int64_t caption_channels = 2304;
   int64_t model_max_length = 300;
   bool y_norm = true;
@@ -153,6 +157,10 @@ struct LrScheduleArgs {
 
 struct TrainConfig {
   int64_t seed = 42;
+  // Where upstream's train.py keeps the empty prompt's features
+  // (null_embed_diffusers_<encoder>_<T>token_<C>.pth): read, never written, here
+  // (text_encoder.null_embed_path).
+  std::string null_embed_root = "output/pretrained_models";
   int64_t num_epochs = 100;
   int64_t max_steps = 0;  // optimizer steps; 0 = bounded by num_epochs only
   int64_t global_batch_size = 32;  // samples per optimizer step, fixed for the run

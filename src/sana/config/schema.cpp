@@ -115,6 +115,9 @@ void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
         "TorchScript text encoder: forward(prompts) -> (features, mask), or forward(ids, mask) with tokenizer_path");
   s.add("tokenizer_path", t.tokenizer_path,
         "SentencePiece tokenizer.model: captions tokenized here as upstream (CHI prompt, token selection)");
+  s.add("null_embed_path", t.null_embed_path,
+        "the empty prompt's features without a text encoder (upstream's null_embed_diffusers_*.pth); '' = "
+        "upstream's file under train.null_embed_root if it exists");
   s.add("caption_channels", t.caption_channels, "caption feature width").at_least(1);
   s.add("model_max_length", t.model_max_length, "caption tokens").at_least(1);
   s.add("y_norm", t.y_norm, "RMSNorm on caption features");
@@ -141,6 +144,8 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
 void describe_train(std::vector<Field>& f, TrainConfig& t) {
   Section s(f, "train");
   s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
+  s.add("null_embed_root", t.null_embed_root,
+        "folder of upstream's null-embedding files, read when text_encoder.null_embed_path is ''");
   s.add("num_epochs", t.num_epochs, "epochs to train").at_least(1).commonly_used();
   s.add("max_steps", t.max_steps, "optimizer steps to train; 0 = all epochs").at_least(0)
       .commonly_used();

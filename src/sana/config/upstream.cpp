@@ -108,7 +108,6 @@ const Rule kRules[] = {
     {"train.early_stop_hours", nullptr, "no wall-clock limit: use train.max_steps", nullptr},
     {"train.save_image_epochs", nullptr, "previews follow eval_sampling_steps and preview_every_epochs",
      nullptr},
-    {"train.null_embed_root", nullptr, "no embedding cache files are written", nullptr},
     {"train.valid_prompt_embed_root", nullptr, "no embedding cache files are written", nullptr},
     {"train.local_save_vis", nullptr, "previews are always written under work_dir/previews", nullptr},
     {"train.deterministic_validation", nullptr, "previews always start from the same noise", nullptr},

@@ -235,6 +235,7 @@ void check_encoder_paths(Checker& c, const Config& cfg) {
                        "load_text_feat", "text encoder");
     if (!text.tokenizer_path.empty()) check_existing(c, "text_encoder.tokenizer_path", text.tokenizer_path, "tokenizer");
   }
+  if (!text.null_embed_path.empty()) check_existing(c, "text_encoder.null_embed_path", text.null_embed_path, "null embedding");
 }
 
 void check_paths(Checker& c, const Config& cfg) {

@@ -27,10 +27,14 @@ std::map<std::string, torch::Tensor> from_pickle(const std::string& path) {
   try {
     value = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
-    throw WeightsError(fmt::format(
-        "'{}' is not a state dict LibTorch can read ({}); save it with torch.save(model.state_dict()) "
-        "or as safetensors",
-        path, std::string(e.what()).substr(0, 200)));
+    const std::string what = e.what();
+    // LibTorch 1.13's unpickler lacks SETITEM, which pickle uses for a dict of one entry.
+    const std::string hint = what.find("opcode for unpickling at 0x73") != std::string::npos
+                                 ? "a dict with a single entry (pickle's SETITEM) is beyond this LibTorch's unpickler: "
+                                   "save the tensors themselves as the dict, or as safetensors"
+                                 : "save it with torch.save(model.state_dict()) or as safetensors";
+    throw WeightsError(fmt::format("'{}' is not a state dict LibTorch can read ({}); {}", path,
+                                   what.substr(0, std::min(what.find('\n'), size_t{200})), hint));
   }
   if (value.isGenericDict()) {  // upstream's checkpoints: {"state_dict": ..., "state_dict_ema": ...}
     const auto dict = value.toGenericDict();

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "sana/model/weights.h"
+#include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -23,12 +25,51 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
   return e;
 }
 
-bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders) {
-  if (!encoders.text || !model->caption_embedder) return false;
+std::string null_embed_file(const config::Config& cfg) {
+  const auto& text = cfg.text_encoder;
+  if (!text.null_embed_path.empty()) return text.null_embed_path;
+  const std::filesystem::path root(cfg.train.null_embed_root);
+  for (const std::string& name :
+       {fmt::format("null_embed_diffusers_{}_{}token_{}.pth", text.text_encoder_name, text.model_max_length,
+                    text.caption_channels),
+        fmt::format("null_embed_diffusers_{}token.pth", text.model_max_length)}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(root / name, ec)) return (root / name).string();
+  }
+  return "";
+}
+
+bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file) {
+  if (!model->caption_embedder) return false;
   torch::NoGradGuard no_grad;
   auto& null_caption = model->caption_embedder->y_embedding;
-  null_caption.copy_(encoders.text->empty_prompt().to(null_caption.device(), null_caption.scalar_type()));
-  log::info("y_embedder.y_embedding: the text encoder's empty-prompt features, as upstream sets it on loading");
+  if (encoders.text) {
+    null_caption.copy_(encoders.text->empty_prompt().to(null_caption.device(), null_caption.scalar_type()));
+    log::info("y_embedder.y_embedding: the text encoder's empty-prompt features, as upstream sets it on loading");
+    return true;
+  }
+  if (null_embed_file.empty()) {
+    log::info("y_embedder.y_embedding stays the loaded one: no text encoder, and no null embedding "
+              "(text_encoder.null_embed_path, or upstream's file under train.null_embed_root)");
+    return false;
+  }
+  const auto tensors = model::read_state_dict(null_embed_file);
+  const auto it = tensors.find("uncond_prompt_embeds");
+  if (it == tensors.end()) {
+    throw UsageError(fmt::format("text_encoder.null_embed_path: '{}' has no tensor 'uncond_prompt_embeds' (the "
+                                 "layout upstream's train.py writes)", null_embed_file), "config error");
+  }
+  torch::Tensor null = it->second;
+  if (null.dim() == 3 && null.size(0) == 1) null = null[0];
+  if (null.sizes() != null_caption.sizes()) {
+    throw UsageError(fmt::format("text_encoder.null_embed_path: '{}' holds {} features, the model's null caption "
+                                 "is {} (text_encoder.model_max_length x caption_channels)",
+                                 null_embed_file, fmt::join(null.sizes(), "x"), fmt::join(null_caption.sizes(), "x")),
+                     "config error");
+  }
+  null_caption.copy_(null.to(null_caption.device(), null_caption.scalar_type()));
+  log::info("y_embedder.y_embedding: the empty prompt's features from '{}', as upstream's load_checkpoint",
+            null_embed_file);
   return true;
 }
 

@@ -35,7 +35,14 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
 // As upstream on loading weights: the null caption (y_embedding, used for caption dropout and
 // guidance) becomes the text encoder's features of the empty prompt. False (nothing changed)
 // without a text encoder or a caption model.
-bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders);
+// Without a text encoder, as upstream's load_checkpoint with precomputed features: the
+// features in `null_embed_file` (null_embed_file(), "" for none).
+bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file = "");
+
+// text_encoder.null_embed_path, else the file upstream's train.py writes when it exists:
+// <train.null_embed_root>/null_embed_diffusers_<text_encoder_name>_<T>token_<C>.pth (or the
+// older null_embed_diffusers_<T>token.pth), else "".
+std::string null_embed_file(const config::Config& cfg);
 
 // The preview options for this config on `device`: decoding through the VAE when it can,
 // the validation prompts encoded once for a caption model (warnings say what is missing).

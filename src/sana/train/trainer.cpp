@@ -174,7 +174,7 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
 // As upstream's load_checkpoint: on loading weights, the null caption (y_embedding, used for
 // caption dropout and guidance) becomes the text encoder's features of the empty prompt.
 void Trainer::use_empty_prompt() {
-  if (!train::use_empty_prompt(model_, encoders_)) return;
+  if (!train::use_empty_prompt(model_, encoders_, null_embed_file(cfg_))) return;
   torch::NoGradGuard no_grad;
   auto null_caption = model_->caption_embedder->y_embedding.contiguous();
   rt_.broadcast(null_caption);  // every rank takes rank 0's

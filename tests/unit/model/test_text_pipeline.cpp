@@ -5,12 +5,14 @@
 #include "catch.h"
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/tokenizer.h"
+#include "sana/model/weights.h"
 #include "sana/train/previews.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
@@ -96,4 +98,45 @@ TEST_CASE("loading weights makes the empty prompt the null caption, as upstream"
   CHECK(train::use_empty_prompt(net, encoders));
   CHECK(same(net->caption_embedder->y_embedding, encoders.text->empty_prompt()));
   CHECK_FALSE(train::use_empty_prompt(net, train::Encoders{}));
+}
+
+TEST_CASE("with precomputed caption features the null caption comes from upstream's null-embedding file",
+          "[model]") {
+  auto spec = sana::test::small_spec(model::Conditioning::caption);
+  spec.caption_channels = 8;
+  spec.caption_tokens = 6;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 1});
+  sana::test::TempDir dir;
+  // As upstream's train.py writes output/pretrained_models/null_embed_diffusers_<N>token.pth.
+  const std::string pth = dir.path("null_embed_diffusers_6token.pth");
+  const auto made = sana::test::run_command(
+      "/usr/bin/python3 -c \"import torch; g = torch.Generator().manual_seed(4); "
+      "torch.save({'uncond_prompt_embeds': torch.randn(1, 6, 8, generator=g), "
+      "'uncond_prompt_embeds_mask': torch.ones(1, 6, dtype=torch.long)}, '" + pth + "')\"");
+  REQUIRE(made.exit_code == 0);
+  const auto expected = model::read_state_dict(pth).at("uncond_prompt_embeds")[0];
+  CHECK_FALSE(same(net->caption_embedder->y_embedding, expected));
+  CHECK(train::use_empty_prompt(net, train::Encoders{}, pth));
+  CHECK(same(net->caption_embedder->y_embedding, expected));
+  // A file for another length or width says which keys disagree.
+  write_safetensors(dir.path("wide.safetensors"), {{"uncond_prompt_embeds", torch::zeros({1, 6, 16})}});
+  CHECK_THROWS_WITH(train::use_empty_prompt(net, train::Encoders{}, dir.path("wide.safetensors")),
+                    Catch::Contains("caption_channels"));
+  write_safetensors(dir.path("other.safetensors"), {{"y", torch::zeros({6, 8})}});
+  CHECK_THROWS_WITH(train::use_empty_prompt(net, train::Encoders{}, dir.path("other.safetensors")),
+                    Catch::Contains("uncond_prompt_embeds"));
+  // Unset, the key means the file upstream's train.py writes, under train.null_embed_root.
+  config::Config cfg;
+  cfg.text_encoder.text_encoder_name = "gemma-2-2b-it";
+  cfg.text_encoder.model_max_length = 6;
+  cfg.text_encoder.caption_channels = 8;
+  cfg.train.null_embed_root = dir.path("none");
+  CHECK(train::null_embed_file(cfg).empty());
+  cfg.train.null_embed_root = dir.path();
+  CHECK(train::null_embed_file(cfg) == pth);  // the older name
+  const std::string current = dir.path("null_embed_diffusers_gemma-2-2b-it_6token_8.pth");
+  std::filesystem::copy_file(pth, current);
+  CHECK(train::null_embed_file(cfg) == current);
+  cfg.text_encoder.null_embed_path = pth;
+  CHECK(train::null_embed_file(cfg) == pth);
 }

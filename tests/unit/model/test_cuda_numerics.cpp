@@ -1,0 +1,48 @@
+// Upstream's numerics where they differ on CUDA: built into sana_torch_tests only with a CUDA
+// LibTorch (SANA_CUDA_TEST_SOURCES in tests/CMakeLists.txt), where a machine without a GPU
+// says so and passes; scripts/compat/cuda_syntax_check.sh compiles this file against
+// LibTorch 1.13's and 2.6's CUDA headers on every CI run.
+#include "catch.h"
+
+#include <torch/torch.h>
+
+#include "sana/model/autocast.h"
+#include "sana/model/sana_ms.h"
+
+using sana::model::AutocastGuard;
+using sana::model::AutocastState;
+using sana::model::LiteLAImpl;
+
+namespace {
+double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto a64 = a.to(torch::kFloat64).cpu(), b64 = b.to(torch::kFloat64).cpu();
+  return ((a64 - b64).abs().max() / b64.abs().max().clamp_min(1e-300)).item<double>();
+}
+}  // namespace
+
+TEST_CASE("fp32_attention on CUDA: LiteLA's products stay fp32 under fp16 and bf16 autocast", "[cuda][model]") {
+  if (!torch::cuda::is_available()) {
+    WARN("no CUDA device: the CUDA autocast check did not run");
+    return;
+  }
+  torch::manual_seed(3);
+  const auto on_gpu = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+  // Magnitudes where fp16 products lose digits (and, larger, overflow into NaN losses).
+  const auto q = torch::randn({2, 4, 32, 256}, on_gpu) * 8;
+  const auto k = torch::randn({2, 4, 32, 256}, on_gpu) * 8;
+  const auto v = torch::randn({2, 4, 32, 256}, on_gpu) * 8;
+  const auto reference = LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, true);  // no autocast
+  for (const auto precision : {sana::config::Precision::fp16, sana::config::Precision::bf16}) {
+    const AutocastState amp_state = sana::model::autocast_for(torch::Device(torch::kCUDA), precision);
+    REQUIRE(amp_state.enabled);
+    AutocastGuard amp(amp_state);
+    // Autocast is on: a plain matmul runs in the lower precision.
+    REQUIRE(torch::matmul(q[0][0], k[0][0].t()).scalar_type() == amp_state.dtype);
+    const auto under = LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, true);
+    CHECK(under.scalar_type() == torch::kFloat32);
+    CHECK(max_rel_diff(under, reference) < 1e-5);
+    CHECK(AutocastState::current().enabled);  // back on after the attention
+    // Without fp32_attention the products run in half precision: the check above can tell.
+    CHECK(max_rel_diff(LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, false), reference) > 1e-4);
+  }
+}
