@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <stdexcept>
@@ -138,7 +136,7 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   if (!unreadable.empty()) return bad(BadReason::missing, unreadable);
   if (bytes.empty()) return bad(BadReason::empty, "zero bytes");
   if (source_w <= 0 || source_h <= 0) {
-    const ImageSize s = read_image_size(path);
+    const ImageSize s = read_image_size(bytes.data(), bytes.size());
     if (s.ok) {
       source_w = s.width;
       source_h = s.height;
@@ -170,10 +168,11 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
     return bad(BadReason::corrupt, e.what());
   }
   if (bgr.empty()) {
-    const ImageSize s = read_image_size(path);
+    const ImageSize s = read_image_size(bytes.data(), bytes.size());
     if (!s.ok) return bad(BadReason::not_an_image, s.error);
-    // A format the header reader knows (GIF) but this OpenCV cannot decode.
-    if (!cv::haveImageReader(path)) {
+    // A format the header reader knows (GIF) but this OpenCV cannot decode. OpenCV asks a
+    // file only, so a tar member's failure is reported as the decoder's.
+    if (!parse_file_ref(path).in_tar() && !cv::haveImageReader(path)) {
       return bad(BadReason::unsupported, fmt::format("OpenCV {} has no decoder for it; convert such files", CV_VERSION));
     }
     return bad(BadReason::corrupt, "the decoder rejected it");

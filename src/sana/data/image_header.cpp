@@ -101,17 +101,8 @@ ImageSize jpeg_size(std::FILE* f) {
   return fail("truncated");
 }
 
-}  // namespace
-
-ImageSize read_image_size(const std::string& path) {
-  // A tar member is read whole (images, a few MB) and parsed from memory: the parser's
-  // seeks then stay inside it.
-  std::vector<char> member;
-  const bool in_tar = parse_file_ref(path).in_tar();
-  if (in_tar && !read_ref(path, member).empty()) return fail("missing");
-  if (in_tar && member.empty()) return fail("empty");
-  std::FILE* f = in_tar ? fmemopen(member.data(), member.size(), "rb") : std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return fail("missing");
+// The size from an open stream whose first byte is the image's; closes it.
+ImageSize size_from_stream(std::FILE* f) {
   uint8_t h[32] = {};
   const size_t n = std::fread(h, 1, sizeof h, f);
   ImageSize out;
@@ -145,6 +136,26 @@ ImageSize read_image_size(const std::string& path) {
   }
   std::fclose(f);
   return out;
+}
+
+}  // namespace
+
+ImageSize read_image_size(const std::string& path) {
+  if (!parse_file_ref(path).in_tar()) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    return f == nullptr ? fail("missing") : size_from_stream(f);
+  }
+  // A tar member is read whole (images, a few MB) and parsed from memory.
+  std::vector<unsigned char> member;
+  if (!read_ref(path, member).empty()) return fail("missing");
+  return read_image_size(member.data(), member.size());
+}
+
+ImageSize read_image_size(const unsigned char* data, size_t size) {
+  if (size == 0) return fail("empty");
+  // fmemopen's seeks stay inside the buffer, so the stream parser needs no second variant.
+  std::FILE* f = fmemopen(const_cast<unsigned char*>(data), size, "rb");
+  return f == nullptr ? fail("missing") : size_from_stream(f);
 }
 
 }  // namespace sana::data

@@ -4,6 +4,7 @@
 // No torch, no OpenCV.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace sana::data {
@@ -15,6 +16,9 @@ struct ImageSize {
   std::string error;  // why not, when !ok: "missing", "empty", "not an image", "truncated"
 };
 
+// From a file, or a tar shard's member (file_ref.h).
 ImageSize read_image_size(const std::string& path);
+// From an image's bytes already in memory.
+ImageSize read_image_size(const unsigned char* data, size_t size);
 
 }  // namespace sana::data

@@ -16,64 +16,8 @@ namespace {
 
 constexpr size_t kBlock = 512;
 
-// Reads blocks from a file or from memory; the scanner sees only this.
-class BlockReader {
- public:
-  virtual ~BlockReader() = default;
-  // Reads `n` bytes at the current position; false at a short read.
-  virtual bool read(char* out, size_t n) = 0;
-  // Moves `n` bytes forward; false when that passes the end.
-  virtual bool skip(uint64_t n) = 0;
-  virtual uint64_t position() const = 0;
-  virtual bool at_end() const = 0;
-};
-
-class FileBlocks : public BlockReader {
- public:
-  explicit FileBlocks(std::FILE* f) : f_(f) {
-    std::fseek(f_, 0, SEEK_END);
-    size_ = static_cast<uint64_t>(std::max(0L, std::ftell(f_)));
-    std::fseek(f_, 0, SEEK_SET);
-  }
-  bool read(char* out, size_t n) override {
-    const size_t got = std::fread(out, 1, n, f_);
-    pos_ += got;
-    return got == n;
-  }
-  bool skip(uint64_t n) override {
-    if (n > size_ - pos_) return false;
-    pos_ += n;
-    return std::fseek(f_, static_cast<long>(pos_), SEEK_SET) == 0;
-  }
-  uint64_t position() const override { return pos_; }
-  bool at_end() const override { return pos_ >= size_; }
-
- private:
-  std::FILE* f_;
-  uint64_t size_ = 0, pos_ = 0;
-};
-
-class MemoryBlocks : public BlockReader {
- public:
-  MemoryBlocks(const char* data, size_t size) : data_(data), size_(size) {}
-  bool read(char* out, size_t n) override {
-    if (n > size_ - pos_) return false;
-    std::memcpy(out, data_ + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool skip(uint64_t n) override {
-    if (n > size_ - pos_) return false;
-    pos_ += n;
-    return true;
-  }
-  uint64_t position() const override { return pos_; }
-  bool at_end() const override { return pos_ >= size_; }
-
- private:
-  const char* data_;
-  uint64_t size_, pos_ = 0;
-};
+// Reads `n` bytes; false at a short read.
+bool read_exact(std::FILE* f, char* out, size_t n) { return std::fread(out, 1, n, f) == n; }
 
 // An octal field (NUL or space terminated), or GNU's base-256 for big sizes; -1 if invalid.
 int64_t number_field(const char* p, size_t n) {
@@ -132,13 +76,17 @@ std::string pax_path(const std::string& records) {
   return "";
 }
 
-void scan(BlockReader& in, const std::string& name, const std::function<void(const TarMember&)>& visit) {
+// Lists the members of the archive open as `f` (a file, or memory through fmemopen).
+void scan(std::FILE* f, const std::string& name, const std::function<void(const TarMember&)>& visit) {
+  std::fseek(f, 0, SEEK_END);
+  const uint64_t file_size = static_cast<uint64_t>(std::max(0L, std::ftell(f)));
+  std::fseek(f, 0, SEEK_SET);
   char h[kBlock];
   std::string long_name;
+  uint64_t at = 0;  // of the next header
   for (;;) {
-    const uint64_t at = in.position();
-    if (at > 0 && in.at_end()) return;  // no end-of-archive blocks: Python's tarfile accepts it too
-    if (!in.read(h, kBlock)) {
+    if (at > 0 && at >= file_size) return;  // no end-of-archive blocks: Python's tarfile accepts it too
+    if (std::fseek(f, static_cast<long>(at), SEEK_SET) != 0 || !read_exact(f, h, kBlock)) {
       if (at == 0) throw IndexError(fmt::format("'{}' is empty or not a tar archive", name));
       throw IndexError(fmt::format("'{}' ends inside a header at byte {} (truncated shard?)", name, at));
     }
@@ -151,21 +99,22 @@ void scan(BlockReader& in, const std::string& name, const std::function<void(con
     }
     const int64_t size = number_field(h + 124, 12);
     if (size < 0) throw IndexError(fmt::format("'{}': damaged tar header at byte {} (size field)", name, at));
-    const uint64_t data = in.position();
+    const uint64_t data = at + kBlock;
     const uint64_t padded = (static_cast<uint64_t>(size) + kBlock - 1) / kBlock * kBlock;
     const char type = h[156];
     if (type == 'L' || type == 'x') {
       if (size > (1 << 20)) throw IndexError(fmt::format("'{}': a {}-byte name record at byte {}", name, size, at));
-      std::vector<char> body(static_cast<size_t>(padded));
-      if (!in.read(body.data(), body.size())) {
+      std::vector<char> body(static_cast<size_t>(size));
+      if (!read_exact(f, body.data(), body.size())) {
         throw IndexError(fmt::format("'{}' ends inside the member at byte {} (truncated shard?)", name, at));
       }
       const std::string text(body.data(), static_cast<size_t>(size));
       const std::string path = type == 'L' ? c_string(text.data(), text.size()) : pax_path(text);
       if (!path.empty()) long_name = path;
+      at = data + padded;
       continue;
     }
-    if (!in.skip(padded) && !(padded != static_cast<uint64_t>(size) && in.skip(static_cast<uint64_t>(size)))) {
+    if (static_cast<uint64_t>(size) > file_size - data) {
       throw IndexError(fmt::format("'{}' ends inside member '{}' at byte {} (truncated shard?)", name,
                                    long_name.empty() ? c_string(h, 100) : long_name, at));
     }
@@ -182,6 +131,7 @@ void scan(BlockReader& in, const std::string& name, const std::function<void(con
       visit(m);
     }
     long_name.clear();
+    at = data + padded;
   }
 }
 
@@ -190,14 +140,15 @@ void scan(BlockReader& in, const std::string& name, const std::function<void(con
 void scan_tar(const std::string& path, const std::function<void(const TarMember&)>& visit) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw IndexError(fmt::format("cannot open shard '{}'", path));
-  FileBlocks blocks(f.get());
-  scan(blocks, path, visit);
+  scan(f.get(), path, visit);
 }
 
 void scan_tar_bytes(const char* data, size_t size, const std::string& name,
                     const std::function<void(const TarMember&)>& visit) {
-  MemoryBlocks blocks(data, size);
-  scan(blocks, name, visit);
+  if (size == 0) throw IndexError(fmt::format("'{}' is empty or not a tar archive", name));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(fmemopen(const_cast<char*>(data), size, "rb"), &std::fclose);
+  if (!f) throw IndexError(fmt::format("cannot read '{}'", name));
+  scan(f.get(), name, visit);
 }
 
 }  // namespace sana::data

@@ -43,18 +43,6 @@ torch::Tensor from_npy(const NpyArray& a, const std::string& name, bool numbers_
   return t.to(torch::kFloat32);
 }
 
-torch::Tensor from_safetensors(const std::vector<char>& b, const SafetensorsEntry& entry, const std::string& path,
-                               bool numbers_allowed) {
-  const torch::ScalarType type = safetensors_scalar_type(entry.dtype);  // the header checked it
-  if (!numbers_allowed && !torch::isFloatingType(type)) {
-    throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path,
-                                      entry.name, entry.dtype));
-  }
-  auto t = torch::empty(entry.shape, torch::TensorOptions().dtype(type));
-  if (entry.end > entry.begin) std::memcpy(t.data_ptr(), b.data() + entry.begin, entry.end - entry.begin);
-  return t.to(torch::kFloat32);
-}
-
 // The arrays of a file by name ("" for a lone .npy), read on demand.
 class ArrayFile {
  public:
@@ -62,44 +50,35 @@ class ArrayFile {
     const std::string name = format_name(path);
     if (ends_with(name, ".npz")) {
       npz_ = parse_npz(bytes_.data(), bytes_.size(), path);
+      names_ = npz_->names;
     } else if (ends_with(name, ".safetensors")) {
       try {
-        safetensors_ = parse_safetensors_header(bytes_.data(), bytes_.size(), path);
+        safetensors_ = parse_safetensors(bytes_, path);
       } catch (const SafetensorsError& e) {
         throw TensorFileError(e.what());  // a damaged feature file is a bad sample
       }
+      for (const auto& named : safetensors_->tensors) names_.push_back(named.first);
     } else if (!ends_with(name, ".npy")) {
       throw TensorFileError(fmt::format("'{}' is neither .npy, .npz nor .safetensors", path));
     }
+    if (names_.empty()) names_.push_back("");  // a lone .npy array
   }
-  std::vector<std::string> names() const {
-    std::vector<std::string> out;
-    if (npz_) out = npz_->names;
-    if (safetensors_) {
-      for (const auto& e : safetensors_->entries) out.push_back(e.name);
-    }
-    if (out.empty()) out.push_back("");
-    return out;
-  }
-  bool has(const std::string& name) const {
-    const auto all = names();
-    return std::find(all.begin(), all.end(), name) != all.end();
-  }
+  bool has(const std::string& name) const { return std::find(names_.begin(), names_.end(), name) != names_.end(); }
   torch::Tensor get(const std::string& name, bool numbers_allowed = false) const {
-    if (npz_) {
-      const int i = npz_->find(name);
-      return from_npy(npz_->array(i, path_), path_ + ":" + name, numbers_allowed);
-    }
+    if (npz_) return from_npy(npz_->array(npz_->find(name), path_), path_ + ":" + name, numbers_allowed);
     if (safetensors_) {
-      for (const auto& e : safetensors_->entries) {
-        if (e.name == name) return from_safetensors(bytes_, e, path_, numbers_allowed);
+      const torch::Tensor t = safetensors_->get(name);
+      if (!numbers_allowed && !torch::isFloatingType(t.scalar_type())) {
+        throw TensorFileError(fmt::format("'{}': tensor '{}' has dtype {}; features must be floating point", path_,
+                                          name, c10::toString(t.scalar_type())));
       }
+      return t.to(torch::kFloat32);
     }
     return from_npy(parse_npy(bytes_.data(), bytes_.size(), path_), path_, numbers_allowed);
   }
   // `wanted` if present, else the first of `fallbacks` present, else the lone array.
   std::string pick(const std::string& wanted, std::initializer_list<const char*> fallbacks) const {
-    const auto all = names();
+    const auto& all = names_;
     if (!wanted.empty()) {
       if (has(wanted)) return wanted;
       throw TensorFileError(fmt::format("'{}' has no array '{}' (it has: {})", path_, wanted, fmt::join(all, ", ")));
@@ -115,7 +94,8 @@ class ArrayFile {
   std::string path_;
   std::vector<char> bytes_;
   std::optional<NpzFile> npz_;
-  std::optional<SafetensorsHeader> safetensors_;
+  std::optional<SafetensorsFile> safetensors_;
+  std::vector<std::string> names_;  // its arrays' names; "" alone for a .npy
 };
 
 // Any failure reading `path` as a TensorFileError: a damaged file must never be more than
