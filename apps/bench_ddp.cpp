@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       opt->step(1e-4);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (s >= 2) times[overlap ? 0 : 1].push_back(secs);  // the first two warm up
-      for (auto& p : net->parameters()) p.mutable_grad().zero_();
+      sync.zero_gradients();
     }
   }
   auto median = [](std::vector<double> v) {

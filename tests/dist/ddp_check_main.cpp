@@ -3,10 +3,13 @@
 // dist::make_reducer(), and compares the synced gradient with a single-process gradient
 // over all G samples computed locally. One extra parameter never takes part in the forward: it must
 // come back zero-filled on every rank, without desynchronising (tests/dist/ddp.sh checks
-// that the reducer's warning names it).
+// that the reducer's warning names it). Every gradient must live in the reducer's flat
+// buckets (views, no copies), also after a gradient was replaced by another tensor, and the
+// flat buckets must hold each gradient element exactly once.
 //   ddp_check ACCUMULATION   (under a launcher; G = 12)
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "sana/config/loader.h"
@@ -65,6 +68,8 @@ int run(int accumulation) {
     for (auto& [name, p] : named) {
       if (p.grad().defined()) p.mutable_grad().zero_();
     }
+    // As code outside the reducer might: a new gradient tensor, which begin_backward takes back.
+    if (round == 1) named.front().second.mutable_grad() = torch::zeros_like(named.front().second);
     for (int64_t a = 0; a < accumulation; ++a) {
       const int64_t first = (a * W + r) * micro;  // micro-step a of rank r (docs/design.md, "Epoch plan")
       sync->begin_backward(a == accumulation - 1);
@@ -92,12 +97,29 @@ int run(int accumulation) {
     ++i;
   }
   const bool zero_filled = synced.back().defined() && synced.back().abs().sum().item<double>() == 0;
+  // Views: every gradient's bytes inside one flat bucket, and the buckets' sizes summing to
+  // the parameters' (each element once).
+  const auto flats = sync->flat_gradients();
+  int64_t flat_numel = 0, param_numel = 0;
+  for (const auto& f : flats) flat_numel += f.numel();
+  size_t views = 0;
+  for (const auto& [name, p] : named) {
+    param_numel += p.numel();
+    const auto* g = static_cast<const char*>(p.grad().data_ptr());
+    views += std::any_of(flats.begin(), flats.end(), [&](const torch::Tensor& f) {
+      const auto* begin = static_cast<const char*>(f.data_ptr());
+      return g >= begin && g + p.grad().nbytes() <= begin + f.nbytes();
+    });
+  }
+  const bool all_views = views == named.size() && flat_numel == param_numel;
   std::cout << fmt::format("rank {}: world {}, accumulation {}, {} buckets; max relative gradient difference "
-                           "{:.3e} ({}, L2 over the tensor); unused parameter zero-filled: {}\n",
-                           r, W, accumulation, sync->bucket_count(), worst, worst_name, zero_filled ? "yes" : "no")
+                           "{:.3e} ({}, L2 over the tensor); unused parameter zero-filled: {}; gradients "
+                           "that are views into the buckets: {} of {}\n",
+                           r, W, accumulation, sync->bucket_count(), worst, worst_name, zero_filled ? "yes" : "no",
+                           views, named.size())
             << std::flush;
   rt->finish();
-  return worst <= 1e-6 && zero_filled ? 0 : 1;
+  return worst <= 1e-6 && zero_filled && all_views ? 0 : 1;
 }
 
 }  // namespace

@@ -46,6 +46,8 @@ class BucketedReducer : public Reducer {
   void add_gradient(size_t param) override;
   void finalize() override;
   size_t bucket_count() const override { return buckets_.size(); }
+  std::vector<torch::Tensor> flat_gradients() const override;
+  void zero_gradients() override;
 
  private:
   struct Bucket {
@@ -55,12 +57,13 @@ class BucketedReducer : public Reducer {
     PendingCollective work;
   };
   void launch_ready_in_order();  // mutex_ held
-  void launch(Bucket& b);
+  void bind_gradients();         // mutex_ held
 
   Runtime& rt_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
+  std::vector<torch::Tensor> grad_views_;  // per parameter: its shape over its bucket's slice
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks alive
   std::vector<char> ready_;
   std::shared_ptr<HookTarget> target_;
@@ -94,6 +97,14 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
     bucket.plan = std::move(b);
     buckets_.push_back(std::move(bucket));
   }
+  grad_views_.resize(params_.size());
+  for (const auto& b : buckets_) {
+    for (size_t i = 0; i < b.plan.params.size(); ++i) {
+      const auto& p = params_[b.plan.params[i]].second;
+      grad_views_[b.plan.params[i]] = b.flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());
+    }
+  }
+  bind_gradients();
   target_->reducer = this;
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k].second);
@@ -118,8 +129,37 @@ BucketedReducer::~BucketedReducer() {
   }
 }
 
+void BucketedReducer::bind_gradients() {
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto& p = params_[k].second;
+    const auto& view = grad_views_[k];
+    if (p.grad().defined() && p.grad().data_ptr() == view.data_ptr()) continue;
+    if (p.grad().defined()) {
+      view.copy_(p.grad());
+    } else {
+      view.zero_();
+    }
+    p.mutable_grad() = view;
+  }
+}
+
+std::vector<torch::Tensor> BucketedReducer::flat_gradients() const {
+  std::vector<torch::Tensor> out;
+  out.reserve(buckets_.size());
+  for (const auto& b : buckets_) out.push_back(b.flat);
+  return out;
+}
+
+void BucketedReducer::zero_gradients() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  bind_gradients();
+  for (auto& b : buckets_) b.flat.zero_();
+}
+
 void BucketedReducer::begin_backward(bool sync) {
   std::lock_guard<std::mutex> lock(mutex_);
+  bind_gradients();
   syncing_ = sync;
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), 0);
@@ -140,35 +180,22 @@ void BucketedReducer::add_gradient(size_t k) {
 }
 
 void BucketedReducer::launch_ready_in_order() {
+  // The gradients are views into the flat tensor: it is the bucket's gradient already.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    launch(buckets_[next_launch_]);
+    buckets_[next_launch_].work = rt_.all_reduce_async(buckets_[next_launch_].flat);
     ++next_launch_;
   }
-}
-
-void BucketedReducer::launch(Bucket& b) {
-  for (size_t i = 0; i < b.plan.params.size(); ++i) {
-    const auto& p = params_[b.plan.params[i]].second;
-    auto slice = b.flat.narrow(0, b.plan.offsets[i], p.numel());
-    if (p.grad().defined()) {
-      slice.copy_(p.grad().reshape({-1}));
-    } else {
-      slice.zero_();
-    }
-  }
-  b.work = rt_.all_reduce_async(b.flat);
 }
 
 void BucketedReducer::finalize() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Parameters without a gradient this step: zero gradients, so every rank still issues
-    // every bucket in the same order (like find_unused_parameters).
+    // Parameters without a gradient this backward keep what earlier micro-steps gave them
+    // (zero if nothing), so every rank still issues every bucket in the same order (like
+    // find_unused_parameters).
     std::vector<std::string> missing;
     for (size_t k = 0; k < params_.size(); ++k) {
       if (ready_[k]) continue;
-      auto& p = params_[k].second;
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       if (warned_.insert(params_[k].first).second) missing.push_back(params_[k].first);
       ready_[k] = 1;
       --buckets_[bucket_of_[k]].pending;
@@ -186,11 +213,7 @@ void BucketedReducer::finalize() {
   for (auto& b : buckets_) {
     rt_.wait(b.work, "gradient all-reduce");
     b.work.reset();
-    b.flat.div_(world);
-    for (size_t i = 0; i < b.plan.params.size(); ++i) {
-      auto& p = params_[b.plan.params[i]].second;
-      p.mutable_grad().view({-1}).copy_(b.flat.narrow(0, b.plan.offsets[i], p.numel()));
-    }
+    if (world != 1.0) b.flat.div_(world);
   }
 }
 

@@ -3,12 +3,16 @@
 // and 2.x; scripts/bench_ddp.sh measures the overlap). Gradients are grouped into buckets
 // by compute_buckets() (bucket_assignment.h: a small first one, then up to
 // ddp.bucket_cap_mb, in reverse registration order, which is roughly the order backward
-// produces them). A post-hook on each parameter's gradient accumulator marks it ready; a
-// full bucket is flattened and its asynchronous all-reduce starts at once, always in
-// bucket order, so every rank issues the same collectives in the same order. finalize()
-// zero-fills gradients that never arrived (unused parameters, named in one warning),
-// starts what is left, waits for all, and divides by the world size: the result is the
-// mean gradient over the global batch on every rank.
+// produces them). Each parameter's .grad is a view into its bucket's flat tensor (as DDP's
+// gradient_as_bucket_view): autograd accumulates into it in place, so nothing is copied
+// into or out of the buckets, and the gradient norm, clipping and zeroing run over a few
+// flat tensors instead of every parameter. A post-hook on each parameter's gradient
+// accumulator marks it ready; a bucket whose gradients are all ready starts its
+// asynchronous all-reduce at once, always in bucket order, so every rank issues the same
+// collectives in the same order. finalize() names parameters that got no gradient (once;
+// their zero gradient is synced like the rest), starts what is left, waits for all, and
+// divides by the world size: the result is the mean gradient over the global batch on
+// every rank.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,7 +34,8 @@ class Reducer {
  public:
   virtual ~Reducer() = default;
   // Before each backward: whether this backward ends the optimizer step (the last
-  // micro-step syncs; earlier ones only accumulate, like DDP's no_sync).
+  // micro-step syncs; earlier ones only accumulate, like DDP's no_sync). Points every
+  // parameter's .grad at its bucket view (keeping its value) if something replaced it.
   virtual void begin_backward(bool sync) = 0;
   // Parameter `param` (an index into make_reducer()'s params) has its gradient for this
   // backward. Ignored unless the backward syncs; a second call in one step is ignored.
@@ -38,6 +43,11 @@ class Reducer {
   // After the last micro-step's backward: every gradient averaged over all ranks.
   virtual void finalize() = 0;
   virtual size_t bucket_count() const = 0;
+  // The buckets' flat tensors: together they hold every parameter's gradient, each
+  // element once (norms, scaling and zeroing can run over these).
+  virtual std::vector<torch::Tensor> flat_gradients() const = 0;
+  // Every gradient to zero (after the optimizer step).
+  virtual void zero_gradients() = 0;
 };
 
 struct ReducerOptions {

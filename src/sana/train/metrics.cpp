@@ -35,8 +35,13 @@ void Metrics::begin_interval(double wait_seconds) {
   iv_.wait0 = wait_seconds;
 }
 
-void Metrics::record(const StepRecord& s, double wait_seconds, bool force_log) {
-  const double elapsed = std::chrono::duration<double>(Clock::now() - run_start_).count();
+void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_seconds, bool force_log) {
+  const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - run_start_).count();
+  StepTimes times = phases;
+  times.total = std::chrono::duration<double>(now - last_record_).count();
+  last_record_ = now;
+  iv_.times += times;
   if (std::isfinite(s.loss)) {
     if (std::isnan(first_loss_)) first_loss_ = s.loss;
     last_loss_ = s.loss;
@@ -45,7 +50,7 @@ void Metrics::record(const StepRecord& s, double wait_seconds, bool force_log) {
   iv_.grad_norm += s.grad_norm;
   iv_.samples += static_cast<double>(t_.global_batch_size);
   ++iv_.steps;
-  if (main_rank_) write_line(s, elapsed);
+  if (main_rank_) write_line(s, times, elapsed);
   const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
   if (tty_) {
     fmt::print(stderr, "\r[{:<30}] {}/{} loss {:.4f} ETA {}   ",
@@ -57,7 +62,7 @@ void Metrics::record(const StepRecord& s, double wait_seconds, bool force_log) {
   }
 }
 
-void Metrics::write_line(const StepRecord& s, double elapsed) {
+void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {
   const auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   nlohmann::json m = {{"epoch", s.epoch + 1},
                       {"step", s.global_step},
@@ -70,8 +75,33 @@ void Metrics::write_line(const StepRecord& s, double elapsed) {
                       {"time_s", elapsed},
                       {"samples_per_s",
                        static_cast<double>(s.global_step * t_.global_batch_size) / std::max(elapsed, 1e-9)},
-                      {"skipped", s.skipped}};
+                      {"skipped", s.skipped},
+                      {"time", {{"step", t.total},
+                                {"data", t.data},
+                                {"encoders", t.encoders},
+                                {"forward_backward", t.forward_backward},
+                                {"allreduce", t.allreduce},
+                                {"optimizer", t.optimizer},
+                                {"checkpoint_preview", t.checkpoint_preview},
+                                {"other", t.other()}}}};
   jsonl_ << m.dump() << "\n" << std::flush;
+}
+
+// " | fwd+bwd 95% all-reduce 1% ...": each phase's share of the interval (data wait is
+// already on the line), phases that took no time left out.
+std::string phase_text(const StepTimes& t) {
+  if (t.total <= 0) return "";
+  std::string out = " |";
+  const auto add = [&](const char* name, double v) {
+    if (v > 0.0005 * t.total) out += fmt::format(" {} {:.1f}%", name, 100.0 * v / t.total);
+  };
+  add("encoders", t.encoders);
+  add("fwd+bwd", t.forward_backward);
+  add("all-reduce", t.allreduce);
+  add("optimizer", t.optimizer);
+  add("checkpoint/preview", t.checkpoint_preview);
+  add("other", t.other());
+  return out;
 }
 
 void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elapsed) {
@@ -80,10 +110,10 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
   const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
   const double steps = static_cast<double>(iv_.steps);
   if (tty_) fmt::print(stderr, "\n");
-  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s data wait {:.0f}% {}x{} ETA {}",
+  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s data wait {:.0f}% {}x{} ETA {}{}",
             s.epoch + 1, s.global_step, total_, iv_.loss / steps, iv_.grad_norm / steps, s.lr,
             iv_.samples / std::max(secs, 1e-9), 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
-            duration_text(eta));
+            duration_text(eta), phase_text(iv_.times));
   begin_interval(wait_seconds);
 }
 

@@ -1,7 +1,8 @@
 // What a run reports while it trains: one metrics.jsonl line per step (rank 0), a
 // progress bar on a terminal, and a log line every train.log_interval steps with the
-// interval's loss, gradient norm, throughput and data wait. Owns the interval sums and
-// the first/last loss of the run; it never talks to other ranks.
+// interval's loss, gradient norm, throughput, data wait and step phases. Owns the interval sums and
+// the first/last loss of the run, and where the time went (StepTimes: per step in
+// metrics.jsonl, per interval in the log line); it never talks to other ranks.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "sana/config/config.h"
+#include "sana/train/step_times.h"
 
 namespace sana::train {
 
@@ -25,6 +27,8 @@ struct StepRecord {
 
 // "1m05s", "2h03m"; "?" for unknown.
 std::string duration_text(double seconds);
+// " | fwd+bwd 95.0% all-reduce 1.0% ...": each phase's share of t.total.
+std::string phase_text(const StepTimes& t);
 
 class Metrics {
  public:
@@ -34,24 +38,29 @@ class Metrics {
 
   // At the start of each epoch's loader: its data-wait clock so far.
   void begin_interval(double wait_seconds);
-  // After each step. force_log: write the interval line now (a stop request).
-  void record(const StepRecord& s, double wait_seconds, bool force_log);
+  // After each step, with its phases (times.total is ignored: a step's time is the wall
+  // time since the previous record). force_log: write the interval line now (a stop request).
+  void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
+  // Time spent after record() in a phase (checkpoint writes): counted in the interval.
+  void add_time(const StepTimes& times) { iv_.times += times; }
   // The closing line: steps, time, skipped steps and the first and last loss.
   void finish(int64_t global_step, int64_t skipped, bool stopped);
 
  private:
   using Clock = std::chrono::steady_clock;
   void log_interval(const StepRecord& s, double wait_seconds, double elapsed);
-  void write_line(const StepRecord& s, double elapsed);
+  void write_line(const StepRecord& s, const StepTimes& times, double elapsed);
 
   const config::TrainConfig& t_;
   bool main_rank_, tty_;
   int64_t total_;
   std::ofstream jsonl_;
   Clock::time_point run_start_ = Clock::now();
+  Clock::time_point last_record_ = Clock::now();
   double first_loss_ = NAN, last_loss_ = NAN;
   struct Interval {
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0;
+    StepTimes times;
     int64_t steps = 0;
     Clock::time_point start = Clock::now();
   } iv_;

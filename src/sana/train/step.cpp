@@ -33,23 +33,29 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   StepOutput out;
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   const int64_t downsample = model_->spec().downsample;
+  Lap clock;
   for (int64_t micro = 0; micro < accumulation_; ++micro) {
     auto batch = loader.next();
+    out.times.data += clock.lap();
     if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
     guard.add(*batch);
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
     reducer_.begin_backward(micro == accumulation_ - 1);
-    const auto loss = micro_loss(*batch, epoch);
+    double encoder_seconds = 0;
+    const auto loss = micro_loss(*batch, epoch, encoder_seconds);
     (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
     out.loss_sum += loss.detach().to(torch::kFloat64);
+    out.times.encoders += encoder_seconds;
+    out.times.forward_backward += clock.lap() - encoder_seconds;
   }
   reducer_.finalize();
+  out.times.allreduce += clock.lap();
   return out;
 }
 
-torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch) {
+torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double& encoder_seconds) {
   const auto& spec = model_->spec();
   const bool copy_text = spec.conditioning == model::Conditioning::caption && !encoders_.text;
   torch::Tensor labels;
@@ -60,11 +66,15 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch) {
                                           copy_text ? batch.text_feat : torch::Tensor(),
                                           copy_text ? batch.text_mask : torch::Tensor(), labels});
   torch::Tensor x0 = on_device[0];
+  Lap encoders;
   if (encoders_.vae) x0 = encoders_.vae->encode(x0);
+  encoder_seconds += encoders.lap();
   const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
   const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : cfg_.model.class_dropout_prob;
   const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, cfg_.scheduler, drop);
+  encoders.lap();
   auto cond = condition(batch, on_device);
+  encoder_seconds += encoders.lap();
   cond.drop = fb.dropped;
   model::AutocastGuard autocast(amp_);
   return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) /
@@ -85,24 +95,27 @@ model::Condition TrainStep::condition(const data::Batch& batch, const std::vecto
   return cond;
 }
 
-std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum) {
+std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum) {
   std::vector<torch::Tensor> squares;
-  squares.reserve(params.size() + 1);
-  for (const auto& p : params) squares.push_back(p.grad().to(torch::kFloat64).pow(2).sum());
+  squares.reserve(grads.size() + 1);
+  for (const auto& g : grads) {
+    const auto wide = g.to(torch::kFloat64);
+    squares.push_back(wide.dot(wide));
+  }
   squares.push_back(loss_sum);
   const auto host = torch::stack(squares).to(torch::kCPU);
   const auto h = host.accessor<double, 1>();
   double sq = 0;
-  for (size_t i = 0; i < params.size(); ++i) sq += h[static_cast<int64_t>(i)];
-  return {std::sqrt(sq), h[static_cast<int64_t>(params.size())]};
+  for (size_t i = 0; i < grads.size(); ++i) sq += h[static_cast<int64_t>(i)];
+  return {std::sqrt(sq), h[static_cast<int64_t>(grads.size())]};
 }
 
-void unscale_and_clip(const std::vector<torch::Tensor>& params, double grad_norm, double loss_scale, double clip) {
+void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm, double loss_scale, double clip) {
   double factor = 1.0 / loss_scale;
   if (clip > 0 && grad_norm > clip) factor *= clip / (grad_norm + 1e-6);
   if (factor == 1.0) return;
   torch::NoGradGuard no_grad;
-  for (const auto& p : params) p.grad().mul_(factor);
+  for (const auto& g : grads) g.mul_(factor);
 }
 
 bool loss_scaling(const torch::Device& device, config::Precision mixed_precision) {

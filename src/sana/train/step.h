@@ -19,12 +19,14 @@
 #include "sana/train/data_guards.h"
 #include "sana/train/device_feed.h"
 #include "sana/train/previews.h"
+#include "sana/train/step_times.h"
 
 namespace sana::train {
 
 struct StepOutput {
   torch::Tensor loss_sum;  // float64 on the device: this rank's loss (micro-batch means / accumulation)
   int64_t height = 0, width = 0;  // pixels
+  StepTimes times;                // data, encoders, forward_backward and allreduce filled
 };
 
 class TrainStep {
@@ -39,7 +41,8 @@ class TrainStep {
   StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
  private:
-  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch);
+  // Adds the time spent in the encoders to `encoder_seconds`.
+  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double& encoder_seconds);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
 
   const config::Config& cfg_;
@@ -52,14 +55,15 @@ class TrainStep {
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (SANA_TEST_LOG_IDS)
 };
 
-// The global gradient norm and this rank's loss in one read from the device (the squares
-// summed on the host in parameter order).
-std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& params, const torch::Tensor& loss_sum);
+// The global gradient norm of `grads` (each gradient element in exactly one of them: the
+// reducer's flat buckets) and this rank's loss, in one read from the device (squares
+// summed in float64, on the host in the given order).
+std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum);
 
-// Gradients computed from a loss scaled by `loss_scale`, whose true global norm is
+// Gradients (`grads`, the reducer's flat buckets) computed from a loss scaled by `loss_scale`, whose true global norm is
 // `grad_norm`: divided by the scale and, when gradient_clip > 0 and the norm exceeds it,
 // clipped as torch's clip_grad_norm_ (factor clip / (norm + 1e-6)), in one multiplication.
-void unscale_and_clip(const std::vector<torch::Tensor>& params, double grad_norm, double loss_scale, double clip);
+void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm, double loss_scale, double clip);
 
 // Whether a run scales its loss: autocast to fp16 (CUDA with model.mixed_precision fp16).
 bool loss_scaling(const torch::Device& device, config::Precision mixed_precision);

@@ -242,9 +242,11 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
   const double lr = learning_rate(cfg_.train, position_.global_step - scaler_.overflows(), total_steps_);
   const double scale = scaler_.scale();
-  const auto out = step_.run(loader, epoch, step, guard_, scale);
-  const auto [scaled_norm, loss] = grad_norm_and_loss(params_, out.loss_sum);
+  auto out = step_.run(loader, epoch, step, guard_, scale);
+  Lap clock;
+  const auto [scaled_norm, loss] = grad_norm_and_loss(reducer_->flat_gradients(), out.loss_sum);
   const double grad_norm = scaled_norm / scale;
+  out.times.optimizer += clock.lap();
 
   // The step's agreement: gradients are equal on every rank now, and so is their norm.
   const auto [bad, reads] = guard_.local();
@@ -256,17 +258,24 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   sums = sums.to(torch::kCPU).contiguous();
   const auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
   guard_.decide(verdict.total_bad, verdict.total_reads);
+  clock.lap();
   const bool applied = update(verdict, grad_norm, lr, scale);
+  out.times.optimizer += clock.lap();
 
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1};
   const int64_t global_step = position_.global_step;
-  metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied},
-                   loader.wait_seconds(), verdict.stop_requested());
   previews_.maybe_render(global_step, total_steps_, epoch_end, epoch);
+  out.times.checkpoint_preview += clock.lap();
+  metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied},
+                   out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
+  clock.lap();
   checkpointer_.maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
                            [this] { return capture(); });
+  StepTimes saving;
+  saving.checkpoint_preview = clock.lap();
+  metrics_->add_time(saving);
   if (!verdict.stop_requested()) return true;
   log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
             fmt::join(verdict.stop_ranks, ", "), global_step);
@@ -284,11 +293,11 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   }
   const bool apply = !overflow && nonfinite_.accept(verdict.nonfinite, position_.global_step + 1);
   if (apply) {
-    unscale_and_clip(params_, grad_norm, scale, cfg_.train.gradient_clip);
+    unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_.update();  // as upstream: before the step, so the average lags the weights by one step
     optimizer_->step(lr);
   }
-  for (auto& p : params_) p.mutable_grad().zero_();
+  reducer_->zero_gradients();
   return apply;
 }
 
