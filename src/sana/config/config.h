@@ -15,6 +15,7 @@ namespace sana::config {
 
 // The enumerated options (config/choices.h): each enum's names in its order.
 enum class Tail { drop, pad };
+enum class SampleCacheMode { none, memory };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
@@ -28,6 +29,9 @@ enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
 
 template <> struct Names<Tail> { static constexpr std::array<std::string_view, 2> values{"drop", "pad"}; };
+template <> struct Names<SampleCacheMode> {
+  static constexpr std::array<std::string_view, 2> values{"none", "memory"};
+};
 template <> struct Names<DataSampler> {
   static constexpr std::array<std::string_view, 2> values{"bucket", "distributed"};
 };
@@ -69,6 +73,8 @@ struct DataConfig {
   double max_bad_fraction = 0.01;          // bad samples tolerated before stopping
   int64_t prefetch_batches = 4;            // loader queue depth per process
   bool random_flip = false;
+  SampleCacheMode cache = SampleCacheMode::none;  // decoded bucket images kept for later epochs
+  double cache_max_gb = 16;                       // the most data.cache may take per node
   bool load_vae_feat = false;
   bool load_text_feat = false;
 };

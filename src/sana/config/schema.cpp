@@ -63,6 +63,9 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
       .at_most(1);
   s.add("prefetch_batches", d.prefetch_batches, "batches decoded ahead per process").at_least(1);
   s.add("random_flip", d.random_flip, "random horizontal flips (per-sample stream)");
+  s.add("cache", d.cache,
+        "memory: keep each decoded bucket image (before the flip) in shared memory for later epochs");
+  s.add("cache_max_gb", d.cache_max_gb, "the most data.cache may hold per node, in GiB").at_least(0);
   s.add("load_vae_feat", d.load_vae_feat, "read precomputed latents instead of images");
   s.add("load_text_feat", d.load_text_feat, "read precomputed caption features");
 }

@@ -189,15 +189,16 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   return out;
 }
 
-void to_chw_normalized(const cv::Mat& rgb, float* out) {
+void to_chw_normalized(const cv::Mat& rgb, float* out, bool flip) {
   const int h = rgb.rows, w = rgb.cols;
   const size_t plane = static_cast<size_t>(h) * static_cast<size_t>(w);
   for (int y = 0; y < h; ++y) {
     const uchar* row = rgb.ptr<uchar>(y);
     for (int x = 0; x < w; ++x) {
       const size_t at = static_cast<size_t>(y) * static_cast<size_t>(w) + static_cast<size_t>(x);
+      const uchar* px = row + 3 * (flip ? w - 1 - x : x);
       for (int c = 0; c < 3; ++c) {
-        out[static_cast<size_t>(c) * plane + at] = row[3 * x + c] / 127.5f - 1.0f;
+        out[static_cast<size_t>(c) * plane + at] = px[c] / 127.5f - 1.0f;
       }
     }
   }

@@ -38,7 +38,8 @@ DecodedImage decode_to_bucket(const std::string& path, int target_h, int target_
 // The bucket transform alone, on an already decoded BGR image (for benchmarks and tests).
 cv::Mat cover_and_crop(const cv::Mat& bgr, int target_h, int target_w, int interpolation);
 
-// 8-bit RGB (h x w x 3) to float CHW in [-1, 1], written to `out` (3*h*w floats).
-void to_chw_normalized(const cv::Mat& rgb, float* out);
+// 8-bit RGB (h x w x 3) to float CHW in [-1, 1], written to `out` (3*h*w floats);
+// `flip`: mirrored left to right (the same values as decoding with flip).
+void to_chw_normalized(const cv::Mat& rgb, float* out, bool flip = false);
 
 }  // namespace sana::data

@@ -225,13 +225,19 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
         util::RandomStream flip_rng(util::stream_key(
             "sample.flip", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), c}));
         const bool flip = opts_.random_flip && flip_rng.below(2) == 1;
-        const auto d = outside(guard, [path = std::string(text.path), h, w, flip, decode = opts_.decode,
-                                       rw = static_cast<int>(r.width), rh = static_cast<int>(r.height)] {
-          return decode_to_bucket(path, h, w, flip, decode, rw, rh);
-        });
-        if (!d.ok()) return std::string(reason_name(d.bad)) + ": " + d.detail;
-        if (size_unknown) return unknown_size;
-        to_chw_normalized(d.rgb, b.images[i].data_ptr<float>());
+        // Decoded without the flip (that is how the cache keeps it); flipped into the batch.
+        cv::Mat rgb = opts_.cache ? opts_.cache->get(c, h, w) : cv::Mat();
+        if (rgb.empty()) {
+          const auto d = outside(guard, [path = std::string(text.path), h, w, decode = opts_.decode,
+                                         rw = static_cast<int>(r.width), rh = static_cast<int>(r.height)] {
+            return decode_to_bucket(path, h, w, false, decode, rw, rh);
+          });
+          if (!d.ok()) return std::string(reason_name(d.bad)) + ": " + d.detail;
+          if (size_unknown) return unknown_size;
+          if (opts_.cache) opts_.cache->put(c, d.rgb);
+          rgb = d.rgb;
+        }
+        to_chw_normalized(rgb, b.images[i].data_ptr<float>(), flip);
       }
       if (opts_.load_text_feat) {
         TextFeatures feat;

@@ -22,6 +22,7 @@
 #include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/decode.h"
+#include "sana/data/sample_cache.h"
 #include "sana/data/tensor_file.h"
 #include "sana/util/error.h"
 
@@ -37,6 +38,7 @@ struct LoaderOptions {
   bool random_flip = false;
   uint64_t seed = 0;
   DecodeOptions decode;
+  std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)
   double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
   double stop_wait_s = 10;      // the destructor waits this long for a worker inside a read
   // Precomputed features instead of pixels (data.load_vae_feat / data.load_text_feat).

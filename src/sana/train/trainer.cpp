@@ -146,6 +146,7 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       main_rank_(rt.rank() == 0),
       accumulation_(config::accumulation_steps(cfg.train, rt.world_size())),
       dataset_(open_dataset(cfg, rt)),
+      cache_(open_sample_cache(cfg, dataset_, rt)),
       spec_(model::spec_from_config(cfg)),
       model_(build_model(cfg, spec_, rt)),
       encoders_(load_encoders(cfg, rt.device(), EncoderUse::training, spec_.conditioning)),
@@ -226,11 +227,15 @@ bool Trainer::run_epoch(int64_t epoch) {
   const auto plan = dataset_.plan(epoch);
   agree_on_epoch_plan(rt_, plan);
   const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
-  data::Loader loader(dataset_, plan, loader_options(cfg_, rt_.rank(), rt_.world_size(), step_.pinned()), first_step);
+  auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_.pinned());
+  options.cache = cache_;
+  data::Loader loader(dataset_, plan, options, first_step);
   metrics_->begin_interval(loader.wait_seconds());
+  const int64_t hits = cache_ ? cache_->hits() : 0, misses = cache_ ? cache_->misses() : 0;
   for (int64_t step = first_step; step < plan.steps() && position_.global_step < total_steps_; ++step) {
     if (!train_step(loader, epoch, step, plan.steps())) return false;
   }
+  if (cache_) log_cache_use(*cache_, epoch, hits, misses);
   return true;
 }
 

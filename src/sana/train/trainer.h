@@ -20,6 +20,7 @@
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/checkpointer.h"
+#include "sana/train/data_cache.h"
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
@@ -61,6 +62,7 @@ class Trainer {
   const bool main_rank_;
   const int64_t accumulation_;
   data::Dataset dataset_;
+  std::shared_ptr<data::SampleCache> cache_;  // data.cache (null: none)
   model::ModelSpec spec_;
   model::SanaMS model_;
   Encoders encoders_;

@@ -60,6 +60,11 @@ TEST_CASE("resize to cover, then center-crop, as upstream", "[decode]") {
   const auto plain = decode_to_bucket(dir.path("ramp.png"), 50, 50, false, defaults());
   const auto flipped = decode_to_bucket(dir.path("ramp.png"), 50, 50, true, defaults());
   CHECK(plain.rgb.at<cv::Vec3b>(10, 0) == flipped.rgb.at<cv::Vec3b>(10, 49));
+  // Flipping while converting gives the values of a flipped decode (the cache relies on it).
+  std::vector<float> a(3 * 50 * 50), b(3 * 50 * 50);
+  to_chw_normalized(flipped.rgb, a.data());
+  to_chw_normalized(plain.rgb, b.data(), true);
+  CHECK(a == b);
 }
 
 TEST_CASE("large JPEGs decode at reduced size with nearly the same result", "[decode]") {

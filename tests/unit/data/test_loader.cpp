@@ -164,3 +164,60 @@ TEST_CASE("a loader stopped mid-epoch or resumed mid-epoch behaves", "[loader]")
   CHECK(first->step == 2);
   CHECK(first->ids == plan.micro_batch(2, 0, 1, 2, 0));
 }
+
+TEST_CASE("the sample cache serves later epochs to any rank with the bytes of a fresh decode", "[loader][cache]") {
+  Fixture fx;  // real photos and three bad files
+  const auto path = fx.dir.path("samples.cache");
+  // Two ranks' views of one shared file, as two processes on a node open it.
+  auto mine = std::make_shared<SampleCache>(path, cache_shape(*fx.dataset));
+  auto theirs = std::make_shared<SampleCache>(path, cache_shape(*fx.dataset));
+  mine->unlink();  // the name goes; both mappings stay
+  CHECK_FALSE(std::filesystem::exists(path));
+  int64_t good_misses_after_first_epoch = 0;
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    const auto plan = fx.dataset->plan(epoch);  // tail pad: every sample, dealt to ranks anew
+    for (int rank = 0; rank < 2; ++rank) {
+      auto cache = rank == 0 ? mine : theirs;
+      const int64_t misses_before = cache->misses();
+      Loader plain(*fx.dataset, plan, fx.options(2, rank, 2, 1));
+      auto with_cache = fx.options(2, rank, 2, 1);
+      with_cache.cache = cache;
+      Loader cached(*fx.dataset, plan, with_cache);
+      const auto a = drain(plain), b = drain(cached);
+      REQUIRE(a.size() == b.size());
+      int64_t bad_reads = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO("epoch " << epoch << " rank " << rank << " micro-batch " << i);
+        CHECK(a[i].decoded_ids == b[i].decoded_ids);
+        CHECK(torch::equal(a[i].images, b[i].images));  // flips included
+        bad_reads += static_cast<int64_t>(b[i].bad_reasons.size());
+      }
+      if (epoch > 0) good_misses_after_first_epoch += cache->misses() - misses_before - bad_reads;
+    }
+  }
+  CHECK(good_misses_after_first_epoch == 0);  // bad files are tried again; nothing good is decoded twice
+  CHECK(mine->hits() > 0);
+  CHECK(theirs->hits() > 0);
+  CHECK(mine->bytes() == SampleCache::bytes_needed(cache_shape(*fx.dataset)));
+}
+
+TEST_CASE("the sample cache keeps only images of their own bucket's size", "[loader][cache]") {
+  TempDir dir;
+  SampleCache::Shape shape{{0, 1, 0}, {{2, 3}, {4, 1}}};
+  SampleCache cache(dir.path("c"), shape);
+  CHECK(SampleCache::bytes_needed(shape) == 64 + 3 * 64);  // state bytes and slots, 64-byte aligned
+  cv::Mat small(2, 3, CV_8UC3, cv::Scalar(1, 2, 3));
+  cache.put(1, small);  // sample 1's bucket is 4 x 1: not kept
+  CHECK(cache.get(1, 2, 3).empty());
+  CHECK(cache.get(1, 4, 1).empty());
+  cache.put(2, small);
+  cv::Mat other(2, 3, CV_8UC3, cv::Scalar(9, 9, 9));
+  cache.put(2, other);  // the first image stays
+  const cv::Mat got = cache.get(2, 2, 3);
+  REQUIRE_FALSE(got.empty());
+  CHECK(got.at<cv::Vec3b>(1, 2) == cv::Vec3b(1, 2, 3));
+  CHECK(cache.get(2, 3, 2).empty());  // asked at another size
+  CHECK(cache.get(0, 2, 3).empty());  // never stored
+  CHECK(cache.get(7, 2, 3).empty());  // no such sample
+  CHECK(cache.hits() == 1);
+}

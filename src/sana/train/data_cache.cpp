@@ -1,0 +1,66 @@
+#include "sana/train/data_cache.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+namespace {
+
+// Shared memory where the system has it (tmpfs at /dev/shm), else the temporary folder.
+std::filesystem::path shared_memory_dir() {
+  std::error_code ec;
+  if (std::filesystem::is_directory("/dev/shm", ec)) return "/dev/shm";
+  return std::filesystem::temp_directory_path();
+}
+
+std::string size_text(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", b / (1ull << 30)) : fmt::format("{:.1f} MiB", b / (1ull << 20));
+}
+
+}  // namespace
+
+std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
+                                                     dist::Runtime& rt) {
+  if (cfg.data.cache == config::SampleCacheMode::none) return nullptr;
+  if (cfg.data.load_vae_feat) {
+    log::info("data.cache: this run reads precomputed latents (data.load_vae_feat), nothing to decode: no cache");
+    return nullptr;
+  }
+  const auto shape = data::cache_shape(dataset);
+  const uint64_t bytes = data::SampleCache::bytes_needed(shape);
+  if (static_cast<double>(bytes) > cfg.data.cache_max_gb * (1ull << 30)) {
+    throw UsageError(fmt::format(
+        "data.cache memory: {} samples decoded at their bucket sizes need {}, more than data.cache_max_gb {}; "
+        "raise data.cache_max_gb (every node holds one copy) or set data.cache: none",
+        shape.bucket_of.size(), size_text(bytes), cfg.data.cache_max_gb), "config error");
+  }
+  std::string name;
+  if (rt.rank() == 0) name = fmt::format("sana-cache-{:016x}", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
+  name = rt.all_gather("sample cache name", name).front();
+  const auto path = (shared_memory_dir() / name).string();
+  auto cache = std::make_shared<data::SampleCache>(path, shape);
+  rt.barrier();      // every rank has it open: the name can go
+  cache->unlink();   // (all ranks try; one succeeds per node)
+  log::info("data.cache memory: {} samples, {} in {} (one copy per node, freed when the run ends)",
+            shape.bucket_of.size(), size_text(bytes), shared_memory_dir().string());
+  return cache;
+}
+
+void log_cache_use(const data::SampleCache& cache, int64_t epoch, int64_t hits_before, int64_t misses_before) {
+  const int64_t hits = cache.hits() - hits_before, misses = cache.misses() - misses_before;
+  // The first two epochs at info (filling, then serving); later ones at debug.
+  if (epoch < 2) {
+    log::info("epoch {}: {} samples from the cache, {} decoded", epoch + 1, hits, misses);
+  } else {
+    log::debug("epoch {}: {} samples from the cache, {} decoded", epoch + 1, hits, misses);
+  }
+}
+
+}  // namespace sana::train

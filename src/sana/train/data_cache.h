@@ -1,0 +1,25 @@
+// data.cache for a training run: the decoded-sample cache (data/sample_cache.h) in shared
+// memory, one copy per node, opened by every rank under one name that rank 0 picks; once
+// all ranks hold it, the name is removed, so the memory goes back when the run ends, even
+// by kill -9. Refused before training when it would pass data.cache_max_gb.
+#pragma once
+
+#include <memory>
+
+#include "sana/config/config.h"
+#include "sana/data/dataset.h"
+#include "sana/data/sample_cache.h"
+#include "sana/distributed/runtime.h"
+
+namespace sana::train {
+
+// Null when the config asks for no cache or the run reads precomputed latents (nothing to
+// decode). Collective: every rank calls it. Throws UsageError past data.cache_max_gb or
+// when the shared memory has no room.
+std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
+                                                     dist::Runtime& rt);
+
+// "epoch 2: 56 samples from the cache, 0 decoded" for the lookups since `hits`/`misses`.
+void log_cache_use(const data::SampleCache& cache, int64_t epoch, int64_t hits_before, int64_t misses_before);
+
+}  // namespace sana::train

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# data.cache memory on 2 processes (the tiny config on the example photos, every sample
+# in every epoch with data.tail pad): the loss curve and the final weights are bitwise
+# those of a run without the cache; from epoch 2 on every rank takes every sample from
+# the cache (the ranks share it, though the plan deals samples to ranks anew each epoch);
+# the shared memory is gone when the run ends; a cache over data.cache_max_gb is a config
+# error (exit 2) that names the key.
+. "$(dirname "$0")/lib.sh"
+config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
+data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
+common=(--config "$config" --data.data_dir="[$data]" --data.tail=pad --train.max_steps=24 --train.log_interval=8
+        --train.visualize=false --train.save_model_steps=0 --dist.timeout_s=60)
+shm_before=$(ls /dev/shm | grep -c '^sana-cache-')
+for mode in none memory; do
+  out=$SCRATCH/$mode.log
+  timeout 240 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/$mode-$TOKEN" "--data.cache=$mode" \
+    > "$out" 2>&1
+  assert_code $? 0 "24 steps on 2 processes, data.cache $mode"
+done
+out=$SCRATCH/memory.log
+if cmp -s <(grep -o '"loss":[^,]*' "$SCRATCH/none-$TOKEN/metrics.jsonl") <(grep -o '"loss":[^,]*' "$SCRATCH/memory-$TOKEN/metrics.jsonl"); then
+  pass "the loss curve with the cache is bitwise the one without ($(grep -c . "$SCRATCH/memory-$TOKEN/metrics.jsonl") steps)"
+else
+  fail "the loss curves differ"; paste <(grep -o '"loss":[^,]*' "$SCRATCH/none-$TOKEN/metrics.jsonl") <(grep -o '"loss":[^,]*' "$SCRATCH/memory-$TOKEN/metrics.jsonl") | head
+fi
+sum() { grep -o "parameters identical on all 2 ranks (checksum [0-9a-f]*)" "$1" | sort -u; }
+if [ -n "$(sum "$out")" ] && [ "$(sum "$out")" = "$(sum "$SCRATCH/none.log")" ]; then
+  pass "the same final weights: $(sum "$out")"
+else
+  fail "final weights: '$(sum "$out")' with the cache, '$(sum "$SCRATCH/none.log")' without"
+fi
+for r in 0 1; do
+  line=$(grep -o "r$r/2 I\] epoch 2: [0-9]* samples from the cache, [0-9]* decoded" "$out")
+  if [[ "$line" =~ epoch\ 2:\ [1-9][0-9]*\ samples\ from\ the\ cache,\ 0\ decoded ]]; then
+    pass "rank $r, $line"
+  else
+    fail "rank $r in epoch 2: '$line'"; grep -v iCCP "$out" | head -30
+  fi
+done
+shm_after=$(ls /dev/shm | grep -c '^sana-cache-')
+if [ "$shm_after" -le "$shm_before" ]; then pass "no shared memory left behind"; else fail "/dev/shm: $(ls /dev/shm)"; fi
+
+out=$SCRATCH/too_big.log
+timeout 120 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/big-$TOKEN" --data.cache=memory \
+  --data.cache_max_gb=0.00001 > "$out" 2>&1
+assert_code $? 2 "a cache over data.cache_max_gb"
+assert_contains "$out" "raise data.cache_max_gb" "the error names the key and what to do"
+assert_no_leftovers
+finish
