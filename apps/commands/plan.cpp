@@ -1,6 +1,8 @@
-// `sana-train plan --config C [--world-size W --rank R --epoch E --json]`: the epoch plan
-// (data/ builds it and its bucket histogram): the histogram and steps per epoch, or with
-// --json one rank's sample ids per step.
+// `sana-train plan --config C [--world-size W --rank R --epoch E --json | --samples]`: the
+// epoch plan (data/ builds it and its bucket histogram): the histogram and steps per
+// epoch, with --json one rank's sample ids per step, or with --samples every sample's
+// path and bucket (what another trainer needs to train the same samples at the same
+// sizes: scripts/bench's Python peer reads it).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@ struct PlanOptions {
   int rank = 0;
   int64_t epoch = 0;
   bool json = false;
+  bool samples = false;
 };
 
 void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const config::Config& cfg,
@@ -66,6 +69,18 @@ void print_json(const data::EpochPlan& plan, const config::Config& cfg, const Pl
   std::fputs("]}\n", stdout);
 }
 
+// "id<TAB>path<TAB>height<TAB>width" per sample, in index order.
+void print_samples(const data::Dataset& ds) {
+  std::fputs("# id\tpath\theight\twidth (the sample's bucket, pixels)\n", stdout);
+  const auto& bucket_of = ds.bucket_of();
+  for (size_t i = 0; i < bucket_of.size(); ++i) {
+    const auto& b = ds.buckets().bucket(bucket_of[i]);
+    const auto line = fmt::format("{}\t{}\t{}\t{}\n", i, ds.index().text(static_cast<data::SampleId>(i)).path,
+                                  b.height, b.width);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+}
+
 // This process's peak and current memory, from /proc (Linux): what the index costs.
 std::string memory_report() {
   std::ifstream status("/proc/self/status");
@@ -92,6 +107,8 @@ class Plan : public ConfigSubcommand {
     cli_->add_option("--rank", o_.rank, "the rank whose slices --json lists");
     cli_->add_option("--epoch", o_.epoch, "epoch number (from 0)");
     cli_->add_flag("--json", o_.json, "print JSON: steps_per_epoch, num_samples, steps, ...");
+    cli_->add_flag("--samples", o_.samples, "print every sample's id, path and bucket (h, w) as TSV")
+        ->excludes("--json");
   }
   // The batch must fit --world-size, not this process's world.
   config::ValidationContext validation(const dist::LaunchEnv& env) const override {
@@ -111,7 +128,9 @@ class Plan : public ConfigSubcommand {
                                    cfg.train.global_batch_size, config::name_of(cfg.data.tail)),
                        "config error");
     }
-    if (o_.json) {
+    if (o_.samples) {
+      print_samples(ds);
+    } else if (o_.json) {
       print_json(plan, cfg, o_, ds.fingerprint());
     } else {
       print_human(ds, plan, cfg, o_);

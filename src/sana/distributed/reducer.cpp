@@ -48,6 +48,7 @@ class BucketedReducer : public Reducer {
   size_t bucket_count() const override { return buckets_.size(); }
   std::vector<torch::Tensor> flat_gradients() const override;
   void zero_gradients() override;
+  std::vector<FlatBucket> flatten_parameters() override;
 
  private:
   struct Bucket {
@@ -155,6 +156,22 @@ void BucketedReducer::zero_gradients() {
   std::lock_guard<std::mutex> lock(mutex_);
   bind_gradients();
   for (auto& b : buckets_) b.flat.zero_();
+}
+
+std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
+  torch::NoGradGuard no_grad;
+  std::vector<FlatBucket> out;
+  for (const auto& b : buckets_) {
+    auto flat = torch::empty_like(b.flat);
+    for (size_t i = 0; i < b.plan.params.size(); ++i) {
+      auto& p = params_[b.plan.params[i]].second;
+      auto view = flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());
+      view.copy_(p);
+      p.set_data(view);
+    }
+    out.push_back({flat, b.flat, b.plan});
+  }
+  return out;
 }
 
 void BucketedReducer::begin_backward(bool sync) {

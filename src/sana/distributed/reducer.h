@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/runtime.h"
 
 namespace sana::dist {
@@ -29,6 +30,15 @@ namespace sana::dist {
 // One optimizer step's gradient reduction, driven from outside:
 //   for each micro-step: begin_backward(last micro-step?); loss.backward();
 //   then finalize(); then the optimizer step.
+// One bucket's parameters and gradients as two flat tensors of the same layout: each
+// parameter of `layout.params` (indices into make_reducer()'s params) is a view of
+// `params` at its offset, its gradient a view of `grads`. Optimizers update a whole bucket
+// with a few operations over these.
+struct FlatBucket {
+  torch::Tensor params, grads;
+  GradBucket layout;
+};
+
 // add_gradient() is what the autograd post-hooks call; callers never need to.
 class Reducer {
  public:
@@ -48,6 +58,10 @@ class Reducer {
   virtual std::vector<torch::Tensor> flat_gradients() const = 0;
   // Every gradient to zero (after the optimizer step).
   virtual void zero_gradients() = 0;
+  // Makes every parameter a view into a flat tensor per bucket (values kept; the
+  // parameters stay the same leaf tensors, so modules, hooks and checkpoints see no
+  // change) and returns the buckets. Once per reducer; only for one reducer of a model.
+  virtual std::vector<FlatBucket> flatten_parameters() = 0;
 };
 
 struct ReducerOptions {

@@ -76,7 +76,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                       {"samples_per_s",
                        static_cast<double>(s.global_step * t_.global_batch_size) / std::max(elapsed, 1e-9)},
                       {"skipped", s.skipped},
-                      {"time", {{"step", t.total},
+                      {"time", {{"total", t.total},
                                 {"data", t.data},
                                 {"encoders", t.encoders},
                                 {"forward_backward", t.forward_backward},

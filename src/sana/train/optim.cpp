@@ -65,6 +65,10 @@ AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double w
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
+  if (prepare_flat()) {
+    flat_step(lr);
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i].second;
     if (!p.grad().defined()) continue;
@@ -82,6 +86,65 @@ void AdamW::step(double lr) {
     v.mul_(beta2_).addcmul_(g, g, 1 - beta2_);
     const double bias1 = 1 - std::pow(beta1_, static_cast<double>(st.step));
     const double bias2 = 1 - std::pow(beta2_, static_cast<double>(st.step));
+    const auto denom = (v.sqrt() / std::sqrt(bias2)).add_(eps_);
+    p.addcdiv_(m, denom, -lr / bias1);
+  }
+}
+
+void AdamW::load_state(const NamedParams& state) {
+  StatefulOptimizer::load_state(state);
+  flat_ready_ = false;  // the loaded moments go into the flat tensors at the next step
+}
+
+void AdamW::use_flat_buckets(std::vector<dist::FlatBucket> buckets) {
+  buckets_ = std::move(buckets);
+  flat_ready_ = false;
+}
+
+bool AdamW::prepare_flat() {
+  if (flat_ready_) return true;
+  if (buckets_.empty()) return false;
+  size_t covered = 0;
+  for (const auto& b : buckets_) covered += b.layout.params.size();
+  const int64_t step = state_.front().step;
+  const bool same_step = std::all_of(state_.begin(), state_.end(), [&](const State& s) { return s.step == step; });
+  if (covered != params_.size() || !same_step) return false;
+  exp_avg_.clear();
+  exp_avg_sq_.clear();
+  for (const auto& b : buckets_) {
+    auto m = torch::zeros_like(b.params), v = torch::zeros_like(b.params);
+    for (size_t i = 0; i < b.layout.params.size(); ++i) {
+      auto& st = state_[b.layout.params[i]];
+      const auto& p = params_[b.layout.params[i]].second;
+      auto m_view = m.narrow(0, b.layout.offsets[i], p.numel()).view(p.sizes());
+      auto v_view = v.narrow(0, b.layout.offsets[i], p.numel()).view(p.sizes());
+      if (step > 0) {
+        m_view.copy_(st.get("exp_avg"));
+        v_view.copy_(st.get("exp_avg_sq"));
+      }
+      st.get("exp_avg") = m_view;
+      st.get("exp_avg_sq") = v_view;
+    }
+    exp_avg_.push_back(m);
+    exp_avg_sq_.push_back(v);
+  }
+  flat_ready_ = true;
+  return true;
+}
+
+void AdamW::flat_step(double lr) {
+  for (auto& st : state_) ++st.step;
+  const double k = static_cast<double>(state_.front().step);
+  const double bias1 = 1 - std::pow(beta1_, k);
+  const double bias2 = 1 - std::pow(beta2_, k);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    auto& p = buckets_[b].params;
+    const auto& g = buckets_[b].grads;
+    auto& m = exp_avg_[b];
+    auto& v = exp_avg_sq_[b];
+    if (weight_decay_ != 0) p.mul_(1 - lr * weight_decay_);
+    m.mul_(beta1_).add_(g, 1 - beta1_);
+    v.mul_(beta2_).addcmul_(g, g, 1 - beta2_);
     const auto denom = (v.sqrt() / std::sqrt(bias2)).add_(eps_);
     p.addcdiv_(m, denom, -lr / bias1);
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/distributed/reducer.h"
 
 namespace sana::train {
 
@@ -29,6 +30,10 @@ class Optimizer {
   // Restores state() output; throws std::invalid_argument naming a missing or mis-shaped
   // entry.
   virtual void load_state(const NamedParams& state) = 0;
+  // The parameters and gradients also as flat buckets (Reducer::flatten_parameters(),
+  // indices into this optimizer's params): an optimizer that can updates a bucket at a
+  // time. The maths and the state() layout stay the same.
+  virtual void use_flat_buckets(std::vector<dist::FlatBucket> /*buckets*/) {}
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, const NamedParams& params);
@@ -55,15 +60,27 @@ class StatefulOptimizer : public Optimizer {
   std::vector<State> state_;
 };
 
-// AdamW as torch.optim.AdamW computes it (decoupled weight decay, bias correction).
+// AdamW as torch.optim.AdamW computes it (decoupled weight decay, bias correction). Given
+// flat buckets covering every parameter, its moments live in flat tensors too (each
+// parameter's state() entries are views of them) and a step is five operations per bucket
+// instead of per parameter, like torch's fused/foreach AdamW.
 class AdamW : public StatefulOptimizer {
  public:
   AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay);
   void step(double lr) override;
   const char* name() const override { return "AdamW"; }
+  void load_state(const NamedParams& state) override;
+  void use_flat_buckets(std::vector<dist::FlatBucket> buckets) override;
 
  private:
+  // Flat moments for every bucket, the per-parameter state made views of them; false when
+  // the buckets do not cover every parameter or the parameters' step counts differ.
+  bool prepare_flat();
+  void flat_step(double lr);
   double beta1_, beta2_, eps_, weight_decay_;
+  std::vector<dist::FlatBucket> buckets_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per bucket, when prepared
+  bool flat_ready_ = false;
 };
 
 // CAME, exposed for its tests.

@@ -161,6 +161,7 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       step_(cfg, model_, encoders_, *reducer_, accumulation_, rt.rank(), rt.world_size()),
       previews_(cfg, rt, model_, encoders_),
       checkpointer_(cfg, main_rank_) {
+  optimizer_->use_flat_buckets(reducer_->flatten_parameters());
   resume();
   if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
   const int64_t per_epoch = dataset_.plan(0).steps();
