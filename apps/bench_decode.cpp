@@ -1,6 +1,6 @@
 // Benchmark: decode + bucket transform of real photos on one core. Ours (reduced JPEG
 // decoding, resize to cover, center-crop, RGB, float CHW in [-1, 1]) against a plain
-// full-resolution OpenCV decode of the same files. scripts/bench_decode.sh runs it next to
+// full-resolution OpenCV decode of the same files. scripts/bench/decode.sh runs it next to
 // the torchvision pipeline.
 //   bench_decode DIR [ROUNDS=3] [BASE=512]
 #include <fmt/format.h>

@@ -1,6 +1,5 @@
 """The SanaMS architecture in plain PyTorch (unconditional, pixel space), shared by the
-Python benchmark scripts (scripts/bench/py_trainer.py, scripts/bench_ddp_python.py).
-Copied verbatim from scripts/bench_ddp_python.py."""
+Python benchmark scripts (scripts/bench/py_trainer.py, scripts/bench/ddp_engine.py)."""
 import math
 
 import torch

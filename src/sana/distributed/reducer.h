@@ -1,6 +1,6 @@
 // Data-parallel gradient synchronisation, overlapped with the backward pass (our own
 // engine rather than c10d::Reducer, whose C++ API is internal and differs between 1.13
-// and 2.x; scripts/bench_ddp.sh measures the overlap). Gradients are grouped into buckets
+// and 2.x; scripts/bench/ddp_engine.sh measures the overlap). Gradients are grouped into buckets
 // by compute_buckets() (bucket_assignment.h: a small first one, then up to
 // ddp.bucket_cap_mb, in reverse registration order, which is roughly the order backward
 // produces them). Each parameter's .grad is a view into its bucket's flat tensor (as DDP's

@@ -3,9 +3,9 @@
 # (path, caption, width, height; 16 aspect ratios) -> build time and file size of the
 # index, peak memory of a process that opens it and computes an epoch plan, against
 # Debian's python3 loading the same JSONL into a list of dicts.
-#   scripts/bench_index.sh [ROWS=10000000] [DIR=/tmp/sana-bench-index]
+#   scripts/bench/index.sh [ROWS=10000000] [DIR=/tmp/sana-bench-index]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SANA_BUILD_DIR:-$root/build}/apps/sana-train
 rows=${1:-10000000}
 dir=${2:-/tmp/sana-bench-index}

@@ -2,9 +2,9 @@
 # check-dist's all-reduce bandwidth next to raw c10d Gloo, same sizes and timing rule:
 # runs each ROUNDS times (alternating) with NPROC processes and prints the median time per
 # op of each size. A benchmark, not a test: it prints figures.
-#   scripts/bench_allreduce.sh [NPROC=2] [ROUNDS=5]
+#   scripts/bench/allreduce.sh [NPROC=2] [ROUNDS=5]
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SANA_BUILD_DIR:-$root/build}/apps
 nproc=${1:-2}
 rounds=${2:-5}

@@ -3,9 +3,9 @@
 # a checkpoint every step for a few steps on 2 processes, asynchronous (default) and
 # synchronous; prints the time the loop waited per save, the background write time, the
 # checkpoint size, and the time to resume from it.
-#   bash scripts/bench_ckpt.sh [PRESET] [STEPS]
+#   bash scripts/bench/checkpoint.sh [PRESET] [STEPS]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${SANA_BUILD_DIR:-build}
 preset=${1:-SanaMS_100M_P2_D12}
 steps=${2:-4}
