@@ -5,12 +5,16 @@
 // backward), alternating; then times the all-reduce of all gradients alone. Rank 0 prints
 // the median step of each, samples/s, and the share of the all-reduce hidden behind backward.
 //   sana-train launch --nproc-per-node 2 -- build/apps/bench_ddp [PRESET] [STEPS] [SIDE] [BATCH]
+// BENCH_PROFILE=FILE: rank 0 records its last step with torch's autograd profiler (a Chrome
+// trace; scripts/bench/profile_ops.py sums it per operator).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "sana/config/loader.h"
 #include "sana/distributed/reducer.h"
@@ -57,6 +61,11 @@ int main(int argc, char** argv) {
       // Only one engine may react to the hooks in a step: the other is told not to sync.
       (overlap ? *plain : *overlapped).begin_backward(false);
       rt->barrier();
+      std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
+      const char* profile_path = std::getenv("BENCH_PROFILE");
+      if (profile_path != nullptr && rt->rank() == 0 && s == 2 * steps + 1) {
+        profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
+      }
       const auto start = std::chrono::steady_clock::now();
       sync.begin_backward(true);
       net->forward(x, t).pow(2).mean().backward();

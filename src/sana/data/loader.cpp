@@ -78,6 +78,9 @@ Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts
   for (int64_t s = first_step; s < plan.steps(); ++s) {
     for (int64_t t = 0; t < accumulation; ++t) jobs_.push_back({s, t});
   }
+  // The workers are the decode parallelism: OpenCV's own thread pool (one thread per core
+  // in every process by default) would only add threads that compete with training.
+  cv::setNumThreads(0);
   const int n = std::max(1, opts_.workers);
   running_ = n;
   for (int i = 0; i < n; ++i) threads_.emplace_back([this, guard = guard_] { work(guard); });

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""Sums a Chrome trace of torch's autograd profiler (LibTorch's RecordProfile, e.g.
+BENCH_PROFILE=FILE with build/apps/bench_ddp) per operator: self time (an operator's time
+minus the operators it called), calls, share. With --python PRESET SIDE BATCH it prints the
+same table for the PyTorch model (sana_torch.py, one thread) next to it.
+  /usr/bin/python3 scripts/bench/profile_ops.py TRACE [--top 25] [--python SanaMS_tiny_P2_D4 64 8]
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+
+
+def self_times(events):
+    """{name: [self microseconds, calls]} from complete or begin/end events of one thread."""
+    spans = []
+    for e in events:
+        if e.get("ph") == "X":
+            spans.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e["name"], e.get("tid")))
+    opened = collections.defaultdict(list)
+    for e in events:  # the legacy profiler writes begin ("B") and end ("E") pairs
+        if e.get("ph") == "B":
+            opened[(e.get("tid"), e["name"])].append(float(e["ts"]))
+        elif e.get("ph") == "E" and opened[(e.get("tid"), e["name"])]:
+            spans.append((opened[(e.get("tid"), e["name"])].pop(), float(e["ts"]), e["name"], e.get("tid")))
+    out = collections.defaultdict(lambda: [0.0, 0])
+    for tid in {s[3] for s in spans}:
+        mine = sorted((s for s in spans if s[3] == tid), key=lambda s: (s[0], -s[1]))
+        stack = []
+        for start, end, name, _ in mine:
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            if stack:
+                out[stack[-1][2]][0] -= end - start
+            out[name][0] += end - start
+            out[name][1] += 1
+            stack.append((start, end, name))
+    return out
+
+
+def table(title, totals, top):
+    total = sum(v[0] for v in totals.values())
+    print(f"{title}: {total / 1e3:.1f} ms self time in operators")
+    for name, (us, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        print(f"  {name:<40} {us / 1e3:9.2f} ms {calls:6d} calls {100 * us / total:5.1f}%")
+
+
+def python_profile(preset, side, batch):
+    import torch
+    from torch.profiler import profile, ProfilerActivity
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sana_torch import PRESETS, SanaMS
+    torch.set_num_threads(1)
+    model = SanaMS(*PRESETS[preset])
+    x, t = torch.randn(batch, 3, side, side), torch.rand(batch) * 1000
+    for _ in range(2):
+        model(x, t).pow(2).mean().backward()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        model(x, t).pow(2).mean().backward()
+    return {e.key: [e.self_cpu_time_total, e.count] for e in prof.key_averages()}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("trace")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--python", nargs=3, metavar=("PRESET", "SIDE", "BATCH"))
+    a = ap.parse_args()
+    data = json.load(open(a.trace))
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    table("LibTorch (trace)", self_times(events), a.top)
+    if a.python:
+        table("PyTorch (torch.profiler)", python_profile(a.python[0], int(a.python[1]), int(a.python[2])), a.top)
+
+
+if __name__ == "__main__":
+    main()
