@@ -97,21 +97,23 @@ int run(int accumulation) {
     ++i;
   }
   const bool zero_filled = synced.back().defined() && synced.back().abs().sum().item<double>() == 0;
-  // Views: every gradient's bytes inside one flat bucket, and the buckets' sizes summing to
-  // the parameters' (each element once).
+  // Views: every gradient's bytes inside one flat bucket, no two overlapping (each element
+  // once; the buckets may hold alignment gaps besides).
   const auto flats = sync->flat_gradients();
-  int64_t flat_numel = 0, param_numel = 0;
-  for (const auto& f : flats) flat_numel += f.numel();
   size_t views = 0;
+  std::vector<std::pair<const char*, size_t>> spans;
   for (const auto& [name, p] : named) {
-    param_numel += p.numel();
     const auto* g = static_cast<const char*>(p.grad().data_ptr());
+    spans.emplace_back(g, p.grad().nbytes());
     views += std::any_of(flats.begin(), flats.end(), [&](const torch::Tensor& f) {
       const auto* begin = static_cast<const char*>(f.data_ptr());
       return g >= begin && g + p.grad().nbytes() <= begin + f.nbytes();
     });
   }
-  const bool all_views = views == named.size() && flat_numel == param_numel;
+  std::sort(spans.begin(), spans.end());
+  bool disjoint = true;
+  for (size_t i = 1; i < spans.size(); ++i) disjoint &= spans[i - 1].first + spans[i - 1].second <= spans[i].first;
+  const bool all_views = views == named.size() && disjoint;
   std::cout << fmt::format("rank {}: world {}, accumulation {}, {} buckets; max relative gradient difference "
                            "{:.3e} ({}, L2 over the tensor); unused parameter zero-filled: {}; gradients "
                            "that are views into the buckets: {} of {}\n",

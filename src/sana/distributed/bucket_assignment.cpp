@@ -1,23 +1,30 @@
 #include "sana/distributed/bucket_assignment.h"
 
+#include <algorithm>
+
 namespace sana::dist {
 
 std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
                                         int64_t first_cap_bytes) {
   std::vector<GradBucket> buckets;
+  int64_t payload = 0;  // the last bucket's parameter bytes (caps do not count alignment gaps)
   for (size_t k = params.size(); k-- > 0;) {
     const auto& p = params[k];
     const int64_t bytes = p.numel * p.element_size;
     const int64_t cap = buckets.size() <= 1 ? first_cap_bytes : cap_bytes;  // the cap of buckets.back()
     if (buckets.empty() || buckets.back().dtype != p.dtype ||
-        buckets.back().numel * p.element_size + bytes > cap) {
+        payload + bytes > cap) {
       buckets.emplace_back();
       buckets.back().dtype = p.dtype;
+      payload = 0;
     }
+    payload += bytes;
     auto& b = buckets.back();
+    const int64_t align = std::max<int64_t>(1, kBucketAlignBytes / std::max<int64_t>(1, p.element_size));
+    const int64_t start = (b.numel + align - 1) / align * align;
     b.params.push_back(k);
-    b.offsets.push_back(b.numel);
-    b.numel += p.numel;
+    b.offsets.push_back(start);
+    b.numel = start + p.numel;
   }
   return buckets;
 }

