@@ -34,3 +34,7 @@ size=$(du -sh "$work/true/checkpoints/$(cat "$work/true/checkpoints/latest")" | 
   "--train.max_steps=$steps" --resume_from=latest > "$work/resume.log" 2>&1
 resume=$(grep -o 'resumed from .* in [0-9.]* s' "$work/resume.log" | head -1 | grep -o '[0-9.]* s$')
 echo "$preset checkpoint size $size; resume (read, verify, load) took $resume"
+# The disk's own rate for the same bytes (dd with fsync), next to the background write's.
+mb=$(du -sm "$work/true/checkpoints/$(cat "$work/true/checkpoints/latest")" | cut -f1)
+dd_rate=$(dd if=/dev/zero of="$work/dd.bin" bs=1M count="$mb" conv=fsync 2>&1 | grep -o '[0-9.,]* [MG]B/s' | tail -1)
+awk -v mb="$mb" -v s="$wmedian" -v dd="$dd_rate" 'BEGIN { printf "checkpoint write: %d MB in %.2f s = %.0f MB/s in the background; dd: %s\n", mb, s, mb / s, dd }' 

@@ -9,7 +9,10 @@ alternating run by run so that drift on the machine hits both alike:
              all-reduce and optimizer) and achieved training FLOP/s per core
   e2e        the same two trainers on real photos in multi-scale buckets (the example
              wallpapers), epoch 1 and epochs >= 2; ours with and without data.cache memory
-  decode, allreduce, index, checkpoint   the existing scripts' figures (see their headers)
+  decode, allreduce, index, checkpoint, faults   the other benchmarks' reports, verbatim
+             (decode rates vs torchvision; check-dist's all-reduce vs raw c10d Gloo; the
+             index at 10M rows vs Python; checkpoint blocking, write rate vs dd, resume;
+             fault trials: kill -9 and others to the last process's exit)
 Writes OUT/results.json and OUT/results.md and prints the markdown.
   /usr/bin/python3 scripts/bench/run_all.py [--quick] [--out DIR] [--only compute,e2e,...]
 """
@@ -196,13 +199,14 @@ def scripts(quick):
     jobs = {"decode": ["bash", "scripts/bench/decode.sh", "/usr/share/backgrounds/mate", "3" if quick else "5"],
             "allreduce": ["bash", "scripts/bench/allreduce.sh", "2", "5"],
             "index": ["bash", "scripts/bench/index.sh", "1000000" if quick else "10000000"],
-            "checkpoint": ["bash", "scripts/bench/checkpoint.sh", "SanaMS_small_P2_D8" if quick else "SanaMS_100M_P2_D12"]}
+            "checkpoint": ["bash", "scripts/bench/checkpoint.sh", "SanaMS_small_P2_D8" if quick else "SanaMS_100M_P2_D12"],
+            "faults": ["bash", "scripts/fault_trials.sh", "3" if quick else "10"]}
     for name, cmd in jobs.items():
         start = time.time()
         try:
-            out[name] = {"output": run(cmd, cwd=ROOT, timeout=1800), "seconds": time.time() - start}
+            out[name] = {"output": run(cmd, cwd=ROOT, timeout=1800), "seconds": time.time() - start, "command": cmd}
         except Exception as e:  # a missing tool or data: the table says so instead of stopping
-            out[name] = {"output": f"failed: {e}", "seconds": time.time() - start}
+            out[name] = {"output": f"failed: {e}", "seconds": time.time() - start, "command": cmd}
         print(f"{name}: {out[name]['seconds']:.0f} s", flush=True)
     return out
 
@@ -235,7 +239,7 @@ def markdown(res):
                              f"{100 * w['memory']['median']:.0f}% | | |")
         lines.append("")
     for name, s in res.get("scripts", {}).items():
-        lines += [f"{name} (`scripts/bench/{name}.sh`):", "```", s["output"].strip(), "```", ""]
+        lines += [f"{name} (`{' '.join(s['command'])}`, {s['seconds']:.0f} s):", "```", s["output"].strip(), "```", ""]
     return "\n".join(lines)
 
 

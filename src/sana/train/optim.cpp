@@ -201,9 +201,9 @@ void Came::step(double lr) {
       st.exp_avg_sq.mul_(beta2_).add_(update, 1 - beta2_);
       update = st.exp_avg_sq.rsqrt() * grad;
     }
-    // Clip the update's RMS at clip_threshold (as Adafactor).
-    const double rms = update.pow(2).mean().sqrt().item<double>();
-    update.div_(std::max(1.0, rms / clip_));
+    // Clip the update's RMS at clip_threshold (as Adafactor), on the device: reading the RMS
+    // back would make the host wait for the device once per parameter.
+    update.div_((update.pow(2).mean().sqrt() / clip_).clamp_min(1.0));
     st.exp_avg.mul_(beta1_).add_(update, 1 - beta1_);
     torch::Tensor step_dir;
     if (fac) {
