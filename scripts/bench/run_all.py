@@ -217,27 +217,32 @@ def fmt(s, digits=1):
 
 def markdown(res):
     lines = [f"Machine: {res['machine']}; {res['runs']} runs per row, median (min-max).", ""]
-    compute = [r for r in res["rows"] if r["row"] == "compute"]
-    if compute:
-        lines += ["| compute-bound, 64x64, global batch 16 | processes x threads | sana-train samples/s | "
-                  "PyTorch DDP samples/s | ratio | our overhead | GFLOP/s per core |", "|---|---|---|---|---|---|---|"]
-        for r in compute:
-            lines.append(f"| {r['preset']} | {r['world']} x {r['threads']} | {fmt(r['ours'], 2)} | "
-                         f"{fmt(r['python'], 2)} | {r['ratio']:.2f} | {100 * r['overhead']['median']:.1f}% | "
-                         f"{r['gflops_per_core']:.1f} |")
-        lines.append("")
-    e2e = [r for r in res["rows"] if r["row"] == "e2e"]
-    if e2e:
-        lines += ["| real photos, multi-scale, 2 processes | sana-train | sana-train, data.cache memory | "
-                  "PyTorch + DataLoader (1 worker per rank) | ratio (cache) |", "|---|---|---|---|---|"]
-        for r in e2e:
-            lines.append(f"| {r['epochs']} ({r['samples']} samples, batch {r['global_batch']}) | {fmt(r['ours'])} | "
-                         f"{fmt(r['ours_cache'])} | {fmt(r['python'])} | {r['ratio']:.2f} ({r['ratio_cache']:.2f}) |")
-            if "data_wait" in r:
-                w = r["data_wait"]
-                lines.append(f"| data wait, epochs >= 2 | {100 * w['none']['median']:.0f}% | "
-                             f"{100 * w['memory']['median']:.0f}% | | |")
-        lines.append("")
+
+    def table(kind, header, row_lines):
+        rows = [r for r in res["rows"] if r["row"] == kind]
+        if rows:
+            lines.extend(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)])
+            for r in rows:
+                lines.extend(row_lines(r))
+            lines.append("")
+
+    table("compute", ["compute-bound, 64x64, global batch 16", "processes x threads", "sana-train samples/s",
+                      "PyTorch DDP samples/s", "ratio", "our overhead", "GFLOP/s per core"],
+          lambda r: [f"| {r['preset']} | {r['world']} x {r['threads']} | {fmt(r['ours'], 2)} | "
+                     f"{fmt(r['python'], 2)} | {r['ratio']:.2f} | {100 * r['overhead']['median']:.1f}% | "
+                     f"{r['gflops_per_core']:.1f} |"])
+
+    def e2e_lines(r):
+        out = [f"| {r['epochs']} ({r['samples']} samples, batch {r['global_batch']}) | {fmt(r['ours'])} | "
+               f"{fmt(r['ours_cache'])} | {fmt(r['python'])} | {r['ratio']:.2f} ({r['ratio_cache']:.2f}) |"]
+        if "data_wait" in r:
+            w = r["data_wait"]
+            out.append(f"| data wait, epochs >= 2 | {100 * w['none']['median']:.0f}% | "
+                       f"{100 * w['memory']['median']:.0f}% | | |")
+        return out
+
+    table("e2e", ["real photos, multi-scale, 2 processes", "sana-train", "sana-train, data.cache memory",
+                  "PyTorch + DataLoader (1 worker per rank)", "ratio (cache)"], e2e_lines)
     for name, s in res.get("scripts", {}).items():
         lines += [f"{name} (`{' '.join(s['command'])}`, {s['seconds']:.0f} s):", "```", s["output"].strip(), "```", ""]
     return "\n".join(lines)

@@ -24,9 +24,12 @@ uint64_t slot_bytes(const std::pair<int, int>& hw) {
   return static_cast<uint64_t>(hw.first) * static_cast<uint64_t>(hw.second) * 3;
 }
 
-std::string gib(uint64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30)); }
-
 }  // namespace
+
+std::string size_text(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", b / (1ull << 30)) : fmt::format("{:.1f} MiB", b / (1ull << 20));
+}
 
 uint64_t SampleCache::bytes_needed(const Shape& shape) {
   uint64_t total = aligned(shape.bucket_of.size());
@@ -54,7 +57,7 @@ SampleCache::SampleCache(const std::string& path, const Shape& shape)
     throw UsageError(fmt::format(
         "data.cache: cannot reserve {} for {} decoded samples in {}: {}; give it more room (a container's "
         "shared memory: docker run --shm-size), lower data.image_size, or set data.cache: none",
-        gib(bytes_), bucket_of_.size(), path, std::strerror(err)));
+        size_text(bytes_), bucket_of_.size(), path, std::strerror(err)));
   }
   void* map = bytes_ == 0 ? nullptr : ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);

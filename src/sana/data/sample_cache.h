@@ -69,6 +69,9 @@ class SampleCache {
   mutable std::atomic<int64_t> hits_{0}, misses_{0};
 };
 
+// "1.23 GiB", or "45.6 MiB" below a GiB.
+std::string size_text(uint64_t bytes);
+
 // The slot geometry of `dataset`: every sample at its own bucket's size.
 SampleCache::Shape cache_shape(const Dataset& dataset);
 

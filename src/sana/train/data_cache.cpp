@@ -19,11 +19,6 @@ std::filesystem::path shared_memory_dir() {
   return std::filesystem::temp_directory_path();
 }
 
-std::string size_text(uint64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  return b >= (1ull << 30) ? fmt::format("{:.2f} GiB", b / (1ull << 30)) : fmt::format("{:.1f} MiB", b / (1ull << 20));
-}
-
 }  // namespace
 
 std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
@@ -39,17 +34,18 @@ std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, 
     throw UsageError(fmt::format(
         "data.cache memory: {} samples decoded at their bucket sizes need {}, more than data.cache_max_gb {}; "
         "raise data.cache_max_gb (every node holds one copy) or set data.cache: none",
-        shape.bucket_of.size(), size_text(bytes), cfg.data.cache_max_gb), "config error");
+        shape.bucket_of.size(), data::size_text(bytes), cfg.data.cache_max_gb), "config error");
   }
   std::string name;
   if (rt.rank() == 0) name = fmt::format("sana-cache-{:016x}", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   name = rt.all_gather("sample cache name", name).front();
-  const auto path = (shared_memory_dir() / name).string();
+  const auto dir = shared_memory_dir();
+  const auto path = (dir / name).string();
   auto cache = std::make_shared<data::SampleCache>(path, shape);
   rt.barrier();      // every rank has it open: the name can go
   cache->unlink();   // (all ranks try; one succeeds per node)
   log::info("data.cache memory: {} samples, {} in {} (one copy per node, freed when the run ends)",
-            shape.bucket_of.size(), size_text(bytes), shared_memory_dir().string());
+            shape.bucket_of.size(), data::size_text(bytes), dir.string());
   return cache;
 }
 
