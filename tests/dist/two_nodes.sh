@@ -91,7 +91,7 @@ echo "link cut -> both nodes gone after $secs s (codes ${CODES[0]}, ${CODES[1]})
 awk -v s="$secs" -v l="$((timeout_s + 10))" 'BEGIN { exit !(s <= l) }' && pass "every process exits within dist.timeout_s + 10 s of the cut" ||
   fail "processes ran $secs s after the cut (limit $((timeout_s + 10)) s)"
 [ "${CODES[0]}" -ne 0 ] && [ "${CODES[1]}" -ne 0 ] && pass "both nodes fail" || fail "a node exited 0 after the cut"
-if grep -qE "rank 1 (stopped responding|made no progress)|behind: (rank [0-9]+ at #[0-9]+, )*rank 1 at #" "$SCRATCH/node0.log"; then
+if grep -qE "rank 1 (stopped responding|made no progress)|no word from rank 1\b|behind: (rank [0-9]+ at #[0-9]+, )*rank 1 at #" "$SCRATCH/node0.log"; then
   pass "node 0 names rank 1 as the peer it lost"
 else
   fail "node 0 does not name rank 1"; tail -15 "$SCRATCH/node0.log"

@@ -149,6 +149,42 @@ std::string collective_progress(c10d::Store& store, int world_size) noexcept {
   }
 }
 
+std::string silent_ranks(c10d::Store& store, int world_size, int self) noexcept {
+  // A rank that is alive beats every kBeat whatever its main thread is stuck in; one
+  // whose beat count stands still for four beats is stopped, hung or gone.
+  using Clock = std::chrono::steady_clock;
+  const auto window = 4 * kBeat;
+  try {
+    std::vector<std::string> first(static_cast<size_t>(world_size));
+    std::vector<bool> moved(static_cast<size_t>(world_size), false);
+    const auto beat = [&](int r) {
+      return store.check({keys::heartbeat(r)}) ? text(store.get(keys::heartbeat(r))) : std::string();
+    };
+    for (int r = 0; r < world_size; ++r) first[static_cast<size_t>(r)] = beat(r);
+    moved[static_cast<size_t>(self)] = true;
+    const auto start = Clock::now();
+    while (Clock::now() - start < window) {
+      bool all = true;
+      for (int r = 0; r < world_size; ++r) {
+        const auto i = static_cast<size_t>(r);
+        if (moved[i]) continue;
+        if (store.check({keys::finished(r)}) || beat(r) != first[i]) moved[i] = true;
+        all = all && moved[i];
+      }
+      if (all) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::vector<std::string> silent;
+    for (int r = 0; r < world_size; ++r) {
+      if (!moved[static_cast<size_t>(r)]) silent.push_back(fmt::format("rank {}", r));
+    }
+    return fmt::format("{} stopped responding (no heartbeat in {:.1f} s): stopped, hung or gone",
+                       fmt::join(silent, ", "), std::chrono::duration<double>(window).count());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
 FailureWatch::FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
                            std::chrono::milliseconds heartbeat_timeout)
     : endpoint_(endpoint), rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {

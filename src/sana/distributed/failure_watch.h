@@ -66,6 +66,12 @@ Beat decode_beat(const std::string& value);
 // heartbeats in the store; "" when there are none. Never throws.
 std::string collective_progress(c10d::Store& store, int world_size) noexcept;
 
+// "rank 2 stopped responding (no heartbeat in 2.0 s): ..." for the ranks (not `self`)
+// whose heartbeat stands still for four beats (waits up to 2 s, less when every rank
+// beats); "" when all beat or the store cannot be asked. For a collective that failed:
+// a rank stopped inside the collective has started as many as the others.
+std::string silent_ranks(c10d::Store& store, int world_size, int self) noexcept;
+
 class FailureWatch {
  public:
   FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,

@@ -346,11 +346,14 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
   } catch (const std::exception& e) {
     // Name the failed rank when it already told the store; else say what we saw, and
     // which rank was behind by the heartbeats' collective counts.
-    const std::string known = published_failure_or_empty(*store_);
+    std::string known = published_failure_or_empty(*store_);
+    if (!known.empty()) throw PeerFailure(known);
+    const std::string silent = silent_ranks(*store_, world_size(), rank());
+    known = published_failure_or_empty(*store_);  // rank 0's watch may have named it meanwhile
     if (!known.empty()) throw PeerFailure(known);
     const std::string progress = collective_progress(*store_, world_size());
-    throw PeerFailure(fmt::format("{} #{} failed ({}); another rank has probably failed{}{}", what,
-                                  FlightRecorder::process().collectives_started(), short_error(e),
+    throw PeerFailure(fmt::format("{} #{} failed ({}); {}{}{}", what, FlightRecorder::process().collectives_started(),
+                                  short_error(e), silent.empty() ? "another rank has probably failed" : silent,
                                   progress.empty() ? "" : "; ", progress));
   }
 }
