@@ -36,6 +36,14 @@ img.save(path("rotated.jpg"), exif=exif.tobytes(), quality=95)
 # A large photo-like JPEG for reduced decoding: a smooth gradient, 1600x1200.
 grad = Image.linear_gradient("L").resize((1600, 1200)).convert("RGB")
 grad.save(path("large.jpg"), quality=95)
+# Progressive JPEGs with detail in every block (odd sizes, every chroma subsampling), as
+# cameras and web encoders write them; one gray, one with an EXIF orientation.
+fractal = Image.effect_mandelbrot((331, 203), (-2.0, -1.2, 1.0, 1.2), 60)
+detail = Image.merge("RGB", (fractal, Image.linear_gradient("L").resize((331, 203)), fractal.rotate(180)))
+for name, sub in (("420", 2), ("422", 1), ("444", 0)):
+    detail.save(path(f"progressive{name}.jpg"), quality=90, progressive=True, subsampling=sub)
+detail.convert("L").save(path("progressive_gray.jpg"), quality=90, progressive=True)
+detail.save(path("progressive_rotated.jpg"), quality=90, progressive=True, exif=exif.tobytes())
 
 # Bad files.
 open(path("bad_empty.jpg"), "wb").close()

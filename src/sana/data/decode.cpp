@@ -12,6 +12,7 @@
 
 #include "sana/data/file_ref.h"
 #include "sana/data/image_header.h"
+#include "sana/data/jpeg_dc.h"
 
 namespace sana::data {
 
@@ -161,9 +162,10 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
     if (reduce == 4) flags = cv::IMREAD_REDUCED_COLOR_4;
     if (reduce == 8) flags = cv::IMREAD_REDUCED_COLOR_8;
   }
-  cv::Mat bgr;
+  // A progressive JPEG at 1/8: its DC scans alone give the same pixels (jpeg_dc.h).
+  cv::Mat bgr = reduce == 8 ? decode_progressive_eighth(bytes.data(), bytes.size()) : cv::Mat();
   try {
-    bgr = cv::imdecode(bytes, flags);
+    if (bgr.empty()) bgr = cv::imdecode(bytes, flags);
   } catch (const cv::Exception& e) {
     return bad(BadReason::corrupt, e.what());
   }

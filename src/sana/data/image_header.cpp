@@ -38,24 +38,6 @@ ImageSize make(uint32_t w, uint32_t h) {
   return s;
 }
 
-// EXIF orientation from an APP1 segment body ("Exif\0\0" + TIFF), 1 when absent.
-int exif_orientation(const uint8_t* p, size_t n) {
-  if (n < 14 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
-  const uint8_t* tiff = p + 6;
-  const size_t len = n - 6;
-  const bool little = tiff[0] == 'I';
-  auto u16 = [&](size_t off) { return off + 2 <= len ? (little ? le16(tiff + off) : be16(tiff + off)) : 0u; };
-  auto u32 = [&](size_t off) { return off + 4 <= len ? (little ? le32(tiff + off) : be32(tiff + off)) : 0u; };
-  const size_t ifd = u32(4);
-  const uint32_t entries = u16(ifd);
-  for (uint32_t i = 0; i < entries; ++i) {
-    const size_t e = ifd + 2 + 12 * static_cast<size_t>(i);
-    if (e + 12 > len) break;
-    if (u16(e) == 0x0112) return static_cast<int>(u16(e + 8));
-  }
-  return 1;
-}
-
 ImageSize jpeg_size(std::FILE* f) {
   // Walk the segments up to a start-of-frame marker.
   int orientation = 1;
@@ -139,6 +121,24 @@ ImageSize size_from_stream(std::FILE* f) {
 }
 
 }  // namespace
+
+int exif_orientation(const uint8_t* p, size_t n) {
+  if (n < 14 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
+  const uint8_t* tiff = p + 6;
+  const size_t len = n - 6;
+  const bool little = tiff[0] == 'I';
+  auto u16 = [&](size_t off) { return off + 2 <= len ? (little ? le16(tiff + off) : be16(tiff + off)) : 0u; };
+  auto u32 = [&](size_t off) { return off + 4 <= len ? (little ? le32(tiff + off) : be32(tiff + off)) : 0u; };
+  const size_t ifd = u32(4);
+  const uint32_t entries = u16(ifd);
+  for (uint32_t i = 0; i < entries; ++i) {
+    const size_t e = ifd + 2 + 12 * static_cast<size_t>(i);
+    if (e + 12 > len) break;
+    if (u16(e) == 0x0112) return static_cast<int>(u16(e + 8));
+  }
+  return 1;
+}
+
 
 ImageSize read_image_size(const std::string& path) {
   if (!parse_file_ref(path).in_tar()) {

@@ -21,4 +21,8 @@ ImageSize read_image_size(const std::string& path);
 // From an image's bytes already in memory.
 ImageSize read_image_size(const unsigned char* data, size_t size);
 
+// The EXIF orientation (1-8) in a JPEG APP1 segment's body ("Exif\0\0" + TIFF); 1 when
+// it has none.
+int exif_orientation(const unsigned char* app1_body, size_t size);
+
 }  // namespace sana::data

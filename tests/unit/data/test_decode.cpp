@@ -1,13 +1,16 @@
 // Decoding for training, on files PIL wrote: every mode and depth becomes 8-bit RGB at the
 // bucket's size; upstream's resize-to-cover + center-crop; EXIF orientation; reduced
-// decoding; and a corpus of bad files that come back as reasons, never as crashes.
+// decoding (progressive JPEGs at 1/8 from their DC scans); and a corpus of bad files that come back as reasons, never as crashes.
 #include "catch.h"
 
+#include <fstream>
+#include <iterator>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "sana/data/decode.h"
 #include "sana/data/image_header.h"
+#include "sana/data/jpeg_dc.h"
 #include "test_support.h"
 
 using namespace sana::data;
@@ -135,4 +138,64 @@ TEST_CASE("pixels become float CHW in [-1, 1]", "[decode]") {
   CHECK(out[0] == -1.0f);           // R plane
   CHECK(out[6] == 1.0f);            // G plane
   CHECK(out[12] == Approx(-0.6f));  // B plane: 51/127.5 - 1
+}
+
+namespace {
+std::vector<uchar> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+// Pixels that differ between two images of the same size and type; -1 when those differ.
+int differing(const cv::Mat& a, const cv::Mat& b) {
+  if (a.size() != b.size() || a.type() != b.type()) return -1;
+  cv::Mat diff;
+  cv::absdiff(a, b, diff);
+  return cv::countNonZero(diff.reshape(1));
+}
+}  // namespace
+
+TEST_CASE("a progressive JPEG at 1/8 decodes from its DC scans to the pixels of the whole file", "[decode]") {
+  std::vector<std::pair<std::string, std::vector<uchar>>> files;
+  for (const char* name : {"progressive420.jpg", "progressive422.jpg", "progressive444.jpg"}) {
+    files.emplace_back(name, file_bytes(fixtures().path(name)));
+  }
+  // OpenCV's encoder, with restart markers inside the scans, on a larger image.
+  cv::Mat big(1203, 1601, CV_8UC3);
+  cv::randu(big, 0, 255);
+  cv::GaussianBlur(big, big, cv::Size(9, 9), 3);
+  std::vector<uchar> encoded;
+  REQUIRE(cv::imencode(".jpg", big, encoded, {cv::IMWRITE_JPEG_PROGRESSIVE, 1, cv::IMWRITE_JPEG_RST_INTERVAL, 7}));
+  files.emplace_back("opencv progressive with restarts", encoded);
+  for (const auto& [name, bytes] : files) {
+    INFO(name);
+    const auto stream = progressive_dc_stream(bytes.data(), bytes.size());
+    REQUIRE(!stream.empty());
+    CHECK(stream.size() * 2 < bytes.size());  // the luma AC scans are most of the bytes
+    const cv::Mat dc = decode_progressive_eighth(bytes.data(), bytes.size());
+    const cv::Mat whole = cv::imdecode(bytes, cv::IMREAD_REDUCED_COLOR_8);
+    REQUIRE(!dc.empty());
+    CHECK(differing(dc, whole) == 0);
+  }
+}
+
+TEST_CASE("where DC scans alone would not give the same pixels, the whole file is decoded", "[decode]") {
+  const auto progressive = file_bytes(fixtures().path("progressive420.jpg"));
+  const std::vector<uchar> cut(progressive.begin(), progressive.begin() + static_cast<long>(progressive.size() / 2));
+  for (const auto& [name, bytes] : std::vector<std::pair<std::string, std::vector<uchar>>>{
+           {"baseline", file_bytes(fixtures().path("large.jpg"))},
+           {"gray", file_bytes(fixtures().path("progressive_gray.jpg"))},
+           {"EXIF orientation 6", file_bytes(fixtures().path("progressive_rotated.jpg"))},
+           {"cut in a scan", cut},
+           {"a PNG", file_bytes(fixtures().path("rgba.png"))},
+           {"nothing", {}}}) {
+    INFO(name);
+    CHECK(decode_progressive_eighth(bytes.data(), bytes.size()).empty());
+  }
+  // Through the training decoder: the rotated one still shows portrait, red on top.
+  const auto d = decode_to_bucket(fixtures().path("progressive_rotated.jpg"), 40, 24, false, defaults(), 203, 331);
+  REQUIRE(d.ok());
+  CHECK(d.reduce == 8);
+  const auto gray = decode_to_bucket(fixtures().path("progressive_gray.jpg"), 16, 24, false, defaults(), 331, 203);
+  REQUIRE(gray.ok());
+  CHECK(gray.rgb.type() == CV_8UC3);
 }
