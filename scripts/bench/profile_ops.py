@@ -47,6 +47,9 @@ def table(title, totals, top):
 
 
 def python_profile(preset, side, batch):
+    # One thread for OpenBLAS too (it reads these when torch loads it; torch's own setting
+    # does not reach it): else its matrix products run on every core and look cheaper.
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
     import torch
     from torch.profiler import profile, ProfilerActivity
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
