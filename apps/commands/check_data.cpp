@@ -1,12 +1,15 @@
-// `sana-train check-data --config C [--limit N]`: decodes every sample through the real
-// loader (data/check_data.h) and prints good and bad counts by reason and images/s; more
-// bad samples than data.max_bad_fraction is a failure (exit 1).
+// `sana-train check-data --config C [--limit N] [--fill-cache]`: decodes every sample
+// through the real loader (data/check_data.h) and prints good and bad counts by reason and
+// images/s; more bad samples than data.max_bad_fraction is a failure (exit 1).
+// --fill-cache also fills the data.cache: disk file, so training starts with every sample
+// decoded.
 #include <fmt/format.h>
 
 #include <iostream>
 
 #include "command.h"
 #include "sana/data/check_data.h"
+#include "sana/data/sample_cache.h"
 #include "sana/util/error.h"
 
 namespace sana::app {
@@ -18,9 +21,12 @@ class CheckData : public ConfigSubcommand {
   explicit CheckData(CLI::App& app)
       : ConfigSubcommand(app, "check-data", "decode every sample through the real loader; count bad ones by reason") {
     cli_->add_option("--limit", limit_, "decode only this many samples");
+    cli_->add_flag("--fill-cache", fill_cache_,
+                   "also store every decoded sample in the data.cache: disk file that training with this config "
+                   "reads (data.cache_dir)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto r = data::check_data(cfg, limit_);
+    const auto r = data::check_data(cfg, limit_, fill_cache_);
     std::cout << fmt::format("check-data: {} samples in {:.1f} s ({:.1f} images/s, {} workers)\n", r.samples,
                              r.seconds, r.samples / r.seconds, r.workers);
     std::cout << fmt::format("  good: {}\n", r.samples - r.substituted);
@@ -31,12 +37,18 @@ class CheckData : public ConfigSubcommand {
       std::cout << std::flush;
       throw RunError("too many bad samples; fix or remove them (the log names each file once)", "check-data");
     }
+    if (fill_cache_) {
+      std::cout << fmt::format("  cache: {} ({}), {} samples were ready before; training with data.cache: disk "
+                               "and this config reads it\n", r.cache_path, data::size_text(r.cache_bytes),
+                               r.cache_ready_before);
+    }
     std::cout << "check-data: ok\n";
     return 0;
   }
 
  private:
   int64_t limit_ = 0;
+  bool fill_cache_ = false;
 };
 
 }  // namespace

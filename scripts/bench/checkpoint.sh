@@ -18,7 +18,8 @@ common=(--config configs/sana_tiny_cpu.yaml "--data.data_dir=[$data]" "--model.m
         --train.save_model_steps=1 --train.log_interval=1000 --ckpt.keep_last_n=2 --dist.timeout_s=600)
 for mode in true false; do
   "$build/apps/sana-train" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$work/$mode" \
-    "--train.max_steps=$steps" "--ckpt.async_save=$mode" > "$work/$mode.log" 2>&1
+    "--train.max_steps=$steps" "--ckpt.async_save=$mode" > "$work/$mode.log" 2>&1 ||
+    { echo "the run with ckpt.async_save=$mode failed:"; tail -20 "$work/$mode.log"; exit 1; }
   waits=$(grep -o 'the loop waited [0-9.]* s' "$work/$mode.log" | grep -o '[0-9.]*' | sort -n)
   median=$(echo "$waits" | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
   if [ "$mode" = true ]; then
@@ -31,7 +32,8 @@ for mode in true false; do
 done
 size=$(du -sh "$work/true/checkpoints/$(cat "$work/true/checkpoints/latest")" | cut -f1)
 "$build/apps/sana-train" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$work/true" \
-  "--train.max_steps=$steps" --resume_from=latest > "$work/resume.log" 2>&1
+  "--train.max_steps=$steps" --resume_from=latest > "$work/resume.log" 2>&1 ||
+  { echo "the resume failed:"; tail -20 "$work/resume.log"; exit 1; }
 resume=$(grep -o 'resumed from .* in [0-9.]* s' "$work/resume.log" | head -1 | grep -o '[0-9.]* s$')
 echo "$preset checkpoint size $size; resume (read, verify, load) took $resume"
 # The disk's own rate for the same bytes (dd with fsync), next to the background write's.

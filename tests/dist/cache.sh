@@ -4,7 +4,7 @@
 # those of a run without the cache; from epoch 2 on every rank takes every sample from
 # the cache (the ranks share it, though the plan deals samples to ranks anew each epoch);
 # the shared memory is gone when the run ends; a cache over data.cache_max_gb is a config
-# error (exit 2) that names the key.
+# error (exit 2) that names the key. data.cache disk: below.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
@@ -39,6 +39,41 @@ for r in 0 1; do
 done
 shm_after=$(ls /dev/shm | grep -c '^sana-cache-')
 if [ "$shm_after" -le "$shm_before" ]; then pass "no shared memory left behind"; else fail "/dev/shm: $(ls /dev/shm)"; fi
+
+# data.cache disk: check-data --fill-cache fills the file on one process; training on 2
+# then takes every sample of epoch 1 from it and trains the same bits; a run with other
+# decode settings gets a file of its own and mentions the first.
+cachedir=$SCRATCH/cachedir-$TOKEN
+out=$SCRATCH/fill.log
+timeout 240 "$BIN" check-data "${common[@]}" "--work_dir=$SCRATCH/fill-$TOKEN" --data.cache=disk \
+  "--data.cache_dir=$cachedir" --fill-cache > "$out" 2>&1
+assert_code $? 0 "check-data --fill-cache"
+assert_contains "$out" "samples were ready before; training with data.cache: disk" "check-data says which file it filled"
+out=$SCRATCH/disk.log
+timeout 240 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/disk-$TOKEN" --data.cache=disk \
+  "--data.cache_dir=$cachedir" > "$out" 2>&1
+assert_code $? 0 "24 steps on 2 processes, data.cache disk after check-data --fill-cache"
+if cmp -s <(grep -o '"loss":[^,]*' "$SCRATCH/none-$TOKEN/metrics.jsonl") <(grep -o '"loss":[^,]*' "$SCRATCH/disk-$TOKEN/metrics.jsonl"); then
+  pass "the loss curve from the disk cache is bitwise the one without a cache"
+else
+  fail "the loss curves differ (disk cache)"
+fi
+assert_contains "$out" "decoded by earlier runs" "the run says how much of the file earlier runs filled"
+for r in 0 1; do
+  line=$(grep -o "r$r/2 I\] epoch 1: [0-9]* samples from the cache, [0-9]* decoded" "$out")
+  if [[ "$line" =~ epoch\ 1:\ [1-9][0-9]*\ samples\ from\ the\ cache,\ 0\ decoded ]]; then
+    pass "rank $r, $line"
+  else
+    fail "rank $r in epoch 1: '$line'"; grep -v iCCP "$out" | head -30
+  fi
+done
+out=$SCRATCH/disk_bilinear.log
+timeout 240 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/bilinear-$TOKEN" --data.cache=disk \
+  "--data.cache_dir=$cachedir" --data.interpolation=bilinear --train.max_steps=2 > "$out" 2>&1
+assert_code $? 0 "data.cache disk with another resize filter"
+[ "$(ls "$cachedir" | grep -c '^samples-.*\.cache$')" = 2 ] && pass "another resize filter, another cache file" ||
+  fail "cache files: $(ls "$cachedir")"
+assert_contains "$out" "1 other cache file in" "the run mentions the other file"
 
 out=$SCRATCH/too_big.log
 timeout 120 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/big-$TOKEN" --data.cache=memory \

@@ -15,7 +15,7 @@ namespace sana::config {
 
 // The enumerated options (config/choices.h): each enum's names in its order.
 enum class Tail { drop, pad };
-enum class SampleCacheMode { none, memory };
+enum class SampleCacheMode { none, memory, disk };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
@@ -30,7 +30,7 @@ enum class DeviceKind { automatic, cpu, cuda };
 
 template <> struct Names<Tail> { static constexpr std::array<std::string_view, 2> values{"drop", "pad"}; };
 template <> struct Names<SampleCacheMode> {
-  static constexpr std::array<std::string_view, 2> values{"none", "memory"};
+  static constexpr std::array<std::string_view, 3> values{"none", "memory", "disk"};
 };
 template <> struct Names<DataSampler> {
   static constexpr std::array<std::string_view, 2> values{"bucket", "distributed"};
@@ -75,6 +75,7 @@ struct DataConfig {
   bool random_flip = false;
   SampleCacheMode cache = SampleCacheMode::none;  // decoded bucket images kept for later epochs
   double cache_max_gb = 16;                       // the most data.cache may take per node
+  std::string cache_dir;                          // data.cache: disk: where (empty: work_dir/sample_cache)
   bool load_vae_feat = false;
   bool load_text_feat = false;
 };

@@ -64,8 +64,11 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("prefetch_batches", d.prefetch_batches, "batches decoded ahead per process").at_least(1);
   s.add("random_flip", d.random_flip, "random horizontal flips (per-sample stream)");
   s.add("cache", d.cache,
-        "memory: keep each decoded bucket image (before the flip) in shared memory for later epochs");
+        "keep each decoded bucket image (before the flip) for later epochs: memory (shared memory, this "
+        "run) or disk (a file in data.cache_dir that later runs reuse)");
   s.add("cache_max_gb", d.cache_max_gb, "the most data.cache may hold per node, in GiB").at_least(0);
+  s.add("cache_dir", d.cache_dir,
+        "data.cache: disk: a folder on a local disk of each node; empty = work_dir/sample_cache");
   s.add("load_vae_feat", d.load_vae_feat, "read precomputed latents instead of images");
   s.add("load_text_feat", d.load_text_feat, "read precomputed caption features");
 }

@@ -2,24 +2,35 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "sana/data/loader.h"
 #include "sana/util/log.h"
 
 namespace sana::data {
 
-CheckDataResult check_data(const config::Config& cfg, int64_t limit) {
+CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache) {
   using Clock = std::chrono::steady_clock;
   const Dataset ds = Dataset::open(cfg);
   // A plan of global batches of one: every sample exactly once, in a shuffled order.
   const EpochPlan plan = EpochPlan::build(ds.bucket_of(), ds.buckets().size(), 1,
                                           static_cast<uint64_t>(cfg.train.seed), 0,
                                           TailPolicy::drop);
-  const LoaderOptions o = loader_options_for(cfg);
+  LoaderOptions o = loader_options_for(cfg);
   const int64_t total = limit > 0 ? std::min<int64_t>(limit, plan.steps()) : plan.steps();
   log::info("check-data: decoding {} of {} samples with {} worker{}", total, plan.steps(),
             o.workers, o.workers == 1 ? "" : "s");
   CheckDataResult r;
+  if (fill_cache) {
+    const auto [path, key] = disk_cache_file(cfg, ds);
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    o.cache = std::make_shared<SampleCache>(path, cache_shape(ds), key, /*kept=*/true);
+    r.cache_path = path;
+    r.cache_ready_before = o.cache->ready_at_open();
+    r.cache_bytes = static_cast<int64_t>(o.cache->bytes());
+    log::info("check-data: filling {} ({}, {} samples ready before)", path, size_text(o.cache->bytes()),
+              r.cache_ready_before);
+  }
   r.workers = o.workers;
   const auto start = Clock::now();
   auto last = start;

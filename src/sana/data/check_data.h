@@ -18,11 +18,15 @@ struct CheckDataResult {
   std::map<std::string, int64_t> bad_by_reason;
   double seconds = 0;
   int workers = 0;
+  std::string cache_path;         // --fill-cache: the disk cache filled
+  int64_t cache_ready_before = 0;  // its samples ready before
+  int64_t cache_bytes = 0;
   double bad_fraction() const { return samples ? static_cast<double>(substituted) / samples : 0.0; }
 };
 
 // Decodes `limit` samples (0: all) of a shuffled pass over the config's data. Throws
-// IndexError when the data cannot be indexed.
-CheckDataResult check_data(const config::Config& cfg, int64_t limit);
+// IndexError when the data cannot be indexed. `fill_cache`: every decoded sample also goes
+// into the data.cache: disk file that training with these settings reads.
+CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache = false);
 
 }  // namespace sana::data

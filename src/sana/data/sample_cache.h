@@ -11,8 +11,14 @@
 // index's bucket assignment), so the size needed is known, and checked, before training.
 // A slot's state byte goes empty -> writing -> ready with atomic operations; a reader uses
 // only ready slots and a writer that finds a slot taken leaves it, so nobody ever waits.
-// The trainer removes the file's name once every rank has it open: the memory goes back
-// when the last process exits, however it exits. No torch.
+// data.cache: memory: the trainer removes the file's name once every rank has it open:
+// the memory goes back when the last process exits, however it exits.
+// data.cache: disk: the file is kept (in data.cache_dir, named by a key of the data and
+// the decode settings: a change makes a new file) and later runs and
+// `check-data --fill-cache` reuse it. Each slot carries a checksum, so a slot that did not
+// reach the disk whole is decoded again; a slot left mid-write by a killed process is
+// emptied by the next run that opens the file alone (a shared flock marks the users).
+// No torch.
 #pragma once
 
 #include <opencv2/core.hpp>
@@ -20,8 +26,10 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 
 namespace sana::data {
@@ -36,9 +44,10 @@ class SampleCache {
   // Bytes the file takes for `shape` (slots, state bytes and alignment).
   static uint64_t bytes_needed(const Shape& shape);
   // Opens `path`, creating it at bytes_needed() and reserving its space (posix_fallocate)
-  // when it is new; throws sana::RunError naming the path and the size when it cannot
-  // (no space: e.g. a small /dev/shm). Any number of processes may open one path at once.
-  SampleCache(const std::string& path, const Shape& shape);
+  // when it is new or not a cache of `key`; throws sana::UsageError naming the path and
+  // the size when it cannot (no space: e.g. a small /dev/shm). Any number of processes may
+  // open one path at once. `kept`: a disk cache (checksums, the lock, repair on open).
+  SampleCache(const std::string& path, const Shape& shape, uint64_t key = 0, bool kept = false);
   ~SampleCache();
   SampleCache(const SampleCache&) = delete;
   SampleCache& operator=(const SampleCache&) = delete;
@@ -58,14 +67,23 @@ class SampleCache {
   // This process's lookups since it opened the cache.
   int64_t hits() const { return hits_.load(); }
   int64_t misses() const { return misses_.load(); }
+  // Samples ready when this process opened the cache (a kept file: from earlier runs).
+  int64_t ready_at_open() const { return ready_at_open_; }
 
  private:
+  void create(const std::string& path, uint64_t key, bool start_afresh);
+  bool header_matches(uint64_t size, uint64_t key) const;
+  uint64_t& checksum(uint32_t id) const;
+
   std::string path_;
   std::vector<uint64_t> offsets_;               // per sample, from the file's start
   std::vector<uint16_t> bucket_of_;
   std::vector<std::pair<int, int>> bucket_hw_;
   uint64_t bytes_ = 0;
-  uint8_t* base_ = nullptr;  // the mapping; state bytes first
+  uint8_t* base_ = nullptr;  // the mapping: header, state bytes, checksums, slots
+  bool kept_ = false;
+  int fd_ = -1;              // a kept file stays open: its flock marks this process a user
+  int64_t ready_at_open_ = 0;
   mutable std::atomic<int64_t> hits_{0}, misses_{0};
 };
 
@@ -74,5 +92,10 @@ std::string size_text(uint64_t bytes);
 
 // The slot geometry of `dataset`: every sample at its own bucket's size.
 SampleCache::Shape cache_shape(const Dataset& dataset);
+
+// data.cache: disk: the kept file for `cfg`'s data and decode settings,
+// data.cache_dir/samples-<key>.cache (data.cache_dir empty: work_dir/sample_cache), and
+// the key (of the index, the bucket assignment and every setting the pixels depend on).
+std::pair<std::string, uint64_t> disk_cache_file(const config::Config& cfg, const Dataset& dataset);
 
 }  // namespace sana::data

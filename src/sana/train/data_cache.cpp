@@ -19,6 +19,37 @@ std::filesystem::path shared_memory_dir() {
   return std::filesystem::temp_directory_path();
 }
 
+// Every rank of a node opens the same file (no collective: nothing to agree on); another
+// node has its own in its own data.cache_dir.
+std::shared_ptr<data::SampleCache> open_disk_cache(const config::Config& cfg, const data::Dataset& dataset,
+                                                   const data::SampleCache::Shape& shape) {
+  const auto [path, key] = data::disk_cache_file(cfg, dataset);
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw UsageError(fmt::format("data.cache_dir {}: cannot create it: {}; point data.cache_dir at a writable local "
+                                 "folder", dir.string(), ec.message()), "config error");
+  }
+  auto cache = std::make_shared<data::SampleCache>(path, shape, key, /*kept=*/true);
+  log::info("data.cache disk: {} samples, {} in {} ({} decoded by earlier runs)", shape.bucket_of.size(),
+            data::size_text(cache->bytes()), path, cache->ready_at_open());
+  int others = 0;
+  uint64_t other_bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const auto name = e.path().filename().string();
+    if (e.path() != path && name.rfind("samples-", 0) == 0 && e.path().extension() == ".cache") {
+      ++others;
+      other_bytes += e.file_size(ec);
+    }
+  }
+  if (others > 0) {
+    log::info("data.cache disk: {} other cache file{} in {} ({}) are of other data or decode settings; remove "
+              "them if no run needs them", others, others == 1 ? "" : "s", dir.string(), data::size_text(other_bytes));
+  }
+  return cache;
+}
+
 }  // namespace
 
 std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
@@ -30,12 +61,14 @@ std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, 
   }
   const auto shape = data::cache_shape(dataset);
   const uint64_t bytes = data::SampleCache::bytes_needed(shape);
+  const std::string mode = config::name_of(cfg.data.cache);
   if (static_cast<double>(bytes) > cfg.data.cache_max_gb * (1ull << 30)) {
     throw UsageError(fmt::format(
-        "data.cache memory: {} samples decoded at their bucket sizes need {}, more than data.cache_max_gb {}; "
+        "data.cache {}: {} samples decoded at their bucket sizes need {}, more than data.cache_max_gb {}; "
         "raise data.cache_max_gb (every node holds one copy) or set data.cache: none",
-        shape.bucket_of.size(), data::size_text(bytes), cfg.data.cache_max_gb), "config error");
+        mode, shape.bucket_of.size(), data::size_text(bytes), cfg.data.cache_max_gb), "config error");
   }
+  if (cfg.data.cache == config::SampleCacheMode::disk) return open_disk_cache(cfg, dataset, shape);
   std::string name;
   if (rt.rank() == 0) name = fmt::format("sana-cache-{:016x}", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   name = rt.all_gather("sample cache name", name).front();

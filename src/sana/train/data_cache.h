@@ -1,7 +1,9 @@
-// data.cache for a training run: the decoded-sample cache (data/sample_cache.h) in shared
-// memory, one copy per node, opened by every rank under one name that rank 0 picks; once
-// all ranks hold it, the name is removed, so the memory goes back when the run ends, even
-// by kill -9. Refused before training when it would pass data.cache_max_gb.
+// data.cache for a training run: the decoded-sample cache (data/sample_cache.h), one copy
+// per node. memory: in shared memory, opened by every rank under one name that rank 0
+// picks; once all ranks hold it, the name is removed, so the memory goes back when the run
+// ends, even by kill -9. disk: the kept file for this data and these decode settings in
+// data.cache_dir, reused by later runs. Refused before training when it would pass
+// data.cache_max_gb.
 #pragma once
 
 #include <memory>

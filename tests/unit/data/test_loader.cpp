@@ -3,6 +3,7 @@
 #include "catch.h"
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -205,7 +206,7 @@ TEST_CASE("the sample cache keeps only images of their own bucket's size", "[loa
   TempDir dir;
   SampleCache::Shape shape{{0, 1, 0}, {{2, 3}, {4, 1}}};
   SampleCache cache(dir.path("c"), shape);
-  CHECK(SampleCache::bytes_needed(shape) == 64 + 3 * 64);  // state bytes and slots, 64-byte aligned
+  CHECK(SampleCache::bytes_needed(shape) == 64 + 64 + 64 + 3 * 64);  // header, states, checksums, slots
   cv::Mat small(2, 3, CV_8UC3, cv::Scalar(1, 2, 3));
   cache.put(1, small);  // sample 1's bucket is 4 x 1: not kept
   CHECK(cache.get(1, 2, 3).empty());
@@ -220,4 +221,69 @@ TEST_CASE("the sample cache keeps only images of their own bucket's size", "[loa
   CHECK(cache.get(0, 2, 3).empty());  // never stored
   CHECK(cache.get(7, 2, 3).empty());  // no such sample
   CHECK(cache.hits() == 1);
+}
+
+namespace {
+// Writes `bytes` at `offset` of the file, as a crash or a bad disk leaves it.
+void scribble(const std::string& path, long offset, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  REQUIRE(f != nullptr);
+  std::fseek(f, offset, SEEK_SET);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+}  // namespace
+
+TEST_CASE("a kept sample cache serves later runs and decodes again what did not reach the disk whole",
+          "[loader][cache]") {
+  TempDir dir;
+  const auto path = dir.path("samples.cache");
+  SampleCache::Shape shape{{0, 0, 0}, {{2, 3}}};
+  const cv::Mat a(2, 3, CV_8UC3, cv::Scalar(1, 2, 3)), b(2, 3, CV_8UC3, cv::Scalar(4, 5, 6));
+  {
+    SampleCache first(path, shape, 7, /*kept=*/true);
+    CHECK(first.ready_at_open() == 0);
+    first.put(0, a);
+    first.put(1, b);
+    first.put(2, a);
+  }
+  // Sample 1's pixels damaged; sample 2 left mid-write (state byte 1) by a killed writer.
+  const long slots = 64 + 64 + 64;
+  scribble(path, slots + 64 + 5, "\x7f");
+  scribble(path, 64 + 2, std::string(1, '\x01'));
+  SampleCache later(path, shape, 7, /*kept=*/true);
+  CHECK(later.ready_at_open() == 2);  // 0 and 1; 2 was emptied
+  const cv::Mat got = later.get(0, 2, 3);
+  REQUIRE_FALSE(got.empty());
+  CHECK(cv::norm(got, a, cv::NORM_INF) == 0);
+  CHECK(later.get(1, 2, 3).empty());  // its checksum does not match: decode it again
+  CHECK(later.get(2, 2, 3).empty());
+  later.put(1, b);
+  later.put(2, b);
+  CHECK(cv::norm(later.get(1, 2, 3), b, cv::NORM_INF) == 0);
+  CHECK(cv::norm(later.get(2, 2, 3), b, cv::NORM_INF) == 0);
+  // A second user while this one has it open sees the same slots.
+  SampleCache other(path, shape, 7, /*kept=*/true);
+  CHECK(other.ready_at_open() == 3);
+  // Another key for the same path while it is in use: refused, not overwritten.
+  CHECK_THROWS_WITH(SampleCache(path, shape, 8, true), Catch::Contains("in use by another run"));
+}
+
+TEST_CASE("a kept sample cache of other data or settings is started afresh", "[loader][cache]") {
+  TempDir dir;
+  const auto path = dir.path("samples.cache");
+  SampleCache::Shape shape{{0, 0}, {{2, 3}}};
+  {
+    SampleCache first(path, shape, 7, /*kept=*/true);
+    first.put(0, cv::Mat(2, 3, CV_8UC3, cv::Scalar(1, 2, 3)));
+  }
+  {
+    SampleCache again(path, shape, 8, /*kept=*/true);  // nobody else has it open
+    CHECK(again.ready_at_open() == 0);
+    CHECK(again.get(0, 2, 3).empty());
+  }
+  SampleCache::Shape bigger{{0, 0, 0}, {{2, 3}}};
+  SampleCache grown(path, bigger, 8, /*kept=*/true);  // another size: started afresh too
+  CHECK(grown.ready_at_open() == 0);
+  CHECK(grown.bytes() == SampleCache::bytes_needed(bigger));
 }
