@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 
 #include "sana/data/loader.h"
 #include "sana/util/log.h"
@@ -22,13 +21,11 @@ CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_c
             o.workers, o.workers == 1 ? "" : "s");
   CheckDataResult r;
   if (fill_cache) {
-    const auto [path, key] = disk_cache_file(cfg, ds);
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-    o.cache = std::make_shared<SampleCache>(path, cache_shape(ds), key, /*kept=*/true);
-    r.cache_path = path;
+    o.cache = open_disk_cache(cfg, ds);
+    r.cache_path = o.cache->path();
     r.cache_ready_before = o.cache->ready_at_open();
     r.cache_bytes = static_cast<int64_t>(o.cache->bytes());
-    log::info("check-data: filling {} ({}, {} samples ready before)", path, size_text(o.cache->bytes()),
+    log::info("check-data: filling {} ({}, {} samples ready before)", r.cache_path, size_text(o.cache->bytes()),
               r.cache_ready_before);
   }
   r.workers = o.workers;

@@ -156,7 +156,6 @@ bool decode_eighth(const std::vector<uint8_t>& stream, cv::Mat& out) {
 std::vector<uint8_t> progressive_dc_stream(const uint8_t* d, size_t n) {
   if (n < 4 || d[0] != 0xFF || d[1] != 0xD8) return {};
   std::array<bool, 256> needs_ac{};
-  if (!components_needing_ac(d, n, needs_ac)) return {};
   std::vector<uint8_t> out(d, d + 2);
   out.reserve(n / 8);
   bool progressive = false;
@@ -176,6 +175,8 @@ std::vector<uint8_t> progressive_dc_stream(const uint8_t* d, size_t n) {
     if (is_frame_marker(m)) {
       if (m != 0xC2) return {};  // baseline, lossless or arithmetic-coded: all of it is needed
       if (progressive || !sent.frame(seg, len)) return {};
+      // Asked only now: a baseline file (most of them) costs no libjpeg header read here.
+      if (!components_needing_ac(d, n, needs_ac)) return {};
       progressive = true;
     }
     if (m == 0xE1 && exif_orientation(seg + 4, len - 2) != 1) return {};

@@ -199,7 +199,7 @@ SampleCache::Shape cache_shape(const Dataset& dataset) {
   return shape;
 }
 
-std::pair<std::string, uint64_t> disk_cache_file(const config::Config& cfg, const Dataset& dataset) {
+std::shared_ptr<SampleCache> open_disk_cache(const config::Config& cfg, const Dataset& dataset) {
   // What the cached pixels depend on: the files and their buckets (the dataset's
   // fingerprint), the resize filter, and this decoder's cover-and-crop (the format number:
   // raise it when decoding changes what it gives).
@@ -208,7 +208,14 @@ std::pair<std::string, uint64_t> disk_cache_file(const config::Config& cfg, cons
   const std::filesystem::path dir =
       cfg.data.cache_dir.empty() ? std::filesystem::path(cfg.work_dir) / "sample_cache"
                                  : std::filesystem::path(cfg.data.cache_dir);
-  return {(dir / fmt::format("samples-{:016x}.cache", key)).string(), key};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw UsageError(fmt::format("data.cache_dir {}: cannot create it: {}; point data.cache_dir at a writable local "
+                                 "folder", dir.string(), ec.message()), "config error");
+  }
+  return std::make_shared<SampleCache>((dir / fmt::format("samples-{:016x}.cache", key)).string(),
+                                       cache_shape(dataset), key, /*kept=*/true);
 }
 
 }  // namespace sana::data

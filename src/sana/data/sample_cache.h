@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -93,9 +94,11 @@ std::string size_text(uint64_t bytes);
 // The slot geometry of `dataset`: every sample at its own bucket's size.
 SampleCache::Shape cache_shape(const Dataset& dataset);
 
-// data.cache: disk: the kept file for `cfg`'s data and decode settings,
-// data.cache_dir/samples-<key>.cache (data.cache_dir empty: work_dir/sample_cache), and
-// the key (of the index, the bucket assignment and every setting the pixels depend on).
-std::pair<std::string, uint64_t> disk_cache_file(const config::Config& cfg, const Dataset& dataset);
+// data.cache: disk: opens (creating the folder and the file as needed) the kept file for
+// `cfg`'s data and decode settings, data.cache_dir/samples-<key>.cache (data.cache_dir
+// empty: work_dir/sample_cache); the key covers the index, the bucket assignment and every
+// setting the pixels depend on. Throws UsageError naming data.cache_dir when the folder
+// cannot be made.
+std::shared_ptr<SampleCache> open_disk_cache(const config::Config& cfg, const Dataset& dataset);
 
 }  // namespace sana::data

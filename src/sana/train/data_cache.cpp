@@ -21,21 +21,14 @@ std::filesystem::path shared_memory_dir() {
 
 // Every rank of a node opens the same file (no collective: nothing to agree on); another
 // node has its own in its own data.cache_dir.
-std::shared_ptr<data::SampleCache> open_disk_cache(const config::Config& cfg, const data::Dataset& dataset,
-                                                   const data::SampleCache::Shape& shape) {
-  const auto [path, key] = data::disk_cache_file(cfg, dataset);
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    throw UsageError(fmt::format("data.cache_dir {}: cannot create it: {}; point data.cache_dir at a writable local "
-                                 "folder", dir.string(), ec.message()), "config error");
-  }
-  auto cache = std::make_shared<data::SampleCache>(path, shape, key, /*kept=*/true);
-  log::info("data.cache disk: {} samples, {} in {} ({} decoded by earlier runs)", shape.bucket_of.size(),
-            data::size_text(cache->bytes()), path, cache->ready_at_open());
+std::shared_ptr<data::SampleCache> open_kept_cache(const config::Config& cfg, const data::Dataset& dataset) {
+  auto cache = data::open_disk_cache(cfg, dataset);
+  const std::filesystem::path path = cache->path(), dir = path.parent_path();
+  log::info("data.cache disk: {} samples, {} in {} ({} decoded by earlier runs)", cache->samples(),
+            data::size_text(cache->bytes()), path.string(), cache->ready_at_open());
   int others = 0;
   uint64_t other_bytes = 0;
+  std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     const auto name = e.path().filename().string();
     if (e.path() != path && name.rfind("samples-", 0) == 0 && e.path().extension() == ".cache") {
@@ -68,7 +61,7 @@ std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, 
         "raise data.cache_max_gb (every node holds one copy) or set data.cache: none",
         mode, shape.bucket_of.size(), data::size_text(bytes), cfg.data.cache_max_gb), "config error");
   }
-  if (cfg.data.cache == config::SampleCacheMode::disk) return open_disk_cache(cfg, dataset, shape);
+  if (cfg.data.cache == config::SampleCacheMode::disk) return open_kept_cache(cfg, dataset);
   std::string name;
   if (rt.rank() == 0) name = fmt::format("sana-cache-{:016x}", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   name = rt.all_gather("sample cache name", name).front();
