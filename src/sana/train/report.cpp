@@ -9,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 #include <tuple>
 #include <vector>
 
@@ -27,6 +29,18 @@ struct Row {
 double num(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : NAN;
+}
+
+// A whole-number field (a float such as 1e300 would be undefined behaviour to cast), or
+// `fallback` when absent; anything else throws, which counts the line as bad.
+int64_t whole(const nlohmann::json& j, const char* key, std::optional<int64_t> fallback) {
+  const auto it = j.find(key);
+  if (it == j.end() && fallback) return *fallback;
+  if (it == j.end() || !it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    throw std::invalid_argument(key);
+  }
+  return it->get<int64_t>();
 }
 
 double mean_of(const std::vector<Row>& rows, size_t from, size_t to) {
@@ -51,8 +65,8 @@ std::vector<Row> read_rows(std::istream& in, int64_t& bad_lines) {
     try {
       const auto j = nlohmann::json::parse(line);
       Row row;
-      row.step = j.at("step").get<int64_t>();
-      row.epoch = j.value("epoch", int64_t{0});
+      row.step = whole(j, "step", std::nullopt);
+      row.epoch = whole(j, "epoch", 0);
       row.loss = num(j, "loss");
       row.lr = num(j, "lr");
       row.sps = num(j, "samples_per_s");

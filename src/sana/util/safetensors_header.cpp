@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include <nlohmann/json.hpp>
 
 namespace sana {
@@ -27,6 +29,30 @@ uint64_t byte_count(const std::vector<int64_t>& shape, size_t element_size, cons
     }
   }
   return bytes;
+}
+
+// A JSON array of whole numbers, read without nlohmann's casts: those convert a float
+// (1e300) or a negative number straight to the integer type, which is undefined behaviour.
+// Unsigned values above INT64_MAX and any fraction are refused here.
+std::vector<int64_t> integer_list(const nlohmann::ordered_json& j, const char* key, const std::string& path,
+                                  const std::string& name) {
+  const auto& list = j.at(key);
+  if (!list.is_array()) {
+    throw SafetensorsError(fmt::format("'{}': tensor '{}': '{}' is not a list", path, name, key));
+  }
+  std::vector<int64_t> out;
+  out.reserve(list.size());
+  for (const auto& v : list) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) {
+      out.push_back(static_cast<int64_t>(v.get<uint64_t>()));
+    } else if (v.is_number_integer() && !v.is_number_unsigned()) {
+      out.push_back(v.get<int64_t>());
+    } else {
+      throw SafetensorsError(fmt::format("'{}': tensor '{}': '{}' holds something other than whole numbers", path,
+                                         name, key));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -61,10 +87,11 @@ SafetensorsHeader parse_safetensors_header(const char* data, size_t size, const 
         throw SafetensorsError(fmt::format("'{}': tensor '{}' has dtype {}, which this reader does not take", path,
                                            name, e.dtype.substr(0, 16)));
       }
-      e.shape = it.value().at("shape").get<std::vector<int64_t>>();
-      const auto off = it.value().at("data_offsets").get<std::vector<uint64_t>>();
+      e.shape = integer_list(it.value(), "shape", path, name);
+      const auto off = integer_list(it.value(), "data_offsets", path, name);
       const uint64_t bytes = byte_count(e.shape, element, path, name);
-      if (off.size() != 2 || off[1] < off[0] || off[1] > data_size || off[1] - off[0] != bytes) {
+      if (off.size() != 2 || off[0] < 0 || off[1] < off[0] || static_cast<uint64_t>(off[1]) > data_size ||
+          static_cast<uint64_t>(off[1] - off[0]) != bytes) {
         throw SafetensorsError(fmt::format("'{}' is truncated or damaged: tensor '{}' does not fit", path, name));
       }
       e.begin = data_start + off[0];

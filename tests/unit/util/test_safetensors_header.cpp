@@ -50,7 +50,19 @@ TEST_CASE("hostile or damaged headers are errors naming the file, never allocati
   CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", 8)),
                     Contains("dtype C64"));
   CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":"big","data_offsets":[0,4]}})", 4)),
-                    Contains("bad safetensors header at 'x'"));
+                    Contains("tensor 'x': 'shape' is not a list"));
+  // Numbers that are not whole, or beyond int64: refused, never cast (that cast is undefined).
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[1e300],"data_offsets":[0,4]}})", 4)),
+                    Contains("'shape' holds something other than whole numbers"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[-1.5e300,4]}})", 4)),
+                    Contains("'data_offsets' holds something other than whole numbers"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4)),
+                    Contains("tensor 'x' does not fit"));
+  CHECK_THROWS_WITH(
+      parse(file_of(R"({"x":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,1]}})", 1)),
+      Contains("whole numbers"));
+  CHECK_THROWS_WITH(parse(file_of(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":0}})", 4)),
+                    Contains("'data_offsets' is not a list"));
   CHECK_THROWS_WITH(parse(file_of(R"([1,2,3])", 0)), Contains("not an object"));
   CHECK_THROWS_WITH(parse(std::string("\xff\xff\xff\xff\0\0\0\0{}", 10)), Contains("truncated (header)"));
   CHECK_THROWS_WITH(parse("short"), Contains("too short"));
