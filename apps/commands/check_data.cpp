@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "sana/model/spec.h"
 #include "sana/data/check_data.h"
 #include "sana/data/sample_cache.h"
 #include "sana/util/error.h"
@@ -26,7 +27,8 @@ class CheckData : public ConfigSubcommand {
                    "reads (data.cache_dir)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto r = data::check_data(cfg, limit_, fill_cache_);
+    const auto spec = model::spec_from_config(cfg);
+    const auto r = data::check_data(cfg, limit_, fill_cache_, spec.downsample * spec.patch);
     std::cout << fmt::format("check-data: {} samples in {:.1f} s ({:.1f} images/s, {} workers)\n", r.samples,
                              r.seconds, r.samples / r.seconds, r.workers);
     std::cout << fmt::format("  good: {}\n", r.samples - r.substituted);

@@ -6,14 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 
 #include "command.h"
+#include "sana/model/spec.h"
 #include "sana/data/dataset.h"
 #include "sana/data/distributed_sampler.h"
+#include "sana/data/plan_coverage.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -32,22 +35,19 @@ struct PlanOptions {
 void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const config::Config& cfg,
                  const PlanOptions& o) {
   const auto& st = plan.stats();
+  const int64_t g = cfg.train.global_batch_size;
+  const auto [first, last] = data::rank_share(g, o.rank, o.world_size);
   std::cout << fmt::format(
       "plan: {} samples, {} buckets in use, global batch {}, epoch {}, tail {}\n"
       "steps per epoch: {} (every rank, any world size); dropped {}, padded {}\n"
-      "rank {} of {}: micro-batch {} x {} accumulation per step\nfingerprint {}\n\n",
+      "rank {} of {}: {} samples per step in {} micro-batch{} of at most {}\nfingerprint {}\n\n",
       st.num_samples,
-      std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }),
-      plan.global_batch(), plan.epoch(), config::name_of(cfg.data.tail), plan.steps(), st.dropped, st.padded, o.rank,
-      o.world_size, cfg.train.micro_batch_size,
-      cfg.train.global_batch_size / (cfg.train.micro_batch_size * o.world_size), plan.fingerprint());
-  std::cout << fmt::format("{:>30} {:>9} {:>7}\n", "bucket (base: key -> h x w)", "samples", "steps");
-  for (int b = 0; b < ds.buckets().size(); ++b) {
-    const auto i = static_cast<size_t>(b);
-    if (st.samples_per_bucket[i] == 0) continue;
-    std::cout << fmt::format("{:>30} {:>9} {:>7}\n", ds.buckets().describe(b), st.samples_per_bucket[i],
-                             st.steps_per_bucket[i]);
-  }
+      std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }), g,
+      plan.epoch(), config::name_of(cfg.data.tail), plan.steps(), st.dropped, st.padded, o.rank, o.world_size,
+      last - first, data::micro_batches(last - first, cfg.train.micro_batch_size),
+      data::micro_batches(last - first, cfg.train.micro_batch_size) == 1 ? "" : "es", cfg.train.micro_batch_size,
+      plan.fingerprint());
+  std::cout << data::bucket_histogram(ds, plan);
 }
 
 void print_json(const data::EpochPlan& plan, const config::Config& cfg, const PlanOptions& o,
@@ -58,12 +58,15 @@ void print_json(const data::EpochPlan& plan, const config::Config& cfg, const Pl
       "{{\"steps_per_epoch\": {}, \"num_samples\": {}, \"dropped\": {}, \"padded\": {}, "
       "\"global_batch_size\": {}, \"micro_batch_size\": {}, \"world_size\": {}, \"rank\": {}, "
       "\"epoch\": {}, \"fingerprint\": \"{}\", \"dataset\": \"{}\", \"steps\": [",
-      plan.steps(), st.num_samples, st.dropped, st.padded, plan.global_batch(), cfg.train.micro_batch_size,
+      plan.steps(), st.num_samples, st.dropped, st.padded, cfg.train.global_batch_size, cfg.train.micro_batch_size,
       o.world_size, o.rank, plan.epoch(), plan.fingerprint(), dataset_fingerprint);
   std::fwrite(out.data(), 1, out.size(), stdout);
-  for (int64_t s = 0; s < plan.steps(); ++s) {
-    const auto ids = plan.rank_slice(s, o.rank, o.world_size, cfg.train.micro_batch_size);
-    out = fmt::format("{}[{}]", s ? ", " : "", fmt::join(ids, ", "));
+  auto cursor = plan.cursor();
+  data::StepBatch step;
+  while (cursor.next(step)) {
+    const auto [first, last] = data::rank_share(static_cast<int64_t>(step.ids.size()), o.rank, o.world_size);
+    out = fmt::format("{}[{}]", step.step ? ", " : "",
+                      fmt::join(step.ids.begin() + first, step.ids.begin() + last, ", "));
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   std::fputs("]}\n", stdout);
@@ -72,9 +75,8 @@ void print_json(const data::EpochPlan& plan, const config::Config& cfg, const Pl
 // "id<TAB>path<TAB>height<TAB>width" per sample, in index order.
 void print_samples(const data::Dataset& ds) {
   std::fputs("# id\tpath\theight\twidth (the sample's bucket, pixels)\n", stdout);
-  const auto& bucket_of = ds.bucket_of();
-  for (size_t i = 0; i < bucket_of.size(); ++i) {
-    const auto& b = ds.buckets().bucket(bucket_of[i]);
+  for (int64_t i = 0; i < ds.members().total(); ++i) {
+    const auto& b = ds.buckets().bucket(ds.bucket_of(static_cast<uint64_t>(i)));
     const auto line = fmt::format("{}\t{}\t{}\t{}\n", i, ds.index().text(static_cast<data::SampleId>(i)).path,
                                   b.height, b.width);
     std::fwrite(line.data(), 1, line.size(), stdout);
@@ -120,14 +122,15 @@ class Plan : public ConfigSubcommand {
     return ctx;
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto ds = data::Dataset::open(cfg);
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto spec = model::spec_from_config(cfg);
+    const auto ds = data::Dataset::open(cfg, {}, spec.downsample * spec.patch);
+    const auto opened = Clock::now();
     const auto plan = data::make_epoch_plan(ds, cfg, o_.epoch, o_.world_size);
-    if (plan.steps() == 0 && plan.stats().num_samples > 0) {
-      throw UsageError(fmt::format("plan: no step: every bucket holds fewer than train.global_batch_size {} "
-                                   "samples and data.tail is {}; use data.tail=pad or a smaller global batch",
-                                   cfg.train.global_batch_size, config::name_of(cfg.data.tail)),
-                       "config error");
-    }
+    data::check_plan_coverage(ds, plan, cfg, "plan");
+    const auto first_ids = plan.rank_slice(0, o_.rank, o_.world_size);
+    const auto planned = Clock::now();
     if (o_.samples) {
       print_samples(ds);
     } else if (o_.json) {
@@ -135,7 +138,9 @@ class Plan : public ConfigSubcommand {
     } else {
       print_human(ds, plan, cfg, o_);
     }
-    log::info("plan: memory {}", memory_report());
+    log::info("plan: dataset opened in {:.3f} s, the plan and rank {}'s {} ids of step 1 in {:.4f} s; memory {}",
+              std::chrono::duration<double>(opened - start).count(), o_.rank, first_ids.size(),
+              std::chrono::duration<double>(planned - opened).count(), memory_report());
     return 0;
   }
 

@@ -46,12 +46,16 @@ std::string file_checksum(const fs::path& p) {
 }
 
 nlohmann::ordered_json to_json(const TrainerState& s) {
+  auto segments = nlohmann::json::array();
+  for (const auto& g : s.epoch_segments) segments.push_back({g.first_step, g.global_batch_size, g.batch_tokens});
   return {{"format", "sana-train checkpoint 1"},
           {"epoch", s.epoch},
           {"step_in_epoch", s.step_in_epoch},
           {"global_step", s.global_step},
           {"consumed_samples", s.consumed_samples},
           {"global_batch_size", s.global_batch_size},
+          {"batch_tokens", s.batch_tokens},
+          {"epoch_segments", segments},
           {"seed", s.seed},
           {"world_size_at_save", s.world_size},
           {"model", s.model},
@@ -72,6 +76,12 @@ TrainerState from_json(const nlohmann::json& j) {
   s.global_step = j.at("global_step");
   s.consumed_samples = j.at("consumed_samples");
   s.global_batch_size = j.at("global_batch_size");
+  s.batch_tokens = j.value("batch_tokens", int64_t{0});
+  if (j.contains("epoch_segments")) {
+    for (const auto& part : j.at("epoch_segments")) {
+      s.epoch_segments.push_back({part.at(0).get<int64_t>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
+    }
+  }
   s.seed = j.at("seed");
   s.world_size = j.at("world_size_at_save");
   s.model = j.at("model");

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sana/util/safetensors.h"
@@ -28,14 +29,25 @@ class CheckpointError : public sana::RunError {
   explicit CheckpointError(const std::string& what) : RunError(what, "checkpoint error") {}
 };
 
+// A part of the epoch in progress batched one way from `first_step` (the trainer's plan).
+struct EpochSegment {
+  int64_t first_step = 0;
+  int64_t global_batch_size = 0;
+  int64_t batch_tokens = 0;
+};
+
 struct TrainerState {
   int64_t epoch = 0;            // the epoch to continue in
   int64_t step_in_epoch = 0;    // the next step of that epoch's plan
   int64_t global_step = 0;      // optimizer steps done
   int64_t consumed_samples = 0;
   int64_t global_batch_size = 0;
+  int64_t batch_tokens = 0;
+  // The current epoch's plan when a resume changed the batch size in it, part by part;
+  // empty: one part, global_batch_size (or batch_tokens) from step 0.
+  std::vector<EpochSegment> epoch_segments;
   int64_t seed = 0;
-  int64_t world_size = 0;       // at save; a resume may use any W that divides the batch
+  int64_t world_size = 0;       // at save; a resume may use any number of processes
   std::string model;
   std::string config_hash;
   int64_t bad_samples = 0, reads = 0, skipped_steps = 0;

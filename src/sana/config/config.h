@@ -71,6 +71,7 @@ struct DataConfig {
   DataSampler sampler = DataSampler::bucket;  // or distributed (single resolution)
   std::string interpolation = "bicubic";   // resize filter
   double max_bad_fraction = 0.01;          // bad samples tolerated before stopping
+  double max_untrained_fraction = 0.05;    // samples in buckets that never train, before refusing
   int64_t prefetch_batches = 4;            // loader queue depth per process
   bool random_flip = false;
   SampleCacheMode cache = SampleCacheMode::none;  // decoded bucket images kept for later epochs
@@ -170,8 +171,11 @@ struct TrainConfig {
   std::string null_embed_root = "output/pretrained_models";
   int64_t num_epochs = 100;
   int64_t max_steps = 0;  // optimizer steps; 0 = bounded by num_epochs only
-  int64_t global_batch_size = 32;  // samples per optimizer step, fixed for the run
-  int64_t micro_batch_size = 4;    // samples per process per forward
+  int64_t global_batch_size = 32;  // samples per optimizer step (a resume may change it)
+  int64_t micro_batch_size = 4;    // at most this many samples per process per forward
+  // > 0: tokens per optimizer step instead of a fixed sample count; each bucket's global
+  // batch is this / its tokens per sample (latent patches), rounded, at least 1.
+  int64_t batch_tokens = 0;
   // Upstream's style (0 = unset): per-process batch and accumulation; when either is set the
   // global batch is train_batch_size x gradient_accumulation_steps x world size.
   int64_t train_batch_size = 0;
@@ -245,8 +249,8 @@ struct Config {
   CkptConfig ckpt;
 };
 
-// Micro-steps per optimizer step on `world_size` processes, or 0 when
-// global_batch_size is not micro_batch_size × world_size × a whole number.
+// Micro-steps per optimizer step on `world_size` processes when the global batch splits
+// evenly into micro-batches (upstream's batch style always does), or 0.
 int64_t accumulation_steps(const TrainConfig& train, int64_t world_size);
 
 // Whether the global batch follows the world size (upstream's train_batch_size style).

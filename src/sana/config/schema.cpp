@@ -61,6 +61,11 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
         "fraction of bad samples tolerated; beyond it all ranks stop together")
       .at_least(0)
       .at_most(1);
+  s.add("max_untrained_fraction", d.max_untrained_fraction,
+        "share of the samples allowed in buckets no epoch trains (smaller than a global batch with tail "
+        "drop); beyond it training refuses to start")
+      .at_least(0)
+      .at_most(1);
   s.add("prefetch_batches", d.prefetch_batches, "batches decoded ahead per process").at_least(1);
   s.add("random_flip", d.random_flip, "random horizontal flips (per-sample stream)");
   s.add("cache", d.cache,
@@ -160,6 +165,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .commonly_used();
   s.add("micro_batch_size", t.micro_batch_size, "samples per process per forward").at_least(1)
       .commonly_used();
+  s.add("batch_tokens", t.batch_tokens,
+        "0 = off; else tokens (latent patches) per optimizer step: each bucket's global batch is this / its "
+        "tokens per sample, so large images come fewer to a step")
+      .at_least(0);
   s.add("train_batch_size", t.train_batch_size,
         "upstream style, 0 = unset: per-process batch; global = it x accumulation x world size")
       .at_least(0)

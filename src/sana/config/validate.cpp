@@ -90,33 +90,15 @@ struct CheckField {
   void operator()(const ChoiceRef&) const {}  // the loader took only a known name
 };
 
-std::string working_world_sizes(const TrainConfig& t) {
-  if (t.global_batch_size % t.micro_batch_size != 0) return "";
-  const int64_t micro_batches = t.global_batch_size / t.micro_batch_size;
-  std::vector<int64_t> sizes;
-  for (int64_t w = 1; w <= micro_batches; ++w) {
-    if (micro_batches % w == 0) sizes.push_back(w);
-  }
-  return fmt::format("{}", fmt::join(sizes, ", "));
-}
-
+// Any world size works: ranks' shares of a global batch differ by at most one sample and
+// each is cut into micro-batches of at most micro_batch_size. Only more processes than
+// samples per step cannot.
 void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
-  if (t.global_batch_size < 1 || t.micro_batch_size < 1 || world_size < 1) return;
-  if (accumulation_steps(t, world_size) > 0) return;
-  const std::string sizes = working_world_sizes(t);
-  if (sizes.empty()) {
-    c.fail("train.global_batch_size",
-           fmt::format("{} is not a multiple of train.micro_batch_size {}", t.global_batch_size,
-                       t.micro_batch_size),
-           "make global_batch_size = micro_batch_size x world size x accumulation steps");
-    return;
-  }
+  if (t.global_batch_size < 1 || world_size <= t.global_batch_size) return;
   c.fail("train.global_batch_size",
-         fmt::format("{} is not train.micro_batch_size {} x world size {} x a whole number",
-                     t.global_batch_size, t.micro_batch_size, world_size),
-         fmt::format("with these batch sizes the world size must be one of: {}; or change "
-                     "train.micro_batch_size",
-                     sizes));
+         fmt::format("{} is smaller than the world size {}: every process needs at least one sample per step",
+                     t.global_batch_size, world_size),
+         "raise train.global_batch_size or start fewer processes");
 }
 
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {

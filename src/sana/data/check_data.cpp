@@ -4,17 +4,19 @@
 #include <chrono>
 
 #include "sana/data/loader.h"
+#include "sana/data/plan_coverage.h"
 #include "sana/util/log.h"
 
 namespace sana::data {
 
-CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache) {
+CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache, int64_t token_cell) {
   using Clock = std::chrono::steady_clock;
-  const Dataset ds = Dataset::open(cfg);
+  const Dataset ds = Dataset::open(cfg, {}, token_cell);
+  // What training would leave out, said here too (as warnings: this command reads the data).
+  check_plan_coverage(ds, ds.plan(0), cfg, "check-data", /*refuse=*/false);
   // A plan of global batches of one: every sample exactly once, in a shuffled order.
-  const EpochPlan plan = EpochPlan::build(ds.bucket_of(), ds.buckets().size(), 1,
-                                          static_cast<uint64_t>(cfg.train.seed), 0,
-                                          TailPolicy::drop);
+  const EpochPlan plan = EpochPlan::build(ds.members_ptr(), 1,
+                                          static_cast<uint64_t>(cfg.train.seed), 0, TailPolicy::drop);
   LoaderOptions o = loader_options_for(cfg);
   const int64_t total = limit > 0 ? std::min<int64_t>(limit, plan.steps()) : plan.steps();
   log::info("check-data: decoding {} of {} samples with {} worker{}", total, plan.steps(),

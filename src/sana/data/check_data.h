@@ -27,6 +27,7 @@ struct CheckDataResult {
 // Decodes `limit` samples (0: all) of a shuffled pass over the config's data. Throws
 // IndexError when the data cannot be indexed. `fill_cache`: every decoded sample also goes
 // into the data.cache: disk file that training with these settings reads.
-CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache = false);
+// `token_cell`: as Dataset::open's (train.batch_tokens needs it to say what training leaves out).
+CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache = false, int64_t token_cell = 0);
 
 }  // namespace sana::data

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
 #include <filesystem>
 
 #include "sana/data/index_builder.h"
 #include "sana/util/hash.h"
+#include "sana/util/log.h"
 
 namespace sana::data {
 
@@ -34,47 +37,69 @@ BucketSet bucket_set_for(const config::Config& cfg) {
   return BucketSet(bucket_tables_for(cfg), parse_scale_rule(cfg.data.multi_scale_rule));
 }
 
-Dataset Dataset::open(const config::Config& cfg, const IndexBuildOptions& options) {
+std::string BatchSpec::describe() const {
+  return batch_tokens > 0 ? fmt::format("train.batch_tokens {}", batch_tokens)
+                          : fmt::format("train.global_batch_size {}", global_batch);
+}
+
+BatchSpec batch_spec_of(const config::TrainConfig& t) { return {t.global_batch_size, t.batch_tokens}; }
+
+Dataset Dataset::open(const config::Config& cfg, const IndexBuildOptions& options, int64_t token_cell) {
   const std::string cache = (std::filesystem::path(cfg.work_dir) / "index").string();
   const std::string path = ensure_index(cfg.data.data_dir, cache, options);
   auto index = std::make_unique<DatasetIndex>(DatasetIndex::open(path));
-  return Dataset(std::move(index), bucket_set_for(cfg), cfg);
+  return Dataset(std::move(index), bucket_set_for(cfg), cfg, cache, options, token_cell);
 }
 
-Dataset::Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const config::Config& cfg)
+Dataset::Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const config::Config& cfg,
+                 const std::string& bucket_folder, const IndexBuildOptions& options, int64_t token_cell)
     : index_(std::move(index)),
       buckets_(std::move(buckets)),
-      global_batch_(cfg.train.global_batch_size),
+      spec_(batch_spec_of(cfg.train)),
+      token_cell_(token_cell),
       seed_(static_cast<uint64_t>(cfg.train.seed)),
       tail_(cfg.data.tail) {
-  const uint64_t n = index_->size();
-  bucket_of_.resize(n);
-  std::vector<int64_t> count(static_cast<size_t>(buckets_.size()), 0);
-  bool unknown = false;
-  for (uint64_t i = 0; i < n; ++i) {
-    const IndexRecord& r = index_->record(i);
-    if (r.width == 0 || r.height == 0 || (r.flags & kSizeUnknown) != 0) {
-      unknown = true;
-      continue;
-    }
-    bucket_of_[i] = static_cast<uint16_t>(
-        buckets_.assign(static_cast<int>(r.height), static_cast<int>(r.width)));
-    ++count[bucket_of_[i]];
-  }
-  if (unknown) {
-    // A sample whose size is unknown (an unreadable file) goes to the most common bucket:
-    // the loader will substitute it, and there substitutes are plentiful.
-    const auto common = static_cast<uint16_t>(std::max_element(count.begin(), count.end()) -
-                                              count.begin());
-    for (uint64_t i = 0; i < n; ++i) {
-      const IndexRecord& r = index_->record(i);
-      if (r.width == 0 || r.height == 0 || (r.flags & kSizeUnknown) != 0) bucket_of_[i] = common;
-    }
-  }
+  const std::string key = fingerprint() + "/" + cfg.data.multi_scale_rule;
+  const auto path = std::filesystem::path(bucket_folder) / fmt::format("buckets-{}.bin", hash_hex(key));
+  const auto& idx = *index_;
+  const auto bucket = [&](uint64_t i) -> uint16_t {
+    const IndexRecord& r = idx.record(i);
+    if (r.width == 0 || r.height == 0 || (r.flags & kSizeUnknown) != 0) return BucketMembers::kUnknown;
+    return static_cast<uint16_t>(buckets_.assign(static_cast<int>(r.height), static_cast<int>(r.width)));
+  };
+  const auto progress = [&](uint64_t done) {
+    if (options.progress_every_s > 0) log::info("assigning buckets: {} of {} samples", done, idx.size());
+    if (options.on_rows) options.on_rows(done);
+  };
+  members_ = BucketMembers::mapped(path.string(), hash64(key.data(), key.size()), idx.size(), buckets_.size(), bucket,
+                                   progress);
 }
 
-EpochPlan Dataset::plan(int64_t epoch) const {
-  return EpochPlan::build(bucket_of_, buckets_.size(), global_batch_, seed_, epoch, tail_);
+std::vector<uint16_t> Dataset::bucket_vector() const {
+  std::vector<uint16_t> out(static_cast<size_t>(members_->total()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = members_->bucket_of(i);
+  return out;
+}
+
+std::vector<int64_t> Dataset::batch_sizes(const BatchSpec& spec) const {
+  const auto n = static_cast<size_t>(buckets_.size());
+  if (spec.batch_tokens <= 0) return std::vector<int64_t>(n, spec.global_batch);
+  if (token_cell_ <= 0) throw std::logic_error("train.batch_tokens needs the dataset opened with the token cell");
+  std::vector<int64_t> out;
+  for (int b = 0; b < buckets_.size(); ++b) {
+    const auto& bucket = buckets_.bucket(b);
+    const int64_t tokens = std::max<int64_t>(1, (bucket.height / token_cell_) * (bucket.width / token_cell_));
+    out.push_back(std::max<int64_t>(1, std::llround(static_cast<double>(spec.batch_tokens) / tokens)));
+  }
+  return out;
+}
+
+EpochPlan Dataset::plan(int64_t epoch) const { return plan(epoch, {{0, spec_}}); }
+
+EpochPlan Dataset::plan(int64_t epoch, const std::vector<EpochPart>& parts) const {
+  std::vector<PlanSegment> segments;
+  for (const auto& part : parts) segments.push_back({part.first_step, batch_sizes(part.batch)});
+  return EpochPlan::build(members_, std::move(segments), seed_, epoch, tail_);
 }
 
 std::string Dataset::fingerprint() const {

@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "sana/util/error.h"
@@ -43,32 +45,44 @@ std::vector<int64_t> distributed_sampler_indices(int64_t n, int world_size, int 
 EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
                           int world_size) {
   if (cfg.data.sampler != config::DataSampler::distributed) return ds.plan(epoch);
-  const auto& of = ds.bucket_of();
-  if (std::any_of(of.begin(), of.end(), [&](uint16_t b) { return b != of.front(); })) {
+  const auto& members = ds.members();
+  int used = 0;
+  uint16_t only = 0;
+  for (int b = 0; b < members.buckets(); ++b) {
+    if (members.count(b) == 0) continue;
+    ++used;
+    only = static_cast<uint16_t>(b);
+  }
+  if (used > 1) {
     throw UsageError(
         "data.sampler=distributed needs single-resolution data (one bucket), but the samples "
         "fall into several; set model.multi_scale: false or data.sampler: bucket",
         "config error");
   }
-  const int64_t n = static_cast<int64_t>(of.size());
+  const int64_t n = members.total();
   const int64_t g = cfg.train.global_batch_size, m = cfg.train.micro_batch_size;
-  const int64_t a = g / (m * world_size);
+  if (g % (m * world_size) != 0) {
+    throw UsageError(fmt::format("data.sampler=distributed gives every process train.global_batch_size / world size "
+                                 "samples, as torch's DistributedSampler: {} is not train.micro_batch_size {} x "
+                                 "world size {} x a whole number; change the batch sizes or use data.sampler: bucket",
+                                 g, m, world_size),
+                     "config error");
+  }
+  const int64_t share = g / world_size;
   std::vector<std::vector<int64_t>> per_rank;
   for (int r = 0; r < world_size; ++r) {
     per_rank.push_back(distributed_sampler_indices(n, world_size, r,
                                                    static_cast<uint64_t>(cfg.train.seed), epoch,
                                                    true, cfg.data.tail == config::Tail::drop));
   }
-  const int64_t per_rank_len = static_cast<int64_t>(per_rank.front().size());
-  const int64_t steps = per_rank_len / (a * m);
+  // Each rank's list in order, cut into its consecutive shares of the global batches.
+  const int64_t steps = static_cast<int64_t>(per_rank.front().size()) / share;
   std::vector<SampleId> ids(static_cast<size_t>(steps * g));
   for (int64_t j = 0; j < steps; ++j) {
-    for (int64_t t = 0; t < a; ++t) {
-      for (int r = 0; r < world_size; ++r) {
-        for (int64_t k = 0; k < m; ++k) {
-          ids[static_cast<size_t>(j * g + (t * world_size + r) * m + k)] = static_cast<SampleId>(
-              per_rank[static_cast<size_t>(r)][static_cast<size_t>((j * a + t) * m + k)]);
-        }
+    for (int r = 0; r < world_size; ++r) {
+      for (int64_t k = 0; k < share; ++k) {
+        ids[static_cast<size_t>(j * g + r * share + k)] =
+            static_cast<SampleId>(per_rank[static_cast<size_t>(r)][static_cast<size_t>(j * share + k)]);
       }
     }
   }
@@ -76,16 +90,15 @@ EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t 
   st.num_samples = n;
   st.samples_per_bucket.assign(static_cast<size_t>(ds.buckets().size()), 0);
   st.steps_per_bucket.assign(static_cast<size_t>(ds.buckets().size()), 0);
+  st.batch_per_bucket.assign(static_cast<size_t>(ds.buckets().size()), g);
   if (n > 0) {
-    st.samples_per_bucket[of.front()] = n;
-    st.steps_per_bucket[of.front()] = steps;
+    st.samples_per_bucket[only] = n;
+    st.steps_per_bucket[only] = steps;
   }
   st.dropped = std::max<int64_t>(0, n - steps * g);
   st.padded = std::max<int64_t>(0, steps * g - n);
-  return EpochPlan::from_batches(std::move(ids),
-                                 std::vector<uint16_t>(static_cast<size_t>(steps),
-                                                       n > 0 ? of.front() : 0),
-                                 g, epoch, std::move(st));
+  return EpochPlan::from_batches(std::move(ids), std::vector<uint16_t>(static_cast<size_t>(steps), only), g, epoch,
+                                 std::move(st));
 }
 
 }  // namespace sana::data

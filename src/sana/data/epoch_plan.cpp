@@ -3,85 +3,119 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 #include <stdexcept>
 
 #include "sana/util/hash.h"
+#include "sana/util/permutation.h"
 #include "sana/util/random.h"
 
 namespace sana::data {
 
-EpochPlan EpochPlan::build(const std::vector<uint16_t>& bucket_of, int num_buckets,
-                           int64_t global_batch, uint64_t seed, int64_t epoch, TailPolicy tail) {
+namespace {
+using u128 = unsigned __int128;
+
+uint64_t mix(uint64_t key, uint64_t a, uint64_t b) {
+  util::RandomStream s(key ^ (a * 0x9e3779b97f4a7c15ULL) ^ (b * 0xc2b2ae3d27d4eb4fULL));
+  return s.next_u64();
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> rank_share(int64_t global, int rank, int world) {
+  const int64_t base = global / world, extra = global % world;
+  const int64_t first = rank * base + std::min<int64_t>(rank, extra);
+  return {first, first + base + (rank < extra ? 1 : 0)};
+}
+
+int64_t micro_batches(int64_t share, int64_t micro) { return (share + micro - 1) / micro; }
+
+EpochPlan EpochPlan::build(std::shared_ptr<const BucketMembers> members, int64_t global_batch, uint64_t seed,
+                           int64_t epoch, TailPolicy tail) {
   if (global_batch < 1) throw std::invalid_argument("global batch size must be at least 1");
+  const auto buckets = static_cast<size_t>(members->buckets());
+  return build(std::move(members), {PlanSegment{0, std::vector<int64_t>(buckets, global_batch)}}, seed, epoch, tail);
+}
+
+// Each segment cuts what remains of each bucket's order (a suffix, from `offset`) into
+// global batches; the steps of a segment before the next one starts consume a prefix of
+// every bucket's batches, which moves the offsets on.
+EpochPlan EpochPlan::build(std::shared_ptr<const BucketMembers> members, std::vector<PlanSegment> segments,
+                           uint64_t seed, int64_t epoch, TailPolicy tail) {
+  if (segments.empty() || segments.front().first_step != 0) {
+    throw std::invalid_argument("an epoch plan's first segment starts at step 0");
+  }
   EpochPlan plan;
-  plan.global_batch_ = global_batch;
   plan.epoch_ = epoch;
-  PlanStats& st = plan.stats_;
-  st.num_samples = static_cast<int64_t>(bucket_of.size());
-  st.samples_per_bucket.assign(static_cast<size_t>(num_buckets), 0);
-  st.steps_per_bucket.assign(static_cast<size_t>(num_buckets), 0);
-
-  // Members of each bucket, in sample-id order (two passes: counts, then fill).
-  std::vector<int64_t> start(static_cast<size_t>(num_buckets) + 1, 0);
-  for (uint16_t b : bucket_of) {
-    if (b >= num_buckets) throw std::invalid_argument(fmt::format("bucket id {} out of range", b));
-    ++st.samples_per_bucket[b];
-  }
-  std::partial_sum(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), start.begin() + 1);
-  std::vector<SampleId> members(bucket_of.size());
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (size_t i = 0; i < bucket_of.size(); ++i) {
-      members[static_cast<size_t>(fill[bucket_of[i]]++)] = static_cast<SampleId>(i);
+  plan.members_ = std::move(members);
+  plan.order_key_ = util::stream_key("plan.bucket", {seed, static_cast<uint64_t>(epoch)});
+  const int nb = plan.members_->buckets();
+  Hasher h;
+  h.update(std::string("plan v2"));
+  for (uint64_t v : {seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(tail)}) h.update_value(v);
+  for (int b = 0; b < nb; ++b) h.update_value(plan.members_->count(b));
+  std::vector<int64_t> offset(static_cast<size_t>(nb), 0);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const auto& spec = segments[i];
+    if (spec.batch.size() != static_cast<size_t>(nb)) throw std::invalid_argument("a batch size per bucket");
+    Segment seg;
+    seg.first_step = spec.first_step;
+    seg.batch = spec.batch;
+    seg.offset = offset;
+    seg.key = util::stream_key("plan.order", {seed, static_cast<uint64_t>(epoch), i});
+    for (int b = 0; b < nb; ++b) {
+      const auto k = static_cast<size_t>(b);
+      const int64_t g = seg.batch[k], left = plan.members_->count(b) - offset[k];
+      if (g < 1) throw std::invalid_argument("global batch size must be at least 1");
+      seg.batches.push_back(left / g + (left % g > 0 && tail == TailPolicy::pad ? 1 : 0));
+      seg.steps += seg.batches.back();
     }
-  }
-
-  // 1-2. Shuffle each bucket from (seed, epoch, bucket); cut into global batches.
-  for (int b = 0; b < num_buckets; ++b) {
-    SampleId* first = members.data() + start[static_cast<size_t>(b)];
-    const int64_t n = st.samples_per_bucket[static_cast<size_t>(b)];
-    if (n == 0) continue;
-    util::RandomStream rng(util::stream_key(
-        "plan.bucket", {seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(b)}));
-    util::shuffle(first, first + n, rng);
-    int64_t full = n / global_batch;
-    const int64_t rest = n % global_batch;
-    plan.ids_.insert(plan.ids_.end(), first, first + full * global_batch);
-    if (rest > 0 && tail == TailPolicy::pad) {
-      // The tail is filled by wrapping around the bucket's shuffled order, so every
-      // sample appears at least once and the batch keeps its shape and resolution.
-      for (int64_t k = 0; k < global_batch; ++k) {
-        plan.ids_.push_back(first[(full * global_batch + k) % n]);
+    h.update_value(seg.first_step);
+    h.update(seg.batch.data(), seg.batch.size() * sizeof(int64_t));
+    if (i + 1 < segments.size()) {
+      const int64_t local = segments[i + 1].first_step - seg.first_step;
+      if (local < 0 || local > seg.steps) {
+        throw std::invalid_argument(fmt::format("plan segment {} starts at step {}, outside the previous one's steps",
+                                                i + 1, segments[i + 1].first_step));
       }
-      st.padded += global_batch - rest;
-      ++full;
+      const auto taken = plan.taken_before(seg, local);
+      for (int b = 0; b < nb; ++b) {
+        const auto k = static_cast<size_t>(b);
+        offset[k] = std::min(plan.members_->count(b), offset[k] + taken[k] * seg.batch[k]);
+      }
+    }
+    plan.segments_.push_back(std::move(seg));
+  }
+  plan.steps_ = plan.segments_.back().first_step + plan.segments_.back().steps;
+  plan.fingerprint_ = h.hex();
+  plan.finish_stats(tail);
+  return plan;
+}
+
+void EpochPlan::finish_stats(TailPolicy tail) {
+  const int nb = members_->buckets();
+  PlanStats& st = stats_;
+  st.num_samples = members_->total();
+  st.steps = steps_;
+  st.samples_per_bucket.assign(static_cast<size_t>(nb), 0);
+  st.steps_per_bucket.assign(static_cast<size_t>(nb), 0);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    const auto& seg = segments_[i];
+    const auto taken = i + 1 < segments_.size() ? taken_before(seg, segments_[i + 1].first_step - seg.first_step)
+                                                : seg.batches;
+    for (size_t b = 0; b < taken.size(); ++b) st.steps_per_bucket[b] += taken[b];
+  }
+  const auto& last = segments_.back();
+  st.batch_per_bucket = last.batch;
+  for (int b = 0; b < nb; ++b) {
+    const auto k = static_cast<size_t>(b);
+    st.samples_per_bucket[k] = members_->count(b);
+    const int64_t left = members_->count(b) - last.offset[k], rest = left % last.batch[k];
+    if (rest == 0) continue;
+    if (tail == TailPolicy::pad) {
+      st.padded += last.batch[k] - rest;
     } else {
       st.dropped += rest;
     }
-    st.steps_per_bucket[static_cast<size_t>(b)] = full;
-    plan.step_bucket_.insert(plan.step_bucket_.end(), static_cast<size_t>(full),
-                             static_cast<uint16_t>(b));
   }
-
-  // 3. Shuffle the order of all global batches from (seed, epoch).
-  const int64_t steps = static_cast<int64_t>(plan.step_bucket_.size());
-  std::vector<int64_t> order(static_cast<size_t>(steps));
-  std::iota(order.begin(), order.end(), 0);
-  util::RandomStream rng(util::stream_key("plan.order", {seed, static_cast<uint64_t>(epoch)}));
-  util::shuffle(order.begin(), order.end(), rng);
-  std::vector<SampleId> ids(plan.ids_.size());
-  std::vector<uint16_t> buckets(plan.step_bucket_.size());
-  for (int64_t j = 0; j < steps; ++j) {
-    const auto from = static_cast<size_t>(order[static_cast<size_t>(j)]);
-    buckets[static_cast<size_t>(j)] = plan.step_bucket_[from];
-    std::copy_n(plan.ids_.begin() + static_cast<std::ptrdiff_t>(from * global_batch), global_batch,
-                ids.begin() + static_cast<std::ptrdiff_t>(j * global_batch));
-  }
-  plan.ids_ = std::move(ids);
-  plan.step_bucket_ = std::move(buckets);
-  st.steps = steps;
-  return plan;
 }
 
 EpochPlan EpochPlan::from_batches(std::vector<SampleId> ids, std::vector<uint16_t> step_buckets,
@@ -90,44 +124,181 @@ EpochPlan EpochPlan::from_batches(std::vector<SampleId> ids, std::vector<uint16_
     throw std::invalid_argument("a plan needs steps x global batch sample ids");
   }
   EpochPlan plan;
-  plan.global_batch_ = global_batch;
   plan.epoch_ = epoch;
-  plan.ids_ = std::move(ids);
-  plan.step_bucket_ = std::move(step_buckets);
+  plan.fixed_batch_ = global_batch;
+  plan.fixed_ids_ = std::move(ids);
+  plan.fixed_buckets_ = std::move(step_buckets);
+  plan.steps_ = static_cast<int64_t>(plan.fixed_buckets_.size());
   plan.stats_ = std::move(stats);
-  plan.stats_.steps = plan.steps();
+  plan.stats_.steps = plan.steps_;
+  Hasher h;
+  h.update_value(global_batch);
+  h.update(plan.fixed_buckets_.data(), plan.fixed_buckets_.size() * sizeof(uint16_t));
+  h.update(plan.fixed_ids_.data(), plan.fixed_ids_.size() * sizeof(SampleId));
+  plan.fingerprint_ = h.hex();
   return plan;
 }
 
-std::vector<SampleId> EpochPlan::micro_batch(int64_t step, int rank, int world, int64_t micro,
-                                             int64_t micro_step) const {
-  const int64_t first = (micro_step * world + rank) * micro;
-  if (first + micro > global_batch_) {
-    throw std::out_of_range(fmt::format(
-        "micro-step {} of rank {} (world {}, micro-batch {}) is outside a global batch of {}",
-        micro_step, rank, world, micro, global_batch_));
-  }
-  const SampleId* b = batch(step);
-  return std::vector<SampleId>(b + first, b + first + micro);
+uint64_t EpochPlan::key_numerator(const Segment& seg, int b, int64_t c) const {
+  return static_cast<uint64_t>(c) << 32 | mix(seg.key, static_cast<uint64_t>(b), static_cast<uint64_t>(c)) >> 32;
 }
 
-std::vector<SampleId> EpochPlan::rank_slice(int64_t step, int rank, int world,
-                                            int64_t micro) const {
-  std::vector<SampleId> out;
-  const int64_t accumulation = global_batch_ / (micro * world);
-  for (int64_t t = 0; t < accumulation; ++t) {
-    const auto part = micro_batch(step, rank, world, micro, t);
-    out.insert(out.end(), part.begin(), part.end());
+// Batch c of bucket b has the key (c + u) / batches_b with u in [0, 1): a bucket's
+// batches come in order, spread evenly over the segment with a random jitter, and the
+// buckets interleave at random. Compared exactly (128-bit cross products); ties by bucket.
+bool EpochPlan::key_less(const Segment& seg, int b1, int64_t c1, int b2, int64_t c2) const {
+  const u128 left = static_cast<u128>(key_numerator(seg, b1, c1)) * static_cast<uint64_t>(seg.batches[static_cast<size_t>(b2)]);
+  const u128 right = static_cast<u128>(key_numerator(seg, b2, c2)) * static_cast<uint64_t>(seg.batches[static_cast<size_t>(b1)]);
+  return left < right || (left == right && b1 < b2);
+}
+
+// The keys below t / 2^64 are a prefix of the merge order, and per bucket they are
+// counted in O(1): batch c's key is below exactly when c * 2^64 + u * 2^32 < t * batches.
+// A binary search on t finds the largest prefix not longer than `local_step`; the few keys
+// left (those within 2^-64 of each other) are merged one by one.
+std::vector<int64_t> EpochPlan::taken_before(const Segment& seg, int64_t local_step) const {
+  const int nb = static_cast<int>(seg.batches.size());
+  if (local_step >= seg.steps) return seg.batches;
+  std::vector<int64_t> taken(static_cast<size_t>(nb), 0);
+  if (local_step <= 0) return taken;
+  auto below = [&](uint64_t t, std::vector<int64_t>* out) {
+    int64_t total = 0;
+    for (int b = 0; b < nb; ++b) {
+      const auto k = static_cast<uint64_t>(seg.batches[static_cast<size_t>(b)]);
+      const u128 x = static_cast<u128>(t) * k;
+      const auto c0 = static_cast<uint64_t>(x >> 64);
+      uint64_t n = c0;
+      if (c0 < k && (mix(seg.key, static_cast<uint64_t>(b), c0) >> 32 << 32) < static_cast<uint64_t>(x)) ++n;
+      n = std::min(n, k);
+      if (out) (*out)[static_cast<size_t>(b)] = static_cast<int64_t>(n);
+      total += static_cast<int64_t>(n);
+    }
+    return total;
+  };
+  uint64_t t = 0;
+  for (int bit = 63; bit >= 0; --bit) {
+    const uint64_t candidate = t | uint64_t{1} << bit;
+    if (below(candidate, nullptr) <= local_step) t = candidate;
+  }
+  int64_t done = below(t, &taken);
+  for (; done < local_step; ++done) {
+    int best = -1;
+    for (int b = 0; b < nb; ++b) {
+      const auto k = static_cast<size_t>(b);
+      if (taken[k] >= seg.batches[k]) continue;
+      if (best < 0 || key_less(seg, b, taken[k], best, taken[static_cast<size_t>(best)])) best = b;
+    }
+    ++taken[static_cast<size_t>(best)];
+  }
+  return taken;
+}
+
+size_t EpochPlan::segment_of(int64_t step) const {
+  size_t s = 0;
+  while (s + 1 < segments_.size() && segments_[s + 1].first_step <= step) ++s;
+  return s;
+}
+
+StepBatch EpochPlan::assemble(const Segment& seg, int b, int64_t c, int64_t step) const {
+  StepBatch out;
+  out.step = step;
+  out.bucket = b;
+  const auto k = static_cast<size_t>(b);
+  const int64_t g = seg.batch[k], n = members_->count(b);
+  const util::KeyedPermutation order(static_cast<uint64_t>(n), util::stream_key("plan.bucket", {order_key_, k}));
+  out.ids.reserve(static_cast<size_t>(g));
+  for (int64_t q = 0; q < g; ++q) {
+    int64_t p = seg.offset[k] + c * g + q;
+    // A padded tail wraps around to the start of the bucket's order: every sample once,
+    // and the batch keeps its shape.
+    if (p >= n) p = (p - n) % n;
+    out.ids.push_back(members_->member(b, static_cast<int64_t>(order(static_cast<uint64_t>(p)))));
   }
   return out;
 }
 
-std::string EpochPlan::fingerprint() const {
-  Hasher h;
-  h.update_value(global_batch_);
-  h.update(step_bucket_.data(), step_bucket_.size() * sizeof(uint16_t));
-  h.update(ids_.data(), ids_.size() * sizeof(SampleId));
-  return h.hex();
+StepBatch EpochPlan::batch(int64_t step) const {
+  if (step < 0 || step >= steps_) throw std::out_of_range(fmt::format("step {} of a {}-step plan", step, steps_));
+  if (!members_) {
+    StepBatch out{step, fixed_buckets_[static_cast<size_t>(step)], {}};
+    const auto first = fixed_ids_.begin() + static_cast<std::ptrdiff_t>(step * fixed_batch_);
+    out.ids.assign(first, first + fixed_batch_);
+    return out;
+  }
+  const auto& seg = segments_[segment_of(step)];
+  const auto taken = taken_before(seg, step - seg.first_step);
+  int best = -1;
+  for (int b = 0; b < static_cast<int>(taken.size()); ++b) {
+    const auto k = static_cast<size_t>(b);
+    if (taken[k] >= seg.batches[k]) continue;
+    if (best < 0 || key_less(seg, b, taken[k], best, taken[static_cast<size_t>(best)])) best = b;
+  }
+  return assemble(seg, best, taken[static_cast<size_t>(best)], step);
+}
+
+std::vector<SampleId> EpochPlan::rank_slice(int64_t step, int rank, int world) const {
+  auto all = batch(step).ids;
+  const auto [first, last] = rank_share(static_cast<int64_t>(all.size()), rank, world);
+  return std::vector<SampleId>(all.begin() + first, all.begin() + last);
+}
+
+int64_t EpochPlan::min_batch() const {
+  if (!members_) return fixed_batch_;
+  int64_t out = 0;
+  for (const auto& seg : segments_) {
+    for (size_t b = 0; b < seg.batch.size(); ++b) {
+      if (seg.batches[b] > 0 && (out == 0 || seg.batch[b] < out)) out = seg.batch[b];
+    }
+  }
+  return out;
+}
+
+EpochPlan::Cursor::Cursor(const EpochPlan& plan, int64_t first_step) : plan_(&plan), step_(first_step) {
+  if (first_step < 0 || first_step > plan.steps_) {
+    throw std::out_of_range(fmt::format("step {} of a {}-step plan", first_step, plan.steps_));
+  }
+  if (!plan.members_ || first_step == plan.steps_) return;
+  segment_ = plan.segment_of(first_step);
+  enter_segment(segment_, first_step - plan.segments_[segment_].first_step);
+}
+
+void EpochPlan::Cursor::enter_segment(size_t s, int64_t local_step) {
+  const auto& seg = plan_->segments_[s];
+  segment_ = s;
+  taken_ = plan_->taken_before(seg, local_step);
+  heap_.clear();
+  for (size_t b = 0; b < taken_.size(); ++b) {
+    if (taken_[b] < seg.batches[b]) heap_.emplace_back(taken_[b], static_cast<int>(b));
+  }
+  auto later = [this, &seg](const std::pair<int64_t, int>& x, const std::pair<int64_t, int>& y) {
+    return plan_->key_less(seg, y.second, y.first, x.second, x.first);
+  };
+  std::make_heap(heap_.begin(), heap_.end(), later);
+}
+
+bool EpochPlan::Cursor::next(StepBatch& out) {
+  if (step_ >= plan_->steps_) return false;
+  if (!plan_->members_) {
+    out = plan_->batch(step_++);
+    return true;
+  }
+  if (segment_ + 1 < plan_->segments_.size() && plan_->segments_[segment_ + 1].first_step <= step_) {
+    enter_segment(plan_->segment_of(step_), 0);
+  }
+  const auto& seg = plan_->segments_[segment_];
+  auto later = [this, &seg](const std::pair<int64_t, int>& x, const std::pair<int64_t, int>& y) {
+    return plan_->key_less(seg, y.second, y.first, x.second, x.first);
+  };
+  std::pop_heap(heap_.begin(), heap_.end(), later);
+  const auto [c, b] = heap_.back();
+  heap_.pop_back();
+  out = plan_->assemble(seg, b, c, step_++);
+  ++taken_[static_cast<size_t>(b)];
+  if (c + 1 < seg.batches[static_cast<size_t>(b)]) {
+    heap_.emplace_back(c + 1, b);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  return true;
 }
 
 }  // namespace sana::data

@@ -67,16 +67,14 @@ LoaderOptions loader_options_for(const config::Config& cfg) {
 
 Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts,
                int64_t first_step)
-    : dataset_(dataset), plan_(plan), opts_(std::move(opts)) {
-  const int64_t per_micro = opts_.micro_batch * opts_.world_size;
-  if (per_micro <= 0 || plan.global_batch() % per_micro != 0) {
-    throw LoaderError(fmt::format("global batch {} is not micro-batch {} x world size {} x a "
-                                  "whole number",
-                                  plan.global_batch(), opts_.micro_batch, opts_.world_size));
+    : dataset_(dataset), plan_(plan), opts_(std::move(opts)), cursor_(plan.cursor(first_step)) {
+  if (opts_.micro_batch < 1 || opts_.world_size < 1) {
+    throw LoaderError(fmt::format("micro-batch {} and world size {} must be at least 1", opts_.micro_batch,
+                                  opts_.world_size));
   }
-  const int64_t accumulation = plan.global_batch() / per_micro;
-  for (int64_t s = first_step; s < plan.steps(); ++s) {
-    for (int64_t t = 0; t < accumulation; ++t) jobs_.push_back({s, t});
+  if (plan.steps() > first_step && plan.min_batch() < opts_.world_size) {
+    throw LoaderError(fmt::format("a global batch of {} samples on {} processes leaves a process without samples",
+                                  plan.min_batch(), opts_.world_size));
   }
   // The workers are the decode parallelism: OpenCV's own thread pool (one thread per core
   // in every process by default) would only add threads that compete with training.
@@ -131,17 +129,19 @@ void Loader::work(const std::shared_ptr<WorkerGuard>& guard) {
   } on_exit{this, *guard};
   while (true) {
     size_t k = 0;
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       room_.wait(lock, [&] {
-        return stopping_ || next_job_ >= jobs_.size() ||
-               next_job_ < next_out_ + static_cast<size_t>(std::max(1, opts_.prefetch));
+        return stopping_ || plan_done_ || next_job_ < next_out_ + static_cast<size_t>(std::max(1, opts_.prefetch));
       });
-      if (stopping_ || next_job_ >= jobs_.size()) return;
+      if (stopping_ || !refill()) return;
+      job = std::move(pending_.front());
+      pending_.pop_front();
       k = next_job_++;
     }
     try {
-      Batch b = decode_job(jobs_[k], *guard);
+      Batch b = decode_job(job, *guard);
       std::lock_guard<std::mutex> lock(mutex_);
       done_.emplace(k, std::move(b));
     } catch (const LeftBehind&) {
@@ -155,22 +155,43 @@ void Loader::work(const std::shared_ptr<WorkerGuard>& guard) {
   }
 }
 
+bool Loader::refill() {
+  if (!pending_.empty()) return true;
+  if (plan_done_) return false;
+  StepBatch step;
+  if (!cursor_.next(step)) {
+    plan_done_ = true;
+    ready_.notify_all();  // the consumer may be waiting for a batch that will not come
+    return false;
+  }
+  const auto global = static_cast<int64_t>(step.ids.size());
+  const auto [first, last] = rank_share(global, opts_.rank, opts_.world_size);
+  const int64_t count = micro_batches(last - first, opts_.micro_batch);
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t from = first + t * opts_.micro_batch, to = std::min(last, from + opts_.micro_batch);
+    pending_.push_back({step.step, t, count, global, step.bucket,
+                        std::vector<SampleId>(step.ids.begin() + from, step.ids.begin() + to)});
+  }
+  return true;
+}
+
 std::optional<Batch> Loader::next() {
   const auto start = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
-  if (next_out_ >= jobs_.size()) return std::nullopt;
   const auto limit = std::chrono::duration<double>(opts_.wait_timeout_s);
+  const auto ended = [&] { return plan_done_ && next_out_ >= next_job_; };
   const bool arrived = ready_.wait_for(lock, limit, [&] {
-    return errors_.count(next_out_) > 0 || done_.count(next_out_) > 0;
+    return errors_.count(next_out_) > 0 || done_.count(next_out_) > 0 || ended();
   });
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // An error surfaces at its own place in the plan: the same step on every worker count.
   if (auto e = errors_.find(next_out_); e != errors_.end()) std::rethrow_exception(e->second);
   if (!arrived) {
-    throw LoaderError(fmt::format("no batch decoded within {} s (step {}): a worker is stuck, "
+    throw LoaderError(fmt::format("no batch decoded within {} s (micro-batch {} of the epoch): a worker is stuck, "
                                   "e.g. on a hung network file system",
-                                  opts_.wait_timeout_s, jobs_[next_out_].step));
+                                  opts_.wait_timeout_s, next_out_));
   }
+  if (done_.count(next_out_) == 0) return std::nullopt;  // the plan's end
   auto it = done_.find(next_out_);
   Batch b = std::move(it->second);
   done_.erase(it);
@@ -180,13 +201,22 @@ std::optional<Batch> Loader::next() {
   return b;
 }
 
-Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
+namespace {
+template <class Job>
+Batch batch_of(const Job& job) {
   Batch b;
   b.step = job.step;
   b.micro_step = job.micro_step;
-  b.bucket = plan_.bucket(job.step);
-  b.ids = plan_.micro_batch(job.step, opts_.rank, opts_.world_size, opts_.micro_batch,
-                            job.micro_step);
+  b.micro_count = job.micro_count;
+  b.global_batch = job.global_batch;
+  b.bucket = job.bucket;
+  b.ids = job.ids;
+  return b;
+}
+}  // namespace
+
+Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
+  Batch b = batch_of(job);
   const Bucket& bucket = dataset_.buckets().bucket(b.bucket);
   const int h = bucket.height, w = bucket.width;
   const auto n = static_cast<int64_t>(b.ids.size());
@@ -282,11 +312,12 @@ SampleId Loader::with_substitutes(SampleId id, int bucket, int64_t epoch,
                                   Batch& batch) {
   SampleId candidate = id;
   std::set<SampleId> tried;
-  const auto& members = bucket_members(bucket);
+  const auto& members = dataset_.members();
   const uint64_t total = dataset_.index().size();
   // Substitutes come from the bucket unless it has no other member; then from anywhere
   // (the decoder fits any image to this bucket, so the batch keeps its shape).
-  const bool whole_dataset = members.size() <= 1;
+  const auto in_bucket = static_cast<uint64_t>(members.count(bucket));
+  const bool whole_dataset = in_bucket <= 1;
   for (int attempt = 0; attempt <= kSubstituteAttempts; ++attempt) {
     tried.insert(candidate);
     std::string reason;
@@ -299,7 +330,7 @@ SampleId Loader::with_substitutes(SampleId id, int bucket, int64_t epoch,
     count(candidate, reason, attempt > 0);
     if (reason.empty()) return candidate;
     batch.bad_reasons.push_back(reason.substr(0, reason.find(':')));
-    const uint64_t pool = whole_dataset ? total : members.size();
+    const uint64_t pool = whole_dataset ? total : in_bucket;
     if (tried.size() >= pool) break;
     // The substitute is a pure function of (seed, epoch, sample, attempt) too.
     util::RandomStream pick(util::stream_key(
@@ -307,25 +338,13 @@ SampleId Loader::with_substitutes(SampleId id, int bucket, int64_t epoch,
         {opts_.seed, static_cast<uint64_t>(epoch), id, static_cast<uint64_t>(attempt)}));
     do {
       const uint64_t k = pick.below(pool);
-      candidate = whole_dataset ? static_cast<SampleId>(k) : members[k];
+      candidate = whole_dataset ? static_cast<SampleId>(k) : members.member(bucket, static_cast<int64_t>(k));
     } while (tried.count(candidate) > 0);
   }
   throw LoaderError(fmt::format(
       "sample {} and {} substitutes ({}) could not be read: the data is mostly unreadable; run "
       "sana-train check-data",
       id, tried.size() - 1, dataset_.buckets().describe(bucket)));
-}
-
-const std::vector<SampleId>& Loader::bucket_members(int bucket) {
-  std::lock_guard<std::mutex> lock(bad_mutex_);
-  auto it = members_.find(bucket);
-  if (it != members_.end()) return it->second;
-  std::vector<SampleId> m;
-  const auto& of = dataset_.bucket_of();
-  for (size_t i = 0; i < of.size(); ++i) {
-    if (of[i] == bucket) m.push_back(static_cast<SampleId>(i));
-  }
-  return members_.emplace(bucket, std::move(m)).first->second;
 }
 
 BadSampleCounts Loader::bad_counts() const {

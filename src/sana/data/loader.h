@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -57,6 +58,8 @@ LoaderOptions loader_options_for(const config::Config& cfg);
 struct Batch {
   int64_t step = 0;
   int64_t micro_step = 0;
+  int64_t micro_count = 0;   // this rank's micro-batches in the step
+  int64_t global_batch = 0;  // samples in the step on all ranks
   int bucket = 0;
   torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
   torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
@@ -104,8 +107,13 @@ class Loader {
 
  private:
   struct Job {
-    int64_t step, micro_step;
+    int64_t step = 0, micro_step = 0, micro_count = 0, global_batch = 0;
+    int bucket = 0;
+    std::vector<SampleId> ids;
   };
+  // The next step's micro-batches of this rank into pending_ (mutex_ held); false at the
+  // plan's end.
+  bool refill();
   // What a worker shares with the loader that must outlive it: a worker counts itself
   // `inside` whenever it touches the loader and steps out only around each read that may
   // never return (outside()); the destructor waits until none is inside and marks the
@@ -154,18 +162,19 @@ class Loader {
   void count(SampleId candidate, const std::string& reason, bool substitute);
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
-  const std::vector<SampleId>& bucket_members(int bucket);
 
   const Dataset& dataset_;
   const EpochPlan& plan_;
   LoaderOptions opts_;
   std::shared_ptr<WorkerGuard> guard_ = std::make_shared<WorkerGuard>();
-  std::vector<Job> jobs_;
   std::vector<std::thread> threads_;
 
   std::mutex mutex_;
   std::condition_variable ready_;  // a result arrived
   std::condition_variable room_;   // the consumer took one: room to decode ahead
+  EpochPlan::Cursor cursor_;       // steps are read from the plan as workers reach them
+  std::deque<Job> pending_;        // the current step's micro-batches not yet taken
+  bool plan_done_ = false;         // the cursor has passed the last step
   size_t next_job_ = 0;            // next job a worker takes
   size_t next_out_ = 0;            // next job the consumer takes
   std::map<size_t, Batch> done_;
@@ -178,7 +187,6 @@ class Loader {
   mutable std::mutex bad_mutex_;
   BadSampleCounts bad_;
   std::set<SampleId> logged_;
-  std::map<int, std::vector<SampleId>> members_;
 };
 
 }  // namespace sana::data

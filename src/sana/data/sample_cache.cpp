@@ -191,7 +191,7 @@ uint64_t& SampleCache::checksum(uint32_t id) const {
 void SampleCache::unlink() const { ::unlink(path_.c_str()); }
 
 SampleCache::Shape cache_shape(const Dataset& dataset) {
-  SampleCache::Shape shape{dataset.bucket_of(), {}};
+  SampleCache::Shape shape{dataset.bucket_vector(), {}};
   for (int k = 0; k < dataset.buckets().size(); ++k) {
     const Bucket& b = dataset.buckets().bucket(k);
     shape.bucket_hw.emplace_back(b.height, b.width);

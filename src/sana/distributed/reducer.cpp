@@ -69,6 +69,7 @@ class BucketedReducer : public Reducer {
   std::vector<char> ready_;
   std::shared_ptr<HookTarget> target_;
   bool overlap_ = true;
+  bool average_ = true;
   std::mutex mutex_;
   size_t next_launch_ = 0;
   bool syncing_ = false;
@@ -78,7 +79,8 @@ class BucketedReducer : public Reducer {
 BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                  const ReducerOptions& opts)
     : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0), target_(std::make_shared<HookTarget>()),
-      overlap_(opts.overlap) {
+      overlap_(opts.overlap),
+      average_(opts.average) {
   std::vector<ParamInfo> infos;
   infos.reserve(params_.size());
   for (const auto& [name, p] : params_) {
@@ -230,7 +232,7 @@ void BucketedReducer::finalize() {
   for (auto& b : buckets_) {
     rt_.wait(b.work, "gradient all-reduce");
     b.work.reset();
-    if (world != 1.0) b.flat.div_(world);
+    if (world != 1.0 && average_) b.flat.div_(world);
   }
 }
 

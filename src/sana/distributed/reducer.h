@@ -50,7 +50,7 @@ class Reducer {
   // Parameter `param` (an index into make_reducer()'s params) has its gradient for this
   // backward. Ignored unless the backward syncs; a second call in one step is ignored.
   virtual void add_gradient(size_t param) = 0;
-  // After the last micro-step's backward: every gradient averaged over all ranks.
+  // After the last micro-step's backward: every gradient averaged (or summed) over all ranks.
   virtual void finalize() = 0;
   virtual size_t bucket_count() const = 0;
   // The buckets' flat tensors: together they hold every parameter's gradient, each
@@ -69,6 +69,9 @@ struct ReducerOptions {
   double first_bucket_mb = 1.0;  // the cap of the first bucket
   // false: nothing starts before finalize() (for measuring what overlap gains).
   bool overlap = true;
+  // true: gradients averaged over ranks (DDP); false: summed (the trainer normalises each
+  // loss by the global batch itself, so uneven shares still give the full-batch gradient).
+  bool average = true;
 };
 
 // The bucketed, overlapped all-reduce over every parameter of `params`: (name, tensor) in

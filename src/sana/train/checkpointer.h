@@ -18,6 +18,7 @@ struct RunPosition {
   int64_t epoch = 0;          // from 0
   int64_t step_in_epoch = 0;  // the next step of that epoch's plan
   int64_t global_step = 0;
+  int64_t consumed_samples = 0;  // samples of all steps so far (global batches vary with batch changes)
 };
 
 // Why a checkpoint is due after the step that made `global_step` steps (ending epoch

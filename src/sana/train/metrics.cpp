@@ -48,7 +48,8 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   }
   iv_.loss += s.loss;
   iv_.grad_norm += s.grad_norm;
-  iv_.samples += static_cast<double>(t_.global_batch_size);
+  iv_.samples += static_cast<double>(s.samples);
+  run_samples_ += s.samples;
   ++iv_.steps;
   if (main_rank_) write_line(s, times, elapsed);
   const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
@@ -70,11 +71,12 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                       {"loss", number_or_null(s.loss)},
                       {"grad_norm", number_or_null(s.grad_norm)},
                       {"lr", s.lr},
+                      {"samples", s.samples},
                       {"height", s.height},
                       {"width", s.width},
                       {"time_s", elapsed},
                       {"samples_per_s",
-                       static_cast<double>(s.global_step * t_.global_batch_size) / std::max(elapsed, 1e-9)},
+                       static_cast<double>(run_samples_) / std::max(elapsed, 1e-9)},
                       {"skipped", s.skipped},
                       {"time", {{"total", t.total},
                                 {"data", t.data},

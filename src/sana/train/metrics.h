@@ -23,6 +23,7 @@ struct StepRecord {
   double loss = 0, grad_norm = 0, lr = 0;
   int64_t height = 0, width = 0;  // the step's resolution in pixels
   bool skipped = false;           // non-finite: no update
+  int64_t samples = 0;            // the step's global batch
 };
 
 // "1m05s", "2h03m"; "?" for unknown.
@@ -58,6 +59,7 @@ class Metrics {
   Clock::time_point run_start_ = Clock::now();
   Clock::time_point last_record_ = Clock::now();
   double first_loss_ = NAN, last_loss_ = NAN;
+  int64_t run_samples_ = 0;  // samples of the steps this process ran
   struct Interval {
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0;
     StepTimes times;

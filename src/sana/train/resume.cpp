@@ -25,20 +25,12 @@ std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt) {
 void check_resumable(const ckpt::TrainerState& saved, const config::Config& cfg, const std::string& model_name,
                      const std::string& source) {
   const auto& t = cfg.train;
-  if (saved.global_batch_size == t.global_batch_size && saved.seed == t.seed && saved.model == model_name) return;
-  // Upstream's batch style makes the global batch follow the world size: say how to pin it.
-  const std::string pin =
-      config::upstream_batch_style(t) && saved.global_batch_size != t.global_batch_size
-          ? fmt::format("; with train.train_batch_size the global batch follows the world size: set "
-                        "train.global_batch_size: {} and train.micro_batch_size instead to resume on this one",
-                        saved.global_batch_size)
-          : "";
+  if (saved.seed == t.seed && saved.model == model_name) return;
   throw UsageError(
-      fmt::format("resume_from {}: the checkpoint was trained with train.global_batch_size {}, train.seed {} and {}; "
-                  "this run has {}, {} and {}. Keep them to continue the same sample stream (any world size that "
-                  "divides the global batch works){}",
-                  source, saved.global_batch_size, saved.seed, saved.model, t.global_batch_size, t.seed, model_name,
-                  pin),
+      fmt::format("resume_from {}: the checkpoint was trained with train.seed {} and {}; this run has {} and {}. Keep "
+                  "them to continue the same sample stream (the number of processes and train.global_batch_size "
+                  "may change)",
+                  source, saved.seed, saved.model, t.seed, model_name),
       "config error");
 }
 

@@ -16,7 +16,8 @@ namespace sana::train {
 std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt);
 
 // Throws a UsageError (exit 2) naming the keys when the checkpoint was trained with another
-// global batch, seed or model: the sample stream could not continue.
+// seed or model: the sample stream could not continue. (Another global batch can: the
+// trainer re-batches the epoch's unseen samples.)
 void check_resumable(const ckpt::TrainerState& saved, const config::Config& cfg, const std::string& model_name,
                      const std::string& source);
 

@@ -11,14 +11,13 @@
 namespace sana::train {
 
 TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders,
-                     dist::Reducer& reducer, int64_t accumulation, int rank, int world_size)
+                     dist::Reducer& reducer, int rank, int world_size)
     : cfg_(cfg),
       model_(model),
       encoders_(encoders),
       reducer_(reducer),
       feed_(model->parameters().front().device()),
-      amp_(model::autocast_for(model->parameters().front().device(), cfg.model.mixed_precision)),
-      accumulation_(accumulation) {
+      amp_(model::autocast_for(model->parameters().front().device(), cfg.model.mixed_precision)) {
   if (std::getenv("SANA_TEST_LOG_IDS")) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
@@ -34,17 +33,27 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   const int64_t downsample = model_->spec().downsample;
   Lap clock;
-  for (int64_t micro = 0; micro < accumulation_; ++micro) {
+  int64_t count = 1;  // this rank's micro-batches in the step: known from the first
+  for (int64_t micro = 0; micro < count; ++micro) {
     auto batch = loader.next();
     out.times.data += clock.lap();
     if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
+    if (batch->step != step || batch->micro_step != micro) {
+      throw RunError(fmt::format("the loader gave micro-batch {} of step {} for micro-batch {} of step {}",
+                                 batch->micro_step, batch->step, micro, step));
+    }
+    count = batch->micro_count;
+    out.samples = batch->global_batch;
     guard.add(*batch);
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
-    reducer_.begin_backward(micro == accumulation_ - 1);
+    reducer_.begin_backward(micro == count - 1);
     double encoder_seconds = 0;
-    const auto loss = micro_loss(*batch, epoch, encoder_seconds);
+    // Each sample's loss / the global batch: summed over micro-batches and ranks (the
+    // reducer sums), the gradient is the whole batch's mean, however it was split.
+    const double weight = static_cast<double>(batch->ids.size()) / static_cast<double>(batch->global_batch);
+    const auto loss = micro_loss(*batch, epoch, weight, encoder_seconds);
     (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
     out.loss_sum += loss.detach().to(torch::kFloat64);
     out.times.encoders += encoder_seconds;
@@ -55,7 +64,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   return out;
 }
 
-torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double& encoder_seconds) {
+torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds) {
   const auto& spec = model_->spec();
   const bool copy_text = spec.conditioning == model::Conditioning::caption && !encoders_.text;
   torch::Tensor labels;
@@ -77,8 +86,7 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   encoder_seconds += encoders.lap();
   cond.drop = fb.dropped;
   model::AutocastGuard autocast(amp_);
-  return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) /
-         static_cast<double>(accumulation_);
+  return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) * weight;
 }
 
 model::Condition TrainStep::condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device) {

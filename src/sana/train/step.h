@@ -1,4 +1,5 @@
-// One optimizer step's work on this rank: its micro-batches of the global batch through
+// One optimizer step's work on this rank: its share of the global batch, in micro-batches of
+// at most train.micro_batch_size (shares differ by at most one sample across ranks), through
 // the flow-matching objective, forward and backward, with the reducer syncing gradients
 // during the last backward. Owns the per-step mechanics (device copies, encoders, the
 // condition, autocast); decisions about the step belong to the trainer.
@@ -24,7 +25,9 @@
 namespace sana::train {
 
 struct StepOutput {
-  torch::Tensor loss_sum;  // float64 on the device: this rank's loss (micro-batch means / accumulation)
+  // float64 on the device: this rank's part of the step's loss (its samples' losses / the global batch)
+  torch::Tensor loss_sum;
+  int64_t samples = 0;            // the step's global batch
   int64_t height = 0, width = 0;  // pixels
   StepTimes times;                // data, encoders, forward_backward and allreduce filled
 };
@@ -32,7 +35,7 @@ struct StepOutput {
 class TrainStep {
  public:
   TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders, dist::Reducer& reducer,
-            int64_t accumulation, int rank, int world_size);
+            int rank, int world_size);
 
   bool pinned() const { return feed_.pinned(); }
   // Forward and backward of this rank's micro-batches of step `step` of `epoch`; every
@@ -41,8 +44,9 @@ class TrainStep {
   StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
  private:
-  // Adds the time spent in the encoders to `encoder_seconds`.
-  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double& encoder_seconds);
+  // The micro-batch's mean loss times `weight` (its share of the global batch); adds the
+  // time spent in the encoders to `encoder_seconds`.
+  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
 
   const config::Config& cfg_;
@@ -51,7 +55,6 @@ class TrainStep {
   dist::Reducer& reducer_;
   DeviceFeed feed_;
   model::AutocastState amp_;
-  int64_t accumulation_;
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (SANA_TEST_LOG_IDS)
 };
 

@@ -31,7 +31,7 @@ StepVerdict decide_step(const std::vector<double>& sums, int world_size) {
   }
   StepVerdict v;
   v.nonfinite = sums[0] > 0;
-  v.loss_mean = sums[1] / world_size;
+  v.loss_mean = sums[1];  // each rank's part is already its share of the global batch
   v.total_bad = sums[2];
   v.total_reads = sums[3];
   for (int r = 0; r < world_size; ++r) {

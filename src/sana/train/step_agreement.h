@@ -12,7 +12,7 @@ namespace sana::train {
 
 // What this rank saw in its part of the step.
 struct LocalStep {
-  double loss = 0;       // this rank's loss (its micro-batches' mean)
+  double loss = 0;       // this rank's part of the loss (its samples' losses / the global batch)
   double grad_norm = 0;  // of the synced gradient: equal on every rank
   double bad = 0, reads = 0;  // this rank's running bad-sample and read counts
   bool stop_requested = false;
@@ -21,7 +21,7 @@ struct LocalStep {
 // What every rank concludes from the sums.
 struct StepVerdict {
   bool nonfinite = false;      // some rank's loss or gradient norm is not finite
-  double loss_mean = 0;        // over ranks
+  double loss_mean = 0;        // the global batch's mean (the parts summed)
   double total_bad = 0, total_reads = 0;
   std::vector<int> stop_ranks;  // ranks that asked to stop (SIGINT/SIGTERM)
   bool stop_requested() const { return !stop_ranks.empty(); }

@@ -11,8 +11,10 @@
 
 #include "sana/util/safetensors.h"
 #include "sana/config/loader.h"
+#include "sana/data/plan_coverage.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
+#include "sana/model/spec.h"
 #include "sana/model/weights.h"
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
@@ -62,7 +64,8 @@ data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
   if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
   if (!main_rank) rt.wait_for_work("index", 0);
   if (main_rank) slow_indexing_for_tests(rt);
-  auto dataset = data::Dataset::open(cfg, options);
+  const auto spec = model::spec_from_config(cfg);
+  auto dataset = data::Dataset::open(cfg, options, spec.downsample * spec.patch);
   if (main_rank) rt.work_done("index");
   rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
   return dataset;
@@ -114,6 +117,37 @@ data::LoaderOptions loader_options(const config::Config& cfg, int rank, int worl
   return o;
 }
 
+// More processes than samples in some step would leave a rank with nothing: a config error.
+void check_world_fits(const data::EpochPlan& plan, int world, const data::BatchSpec& spec) {
+  if (plan.steps() == 0 || plan.min_batch() >= world) return;
+  throw UsageError(fmt::format("{} makes global batches of {} samples, fewer than the {} processes: every process "
+                               "needs at least one sample per step; raise it or start fewer processes",
+                               spec.describe(), plan.min_batch(), world),
+                   "config error");
+}
+
+// "global batch 8: 3 samples on this rank in 2 micro-batches of at most 2", or with
+// train.batch_tokens the range of global batches over the buckets.
+std::string batch_text(const data::Dataset& ds, const config::TrainConfig& t, int rank, int world) {
+  const auto sizes = ds.plan(0).stats().batch_per_bucket;
+  const auto steps = ds.plan(0).stats().steps_per_bucket;
+  int64_t low = 0, high = 0;
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    if (steps[b] == 0) continue;
+    low = low == 0 ? sizes[b] : std::min(low, sizes[b]);
+    high = std::max(high, sizes[b]);
+  }
+  if (t.batch_tokens > 0) {
+    return fmt::format("train.batch_tokens {}: global batches of {} to {} samples by bucket, micro-batches of at "
+                       "most {}",
+                       t.batch_tokens, low, high, t.micro_batch_size);
+  }
+  const auto [first, last] = data::rank_share(t.global_batch_size, rank, world);
+  const int64_t micro = data::micro_batches(last - first, t.micro_batch_size);
+  return fmt::format("global batch {}: {} samples on this rank in {} micro-batch{} of at most {}", t.global_batch_size,
+                     last - first, micro, micro == 1 ? "" : "es", t.micro_batch_size);
+}
+
 // Tests only (SANA_TEST_FAIL_AT=rank:step): a data error on one rank mid-epoch.
 void inject_test_failure(int rank, int64_t global_step) {
   const char* inject = std::getenv("SANA_TEST_FAIL_AT");
@@ -144,7 +178,6 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
     : cfg_(cfg),
       rt_(rt),
       main_rank_(rt.rank() == 0),
-      accumulation_(config::accumulation_steps(cfg.train, rt.world_size())),
       dataset_(open_dataset(cfg, rt)),
       cache_(open_sample_cache(cfg, dataset_, rt)),
       spec_(model::spec_from_config(cfg)),
@@ -152,21 +185,23 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       encoders_(load_encoders(cfg, rt.device(), EncoderUse::training, spec_.conditioning)),
       named_(named_parameters(model_)),
       params_(tensors_of(named_)),
-      reducer_(dist::make_reducer(rt, named_, {cfg.ddp.bucket_cap_mb})),
+      reducer_(dist::make_reducer(rt, named_, {cfg.ddp.bucket_cap_mb, 1.0, true, /*average=*/false})),
       optimizer_(make_optimizer(cfg.train.optimizer, named_)),
       ema_(named_, config::ema_enabled(cfg.train) ? cfg.train.ema_rate : 0.0),
       guard_(cfg.data.max_bad_fraction),
       nonfinite_(cfg.train.max_nonfinite),
       scaler_(loss_scaling(rt.device(), cfg.model.mixed_precision)),
-      step_(cfg, model_, encoders_, *reducer_, accumulation_, rt.rank(), rt.world_size()),
+      segments_{{0, data::batch_spec_of(cfg.train)}},
+      step_(cfg, model_, encoders_, *reducer_, rt.rank(), rt.world_size()),
       previews_(cfg, rt, model_, encoders_),
       checkpointer_(cfg, main_rank_) {
   optimizer_->use_flat_buckets(reducer_->flatten_parameters());
+  const auto first = dataset_.plan(0);
+  data::check_plan_coverage(dataset_, first, cfg, "training");
+  check_world_fits(first, rt.world_size(), data::batch_spec_of(cfg.train));
   resume();
   if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
-  const int64_t per_epoch = dataset_.plan(0).steps();
-  total_steps_ = per_epoch * cfg.train.num_epochs;
-  if (cfg.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg.train.max_steps);
+  total_steps_ = count_total_steps();
   metrics_.emplace(cfg, main_rank_, total_steps_, resumed_ && position_.global_step > 0);
   log_start();
   std::signal(SIGINT, on_stop_signal);
@@ -183,6 +218,38 @@ void Trainer::use_empty_prompt() {
   model_->caption_embedder->y_embedding.copy_(null_caption);
 }
 
+int64_t Trainer::count_total_steps() const {
+  const auto& t = cfg_.train;
+  int64_t total = position_.global_step;
+  if (position_.epoch < t.num_epochs) {
+    total += dataset_.plan(position_.epoch, segments_).steps() - position_.step_in_epoch +
+             dataset_.plan(0).steps() * (t.num_epochs - position_.epoch - 1);
+  }
+  return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
+}
+
+void Trainer::change_batch(const ckpt::TrainerState& saved) {
+  const auto spec = data::batch_spec_of(cfg_.train);
+  if (position_.step_in_epoch == 0) {
+    segments_ = {{0, spec}};
+  } else {
+    segments_.push_back({position_.step_in_epoch, spec});
+  }
+  const auto plan = dataset_.plan(position_.epoch, segments_);
+  check_world_fits(plan, rt_.world_size(), spec);
+  const data::BatchSpec before{saved.global_batch_size, saved.batch_tokens};
+  log::info("{} -> {}: epoch {}'s samples not yet seen are batched anew from its step {} ({} steps left in it), "
+            "later epochs too",
+            before.describe(), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
+            plan.steps() - position_.step_in_epoch);
+  if (cfg_.train.auto_lr != config::AutoLr::none) {
+    auto old = cfg_.train;
+    old.global_batch_size = saved.global_batch_size;
+    log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
+              peak_learning_rate(old), peak_learning_rate(cfg_.train));
+  }
+}
+
 void Trainer::resume() {
   std::string source;
   const auto start = std::chrono::steady_clock::now();
@@ -191,6 +258,12 @@ void Trainer::resume() {
   restore(*snapshot, source);
   resumed_ = true;
   const auto& s = snapshot->state;
+  if (position_.step_in_epoch > 0) {
+    segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
+    if (!s.epoch_segments.empty()) segments_.clear();
+    for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
+  }
+  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != data::batch_spec_of(cfg_.train)) change_batch(s);
   log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
             s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -208,12 +281,12 @@ void Trainer::log_start() const {
   } else if (rt_.device().is_cuda() && cfg_.model.mixed_precision == config::Precision::fp16) {
     log::warn("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
   }
-  log::info("{}: {} parameters ({} conditioning), {} on {}; {} process{}, global batch {} = micro {} x {} "
-            "accumulation x {}; {} steps per epoch, {} steps; optimizer {}, {} gradient buckets",
+  log::info("{}: {} parameters ({} conditioning), {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
+            "optimizer {}, {} gradient buckets",
             spec_.name, model_->parameter_count(), model::conditioning_name(spec_.conditioning),
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            t.global_batch_size, t.micro_batch_size, accumulation_, world, dataset_.plan(0).steps(), total_steps_,
-            optimizer_->name(), reducer_->bucket_count());
+            batch_text(dataset_, t, rt_.rank(), world), dataset_.plan(0).steps(), total_steps_, optimizer_->name(),
+            reducer_->bucket_count());
 }
 
 void Trainer::run() {
@@ -225,7 +298,7 @@ void Trainer::run() {
 }
 
 bool Trainer::run_epoch(int64_t epoch) {
-  const auto plan = dataset_.plan(epoch);
+  const auto plan = dataset_.plan(epoch, segments_);
   agree_on_epoch_plan(rt_, plan);
   const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
   auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_.pinned());
@@ -269,11 +342,14 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   out.times.optimizer += clock.lap();
 
   const bool epoch_end = step + 1 == steps_in_epoch;
-  position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1};
+  position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
+               position_.consumed_samples + out.samples};
+  if (epoch_end) segments_ = {{0, data::batch_spec_of(cfg_.train)}};
   const int64_t global_step = position_.global_step;
   previews_.maybe_render(global_step, total_steps_, epoch_end, epoch);
   out.times.checkpoint_preview += clock.lap();
-  metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied},
+  metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied,
+                    out.samples},
                    out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
   clock.lap();
@@ -319,8 +395,12 @@ ckpt::Snapshot Trainer::capture() const {
   st.epoch = position_.epoch;
   st.step_in_epoch = position_.step_in_epoch;
   st.global_step = position_.global_step;
-  st.consumed_samples = position_.global_step * cfg_.train.global_batch_size;
+  st.consumed_samples = position_.consumed_samples;
   st.global_batch_size = cfg_.train.global_batch_size;
+  st.batch_tokens = cfg_.train.batch_tokens;
+  if (position_.step_in_epoch > 0 && segments_.size() > 1) {
+    for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
+  }
   st.seed = cfg_.train.seed;
   st.world_size = rt_.world_size();
   st.model = spec_.name;
@@ -344,7 +424,7 @@ void Trainer::restore(const ckpt::Snapshot& snap, const std::string& source) {
   }
   optimizer_->load_state(snap.optimizer);
   const auto& st = snap.state;
-  position_ = {st.epoch, st.step_in_epoch, st.global_step};
+  position_ = {st.epoch, st.step_in_epoch, st.global_step, st.consumed_samples};
   guard_.restore(st.bad_samples, st.reads, main_rank_);
   nonfinite_.restore(st.skipped_steps);
   if (scaler_.enabled() && st.loss_scale > 0) {

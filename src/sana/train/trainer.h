@@ -51,6 +51,11 @@ class Trainer {
   void resume();
   void use_empty_prompt();
   void log_start() const;
+  // A resume with another train.global_batch_size or batch_tokens: the epoch's unseen
+  // samples re-batched.
+  void change_batch(const ckpt::TrainerState& saved);
+  // The steps the run will take: the current epoch's plan, then whole epochs, max_steps.
+  int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
   // false: skipped. `scale`: the loss scale the step's backward ran at.
@@ -60,7 +65,6 @@ class Trainer {
   const config::Config& cfg_;
   dist::Runtime& rt_;
   const bool main_rank_;
-  const int64_t accumulation_;
   data::Dataset dataset_;
   std::shared_ptr<data::SampleCache> cache_;  // data.cache (null: none)
   model::ModelSpec spec_;
@@ -75,6 +79,9 @@ class Trainer {
   NonfinitePolicy nonfinite_;
   LossScaler scaler_;
   RunPosition position_;
+  // The current epoch's plan parts; more than one only after a resume that changed the
+  // batch size mid-epoch.
+  std::vector<data::EpochPart> segments_;
   int64_t total_steps_ = 0;
   bool resumed_ = false, stopped_ = false;
   TrainStep step_;

@@ -64,10 +64,10 @@ TEST_CASE("usage and config errors exit with code 2 and no stack trace", "[cli]"
     CHECK(r.output.find("did you mean train?") != std::string::npos);
     CHECK(r.output.find("terminate") == std::string::npos);
   }
-  SECTION("a launcher environment that does not fit the batch sizes") {
-    const auto r = run_command("RANK=0 WORLD_SIZE=3 " + kBin + " --config " + kTiny);
+  SECTION("a launcher environment with more processes than samples per step") {
+    const auto r = run_command("RANK=0 WORLD_SIZE=9 " + kBin + " --config " + kTiny);
     CHECK(r.exit_code == 2);
-    CHECK(r.output.find("world size must be one of: 1, 2") != std::string::npos);
+    CHECK(r.output.find("8 is smaller than the world size 9") != std::string::npos);
   }
   SECTION("a broken launcher environment names the variable") {
     const auto r = run_command("env -u WORLD_SIZE RANK=0 " + kBin + " --config " + kTiny);
@@ -125,9 +125,12 @@ TEST_CASE("plan prints a bucket histogram and refuses a world size the batch can
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("steps per epoch:") != std::string::npos);
   CHECK(r.output.find("32: 0.6 -> 24x40") != std::string::npos);  // 16:10 wallpapers
-  const auto bad = run_command(base + " --world-size 3");
+  const auto three = run_command(base + " --world-size 3 --rank 2");
+  CHECK(three.exit_code == 0);
+  CHECK(three.output.find("rank 2 of 3: 2 samples per step") != std::string::npos);
+  const auto bad = run_command(base + " --world-size 9");
   CHECK(bad.exit_code == 2);
-  CHECK(bad.output.find("world size must be one of: 1, 2") != std::string::npos);
+  CHECK(bad.output.find("smaller than the world size 9") != std::string::npos);
 }
 
 TEST_CASE("check-data counts bad samples by reason and fails past max_bad_fraction", "[cli][data]") {

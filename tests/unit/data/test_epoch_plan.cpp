@@ -8,7 +8,9 @@
 #include <set>
 
 #include "sana/data/epoch_plan.h"
+#include "sana/util/permutation.h"
 #include "sana/util/random.h"
+#include "test_support.h"
 
 using namespace sana::data;
 
@@ -26,15 +28,40 @@ std::vector<uint16_t> skewed_buckets(int64_t n, int buckets, uint64_t seed) {
   return out;
 }
 
-std::vector<int> worlds_for(int64_t g, int64_t micro) {
-  std::vector<int> out;
-  for (int w : {1, 2, 3, 4, 6, 8}) {
-    if (g % (micro * w) == 0) out.push_back(w);
-  }
+std::shared_ptr<const BucketMembers> members_of(const std::vector<uint16_t>& bucket_of, int buckets) {
+  return std::make_shared<const BucketMembers>(bucket_of, buckets);
+}
+
+// Every step through the cursor, checked against random access to the same step.
+std::vector<StepBatch> all_steps(const EpochPlan& plan, int64_t from = 0) {
+  std::vector<StepBatch> out;
+  auto cursor = plan.cursor(from);
+  StepBatch b;
+  while (cursor.next(b)) out.push_back(b);
+  REQUIRE(static_cast<int64_t>(out.size()) == plan.steps() - from);
   return out;
 }
 
 }  // namespace
+
+TEST_CASE("a keyed permutation is a bijection with its inverse, different per key", "[plan]") {
+  for (uint64_t n : {1, 2, 3, 5, 16, 17, 1000, 4097}) {
+    const sana::util::KeyedPermutation p(n, 42), q(n, 43);
+    std::vector<char> hit(n, 0);
+    uint64_t moved = 0, differs = 0;
+    for (uint64_t x = 0; x < n; ++x) {
+      const uint64_t y = p(x);
+      REQUIRE(y < n);
+      REQUIRE(hit[y] == 0);
+      hit[y] = 1;
+      REQUIRE(p.inverse(y) == x);
+      moved += y != x;
+      differs += q(x) != y;
+    }
+    if (n >= 16) CHECK(moved > n / 2);
+    if (n >= 16) CHECK(differs > n / 2);
+  }
+}
 
 TEST_CASE("epoch plan properties over many combinations", "[plan]") {
   int combos = 0;
@@ -43,10 +70,11 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
       for (int64_t g : {1, 4, 12, 24, 48}) {
         for (TailPolicy tail : {TailPolicy::drop, TailPolicy::pad}) {
           const auto bucket_of = skewed_buckets(n, buckets, static_cast<uint64_t>(n * 31 + buckets));
+          const auto members = members_of(bucket_of, buckets);
           std::set<std::string> fingerprints;
           for (int64_t epoch : {0, 1, 2}) {
-            const auto plan = EpochPlan::build(bucket_of, buckets, g, 7, epoch, tail);
-            const auto again = EpochPlan::build(bucket_of, buckets, g, 7, epoch, tail);
+            const auto plan = EpochPlan::build(members, g, 7, epoch, tail);
+            const auto again = EpochPlan::build(members_of(bucket_of, buckets), g, 7, epoch, tail);
             INFO("n=" << n << " buckets=" << buckets << " G=" << g << " tail="
                       << sana::config::name_of(tail) << " epoch=" << epoch);
             // Every rank computes the same plan: same steps, same contents.
@@ -62,11 +90,15 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
             REQUIRE(plan.steps() == expected_steps);
 
             std::map<SampleId, int> seen;
-            for (int64_t s = 0; s < plan.steps(); ++s) {
-              const SampleId* b = plan.batch(s);
-              for (int64_t k = 0; k < g; ++k) {
-                REQUIRE(bucket_of[b[k]] == plan.bucket(s));  // one resolution per batch
-                ++seen[b[k]];
+            const auto steps = all_steps(plan);
+            for (const auto& b : steps) {
+              REQUIRE(static_cast<int64_t>(b.ids.size()) == g);
+              const auto direct = plan.batch(b.step);  // random access agrees with the cursor
+              REQUIRE(direct.bucket == b.bucket);
+              REQUIRE(direct.ids == b.ids);
+              for (auto id : b.ids) {
+                REQUIRE(bucket_of[id] == b.bucket);  // one resolution per batch
+                ++seen[id];
               }
             }
             if (tail == TailPolicy::drop) {
@@ -75,30 +107,27 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
             } else {
               REQUIRE(static_cast<int64_t>(seen.size()) == n);  // everything at least once
             }
+            // A cursor started anywhere continues the same steps.
+            if (plan.steps() > 2) REQUIRE(all_steps(plan, plan.steps() / 2).front().ids == steps[steps.size() / 2].ids);
 
-            // For every world size and micro-batch split, ranks' slices form each batch
-            // exactly, in order; resuming at any step at any W continues the same stream.
-            for (int64_t micro : {int64_t{1}, int64_t{2}, int64_t{4}}) {
-              for (int w : worlds_for(g, micro)) {
-                const int64_t accumulation = g / (micro * w);
-                for (int64_t s = 0; s < plan.steps(); ++s) {
-                  std::vector<SampleId> joined;
-                  for (int64_t t = 0; t < accumulation; ++t) {
-                    for (int r = 0; r < w; ++r) {
-                      const auto part = plan.micro_batch(s, r, w, micro, t);
-                      joined.insert(joined.end(), part.begin(), part.end());
-                    }
-                  }
-                  REQUIRE(std::equal(joined.begin(), joined.end(), plan.batch(s)));
+            // Any world size up to G: the ranks' shares tile each batch, differing by one at most.
+            for (int w = 1; w <= std::min<int64_t>(g, 7); ++w) {
+              for (int64_t s = 0; s < std::min<int64_t>(plan.steps(), 3); ++s) {
+                std::vector<SampleId> joined;
+                for (int r = 0; r < w; ++r) {
+                  const auto part = plan.rank_slice(s, r, w);
+                  REQUIRE(static_cast<int64_t>(part.size()) >= g / w);
+                  REQUIRE(static_cast<int64_t>(part.size()) <= g / w + 1);
+                  joined.insert(joined.end(), part.begin(), part.end());
                 }
-                ++combos;
+                REQUIRE(joined == steps[static_cast<size_t>(s)].ids);
               }
+              ++combos;
             }
           }
           // Epochs differ, wherever there is enough to shuffle (8 distinct samples).
-          const auto p0 = EpochPlan::build(bucket_of, buckets, g, 7, 0, tail);
           std::set<SampleId> used;
-          for (int64_t s = 0; s < p0.steps(); ++s) used.insert(p0.batch(s), p0.batch(s) + g);
+          for (const auto& b : all_steps(EpochPlan::build(members, g, 7, 0, tail))) used.insert(b.ids.begin(), b.ids.end());
           if (used.size() >= 8) CHECK(fingerprints.size() == 3);
         }
       }
@@ -107,29 +136,46 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
   CHECK(combos > 500);
 }
 
-TEST_CASE("resuming at a step boundary on another world size yields the rest of the plan",
-          "[plan]") {
+TEST_CASE("rank shares: 8 on 3 is 3, 3, 2, and micro-batches of at most the micro size", "[plan]") {
+  CHECK(rank_share(8, 0, 3) == std::pair<int64_t, int64_t>{0, 3});
+  CHECK(rank_share(8, 1, 3) == std::pair<int64_t, int64_t>{3, 6});
+  CHECK(rank_share(8, 2, 3) == std::pair<int64_t, int64_t>{6, 8});
+  CHECK(micro_batches(3, 2) == 2);
+  CHECK(micro_batches(2, 2) == 1);
+  CHECK(micro_batches(0, 2) == 0);
+}
+
+TEST_CASE("a batch size changed mid-epoch re-batches exactly the samples not yet seen", "[plan]") {
   const auto bucket_of = skewed_buckets(997, 6, 3);
-  const int64_t g = 24;
-  const auto plan = EpochPlan::build(bucket_of, 6, g, 11, 4, TailPolicy::drop);
-  REQUIRE(plan.steps() > 5);
-  // A run on 2 ranks stops after step k; a run on 3 ranks resumes there. Together they
-  // see exactly the plan's samples for the epoch, each once.
-  for (int64_t k = 0; k <= plan.steps(); ++k) {
-    std::multiset<SampleId> seen;
-    for (int64_t s = 0; s < k; ++s) {
-      for (int r = 0; r < 2; ++r) {
-        for (auto id : plan.rank_slice(s, r, 2, 4)) seen.insert(id);
+  const auto members = members_of(bucket_of, 6);
+  for (TailPolicy tail : {TailPolicy::drop, TailPolicy::pad}) {
+    const auto first = EpochPlan::build(members, 8, 11, 4, tail);
+    for (int64_t k1 : {int64_t{0}, int64_t{1}, first.steps() / 3, first.steps() - 1}) {
+      // 8 until step k1, then 12; then 4 from a step k2 of that plan.
+      const auto second = EpochPlan::build(members, {{0, std::vector<int64_t>(6, 8)}, {k1, std::vector<int64_t>(6, 12)}},
+                                           11, 4, tail);
+      const int64_t k2 = k1 + (second.steps() - k1) / 2;
+      const auto third = EpochPlan::build(
+          members, {{0, std::vector<int64_t>(6, 8)}, {k1, std::vector<int64_t>(6, 12)}, {k2, std::vector<int64_t>(6, 4)}},
+          11, 4, tail);
+      INFO("tail " << sana::config::name_of(tail) << " k1=" << k1 << " k2=" << k2);
+      // The steps before a change are the earlier plan's.
+      for (int64_t s = 0; s < k1; ++s) REQUIRE(third.batch(s).ids == first.batch(s).ids);
+      for (int64_t s = k1; s < k2; ++s) REQUIRE(third.batch(s).ids == second.batch(s).ids);
+      std::map<SampleId, int> seen;
+      for (const auto& b : all_steps(third)) {
+        const size_t want = b.step < k1 ? 8 : b.step < k2 ? 12 : 4;
+        REQUIRE(b.ids.size() == want);
+        for (auto id : b.ids) ++seen[id];
+      }
+      if (tail == TailPolicy::drop) {
+        for (const auto& [id, count] : seen) REQUIRE(count == 1);
+        REQUIRE(static_cast<int64_t>(seen.size()) + third.stats().dropped == 997);
+        REQUIRE(third.stats().dropped < 6 * 4);  // only the last batch size's tails
+      } else {
+        REQUIRE(seen.size() == 997);
       }
     }
-    const auto resumed = EpochPlan::build(bucket_of, 6, g, 11, 4, TailPolicy::drop);
-    for (int64_t s = k; s < resumed.steps(); ++s) {
-      for (int r = 0; r < 3; ++r) {
-        for (auto id : resumed.rank_slice(s, r, 3, 2)) seen.insert(id);
-      }
-    }
-    REQUIRE(static_cast<int64_t>(seen.size()) == plan.steps() * g);
-    REQUIRE(std::set<SampleId>(seen.begin(), seen.end()).size() == seen.size());
   }
 }
 
@@ -137,23 +183,69 @@ TEST_CASE("a bucket smaller than one global batch is dropped or padded, never a 
           "[plan]") {
   std::vector<uint16_t> bucket_of(10, 0);
   bucket_of.push_back(1);  // one lonely panorama
-  auto drop = EpochPlan::build(bucket_of, 2, 8, 1, 0, TailPolicy::drop);
+  const auto members = members_of(bucket_of, 2);
+  auto drop = EpochPlan::build(members, 8, 1, 0, TailPolicy::drop);
   CHECK(drop.steps() == 1);
   CHECK(drop.stats().dropped == 3);
-  auto pad = EpochPlan::build(bucket_of, 2, 8, 1, 0, TailPolicy::pad);
+  CHECK(drop.stats().steps_per_bucket == std::vector<int64_t>{1, 0});
+  auto pad = EpochPlan::build(members, 8, 1, 0, TailPolicy::pad);
   CHECK(pad.steps() == 3);
   CHECK(pad.stats().padded == 6 + 7);
   int lonely = 0;
-  for (int64_t s = 0; s < pad.steps(); ++s) {
-    if (pad.bucket(s) == 1) {
+  for (const auto& b : all_steps(pad)) {
+    if (b.bucket == 1) {
       ++lonely;
-      CHECK(std::all_of(pad.batch(s), pad.batch(s) + 8, [](SampleId id) { return id == 10; }));
+      CHECK(std::all_of(b.ids.begin(), b.ids.end(), [](SampleId id) { return id == 10; }));
     }
   }
   CHECK(lonely == 1);
 }
 
-TEST_CASE("a micro-batch split that does not fit the global batch is refused", "[plan]") {
-  const auto plan = EpochPlan::build(std::vector<uint16_t>(64, 0), 1, 16, 1, 0, TailPolicy::drop);
-  CHECK_THROWS_WITH(plan.micro_batch(0, 2, 3, 4, 1), Catch::Contains("outside a global batch"));
+TEST_CASE("bucket batches spread over the epoch: each bucket's batches in order, interleaved", "[plan]") {
+  // 3 buckets of 400, 200 and 40 samples, G 8: 50, 25 and 5 batches.
+  std::vector<uint16_t> bucket_of;
+  const size_t sizes[] = {400, 200, 40};
+  for (uint16_t b = 0; b < 3; ++b) bucket_of.insert(bucket_of.end(), sizes[b], b);
+  const auto plan = EpochPlan::build(members_of(bucket_of, 3), 8, 5, 0, TailPolicy::drop);
+  REQUIRE(plan.steps() == 80);
+  std::vector<int> first_half(3, 0);
+  for (const auto& b : all_steps(plan)) {
+    if (b.step < 40) ++first_half[static_cast<size_t>(b.bucket)];
+  }
+  // Stratified: about half of each bucket's batches fall in each half of the epoch.
+  CHECK(std::abs(first_half[0] - 25) <= 1);
+  CHECK(std::abs(first_half[1] - 12) <= 1);
+  CHECK(std::abs(first_half[2] - 2) <= 1);
+}
+
+TEST_CASE("bucket members kept in a file are reused, and built anew for another key", "[plan]") {
+  sana::test::TempDir dir;
+  const std::string path = dir.path("index/buckets.bin");
+  int calls = 0;
+  // Samples 0..99: bucket i % 3, except every 10th, of unknown size.
+  const auto bucket = [&](uint64_t i) -> uint16_t {
+    ++calls;
+    return i % 10 == 0 ? BucketMembers::kUnknown : static_cast<uint16_t>(i % 3);
+  };
+  const auto first = BucketMembers::mapped(path, 1, 100, 3, bucket);
+  CHECK(calls == 100);
+  CHECK(first->is_mapped());
+  CHECK(first->unknown() == 10);
+  // 90 known: 30 in each bucket; the 10 unknown join the first most common (bucket 0).
+  CHECK(first->count(0) == 40);
+  CHECK(first->count(1) == 30);
+  CHECK(first->count(2) == 30);
+  CHECK(first->bucket_of(10) == 0);
+  for (int b = 0; b < 3; ++b) {
+    for (int64_t k = 1; k < first->count(b); ++k) CHECK(first->member(b, k - 1) < first->member(b, k));
+  }
+  const auto again = BucketMembers::mapped(path, 1, 100, 3, bucket);
+  CHECK(calls == 100);  // read back, not computed
+  CHECK(again->member(2, 5) == first->member(2, 5));
+  const auto other = BucketMembers::mapped(path, 2, 100, 3, [](uint64_t) -> uint16_t { return 1; });
+  CHECK(other->count(1) == 100);
+  const auto in_memory = BucketMembers(std::vector<uint16_t>{2, 0, 2}, 3);
+  CHECK(in_memory.count(2) == 2);
+  CHECK(in_memory.member(2, 1) == 2);
+  CHECK_FALSE(in_memory.is_mapped());
 }

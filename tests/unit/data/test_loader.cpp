@@ -82,7 +82,9 @@ TEST_CASE("batches follow the plan and do not depend on the number of workers", 
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("micro-batch " << i);
-    CHECK(a[i].ids == plan.micro_batch(a[i].step, 0, 1, 2, a[i].micro_step));
+    const auto planned = plan.batch(a[i].step).ids;
+    CHECK(a[i].micro_count == 2);
+    CHECK(a[i].ids == std::vector<SampleId>(planned.begin() + 2 * a[i].micro_step, planned.begin() + 2 * a[i].micro_step + 2));
     CHECK(a[i].decoded_ids == b[i].decoded_ids);
     CHECK(torch::equal(a[i].images, b[i].images));
     const Bucket& bucket = fx.dataset->buckets().bucket(a[i].bucket);
@@ -114,7 +116,7 @@ TEST_CASE("bad files are replaced from the same bucket and counted by reason", "
   for (const auto& b : drain(loader)) {
     substituted += b.substituted;
     for (size_t i = 0; i < b.ids.size(); ++i) {
-      CHECK(fx.dataset->bucket_of()[b.decoded_ids[i]] == b.bucket);
+      CHECK(fx.dataset->bucket_of(b.decoded_ids[i]) == b.bucket);
       const auto path = std::string(fx.dataset->index().text(b.decoded_ids[i]).path);
       CHECK(path.find("zero.jpg") == std::string::npos);
       CHECK(path.find("words.png") == std::string::npos);
@@ -163,7 +165,8 @@ TEST_CASE("a loader stopped mid-epoch or resumed mid-epoch behaves", "[loader]")
   const auto first = resumed.next();
   REQUIRE(first.has_value());
   CHECK(first->step == 2);
-  CHECK(first->ids == plan.micro_batch(2, 0, 1, 2, 0));
+  const auto planned = plan.batch(2).ids;
+  CHECK(first->ids == std::vector<SampleId>(planned.begin(), planned.begin() + 2));
 }
 
 TEST_CASE("the sample cache serves later epochs to any rank with the bytes of a fresh decode", "[loader][cache]") {

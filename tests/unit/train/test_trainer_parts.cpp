@@ -90,7 +90,7 @@ TEST_CASE("The step agreement sums into one verdict that names who asked to stop
   }
   const auto verdict = decide_step(sums, world);
   CHECK_FALSE(verdict.nonfinite);
-  CHECK(verdict.loss_mean == Approx(2.0));
+  CHECK(verdict.loss_mean == Approx(6.0));  // each rank's part is its share of the global mean
   CHECK(verdict.total_bad == 3);
   CHECK(verdict.total_reads == 33);
   CHECK(verdict.stop_requested());
@@ -162,7 +162,7 @@ TEST_CASE("The preview policy: every N steps or N epochs, never at the last step
   CHECK(preview_reason(t, 9, 20, true, 1).empty());
 }
 
-TEST_CASE("A checkpoint of another batch, seed or model is refused as a config error", "[train][resume]") {
+TEST_CASE("A checkpoint of another seed or model is refused as a config error; another batch is not", "[train][resume]") {
   config::Config cfg;
   cfg.train.global_batch_size = 8;
   cfg.train.seed = 3;
@@ -181,11 +181,11 @@ TEST_CASE("A checkpoint of another batch, seed or model is refused as a config e
   }
   saved.seed = 3;
   CHECK_THROWS_AS(check_resumable(saved, cfg, "SanaMS_other", "ckpt/step_1"), UsageError);
-  // Upstream's batch style on another world size: the error says how to pin the global batch.
+  // Another global batch (upstream's batch style on another world size, or by hand): the
+  // trainer re-batches the rest of the epoch.
   cfg.train.train_batch_size = 4;
   cfg.train.global_batch_size = 12;  // 4 x 1 x 3 processes
-  CHECK_THROWS_WITH(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"),
-                    Catch::Contains("set train.global_batch_size: 8"));
+  CHECK_NOTHROW(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"));
 }
 
 TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and moves latest", "[train][checkpointer]") {
