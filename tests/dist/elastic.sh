@@ -121,5 +121,36 @@ PY
 code=$?
 cat "$SCRATCH/tokens.log"
 assert_code $code 0 "64-px steps hold 1/4 the samples of 32-px ones; losses equal at 1, 2 and 4 processes"
+# 4. data.sampler distributed trains torch's DistributedSampler partition (it depends on the
+#    world size): 3 processes cannot split 8 as it does; on 2 each rank trains the ids
+#    `plan --json` gives it.
+sampler=(--data.sampler=distributed --model.multi_scale=false --train.max_steps=2)
+run dist3 3 "--work_dir=$SCRATCH/dist3" "${sampler[@]}"
+assert_code $? 2 "data.sampler distributed refuses 8 samples on 3 processes"
+assert_contains "$SCRATCH/dist3.log" "data.sampler=distributed gives every process train.global_batch_size / world size" \
+  "and says why"
+export SANA_TEST_LOG_IDS=1
+run dist2 2 "--work_dir=$SCRATCH/dist2" "${sampler[@]}"; assert_code $? 0 "data.sampler distributed on 2 processes"
+unset SANA_TEST_LOG_IDS
+for r in 0 1; do
+  "$BIN" plan "${common[@]}" "${sampler[@]}" --work_dir="$SCRATCH/dist2plan" --json --world-size 2 --rank $r \
+    > "$SCRATCH/dist_plan$r.json" 2> /dev/null
+done
+/usr/bin/python3 - "$SCRATCH" <<'PY'
+import collections, json, sys
+root = sys.argv[1]
+ok = True
+for r in (0, 1):
+    planned = json.load(open(f"{root}/dist_plan{r}.json"))["steps"][:2]
+    trained = collections.defaultdict(list)
+    for line in open(f"{root}/dist2/ids.rank{r}.w2.log"):
+        e, s, *ids = map(int, line.split())
+        trained[s] += ids
+    same = [trained[0], trained[1]] == planned
+    print(f"rank {r}: trained {dict(trained)}, DistributedSampler's {planned}: {'same' if same else 'DIFFERENT'}")
+    ok = ok and same
+sys.exit(0 if ok else 1)
+PY
+assert_code $? 0 "each rank trains DistributedSampler's ids"
 assert_no_leftovers
 finish

@@ -55,6 +55,7 @@ nlohmann::ordered_json to_json(const TrainerState& s) {
           {"consumed_samples", s.consumed_samples},
           {"global_batch_size", s.global_batch_size},
           {"batch_tokens", s.batch_tokens},
+          {"exact_scales", s.exact_scales},
           {"epoch_segments", segments},
           {"seed", s.seed},
           {"world_size_at_save", s.world_size},
@@ -77,6 +78,7 @@ TrainerState from_json(const nlohmann::json& j) {
   s.consumed_samples = j.at("consumed_samples");
   s.global_batch_size = j.at("global_batch_size");
   s.batch_tokens = j.value("batch_tokens", int64_t{0});
+  if (j.contains("exact_scales")) s.exact_scales = j.at("exact_scales").get<std::vector<int64_t>>();
   if (j.contains("epoch_segments")) {
     for (const auto& part : j.at("epoch_segments")) {
       s.epoch_segments.push_back({part.at(0).get<int64_t>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});

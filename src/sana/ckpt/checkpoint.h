@@ -43,6 +43,7 @@ struct TrainerState {
   int64_t consumed_samples = 0;
   int64_t global_batch_size = 0;
   int64_t batch_tokens = 0;
+  std::vector<int64_t> exact_scales;  // train.deterministic: the reducer's scale per bucket
   // The current epoch's plan when a resume changed the batch size in it, part by part;
   // empty: one part, global_batch_size (or batch_tokens) from step 0.
   std::vector<EpochSegment> epoch_segments;

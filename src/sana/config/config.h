@@ -176,6 +176,9 @@ struct TrainConfig {
   // > 0: tokens per optimizer step instead of a fixed sample count; each bucket's global
   // batch is this / its tokens per sample (latent patches), rounded, at least 1.
   int64_t batch_tokens = 0;
+  // Bitwise-identical parameters at any world size and accumulation split with the same
+  // micro_batch_size (CPU, the same threads per process): integer gradient sums.
+  bool deterministic = false;
   // Upstream's style (0 = unset): per-process batch and accumulation; when either is set the
   // global batch is train_batch_size x gradient_accumulation_steps x world size.
   int64_t train_batch_size = 0;

@@ -169,6 +169,9 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
         "0 = off; else tokens (latent patches) per optimizer step: each bucket's global batch is this / its "
         "tokens per sample, so large images come fewer to a step")
       .at_least(0);
+  s.add("deterministic", t.deterministic,
+        "bitwise-identical parameters at any process count and accumulation split with the same micro_batch_size "
+        "(gradients summed as integers; ranks take whole micro-batches)");
   s.add("train_batch_size", t.train_batch_size,
         "upstream style, 0 = unset: per-process batch; global = it x accumulation x world size")
       .at_least(0)

@@ -28,6 +28,11 @@ std::pair<int64_t, int64_t> rank_share(int64_t global, int rank, int world) {
 
 int64_t micro_batches(int64_t share, int64_t micro) { return (share + micro - 1) / micro; }
 
+std::pair<int64_t, int64_t> rank_share_whole(int64_t global, int64_t micro, int rank, int world) {
+  const auto [first, last] = rank_share(micro_batches(global, micro), rank, world);
+  return {std::min(global, first * micro), std::min(global, last * micro)};
+}
+
 EpochPlan EpochPlan::build(std::shared_ptr<const BucketMembers> members, int64_t global_batch, uint64_t seed,
                            int64_t epoch, TailPolicy tail) {
   if (global_batch < 1) throw std::invalid_argument("global batch size must be at least 1");

@@ -53,6 +53,10 @@ struct StepBatch {
 std::pair<int64_t, int64_t> rank_share(int64_t global, int rank, int world);
 // Micro-batches of at most `micro` samples a share of `share` samples takes.
 int64_t micro_batches(int64_t share, int64_t micro);
+// train.deterministic's share: the global batch cut into micro-batches of `micro` (the
+// last smaller) and those dealt out whole, counts differing by one at most, so that every
+// micro-batch holds the same samples at any world size. Empty when world > micro-batches.
+std::pair<int64_t, int64_t> rank_share_whole(int64_t global, int64_t micro, int rank, int world);
 
 class EpochPlan {
  public:

@@ -72,7 +72,9 @@ Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts
     throw LoaderError(fmt::format("micro-batch {} and world size {} must be at least 1", opts_.micro_batch,
                                   opts_.world_size));
   }
-  if (plan.steps() > first_step && plan.min_batch() < opts_.world_size) {
+  const int64_t parts = opts_.whole_micro_batches ? micro_batches(plan.min_batch(), opts_.micro_batch)
+                                                  : plan.min_batch();
+  if (plan.steps() > first_step && parts < opts_.world_size) {
     throw LoaderError(fmt::format("a global batch of {} samples on {} processes leaves a process without samples",
                                   plan.min_batch(), opts_.world_size));
   }
@@ -165,7 +167,9 @@ bool Loader::refill() {
     return false;
   }
   const auto global = static_cast<int64_t>(step.ids.size());
-  const auto [first, last] = rank_share(global, opts_.rank, opts_.world_size);
+  const auto [first, last] = opts_.whole_micro_batches
+                                 ? rank_share_whole(global, opts_.micro_batch, opts_.rank, opts_.world_size)
+                                 : rank_share(global, opts_.rank, opts_.world_size);
   const int64_t count = micro_batches(last - first, opts_.micro_batch);
   for (int64_t t = 0; t < count; ++t) {
     const int64_t from = first + t * opts_.micro_batch, to = std::min(last, from + opts_.micro_batch);

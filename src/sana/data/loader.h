@@ -37,6 +37,7 @@ struct LoaderOptions {
   int prefetch = 4;           // micro-batches decoded ahead
   bool pin_memory = false;    // page-locked host memory for fast copies to CUDA
   bool random_flip = false;
+  bool whole_micro_batches = false;  // train.deterministic: shares of whole micro-batches (rank_share_whole)
   uint64_t seed = 0;
   DecodeOptions decode;
   std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)

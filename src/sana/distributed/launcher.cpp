@@ -247,6 +247,10 @@ class Attempt {
   }
 
   void kill_after_grace() {
+    if (stop_pending_ && Clock::now() > stop_at_) {
+      stop_pending_ = false;
+      if (!stopping_) stop_all(SIGTERM);
+    }
     if (kill_pending_ && Clock::now() > kill_at_) {
       say("workers still running after the grace period; killing them");
       signal_all(workers_, SIGKILL);
@@ -314,9 +318,17 @@ class Attempt {
     if (first_failure_ == 0 || (first_failure_ == kExitPeerFailed && !consequence)) {
       first_failure_ = code;
       say(fmt::format("rank {} exited with code {}{}", rank, code,
-                      stopping_ ? "" : "; stopping the other workers"));
+                      stopping_ || consequence ? "" : "; stopping the other workers"));
     }
-    if (!stopping_) stop_all(SIGTERM);
+    if (stopping_) return;
+    // A rank that stopped because another failed knows the cause is ending too: that
+    // rank gets a moment to exit with its own code before SIGTERM would replace it.
+    if (!consequence || first_failure_ != kExitPeerFailed) {
+      stop_all(SIGTERM);
+    } else if (!stop_pending_) {
+      stop_pending_ = true;
+      stop_at_ = Clock::now() + std::chrono::seconds(2);
+    }
   }
 
   const LaunchOptions& o_;
@@ -324,6 +336,8 @@ class Attempt {
   std::vector<Worker> workers_;
   int first_failure_ = 0;
   bool stopping_ = false;
+  bool stop_pending_ = false;  // SIGTERM at stop_at_ (after a consequence's exit)
+  Clock::time_point stop_at_{};
   bool kill_pending_ = false;  // SIGKILL at kill_at_ unless all have exited
   Clock::time_point kill_at_{};
   bool draining_ = false;  // all reaped: output gets until drain_until_

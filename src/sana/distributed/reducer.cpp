@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -49,8 +51,19 @@ class BucketedReducer : public Reducer {
   std::vector<torch::Tensor> flat_gradients() const override;
   void zero_gradients() override;
   std::vector<FlatBucket> flatten_parameters() override;
+  bool overflowed() const override { return overflowed_; }
+  std::vector<int64_t> exact_scales() const override;
+  void set_exact_scales(const std::vector<int64_t>& scales) override;
 
  private:
+  // Exact mode: one bucket's integer accumulator (its elements, then two counters: ranks'
+  // micro-batches that overflowed, and that were not finite) and scale exponent.
+  struct Exact {
+    torch::Tensor acc;
+    int64_t scale = 32;
+  };
+  void absorb();          // the flat gradients into the accumulators; flats zeroed
+  void finalize_exact();
   struct Bucket {
     GradBucket plan;
     size_t pending = 0;
@@ -70,6 +83,10 @@ class BucketedReducer : public Reducer {
   std::shared_ptr<HookTarget> target_;
   bool overlap_ = true;
   bool average_ = true;
+  bool exact_ = false;
+  std::vector<Exact> exact_state_;
+  bool unabsorbed_ = false;  // a backward ran since the last absorb()
+  bool overflowed_ = false;
   std::mutex mutex_;
   size_t next_launch_ = 0;
   bool syncing_ = false;
@@ -80,7 +97,8 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
                                  const ReducerOptions& opts)
     : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0), target_(std::make_shared<HookTarget>()),
       overlap_(opts.overlap),
-      average_(opts.average) {
+      average_(opts.average),
+      exact_(opts.exact) {
   std::vector<ParamInfo> infos;
   infos.reserve(params_.size());
   for (const auto& [name, p] : params_) {
@@ -99,6 +117,9 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
     bucket.flat = torch::zeros({b.numel}, params_[b.params.front()].second.options());
     bucket.plan = std::move(b);
     buckets_.push_back(std::move(bucket));
+  }
+  if (exact_) {
+    for (const auto& b : buckets_) exact_state_.push_back({torch::zeros({b.flat.numel() + 2}, torch::kInt64), 32});
   }
   grad_views_.resize(params_.size());
   for (const auto& b : buckets_) {
@@ -179,6 +200,13 @@ std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
 void BucketedReducer::begin_backward(bool sync) {
   std::lock_guard<std::mutex> lock(mutex_);
   bind_gradients();
+  if (exact_) {
+    if (unabsorbed_) absorb();
+    unabsorbed_ = true;
+    overflowed_ = false;
+    syncing_ = false;
+    return;
+  }
   syncing_ = sync;
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), 0);
@@ -207,6 +235,10 @@ void BucketedReducer::launch_ready_in_order() {
 }
 
 void BucketedReducer::finalize() {
+  if (exact_) {
+    finalize_exact();
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     // Parameters without a gradient this backward keep what earlier micro-steps gave them
@@ -234,6 +266,77 @@ void BucketedReducer::finalize() {
     b.work.reset();
     if (world != 1.0 && average_) b.flat.div_(world);
   }
+}
+
+// A micro-batch's gradient times 2^scale must stay below 2^52, so that the sum of up to
+// 1024 micro-batches (the trainer's limit in this mode) stays below 2^62.
+constexpr double kExactLimit = 4503599627370496.0;  // 2^52
+constexpr int64_t kExactTarget = 48;                // the summed peak's bits aimed at
+constexpr int64_t kExactLowest = -120, kExactHighest = 120;  // 2^scale stays a finite float
+
+void BucketedReducer::absorb() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    auto& flat = buckets_[i].flat;
+    auto& e = exact_state_[i];
+    const int64_t n = flat.numel();
+    auto scaled = flat * std::ldexp(1.0, static_cast<int>(e.scale));  // exact: a power of two
+    const float peak = scaled.abs().max().item<float>();
+    if (!std::isfinite(peak)) {
+      e.acc[n + 1] += 1;
+    } else if (peak >= kExactLimit) {
+      e.acc[n] += 1;
+    } else {
+      e.acc.narrow(0, 0, n).add_(scaled.round_().to(torch::kInt64));
+    }
+    flat.zero_();
+  }
+  unabsorbed_ = false;
+}
+
+void BucketedReducer::finalize_exact() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  torch::NoGradGuard no_grad;
+  if (unabsorbed_) absorb();
+  bool overflow = false, nonfinite = false;
+  for (auto& e : exact_state_) {
+    rt_.all_reduce(e.acc);  // integers: the same sum in any order
+    const int64_t n = e.acc.numel() - 2;
+    overflow = overflow || e.acc[n].item<int64_t>() > 0;
+    nonfinite = nonfinite || e.acc[n + 1].item<int64_t>() > 0;
+  }
+  overflowed_ = overflow && !nonfinite;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    auto& e = exact_state_[i];
+    auto& flat = buckets_[i].flat;
+    const auto values = e.acc.narrow(0, 0, flat.numel());
+    if (nonfinite) {
+      flat.fill_(std::numeric_limits<float>::quiet_NaN());  // the trainer skips the step, as any non-finite one
+    } else if (overflowed_) {
+      // The caller runs the backward again; the buckets that overflowed with a smaller scale.
+      if (e.acc[flat.numel()].item<int64_t>() > 0) e.scale = std::max(kExactLowest, e.scale - 12);
+    } else {
+      flat.copy_(values.to(torch::kFloat64).mul_(std::ldexp(1.0, static_cast<int>(-e.scale))));
+      // The next step's scale from this sum's peak (the same on every rank).
+      const auto peak = static_cast<uint64_t>(values.abs().max().item<int64_t>());
+      if (peak > 0) {
+        const int64_t bits = 64 - __builtin_clzll(peak);
+        e.scale = std::clamp(e.scale + kExactTarget - bits, kExactLowest, kExactHighest);
+      }
+    }
+    e.acc.zero_();
+  }
+}
+
+std::vector<int64_t> BucketedReducer::exact_scales() const {
+  std::vector<int64_t> out;
+  for (const auto& e : exact_state_) out.push_back(e.scale);
+  return out;
+}
+
+void BucketedReducer::set_exact_scales(const std::vector<int64_t>& scales) {
+  if (scales.size() != exact_state_.size()) return;  // another bucket layout: start afresh
+  for (size_t i = 0; i < scales.size(); ++i) exact_state_[i].scale = std::clamp(scales[i], kExactLowest, kExactHighest);
 }
 
 }  // namespace

@@ -11,8 +11,9 @@
 // asynchronous all-reduce at once, always in bucket order, so every rank issues the same
 // collectives in the same order. finalize() names parameters that got no gradient (once;
 // their zero gradient is synced like the rest), starts what is left, waits for all, and
-// divides by the world size: the result is the mean gradient over the global batch on
-// every rank.
+// (ReducerOptions::average) divides by the world size. Exact mode (train.deterministic)
+// trades the overlap for integer sums that no world size or accumulation split changes
+// (docs/design.md, "Deterministic mode").
 #pragma once
 
 #include <torch/torch.h>
@@ -62,6 +63,13 @@ class Reducer {
   // parameters stay the same leaf tensors, so modules, hooks and checkpoints see no
   // change) and returns the buckets. Once per reducer; only for one reducer of a model.
   virtual std::vector<FlatBucket> flatten_parameters() = 0;
+  // Exact mode: whether the last finalize() found a gradient too large for the accumulator
+  // on some rank (every rank sees the same answer). The gradients are then zero and the
+  // scales lowered: the step's micro-batches must run their backward again.
+  virtual bool overflowed() const { return false; }
+  // Exact mode: each bucket's scale exponent (kept in checkpoints for a bitwise resume).
+  virtual std::vector<int64_t> exact_scales() const { return {}; }
+  virtual void set_exact_scales(const std::vector<int64_t>& /*scales*/) {}
 };
 
 struct ReducerOptions {
@@ -72,6 +80,11 @@ struct ReducerOptions {
   // true: gradients averaged over ranks (DDP); false: summed (the trainer normalises each
   // loss by the global batch itself, so uneven shares still give the full-batch gradient).
   bool average = true;
+  // train.deterministic: each backward's gradient is added into an int64 fixed-point
+  // accumulator (a power-of-two scale per bucket, the same on every rank) and all-reduced
+  // as integers, which no order of addition changes; converted back once in finalize().
+  // No overlap with the backward.
+  bool exact = false;
 };
 
 // The bucketed, overlapped all-reduce over every parameter of `params`: (name, tensor) in

@@ -7,6 +7,7 @@
 
 #include "sana/diffusion/flow_matching.h"
 #include "sana/util/error.h"
+#include "sana/util/log.h"
 
 namespace sana::train {
 
@@ -33,6 +34,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   const int64_t downsample = model_->spec().downsample;
   Lap clock;
+  std::vector<data::Batch> kept;  // train.deterministic: for a run again after an overflow
   int64_t count = 1;  // this rank's micro-batches in the step: known from the first
   for (int64_t micro = 0; micro < count; ++micro) {
     auto batch = loader.next();
@@ -48,20 +50,44 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
-    reducer_.begin_backward(micro == count - 1);
-    double encoder_seconds = 0;
-    // Each sample's loss / the global batch: summed over micro-batches and ranks (the
-    // reducer sums), the gradient is the whole batch's mean, however it was split.
-    const double weight = static_cast<double>(batch->ids.size()) / static_cast<double>(batch->global_batch);
-    const auto loss = micro_loss(*batch, epoch, weight, encoder_seconds);
-    (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
-    out.loss_sum += loss.detach().to(torch::kFloat64);
-    out.times.encoders += encoder_seconds;
-    out.times.forward_backward += clock.lap() - encoder_seconds;
+    forward_backward(*batch, epoch, micro == count - 1, loss_scale, out, clock);
+    if (cfg_.train.deterministic) kept.push_back(std::move(*batch));
   }
   reducer_.finalize();
   out.times.allreduce += clock.lap();
+  // train.deterministic: a gradient too large for the integer sums on some rank; every rank
+  // runs the step's micro-batches again at the smaller scale the reducer chose.
+  for (int again = 1; reducer_.overflowed(); ++again) {
+    if (again > 8) {
+      throw RunError(fmt::format("train.deterministic: step {} of epoch {}: the gradients overflow the fixed-point "
+                                 "sums even at a 2^-96 smaller scale; check the learning rate and the data",
+                                 step + 1, epoch + 1));
+    }
+    log::info("train.deterministic: step {}: a gradient overflowed the integer sums; its micro-batches run again "
+              "at a smaller scale ({})",
+              step + 1, again);
+    out.loss_sum.zero_();
+    for (size_t micro = 0; micro < kept.size(); ++micro) {
+      forward_backward(kept[micro], epoch, micro + 1 == kept.size(), loss_scale, out, clock);
+    }
+    reducer_.finalize();
+    out.times.allreduce += clock.lap();
+  }
   return out;
+}
+
+void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
+                                 Lap& clock) {
+  reducer_.begin_backward(last);
+  double encoder_seconds = 0;
+  // Each sample's loss / the global batch: summed over micro-batches and ranks (the
+  // reducer sums), the gradient is the whole batch's mean, however it was split.
+  const double weight = static_cast<double>(batch.ids.size()) / static_cast<double>(batch.global_batch);
+  const auto loss = micro_loss(batch, epoch, weight, encoder_seconds);
+  (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
+  out.loss_sum += loss.detach().to(torch::kFloat64);
+  out.times.encoders += encoder_seconds;
+  out.times.forward_backward += clock.lap() - encoder_seconds;
 }
 
 torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds) {

@@ -44,6 +44,10 @@ class TrainStep {
   StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
  private:
+  // One micro-batch forward and backward (`last`: the step's last on this rank), its loss
+  // added to out.loss_sum and its times to out.times.
+  void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
+                        Lap& clock);
   // The micro-batch's mean loss times `weight` (its share of the global batch); adds the
   // time spent in the encoders to `encoder_seconds`.
   torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds);

@@ -11,11 +11,13 @@
 
 #include "sana/util/safetensors.h"
 #include "sana/config/loader.h"
+#include "sana/data/distributed_sampler.h"
 #include "sana/data/plan_coverage.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/model/spec.h"
 #include "sana/model/weights.h"
+#include "sana/train/batching.h"
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
 #include "sana/util/error.h"
@@ -114,38 +116,8 @@ data::LoaderOptions loader_options(const config::Config& cfg, int rank, int worl
   o.pin_memory = pin_memory;
   o.micro_batch = cfg.train.micro_batch_size;
   o.random_flip = cfg.data.random_flip;
+  o.whole_micro_batches = cfg.train.deterministic;
   return o;
-}
-
-// More processes than samples in some step would leave a rank with nothing: a config error.
-void check_world_fits(const data::EpochPlan& plan, int world, const data::BatchSpec& spec) {
-  if (plan.steps() == 0 || plan.min_batch() >= world) return;
-  throw UsageError(fmt::format("{} makes global batches of {} samples, fewer than the {} processes: every process "
-                               "needs at least one sample per step; raise it or start fewer processes",
-                               spec.describe(), plan.min_batch(), world),
-                   "config error");
-}
-
-// "global batch 8: 3 samples on this rank in 2 micro-batches of at most 2", or with
-// train.batch_tokens the range of global batches over the buckets.
-std::string batch_text(const data::Dataset& ds, const config::TrainConfig& t, int rank, int world) {
-  const auto sizes = ds.plan(0).stats().batch_per_bucket;
-  const auto steps = ds.plan(0).stats().steps_per_bucket;
-  int64_t low = 0, high = 0;
-  for (size_t b = 0; b < sizes.size(); ++b) {
-    if (steps[b] == 0) continue;
-    low = low == 0 ? sizes[b] : std::min(low, sizes[b]);
-    high = std::max(high, sizes[b]);
-  }
-  if (t.batch_tokens > 0) {
-    return fmt::format("train.batch_tokens {}: global batches of {} to {} samples by bucket, micro-batches of at "
-                       "most {}",
-                       t.batch_tokens, low, high, t.micro_batch_size);
-  }
-  const auto [first, last] = data::rank_share(t.global_batch_size, rank, world);
-  const int64_t micro = data::micro_batches(last - first, t.micro_batch_size);
-  return fmt::format("global batch {}: {} samples on this rank in {} micro-batch{} of at most {}", t.global_batch_size,
-                     last - first, micro, micro == 1 ? "" : "es", t.micro_batch_size);
 }
 
 // Tests only (SANA_TEST_FAIL_AT=rank:step): a data error on one rank mid-epoch.
@@ -185,7 +157,8 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       encoders_(load_encoders(cfg, rt.device(), EncoderUse::training, spec_.conditioning)),
       named_(named_parameters(model_)),
       params_(tensors_of(named_)),
-      reducer_(dist::make_reducer(rt, named_, {cfg.ddp.bucket_cap_mb, 1.0, true, /*average=*/false})),
+      reducer_(dist::make_reducer(rt, named_,
+                                  {cfg.ddp.bucket_cap_mb, 1.0, true, /*average=*/false, cfg.train.deterministic})),
       optimizer_(make_optimizer(cfg.train.optimizer, named_)),
       ema_(named_, config::ema_enabled(cfg.train) ? cfg.train.ema_rate : 0.0),
       guard_(cfg.data.max_bad_fraction),
@@ -196,9 +169,10 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
       previews_(cfg, rt, model_, encoders_),
       checkpointer_(cfg, main_rank_) {
   optimizer_->use_flat_buckets(reducer_->flatten_parameters());
-  const auto first = dataset_.plan(0);
+  const auto first = epoch_plan(0, true);
   data::check_plan_coverage(dataset_, first, cfg, "training");
   check_world_fits(first, rt.world_size(), data::batch_spec_of(cfg.train));
+  if (cfg.train.deterministic) check_deterministic(first, cfg.train, rt);
   resume();
   if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
   total_steps_ = count_total_steps();
@@ -218,12 +192,19 @@ void Trainer::use_empty_prompt() {
   model_->caption_embedder->y_embedding.copy_(null_caption);
 }
 
+data::EpochPlan Trainer::epoch_plan(int64_t epoch, bool fresh) const {
+  if (cfg_.data.sampler == config::DataSampler::distributed) {
+    return data::make_epoch_plan(dataset_, cfg_, epoch, rt_.world_size());
+  }
+  return !fresh && epoch == position_.epoch ? dataset_.plan(epoch, segments_) : dataset_.plan(epoch);
+}
+
 int64_t Trainer::count_total_steps() const {
   const auto& t = cfg_.train;
   int64_t total = position_.global_step;
   if (position_.epoch < t.num_epochs) {
-    total += dataset_.plan(position_.epoch, segments_).steps() - position_.step_in_epoch +
-             dataset_.plan(0).steps() * (t.num_epochs - position_.epoch - 1);
+    total += epoch_plan(position_.epoch).steps() - position_.step_in_epoch +
+             epoch_plan(0, true).steps() * (t.num_epochs - position_.epoch - 1);
   }
   return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
 }
@@ -235,12 +216,17 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
   } else {
     segments_.push_back({position_.step_in_epoch, spec});
   }
-  const auto plan = dataset_.plan(position_.epoch, segments_);
+  if (cfg_.data.sampler == config::DataSampler::distributed && position_.step_in_epoch > 0) {
+    throw UsageError(fmt::format("data.sampler distributed cannot change {} mid-epoch (torch's DistributedSampler "
+                                 "partition has no rest of an epoch); resume at an epoch end or with data.sampler bucket",
+                                 before_text(saved)),
+                     "config error");
+  }
+  const auto plan = epoch_plan(position_.epoch);
   check_world_fits(plan, rt_.world_size(), spec);
-  const data::BatchSpec before{saved.global_batch_size, saved.batch_tokens};
   log::info("{} -> {}: epoch {}'s samples not yet seen are batched anew from its step {} ({} steps left in it), "
             "later epochs too",
-            before.describe(), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
+            before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
             plan.steps() - position_.step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
     auto old = cfg_.train;
@@ -285,7 +271,7 @@ void Trainer::log_start() const {
             "optimizer {}, {} gradient buckets",
             spec_.name, model_->parameter_count(), model::conditioning_name(spec_.conditioning),
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            batch_text(dataset_, t, rt_.rank(), world), dataset_.plan(0).steps(), total_steps_, optimizer_->name(),
+            batch_text(dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
             reducer_->bucket_count());
 }
 
@@ -298,7 +284,7 @@ void Trainer::run() {
 }
 
 bool Trainer::run_epoch(int64_t epoch) {
-  const auto plan = dataset_.plan(epoch, segments_);
+  const auto plan = epoch_plan(epoch);
   agree_on_epoch_plan(rt_, plan);
   const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
   auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_.pinned());
@@ -398,6 +384,7 @@ ckpt::Snapshot Trainer::capture() const {
   st.consumed_samples = position_.consumed_samples;
   st.global_batch_size = cfg_.train.global_batch_size;
   st.batch_tokens = cfg_.train.batch_tokens;
+  st.exact_scales = reducer_->exact_scales();
   if (position_.step_in_epoch > 0 && segments_.size() > 1) {
     for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
   }
@@ -425,6 +412,7 @@ void Trainer::restore(const ckpt::Snapshot& snap, const std::string& source) {
   optimizer_->load_state(snap.optimizer);
   const auto& st = snap.state;
   position_ = {st.epoch, st.step_in_epoch, st.global_step, st.consumed_samples};
+  reducer_->set_exact_scales(st.exact_scales);
   guard_.restore(st.bad_samples, st.reads, main_rank_);
   nonfinite_.restore(st.skipped_steps);
   if (scaler_.enabled() && st.loss_scale > 0) {

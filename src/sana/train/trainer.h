@@ -54,6 +54,9 @@ class Trainer {
   // A resume with another train.global_batch_size or batch_tokens: the epoch's unseen
   // samples re-batched.
   void change_batch(const ckpt::TrainerState& saved);
+  // Epoch `epoch`'s plan: data.sampler's; for the epoch in progress with its parts unless
+  // `fresh` (what a whole epoch is).
+  data::EpochPlan epoch_plan(int64_t epoch, bool fresh = false) const;
   // The steps the run will take: the current epoch's plan, then whole epochs, max_steps.
   int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request

@@ -143,6 +143,12 @@ TEST_CASE("rank shares: 8 on 3 is 3, 3, 2, and micro-batches of at most the micr
   CHECK(micro_batches(3, 2) == 2);
   CHECK(micro_batches(2, 2) == 1);
   CHECK(micro_batches(0, 2) == 0);
+  // train.deterministic: whole micro-batches of 2 dealt out (4 of them on 3 ranks: 2, 1, 1).
+  CHECK(rank_share_whole(8, 2, 0, 3) == std::pair<int64_t, int64_t>{0, 4});
+  CHECK(rank_share_whole(8, 2, 1, 3) == std::pair<int64_t, int64_t>{4, 6});
+  CHECK(rank_share_whole(8, 2, 2, 3) == std::pair<int64_t, int64_t>{6, 8});
+  CHECK(rank_share_whole(7, 2, 1, 2) == std::pair<int64_t, int64_t>{4, 7});  // the last micro-batch smaller
+  CHECK(rank_share_whole(4, 2, 2, 3).first == rank_share_whole(4, 2, 2, 3).second);  // no micro-batch left
 }
 
 TEST_CASE("a batch size changed mid-epoch re-batches exactly the samples not yet seen", "[plan]") {
