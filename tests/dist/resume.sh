@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Resuming (issue 7, seed 002): the same world size continues bitwise; 4 -> 2 -> 1 and
 # 3 -> 2 processes continue the same sample stream (every planned sample once, none
-# repeated or skipped) to the same weights within float noise; SIGTERM saves a checkpoint
+# repeated or skipped) to the same weights within float noise (2e-4 relative per tensor); SIGTERM saves a checkpoint
 # at the stop step that resumes exactly; a worker killed under `launch --max-restarts 1`
 # with resume_from latest finishes the run with the uninterrupted run's parameters.
 . "$(dirname "$0")/lib.sh"
@@ -44,7 +44,10 @@ def weights(path):
 a, b = weights(f"{root}/x/model.safetensors"), weights(f"{root}/x1/model.safetensors")
 rel = max(np.linalg.norm(a[k] - b[k]) / max(np.linalg.norm(b[k]), 1e-30) for k in b)
 print(f"4 -> 2 -> 1 vs 1 straight: max relative weight difference (L2 per tensor) {rel:.2e}")
-ok = rel <= 1e-5
+# Float noise: the sums' order follows the world size, and Adam turns last-bit differences
+# in near-zero gradients into larger ones (7e-7 here with LibTorch 1.13, 5e-5 with 2.6;
+# dist.train allows 1e-3, dist.deterministic shows the bitwise mode).
+ok = rel <= 2e-4
 def plan(work, g, epoch):
     out = subprocess.run([binary, "plan", "--config", config, f"--data.data_dir=[{data}]", "--data.tail=pad",
                           f"--work_dir={work}", f"--train.global_batch_size={g}", "--train.micro_batch_size=2",
