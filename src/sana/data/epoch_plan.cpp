@@ -185,17 +185,18 @@ std::vector<int64_t> EpochPlan::taken_before(const Segment& seg, int64_t local_s
     const uint64_t candidate = t | uint64_t{1} << bit;
     if (below(candidate, nullptr) <= local_step) t = candidate;
   }
-  int64_t done = below(t, &taken);
-  for (; done < local_step; ++done) {
-    int best = -1;
-    for (int b = 0; b < nb; ++b) {
-      const auto k = static_cast<size_t>(b);
-      if (taken[k] >= seg.batches[k]) continue;
-      if (best < 0 || key_less(seg, b, taken[k], best, taken[static_cast<size_t>(best)])) best = b;
-    }
-    ++taken[static_cast<size_t>(best)];
-  }
+  for (int64_t done = below(t, &taken); done < local_step; ++done) ++taken[static_cast<size_t>(next_bucket(seg, taken))];
   return taken;
+}
+
+int EpochPlan::next_bucket(const Segment& seg, const std::vector<int64_t>& taken) const {
+  int best = -1;
+  for (int b = 0; b < static_cast<int>(taken.size()); ++b) {
+    const auto k = static_cast<size_t>(b);
+    if (taken[k] >= seg.batches[k]) continue;
+    if (best < 0 || key_less(seg, b, taken[k], best, taken[static_cast<size_t>(best)])) best = b;
+  }
+  return best;
 }
 
 size_t EpochPlan::segment_of(int64_t step) const {
@@ -232,12 +233,7 @@ StepBatch EpochPlan::batch(int64_t step) const {
   }
   const auto& seg = segments_[segment_of(step)];
   const auto taken = taken_before(seg, step - seg.first_step);
-  int best = -1;
-  for (int b = 0; b < static_cast<int>(taken.size()); ++b) {
-    const auto k = static_cast<size_t>(b);
-    if (taken[k] >= seg.batches[k]) continue;
-    if (best < 0 || key_less(seg, b, taken[k], best, taken[static_cast<size_t>(best)])) best = b;
-  }
+  const int best = next_bucket(seg, taken);
   return assemble(seg, best, taken[static_cast<size_t>(best)], step);
 }
 

@@ -114,6 +114,8 @@ class EpochPlan {
   bool key_less(const Segment& seg, int b1, int64_t c1, int b2, int64_t c2) const;
   // Per bucket: how many of its batches the segment's first `local_step` steps take.
   std::vector<int64_t> taken_before(const Segment& seg, int64_t local_step) const;
+  // The bucket whose next batch (after `taken` of each) comes first in the merge order.
+  int next_bucket(const Segment& seg, const std::vector<int64_t>& taken) const;
   size_t segment_of(int64_t step) const;
   StepBatch assemble(const Segment& seg, int b, int64_t c, int64_t step) const;
   void finish_stats(TailPolicy tail);

@@ -37,8 +37,9 @@ void check_deterministic(const data::EpochPlan& plan, const config::TrainConfig&
 }
 
 std::string batch_text(const data::Dataset& ds, const config::TrainConfig& t, int rank, int world) {
-  const auto sizes = ds.plan(0).stats().batch_per_bucket;
-  const auto steps = ds.plan(0).stats().steps_per_bucket;
+  const auto plan = ds.plan(0);
+  const auto& sizes = plan.stats().batch_per_bucket;
+  const auto& steps = plan.stats().steps_per_bucket;
   int64_t low = 0, high = 0;
   for (size_t b = 0; b < sizes.size(); ++b) {
     if (steps[b] == 0) continue;
