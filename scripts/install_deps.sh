@@ -6,7 +6,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libtorch-dev libgloo-dev
-  libyaml-cpp-dev libcli11-dev libopencv-dev libjpeg-dev libfmt-dev
+  libyaml-cpp-dev libcli11-dev libopencv-dev libjpeg-dev libpng-dev libfmt-dev
+  libprotobuf-dev protobuf-compiler
   nlohmann-json3-dev libxxhash-dev zlib1g-dev catch2 libsentencepiece-dev python3-sentencepiece
   libopenblas0-pthread
   openmpi-bin python3-torch python3-torchvision python3-numpy python3-pil

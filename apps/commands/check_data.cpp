@@ -10,6 +10,7 @@
 #include "command.h"
 #include "sana/model/spec.h"
 #include "sana/data/check_data.h"
+#include "sana/data/png_decode.h"
 #include "sana/data/sample_cache.h"
 #include "sana/util/error.h"
 
@@ -33,6 +34,9 @@ class CheckData : public ConfigSubcommand {
                              r.seconds, r.samples / r.seconds, r.workers);
     std::cout << fmt::format("  good: {}\n", r.samples - r.substituted);
     for (const auto& [reason, n] : r.bad_by_reason) std::cout << fmt::format("  bad, {}: {}\n", reason, n);
+    for (const auto& [reason, n] : data::codec_warning_counts()) {
+      std::cout << fmt::format("  decoded with a codec warning, '{}': {}\n", reason, n);
+    }
     std::cout << fmt::format("  bad fraction {:.4f} (data.max_bad_fraction {})\n", r.bad_fraction(),
                              cfg.data.max_bad_fraction);
     if (r.bad_fraction() > cfg.data.max_bad_fraction) {

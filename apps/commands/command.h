@@ -4,7 +4,7 @@
 // - PlainCommand: needs neither the launch environment nor a config (launch, index,
 //   inspect, report, --list-keys); runs as soon as the command line is parsed.
 // - ConfigCommand: runs with the launch environment and the resolved, validated config
-//   (train, check-dist, plan, check-data, model, preview, --print-config).
+//   (train, check-dist, plan, check-data, model, preview, prepare-features, --print-config).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -92,6 +92,11 @@ void add_top_level_options(CLI::App& app, TopLevelOptions& top);
 // error is also posted to the other ranks (they would wait for this one) and rethrown.
 config::Config load_config(const ConfigCommand& command, const dist::LaunchEnv& env);
 
+// The rank's log file in work_dir (<stem>.log on rank 0, <stem>.rank<N>.log elsewhere).
+// With log_console: rank0 (the default) ranks other than 0 show only warnings and errors
+// on the terminal, under any launcher: one progress line per interval, not one per rank.
+void open_run_log(const config::Config& cfg, const dist::LaunchEnv& env, const std::string& stem);
+
 // What `sana-train launch` needs besides its options.
 struct LaunchArgs {
   std::vector<std::string> worker_args;  // the words after "--"
@@ -109,6 +114,7 @@ std::unique_ptr<ConfigCommand> plan_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> check_data_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> model_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> preview_command(CLI::App& app);
+std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> print_config_command(CLI::App& app, const TopLevelOptions& top);
 std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top);
 

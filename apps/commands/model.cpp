@@ -1,7 +1,8 @@
 // `sana-train model --config C [--json]`: what a config's model is, without training it.
 // The model is built on the meta device (no weights allocated, so the 1.6 B preset is
 // instant); model/ counts its parameters per top-level module and its forward FLOPs per
-// sample, shown for the square, tallest and widest bucket of each base size.
+// sample, shown for the square, tallest and widest bucket of each base size; and the
+// memory one training process needs (train/memory_estimate.h: a few small forwards on the CPU).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +11,9 @@
 
 #include "command.h"
 #include "sana/data/dataset.h"
+#include "sana/data/sample_cache.h"
 #include "sana/model/sana_ms.h"
+#include "sana/train/memory_estimate.h"
 
 namespace sana::app {
 
@@ -35,11 +38,13 @@ struct ModelFacts {
   std::vector<std::pair<std::string, int64_t>> counts;
   int64_t total = 0;
   std::string upstream_params;  // "" for our own presets
-  std::vector<BucketSize> buckets;
+  std::vector<BucketSize> buckets;      // the showcase ones
+  std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
+  train::MemoryEstimate memory;
 };
 
 ModelFacts facts_of(const config::Config& cfg) {
-  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}};
+  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}, {}, train::estimate_memory(cfg)};
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -49,6 +54,7 @@ ModelFacts facts_of(const config::Config& cfg) {
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
   for (const auto& table : data::bucket_tables_for(cfg)) {
     for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back({table.base(), b.height, b.width});
+    for (const auto& b : table.buckets()) f.all_buckets.push_back({table.base(), b.height, b.width});
   }
   return f;
 }
@@ -73,17 +79,55 @@ void print_json(const ModelFacts& f) {
   p["total"] = f.total;
   j["parameters"] = p;
   if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
-  j["flops"] = nlohmann::json::array();
-  for (const auto& b : f.buckets) {
-    const auto flops = model::forward_flops(spec, b.height, b.width);
-    j["flops"].push_back({{"base", b.base},
-                          {"height", b.height},
-                          {"width", b.width},
-                          {"tokens", flops.tokens},
-                          {"forward", flops.total},
-                          {"train", 3 * flops.total}});
-  }
+  const auto flops_of = [&](const std::vector<BucketSize>& buckets) {
+    auto out = nlohmann::json::array();
+    for (const auto& b : buckets) {
+      const auto flops = model::forward_flops(spec, b.height, b.width);
+      out.push_back({{"base", b.base},
+                     {"height", b.height},
+                     {"width", b.width},
+                     {"tokens", flops.tokens},
+                     {"forward", flops.total},
+                     {"train", 3 * flops.total}});
+    }
+    return out;
+  };
+  j["flops"] = flops_of(f.buckets);
+  j["flops_every_bucket"] = flops_of(f.all_buckets);
+  const auto& m = f.memory;
+  j["memory_per_process"] = {{"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
+                             {"micro_batch", m.micro_batch},
+                             {"weights", m.weights},
+                             {"gradients", m.gradients},
+                             {"optimizer", m.optimizer},
+                             {"optimizer_type", m.optimizer_name},
+                             {"ema", m.ema},
+                             {"activations", m.activations},
+                             {"activations_grad_checkpointing", m.activations_checkpointed},
+                             {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
+                             {"total_for_config", m.total()}};
   std::cout << j.dump(2) << "\n";
+}
+
+
+void print_memory(const train::MemoryEstimate& m) {
+  std::cout << fmt::format("\nmemory per process (estimate: micro-batch {} at the largest bucket {}x{}, {} tokens):\n",
+                           m.micro_batch, m.height, m.width, m.tokens);
+  const auto row = [](const std::string& what, double bytes, const std::string& note = "") {
+    std::cout << fmt::format("  {:<38} {:>10}{}\n", what, data::size_text(static_cast<uint64_t>(bytes)), note.empty() ? "" : "  " + note);
+  };
+  row("weights (fp32)", m.weights);
+  row("gradients (fp32)", m.gradients);
+  row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);
+  if (m.ema > 0) row("EMA weights", m.ema);
+  row("activations", m.activations, m.checkpointing ? "" : "<- train.grad_checkpointing false");
+  row("activations, gradient checkpointing", m.activations_checkpointed,
+      m.checkpointing ? "<- train.grad_checkpointing true" : "");
+  if (m.autocast) {
+    std::cout << "  (fp32 activations: under the config's bf16/fp16 autocast most are half that; this is the upper "
+                 "bound)\n";
+  }
+  row("total for this config", m.total(), "(on a GPU add the CUDA context and allocator slack, about 1-2 GiB)");
 }
 
 void print_text(const ModelFacts& f) {
@@ -116,12 +160,13 @@ void print_text(const ModelFacts& f) {
                              fmt::format("{}x{}", b.height, b.width), flops.tokens, flops.total / 1e9,
                              3 * flops.total / 1e9);
   }
+  print_memory(f.memory);
 }
 
 class Model : public ConfigSubcommand {
  public:
   explicit Model(CLI::App& app)
-      : ConfigSubcommand(app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets",
+      : ConfigSubcommand(app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets, memory per process",
                          {/*required=*/true, /*data=*/false}) {
     cli_->add_flag("--json", json_, "print JSON");
   }

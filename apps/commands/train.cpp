@@ -1,6 +1,8 @@
 // `sana-train --config FILE [--key.path=VALUE]...`: training, on one process or on every
 // process of a launcher (train/trainer.h runs it). Logs to work_dir/train.log (rank 0) or
-// train.rank<N>.log, and keeps the resolved config as work_dir/config.yaml.
+// train.rank<N>.log, and keeps the resolved config as work_dir/config.yaml. With
+// log_console: rank0 (the default), ranks other than 0 write only warnings and errors to
+// the terminal, under any launcher: one progress line per interval, not one per rank.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -13,20 +15,24 @@
 
 namespace sana::app {
 
-namespace {
-
 namespace fs = std::filesystem;
 
-// The rank's log file in work_dir, and the resolved config next to it (rank 0).
-void open_run_folder(const config::Config& cfg, const dist::LaunchEnv& env) {
+void open_run_log(const config::Config& cfg, const dist::LaunchEnv& env, const std::string& stem) {
   std::error_code ec;
   fs::create_directories(cfg.work_dir, ec);
   if (ec) throw RunError(fmt::format("cannot create work_dir '{}': {}", cfg.work_dir, ec.message()));
-  const std::string log_name = env.rank == 0 ? "train.log" : fmt::format("train.rank{}.log", env.rank);
+  const std::string log_name = env.rank == 0 ? stem + ".log" : fmt::format("{}.rank{}.log", stem, env.rank);
   std::string err;
   if (!log::open_file((fs::path(cfg.work_dir) / log_name).string(), &err)) throw RunError(err);
-  if (env.rank == 0) std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << config::to_yaml(cfg);
+  if (env.world_size > 1 && cfg.log_console == "rank0") {
+    if (env.rank > 0) log::set_console_level(log::Level::warn);
+    log::info("the terminal shows rank 0's lines and every rank's warnings and errors; rank N's whole log is "
+              "{} (log_console: all shows every rank's lines)",
+              (fs::path(cfg.work_dir) / (stem + ".rank<N>.log")).string());
+  }
 }
+
+namespace {
 
 // The top level: chosen when no subcommand and no top-level action is.
 class Train : public ConfigCommand {
@@ -39,7 +45,8 @@ class Train : public ConfigCommand {
   }
   std::vector<std::string> overrides() const override { return app_.remaining(); }
   int run(const dist::LaunchEnv& env, const config::Config& cfg) override {
-    open_run_folder(cfg, env);
+    open_run_log(cfg, env, "train");
+    if (env.rank == 0) std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << config::to_yaml(cfg);
     log::info("sana-train {}: launcher {}, rank {} of {}, work_dir {}", SANA_VERSION, env.launcher, env.rank,
               env.world_size, cfg.work_dir);
     return train::train(cfg, env);

@@ -10,6 +10,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 root=${SANA_TRIXIE_ROOT:-/var/cache/sana-trixie}
 mirror=${SANA_TRIXIE_MIRROR:-http://deb.debian.org/debian}
 packages=(libtorch-dev libgloo-dev g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev libopencv-dev libjpeg-dev
+          libpng-dev libprotobuf-dev protobuf-compiler
           libfmt-dev nlohmann-json3-dev libxxhash-dev zlib1g-dev catch2 libsentencepiece-dev python3-sentencepiece libopenblas0-pthread openmpi-bin python3-torch
           python3-numpy python3-pil gnuplot-nox mate-backgrounds dataset-fashion-mnist procps time)
 if [ ! -x "$root/usr/bin/apt-get" ]; then

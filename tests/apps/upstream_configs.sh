@@ -17,6 +17,7 @@ for yaml in "$UPSTREAM"/*/*.yaml; do
   assert_code $? 0 "$name: sana-train model"
   grep -q "^$preset: width" "$dir/model.txt" || { fail "$name: preset $preset not built"; cat "$dir/model.txt"; }
   grep -q "input: 32 channels (latents" "$dir/model.txt" || fail "$name: not a 32-channel latent model"
+  grep -qE "^  total for this config +[0-9.]+ GiB" "$dir/model.txt" || fail "$name: no memory estimate"
   count=$((count + 1))
 done
 [ "$count" -ge 11 ] || fail "only $count upstream YAMLs found"

@@ -19,7 +19,7 @@ run() {  # NAME NPROC ARGS... (output in $SCRATCH/NAME.log)
 for w in 1 2 3 4; do
   run "det$w" "$w" --train.deterministic=true; assert_code $? 0 "20 deterministic steps on $w process(es)"
 done
-assert_contains "$SCRATCH/det3.log" "[rank 0] " "3 processes ran"
+assert_contains "$SCRATCH/det3.log" " r0/3 I] " "3 processes ran"
 assert_contains "$SCRATCH/det3.log" "global batch 8: 4 samples on this rank in 2 micro-batches of at most 2" \
   "ranks take whole micro-batches (8 on 3: 4, 2, 2)"
 for w in 2 3 4; do

@@ -26,8 +26,7 @@ for w in 1 4; do
   run "g6w$w" "$w" "--work_dir=$SCRATCH/g6w$w" --train.max_steps=20 --train.global_batch_size=6
   assert_code $? 0 "20 steps on $w process(es), G 6"
 done
-assert_contains "$SCRATCH/g8w3.log" "[rank 2] " "3 processes ran"
-assert_contains "$SCRATCH/g8w3.log" "global batch 8: 2 samples on this rank in 1 micro-batch of at most 2" \
+assert_contains "$SCRATCH/g8w3/train.rank2.log" "global batch 8: 2 samples on this rank in 1 micro-batch of at most 2" \
   "rank 2 of 3 takes 2 of 8 samples"
 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/losses.log" 2>&1
 import json, sys

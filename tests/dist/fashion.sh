@@ -10,7 +10,7 @@ timeout 400 "$BIN" launch --nproc-per-node 2 -- --config "$config" --data.data_d
   --model.num_classes=10 --train.global_batch_size=16 --train.micro_batch_size=8 --train.max_steps=200 \
   --train.visualize=false --train.log_interval=50 "--work_dir=$SCRATCH/run-$TOKEN" > "$out" 2>&1
 assert_code $? 0 "200 class-conditional steps on 2 processes"
-assert_contains "$out" "(class conditioning)" "the model is class-conditional"
+assert_contains "$out" "M parameters, class-conditioned" "the model is class-conditional"
 /usr/bin/python3 - "$SCRATCH/run-$TOKEN/metrics.jsonl" <<'PY'
 import json, sys
 loss = [json.loads(l)["loss"] for l in open(sys.argv[1])]

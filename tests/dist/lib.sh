@@ -76,6 +76,10 @@ pid_of_rank() {
   return 1
 }
 
+# The lines of rank R in a launcher's output FILE: sana-train's log lines carry the rank
+# ("[2026-11-25 06:02:50.861 r1/2 I] ..."), the launcher puts "[rank 1] " before any other.
+of_rank() { grep -E "^\[rank $1\] |^\[[0-9-]+ [0-9:.]+ r$1/[0-9]+ " "$2"; }
+
 assert_no_leftovers() {
   local left
   left=$(pgrep -af "$TOKEN" | grep -v pgrep || true)

@@ -15,7 +15,7 @@ run() {  # NAME NPROC ARGS... (output in $SCRATCH/NAME.log)
   local name=$1 n=$2; shift 2
   timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "$@" > "$SCRATCH/$name.log" 2>&1
 }
-checksum() { grep -o '\[rank 0\].*parameters identical on all [0-9]* ranks\? (checksum [0-9a-f]*)' "$SCRATCH/$1.log" | grep -o '[0-9a-f]*)$' | tr -d ')'; }
+checksum() { of_rank 0 "$SCRATCH/$1.log" | grep -o 'parameters identical on all [0-9]* ranks\? (checksum [0-9a-f]*)' | grep -o '[0-9a-f]*)$' | tr -d ')'; }
 
 # 1. Same world size: 12 steps straight, or 6 + resume to 12: bitwise the same.
 run straight 2 "--work_dir=$SCRATCH/straight" --train.max_steps=12; assert_code $? 0 "12 steps straight"
@@ -100,7 +100,7 @@ else
   fail "training did not reach step 5"
 fi
 assert_contains "$SCRATCH/kill.log" "resumed from" "the restarted workers resume"
-k=$(grep -o '\[rank 0\].*parameters identical on all 2 ranks (checksum [0-9a-f]*)' "$SCRATCH/kill.log" | tail -1 | grep -o '[0-9a-f]*)$' | tr -d ')')
+k=$(of_rank 0 "$SCRATCH/kill.log" | grep -o 'parameters identical on all 2 ranks (checksum [0-9a-f]*)' | tail -1 | grep -o '[0-9a-f]*)$' | tr -d ')')
 if [ -n "$k" ] && [ "$k" = "$a" ]; then pass "killed + restarted run ends bitwise as the straight run"; else fail "'$k' vs straight '$a'"; fi
 assert_no_leftovers
 finish

@@ -61,6 +61,7 @@ nlohmann::ordered_json to_json(const TrainerState& s) {
           {"world_size_at_save", s.world_size},
           {"model", s.model},
           {"config_hash", s.config_hash},
+          {"config", s.config},
           {"bad_samples", s.bad_samples},
           {"samples_read", s.reads},
           {"skipped_steps", s.skipped_steps},
@@ -88,6 +89,7 @@ TrainerState from_json(const nlohmann::json& j) {
   s.world_size = j.at("world_size_at_save");
   s.model = j.at("model");
   s.config_hash = j.at("config_hash");
+  if (j.contains("config")) s.config = j.at("config").get<std::map<std::string, std::string>>();
   s.bad_samples = j.value("bad_samples", int64_t{0});
   s.reads = j.value("samples_read", int64_t{0});
   s.skipped_steps = j.value("skipped_steps", int64_t{0});

@@ -51,6 +51,7 @@ struct TrainerState {
   int64_t world_size = 0;       // at save; a resume may use any number of processes
   std::string model;
   std::string config_hash;
+  std::map<std::string, std::string> config;  // every key's value (config::config_values)
   int64_t bad_samples = 0, reads = 0, skipped_steps = 0;
   // fp16 loss scaling (train/loss_scaler.h): 0 when the run did not scale.
   double loss_scale = 0;

@@ -193,6 +193,8 @@ struct TrainConfig {
   bool ema_update = false;       // keep an EMA copy of the weights (upstream's default: off)
   double ema_rate = 0.9999;      // its decay; 0 turns it off too
   int64_t log_interval = 50;
+  std::string report_to = "tensorboard";  // or none: metrics.jsonl and report/ only
+  double peak_tflops = 0;  // the device's peak for MFU; 0: from its name (CUDA), unknown: no MFU
   int64_t save_model_steps = 1000000;
   int64_t save_model_epochs = 1;
   bool visualize = false;
@@ -241,6 +243,7 @@ struct Config {
   std::string work_dir = "output/run";
   std::string resume_from;  // "", "latest" or a checkpoint directory
   std::string log_level = "info";
+  std::string log_console = "rank0";  // rank0: other ranks' info lines go to their log files only; all
   DataConfig data;
   ModelConfig model;
   VaeConfig vae;

@@ -64,9 +64,26 @@ std::string to_yaml(const Config& config) {
   return notes + emit(config, {});
 }
 
+std::map<std::string, std::string> config_values(const Config& config) {
+  Config copy = config;
+  std::map<std::string, std::string> out;
+  for (const Field& f : fields_of(copy)) out[f.key] = value_text(f.ref);
+  return out;
+}
+
+std::vector<std::string> config_changes(const std::map<std::string, std::string>& before,
+                                        const std::map<std::string, std::string>& after) {
+  std::vector<std::string> out;
+  for (const auto& [key, old_value] : before) {
+    const auto now = after.find(key);
+    if (now != after.end() && now->second != old_value) out.push_back(fmt::format("{}: {} -> {}", key, old_value, now->second));
+  }
+  return out;
+}
+
 std::string config_fingerprint(const Config& config) {
   // Keys that may rightly differ between ranks (per host or per process).
-  static const std::vector<std::string> per_rank = {"log_level", "dist.master_addr",
+  static const std::vector<std::string> per_rank = {"log_level", "log_console", "dist.master_addr",
                                                      "dist.socket_ifname",
                                                      "dist.threads_per_process",
                                                      "train.num_workers"};

@@ -96,6 +96,14 @@ std::string to_yaml(const Config& config);
 
 using OriginMap = std::map<std::string, Origin>;
 
+// Every key's value as text ("train.optimizer.lr" -> "0.001"), as to_yaml writes it:
+// checkpoints keep them so a resume can say what changed.
+std::map<std::string, std::string> config_values(const Config& config);
+// "key: old -> new" for every key whose value differs; keys that only one side has (a
+// newer or older sana-train) are left out.
+std::vector<std::string> config_changes(const std::map<std::string, std::string>& before,
+                                        const std::map<std::string, std::string>& after);
+
 // A short hash of the config, leaving out keys that may differ per rank (log level,
 // network interface, threads): ranks compare it at start-up.
 std::string config_fingerprint(const Config& config);

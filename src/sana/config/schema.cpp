@@ -152,6 +152,33 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
       .one_of({"flow_euler", "flow_dpm-solver"});
 }
 
+// What a run shows while it trains: log lines, TensorBoard, previews.
+void describe_reporting(Section& s, TrainConfig& t) {
+  s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
+      .commonly_used();
+  s.add("report_to", t.report_to,
+        "tensorboard: event files in work_dir/tensorboard (scalars every step, preview grids) besides "
+        "metrics.jsonl; none: metrics.jsonl and report/ only")
+      .one_of({"tensorboard", "none"})
+      .commonly_used();
+  s.add("peak_tflops", t.peak_tflops,
+        "the accelerator's dense peak TFLOP/s per process for MFU; 0 = known NVIDIA GPUs by name (bf16/fp16 "
+        "or TF32), none on CPUs")
+      .at_least(0);
+  s.add("visualize", t.visualize, "write preview images");
+  s.add("eval_sampling_steps", t.eval_sampling_steps, "steps between previews").at_least(1);
+  s.add("validation_prompts", t.validation_prompts, "captions of the preview images");
+  s.add("preview_steps", t.preview_steps, "sampler steps per preview image").at_least(1);
+  s.add("preview_cfg_scale", t.preview_cfg_scale, "classifier-free guidance scale of previews (1: none)")
+      .at_least(0);
+  s.add("preview_images", t.preview_images, "preview images per bucket").at_least(1);
+  s.add("preview_every_epochs", t.preview_every_epochs,
+        "also preview at the end of every N-th epoch (0: only every eval_sampling_steps)")
+      .at_least(0);
+  s.add("preview_on", t.preview_on,
+        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait");
+}
+
 void describe_train(std::vector<Field>& f, TrainConfig& t) {
   Section s(f, "train");
   s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
@@ -208,25 +235,12 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("ema_update", t.ema_update, "keep an EMA copy of the weights (updated before each step)");
   s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
       0.999999999);
-  s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
-      .commonly_used();
   s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = only at the end")
       .at_least(0)
       .commonly_used();
   s.add("save_model_epochs", t.save_model_epochs, "epochs between checkpoints; 0 = never")
       .at_least(0);
-  s.add("visualize", t.visualize, "write preview images");
-  s.add("eval_sampling_steps", t.eval_sampling_steps, "steps between previews").at_least(1);
-  s.add("validation_prompts", t.validation_prompts, "captions of the preview images");
-  s.add("preview_steps", t.preview_steps, "sampler steps per preview image").at_least(1);
-  s.add("preview_cfg_scale", t.preview_cfg_scale, "classifier-free guidance scale of previews (1: none)")
-      .at_least(0);
-  s.add("preview_images", t.preview_images, "preview images per bucket").at_least(1);
-  s.add("preview_every_epochs", t.preview_every_epochs,
-        "also preview at the end of every N-th epoch (0: only every eval_sampling_steps)")
-      .at_least(0);
-  s.add("preview_on", t.preview_on,
-        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait");
+  describe_reporting(s, t);
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
 }
@@ -299,6 +313,10 @@ std::vector<Field> fields_of(Config& c) {
   top.add("work_dir", c.work_dir, "output folder: logs, checkpoints, previews").commonly_used();
   top.add("resume_from", c.resume_from, "'latest' or a checkpoint folder to resume").commonly_used();
   top.add("log_level", c.log_level, "log verbosity").one_of({"debug", "info", "warn", "error"});
+  top.add("log_console", c.log_console,
+          "training's terminal: 'rank0' shows rank 0's lines and every rank's warnings and errors "
+          "(each rank's full log is in work_dir), 'all' every rank's lines")
+      .one_of({"rank0", "all"});
   describe_data(f, c.data);
   describe_model(f, c.model);
   describe_vae(f, c.vae);

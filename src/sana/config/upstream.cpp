@@ -27,7 +27,7 @@ constexpr const char* kClip = "no CLIP-score caption selection";
 constexpr const char* kInference = "an inference option; previews use train.preview_cfg_scale";
 constexpr const char* kDistill = "a consistency-distillation option that upstream's train.py does not read";
 constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
-constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/logs";
+constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/metrics.jsonl and TensorBoard";
 constexpr const char* kSprint = "SANA-Sprint / ControlNet / model-growth training is not part of sana-train";
 
 const Rule kRules[] = {
@@ -35,7 +35,7 @@ const Rule kRules[] = {
     {"load_from", "model.load_from", nullptr, nullptr},
     {"debug", nullptr, "log_level: debug gives the detail", nullptr},
     {"caching", nullptr, "nothing is cached between runs except dataset indexes", nullptr},
-    {"report_to", nullptr, kTracker, nullptr},
+    {"report_to", "train.report_to", nullptr, nullptr},
     {"tracker_project_name", nullptr, kTracker, nullptr},
     {"name", nullptr, kTracker, nullptr},
     {"loss_report_name", nullptr, kTracker, nullptr},
@@ -142,6 +142,9 @@ const ValueName kValueNames[] = {
     {"train.optimizer.type", "CAME8BitWrapper", "CAME",
      "8-bit optimizer state is not implemented: CAME with fp32 state (the same update, more memory)"},
     {"vae.vae_type", "AutoencoderDC", "dc-ae", nullptr},
+    {"train.report_to", "wandb", "tensorboard", "no wandb here: TensorBoard event files in work_dir/tensorboard"},
+    {"train.report_to", "comet_ml", "tensorboard", "no comet_ml here: TensorBoard event files in work_dir/tensorboard"},
+    {"train.report_to", "all", "tensorboard", "TensorBoard is the tracker here"},
 };
 
 struct Encoder {

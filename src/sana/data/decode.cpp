@@ -13,6 +13,8 @@
 #include "sana/data/file_ref.h"
 #include "sana/data/image_header.h"
 #include "sana/data/jpeg_dc.h"
+#include "sana/data/png_decode.h"
+#include "sana/util/log.h"
 
 namespace sana::data {
 
@@ -164,6 +166,18 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   }
   // A progressive JPEG at 1/8: its DC scans alone give the same pixels (jpeg_dc.h).
   cv::Mat bgr = reduce == 8 ? decode_progressive_eighth(bytes.data(), bytes.size()) : cv::Mat();
+  if (is_png(bytes.data(), bytes.size())) {
+    // libpng through our handlers: its warnings are counted, said once, never printed.
+    PngDecoded png = decode_png(bytes.data(), bytes.size());
+    for (const auto& w : png.warnings) {
+      if (record_codec_warning(w)) {
+        log::info("'{}': libpng warns '{}'; the image decodes fine (each such warning is said once, and counted)",
+                  path, w);
+      }
+    }
+    if (!png.error.empty()) return bad(BadReason::corrupt, "libpng: " + png.error);
+    bgr = png.bgr;
+  }
   try {
     if (bgr.empty()) bgr = cv::imdecode(bytes, flags);
   } catch (const cv::Exception& e) {

@@ -1,4 +1,4 @@
-// Image decoding for training (OpenCV): any common file to 8-bit RGB at a bucket's size,
+// Image decoding for training (OpenCV; PNGs through libpng with our handlers, png_decode.h):
 // the way upstream's transform does it: resize to cover the bucket, then center-crop;
 // optional horizontal flip; EXIF orientation honoured; grayscale, RGBA, 16-bit and palette
 // images become 8-bit RGB. Large sources decode at reduced size (JPEG DCT scaling).

@@ -124,8 +124,11 @@ ImageSize size_from_stream(std::FILE* f) {
 
 int exif_orientation(const uint8_t* p, size_t n) {
   if (n < 14 || std::memcmp(p, "Exif\0\0", 6) != 0) return 1;
-  const uint8_t* tiff = p + 6;
-  const size_t len = n - 6;
+  return tiff_orientation(p + 6, n - 6);
+}
+
+int tiff_orientation(const uint8_t* tiff, size_t len) {
+  if (len < 8) return 1;
   const bool little = tiff[0] == 'I';
   auto u16 = [&](size_t off) { return off + 2 <= len ? (little ? le16(tiff + off) : be16(tiff + off)) : 0u; };
   auto u32 = [&](size_t off) { return off + 4 <= len ? (little ? le32(tiff + off) : be32(tiff + off)) : 0u; };

@@ -24,5 +24,7 @@ ImageSize read_image_size(const unsigned char* data, size_t size);
 // The EXIF orientation (1-8) in a JPEG APP1 segment's body ("Exif\0\0" + TIFF); 1 when
 // it has none.
 int exif_orientation(const unsigned char* app1_body, size_t size);
+// The same from the TIFF structure alone (a PNG's eXIf chunk).
+int tiff_orientation(const unsigned char* tiff, size_t size);
 
 }  // namespace sana::data

@@ -37,7 +37,7 @@ namespace {
 // What cannot train: an error to stop at, or a warning.
 void refuse_or_warn(bool refuse, const std::string& what) {
   if (refuse) throw UsageError(what, "config error");
-  log::warn("{}", what);
+  log::warn_shared("{}", what);
 }
 }  // namespace
 
@@ -87,7 +87,7 @@ void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const config:
                                        who, what, cfg.data.max_untrained_fraction, bucket_histogram(ds, plan)));
     return;
   }
-  log::warn("{}: {} (data.tail: pad would train them)", who, what);
+  log::warn_shared("{}: {} (data.tail: pad would train them)", who, what);
 }
 
 }  // namespace sana::data

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "sana/util/exit_codes.h"
+#include "sana/util/log.h"
 
 namespace sana::dist {
 
@@ -42,14 +43,15 @@ void say(const std::string& line) {
   (void)!write(STDERR_FILENO, out.data(), out.size());
 }
 
-// One stream of one worker: bytes in, whole lines out with the rank in front.
+// One stream of one worker: bytes in, whole lines out with the rank in front (our log
+// lines carry it already: "[time rN/W I] ...", the same as under torchrun or mpirun).
 struct Stream {
   int fd = -1;
   int out_fd = STDOUT_FILENO;
   std::string pending;
 
   void emit(const std::string& prefix, const std::string& line) const {
-    const std::string out = prefix + line + "\n";
+    const std::string out = (log::is_log_line(line) ? std::string() : prefix) + line + "\n";
     (void)!write(out_fd, out.data(), out.size());
   }
   // Returns false at end of stream.

@@ -34,7 +34,7 @@ NamedTensors Ema::capture() const {
 void Ema::restore(const NamedTensors& saved, const std::string& source) {
   if (!enabled()) return;
   if (saved.empty()) {
-    log::warn("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", source);
+    log::warn_shared("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", source);
     reset();
     return;
   }

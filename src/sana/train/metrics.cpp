@@ -19,15 +19,23 @@ std::string duration_text(double s) {
                        : fmt::format("{}m{:02d}s", total / 60, total % 60);
 }
 
-Metrics::Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed)
+Metrics::Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed, int world,
+                 double peak_flops)
     : t_(cfg.train),
       main_rank_(main_rank),
       tty_(main_rank && isatty(STDERR_FILENO) && !std::getenv("SANA_NO_PROGRESS")),
-      total_(total_steps) {
+      total_(total_steps),
+      world_(std::max(world, 1)),
+      peak_flops_(peak_flops) {
   if (!main_rank_) return;
   const auto path = std::filesystem::path(cfg.work_dir) / "metrics.jsonl";
   jsonl_.open(path, resumed ? std::ios::app : std::ios::trunc);
   if (!jsonl_) throw RunError(fmt::format("cannot write {}/metrics.jsonl", cfg.work_dir));
+  if (cfg.train.report_to == "tensorboard") {
+    events_ = std::make_unique<EventWriter>((std::filesystem::path(cfg.work_dir) / "tensorboard").string());
+    log::info("TensorBoard: {} (tensorboard --logdir {})", events_->path(),
+              (std::filesystem::path(cfg.work_dir) / "tensorboard").string());
+  }
 }
 
 void Metrics::begin_interval(double wait_seconds) {
@@ -49,6 +57,7 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   iv_.loss += s.loss;
   iv_.grad_norm += s.grad_norm;
   iv_.samples += static_cast<double>(s.samples);
+  iv_.flops += s.train_flops;
   run_samples_ += s.samples;
   ++iv_.steps;
   if (main_rank_) write_line(s, times, elapsed);
@@ -86,7 +95,31 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                 {"optimizer", t.optimizer},
                                 {"checkpoint_preview", t.checkpoint_preview},
                                 {"other", t.other()}}}};
+  const double step_time = std::max(t.total, 1e-9);
+  const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
+  m["tflops_per_process"] = flops_per_s / 1e12;
+  if (peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;
   jsonl_ << m.dump() << "\n" << std::flush;
+  if (!events_) return;
+  std::vector<std::pair<std::string, double>> scalars{{"train/loss", s.loss},
+                                   {"train/grad_norm", s.grad_norm},
+                                   {"train/lr", s.lr},
+                                   {"train/samples_per_s", static_cast<double>(s.samples) / step_time},
+                                   {"train/data_wait", t.data / step_time},
+                                   {"train/bad_samples", static_cast<double>(s.bad_samples)},
+                                   {"train/skipped", s.skipped ? 1.0 : 0.0},
+                                   {"time/step", t.total},
+                                   {"time/data", t.data},
+                                   {"time/encoders", t.encoders},
+                                   {"time/forward_backward", t.forward_backward},
+                                   {"time/allreduce", t.allreduce},
+                                   {"time/optimizer", t.optimizer},
+                                   {"time/checkpoint_preview", t.checkpoint_preview},
+                                   {"time/other", t.other()},
+                                   {"perf/tflops_per_process", flops_per_s / 1e12}};
+  if (peak_flops_ > 0) scalars.emplace_back("perf/mfu", flops_per_s / peak_flops_);
+  events_->scalars(s.global_step, scalars);
+  events_->flush();
 }
 
 // " | fwd+bwd 95% all-reduce 1% ...": each phase's share of the interval (data wait is
@@ -112,9 +145,13 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
   const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
   const double steps = static_cast<double>(iv_.steps);
   if (tty_) fmt::print(stderr, "\n");
-  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s data wait {:.0f}% {}x{} ETA {}{}",
+  const double flops_per_s = iv_.flops / world_ / std::max(secs, 1e-9);
+  const std::string perf = peak_flops_ > 0 ? fmt::format(" {:.3g} TFLOP/s MFU {:.1f}%", flops_per_s / 1e12,
+                                                         100.0 * flops_per_s / peak_flops_)
+                                           : fmt::format(" {:.3g} TFLOP/s", flops_per_s / 1e12);
+  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}",
             s.epoch + 1, s.global_step, total_, iv_.loss / steps, iv_.grad_norm / steps, s.lr,
-            iv_.samples / std::max(secs, 1e-9), 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
+            iv_.samples / std::max(secs, 1e-9), perf, 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
             duration_text(eta), phase_text(iv_.times));
   begin_interval(wait_seconds);
 }

@@ -1,6 +1,8 @@
-// What a run reports while it trains: one metrics.jsonl line per step (rank 0), a
-// progress bar on a terminal, and a log line every train.log_interval steps with the
-// interval's loss, gradient norm, throughput, data wait and step phases. Owns the interval sums and
+// What a run reports while it trains: one metrics.jsonl line per step (rank 0), the same
+// figures as TensorBoard scalars (train.report_to: tensorboard), a progress bar on a
+// terminal, and a log line every train.log_interval steps with the interval's loss,
+// gradient norm, throughput, data wait, model TFLOP/s per process (and MFU against the
+// device's peak, where known) and step phases. Owns the interval sums and
 // the first/last loss of the run, and where the time went (StepTimes: per step in
 // metrics.jsonl, per interval in the log line); it never talks to other ranks.
 #pragma once
@@ -8,10 +10,12 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "sana/config/config.h"
 #include "sana/train/step_times.h"
+#include "sana/train/tensorboard.h"
 
 namespace sana::train {
 
@@ -24,6 +28,8 @@ struct StepRecord {
   int64_t height = 0, width = 0;  // the step's resolution in pixels
   bool skipped = false;           // non-finite: no update
   int64_t samples = 0;            // the step's global batch
+  int64_t bad_samples = 0;        // the run's bad samples so far, all ranks
+  double train_flops = 0;         // the model's training FLOPs for the step, all ranks (3 x forward)
 };
 
 // "1m05s", "2h03m"; "?" for unknown.
@@ -35,7 +41,9 @@ class Metrics {
  public:
   // resumed: metrics.jsonl continues (a resumed run appends; report reads the last line
   // of each step, so lines past the checkpoint from the interrupted run do no harm).
-  Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed);
+  // world: processes; peak_flops: one device's peak FLOP/s (0: unknown, no MFU).
+  Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed, int world = 1,
+          double peak_flops = 0);
 
   // At the start of each epoch's loader: its data-wait clock so far.
   void begin_interval(double wait_seconds);
@@ -46,6 +54,8 @@ class Metrics {
   void add_time(const StepTimes& times) { iv_.times += times; }
   // The closing line: steps, time, skipped steps and the first and last loss.
   void finish(int64_t global_step, int64_t skipped, bool stopped);
+  // Rank 0's TensorBoard writer (nullptr elsewhere or with train.report_to none).
+  EventWriter* events() { return events_.get(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -55,13 +65,16 @@ class Metrics {
   const config::TrainConfig& t_;
   bool main_rank_, tty_;
   int64_t total_;
+  int world_;
+  double peak_flops_;
   std::ofstream jsonl_;
+  std::unique_ptr<EventWriter> events_;
   Clock::time_point run_start_ = Clock::now();
   Clock::time_point last_record_ = Clock::now();
   double first_loss_ = NAN, last_loss_ = NAN;
   int64_t run_samples_ = 0;  // samples of the steps this process ran
   struct Interval {
-    double loss = 0, grad_norm = 0, samples = 0, wait0 = 0;
+    double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, flops = 0;
     StepTimes times;
     int64_t steps = 0;
     Clock::time_point start = Clock::now();

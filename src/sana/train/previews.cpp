@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
+#include "sana/data/image_header.h"
 #include "sana/model/weights.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -81,13 +84,13 @@ PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, co
     auto vae = encoders.vae;
     o.decode = [vae](const torch::Tensor& z) { return vae->decode(z); };
   } else if (encoders.vae) {
-    log::warn("vae.vae_pretrained has no decode(): previews show latent channels 0-2");
+    log::warn_shared("vae.vae_pretrained has no decode(): previews show latent channels 0-2");
   }
   if (conditioning == model::Conditioning::caption) {
     if (encoders.text && !cfg.train.validation_prompts.empty()) {
       std::tie(o.caption_features, o.caption_mask) = encoders.text->encode(cfg.train.validation_prompts);
     } else {
-      log::warn("no text encoder or train.validation_prompts: caption previews use the null caption");
+      log::warn_shared("no text encoder or train.validation_prompts: caption previews use the null caption");
     }
   }
   return o;
@@ -122,19 +125,48 @@ void Previews::render(int64_t global_step, const std::string& why) {
     return;
   }
   std::vector<PreviewBucket> mine;
+  const auto dir = std::filesystem::path(cfg_.work_dir) / "previews";
+  const std::string stem = fmt::format("step{:06d}", global_step);
+  if (rank == 0 && !unpublished_.empty()) {
+    log::info("TensorBoard: {} preview grid{} of other ranks never appeared in {} (a work_dir not shared between "
+              "nodes?); left out", unpublished_.size(), unpublished_.size() == 1 ? "" : "s", dir.string());
+    unpublished_.clear();
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (rank0_renders_all || static_cast<int>(b % static_cast<size_t>(world)) == rank) mine.push_back(buckets_[b]);
+    const int renderer = rank0_renders_all ? 0 : static_cast<int>(b % static_cast<size_t>(world));
+    const std::string size = fmt::format("{}x{}", buckets_[b].height, buckets_[b].width);
+    const std::string path = (dir / fmt::format("{}_{}.png", stem, size)).string();
+    if (rank == 0 && cfg_.train.report_to == "tensorboard") unpublished_.push_back({global_step, "preview/" + size, path});
+    if (renderer == rank) {
+      mine.push_back(buckets_[b]);
+    } else if (rank == 0) {  // the terminal shows rank 0's lines: it names the others' grids too
+      log::info("preview (rank {}): {}", renderer, path);
+    }
   }
   auto opts = options_;
   int64_t evaluations = 0;
   if (rank0_renders_all) opts.on_step = [&] { rt_.work_progress(work, ++evaluations); };
   if (!mine.empty()) {
-    const auto dir = (std::filesystem::path(cfg_.work_dir) / "previews").string();
-    for (const auto& p : render_previews(model_, mine, opts, dir, fmt::format("step{:06d}", global_step))) {
-      log::info("preview: {}", p);
-    }
+    for (const auto& p : render_previews(model_, mine, opts, dir.string(), stem)) log::info("preview: {}", p);
   }
   if (rank0_renders_all) rt_.work_done(work);
+}
+
+void Previews::publish(EventWriter* events) {
+  if (events == nullptr || unpublished_.empty()) return;
+  std::vector<Grid> waiting;
+  for (auto& g : unpublished_) {
+    std::ifstream in(g.path, std::ios::binary);  // written whole under a temporary name, then renamed
+    if (!in) {
+      waiting.push_back(std::move(g));
+      continue;
+    }
+    const std::string png{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const auto size = data::read_image_size(reinterpret_cast<const unsigned char*>(png.data()), png.size());
+    if (size.ok) events->image(g.step, g.tag, png, size.height, size.width);
+  }
+  unpublished_ = std::move(waiting);
+  events->flush();
 }
 
 }  // namespace sana::train

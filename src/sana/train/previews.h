@@ -13,6 +13,7 @@
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/preview_images.h"
+#include "sana/train/tensorboard.h"
 
 namespace sana::train {
 
@@ -60,8 +61,16 @@ class Previews {
   void maybe_render(int64_t global_step, int64_t total_steps, bool epoch_end, int64_t epoch);
   // Every rank calls it at the same step.
   void render(int64_t global_step, const std::string& why);
+  // Rank 0: the grids rendered since (its own at once, the other ranks' once their files
+  // are in work_dir/previews) as TensorBoard images "preview/<H>x<W>" at their step.
+  void publish(EventWriter* events);
 
  private:
+  struct Grid {
+    int64_t step;
+    std::string tag, path;
+  };
+  std::vector<Grid> unpublished_;
   const config::Config& cfg_;
   dist::Runtime& rt_;
   model::SanaMS& model_;

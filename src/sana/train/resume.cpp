@@ -12,7 +12,7 @@ std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt) {
   if (rt.rank() == 0) {
     if (cfg.resume_from == "latest") {
       const auto r = ckpt::resolve_latest(cfg.work_dir);
-      for (const auto& w : r.warnings) log::warn("resume_from latest: {}", w);
+      for (const auto& w : r.warnings) log::warn_shared("resume_from latest: {}", w);
       chosen = r.path;
       if (chosen.empty()) log::info("resume_from latest: no checkpoint in {}/checkpoints; starting fresh", cfg.work_dir);
     } else {

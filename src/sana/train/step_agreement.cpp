@@ -47,7 +47,7 @@ bool NonfinitePolicy::accept(bool nonfinite, int64_t global_step) {
   }
   ++skipped_;
   ++in_a_row_;
-  log::warn("step {}: non-finite loss or gradient on some rank; the step is skipped on all ranks "
+  log::warn_shared("step {}: non-finite loss or gradient on some rank; the step is skipped on all ranks "
             "({} in a row, train.max_nonfinite {})",
             global_step, in_a_row_, max_in_a_row_);
   if (in_a_row_ > max_in_a_row_) {

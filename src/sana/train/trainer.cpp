@@ -13,13 +13,16 @@
 #include "sana/config/loader.h"
 #include "sana/data/distributed_sampler.h"
 #include "sana/data/plan_coverage.h"
+#include "sana/data/png_decode.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/model/spec.h"
 #include "sana/model/weights.h"
 #include "sana/train/batching.h"
+#include "sana/train/device_peak.h"
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
+#include "sana/train/shared_dataset.h"
 #include "sana/util/error.h"
 #include "sana/util/hash.h"
 #include "sana/util/log.h"
@@ -46,33 +49,6 @@ std::string weights_checksum(const torch::nn::Module& model) {
   return h.hex();
 }
 
-// Tests only (SANA_TEST_INDEX_DELAY_MS=N): rank 0's indexing takes N ms longer, with
-// progress every 100 ms, so a fault trial can strike while the others wait for the index.
-void slow_indexing_for_tests(dist::Runtime& rt) {
-  const char* delay = std::getenv("SANA_TEST_INDEX_DELAY_MS");
-  const int64_t rounds = delay == nullptr ? 0 : std::atoll(delay) / 100;
-  for (int64_t i = 0; i < rounds; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    rt.work_progress("index", -1 - i);
-  }
-}
-
-// Rank 0 builds the index first (reading every image header once, not once per rank);
-// the others wait for it, then open its cache when work_dir is shared, or build their own
-// when it is not. Waiting ranks time out only when rank 0 stops making progress.
-data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
-  const bool main_rank = rt.rank() == 0;
-  data::IndexBuildOptions options;
-  if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
-  if (!main_rank) rt.wait_for_work("index", 0);
-  if (main_rank) slow_indexing_for_tests(rt);
-  const auto spec = model::spec_from_config(cfg);
-  auto dataset = data::Dataset::open(cfg, options, spec.downsample * spec.patch);
-  if (main_rank) rt.work_done("index");
-  rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
-  return dataset;
-}
-
 // The model with rank 0's weights on every rank (initialised from train.seed, or
 // model.load_from), checked by checksum.
 model::SanaMS build_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt) {
@@ -82,7 +58,7 @@ model::SanaMS build_model(const config::Config& cfg, const model::ModelSpec& spe
     if (report.clean()) {
       log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
     } else {
-      log::warn("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
+      log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
     }
   }
   net->to(rt.device());
@@ -176,7 +152,8 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
   resume();
   if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
   total_steps_ = count_total_steps();
-  metrics_.emplace(cfg, main_rank_, total_steps_, resumed_ && position_.global_step > 0);
+  metrics_.emplace(cfg, main_rank_, total_steps_, resumed_ && position_.global_step > 0, rt.world_size(),
+                   device_peak_flops());
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -253,9 +230,43 @@ void Trainer::resume() {
   log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
             s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (s.config_hash != config::config_fingerprint(cfg_)) {
-    log::info("the config differs from the checkpoint's (allowed: e.g. a new learning rate or max_steps)");
+  log_config_changes(s);
+}
+
+// What a resume changed, key by key (any key may change but train.seed and the model;
+// resume_from itself is not a change).
+void Trainer::log_config_changes(const ckpt::TrainerState& saved) const {
+  if (saved.config.empty()) {
+    if (saved.config_hash != config::config_fingerprint(cfg_)) {
+      log::info("the config differs from the checkpoint's (written by a sana-train that kept no values to compare)");
+    }
+    return;
   }
+  auto before = saved.config;
+  auto now = config::config_values(cfg_);
+  before.erase("resume_from");
+  now.erase("resume_from");
+  const auto changes = config::config_changes(before, now);
+  if (changes.empty()) return;
+  log::info("the config differs from the checkpoint's in {} key{}:", changes.size(), changes.size() == 1 ? "" : "s");
+  for (const auto& change : changes) log::info("  {}", change);
+}
+
+// One device's peak FLOP/s for MFU: train.peak_tflops, else a known CUDA GPU's by name
+// (bf16/fp16 under autocast, TF32 otherwise); 0 on CPUs and unknown GPUs (no MFU).
+double Trainer::device_peak_flops() const {
+  if (cfg_.train.peak_tflops > 0) return cfg_.train.peak_tflops * 1e12;
+  if (!rt_.device().is_cuda()) return 0;
+  const std::string name = cuda_device_name(rt_.device().index());
+  const bool half = cfg_.model.mixed_precision != config::Precision::fp32;
+  const double tflops = peak_tflops_for(name, half);
+  if (tflops > 0) {
+    log::info("MFU against {}'s {:.0f} TFLOP/s ({}, dense; train.peak_tflops overrides)", name, tflops,
+              half ? "bf16/fp16" : "TF32");
+  } else {
+    log::info("MFU: the peak of '{}' is not known here; set train.peak_tflops to see it", name);
+  }
+  return tflops * 1e12;
 }
 
 void Trainer::log_start() const {
@@ -265,11 +276,14 @@ void Trainer::log_start() const {
     log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
               config::name_of(cfg_.model.mixed_precision));
   } else if (rt_.device().is_cuda() && cfg_.model.mixed_precision == config::Precision::fp16) {
-    log::warn("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
+    log::warn_shared("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
   }
-  log::info("{}: {} parameters ({} conditioning), {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
+  const char* conditioning = spec_.conditioning == model::Conditioning::caption       ? "caption-conditioned"
+                             : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
+                                                                                       : "unconditional";
+  log::info("{}: {:.2f} M parameters, {}, {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
             "optimizer {}, {} gradient buckets",
-            spec_.name, model_->parameter_count(), model::conditioning_name(spec_.conditioning),
+            spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
             batch_text(dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
             reducer_->bucket_count());
@@ -333,9 +347,11 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   if (epoch_end) segments_ = {{0, data::batch_spec_of(cfg_.train)}};
   const int64_t global_step = position_.global_step;
   previews_.maybe_render(global_step, total_steps_, epoch_end, epoch);
+  previews_.publish(metrics_->events());
   out.times.checkpoint_preview += clock.lap();
+  const double train_flops = 3 * model::forward_flops(spec_, out.height, out.width).total * static_cast<double>(out.samples);
   metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied,
-                    out.samples},
+                    out.samples, guard_.capture().first, train_flops},
                    out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
   clock.lap();
@@ -392,6 +408,7 @@ ckpt::Snapshot Trainer::capture() const {
   st.world_size = rt_.world_size();
   st.model = spec_.name;
   st.config_hash = config::config_fingerprint(cfg_);
+  st.config = config::config_values(cfg_);
   std::tie(st.bad_samples, st.reads) = guard_.capture();
   st.skipped_steps = nonfinite_.capture();
   if (scaler_.enabled()) {
@@ -407,7 +424,7 @@ void Trainer::restore(const ckpt::Snapshot& snap, const std::string& source) {
   model::load_tensors(*model_, {snap.model.begin(), snap.model.end()}, source, /*strict=*/true);
   ema_.restore(snap.ema, source);
   if (snap.optimizer.empty() && snap.state.global_step > 0) {
-    log::warn("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", source);
+    log::warn_shared("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", source);
   }
   optimizer_->load_state(snap.optimizer);
   const auto& st = snap.state;
@@ -430,6 +447,7 @@ void Trainer::finish() {
   }
   const int world = rt_.world_size();
   log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
+  previews_.publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) {
     const auto path = (fs::path(cfg_.work_dir) / "model.safetensors").string();
     model::save_weights(*model_, path, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
@@ -440,6 +458,8 @@ void Trainer::finish() {
     }
   }
   metrics_->finish(global_step, nonfinite_.skipped(), stopped_);
+  const std::string codec = data::codec_warning_summary();
+  if (!codec.empty()) log::info("image decoder warnings on this rank (the images decoded): {}", codec);
   if (main_rank_) {
     const auto rep = write_report(cfg_.work_dir);
     if (!rep.error.empty()) log::warn("report: {}", rep.error);

@@ -7,6 +7,7 @@
 // Checkpointer. A failing rank makes the others exit through the runtime's failure watch.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +52,8 @@ class Trainer {
   void resume();
   void use_empty_prompt();
   void log_start() const;
+  double device_peak_flops() const;
+  void log_config_changes(const ckpt::TrainerState& saved) const;
   // A resume with another train.global_batch_size or batch_tokens: the epoch's unseen
   // samples re-batched.
   void change_batch(const ckpt::TrainerState& saved);

@@ -17,6 +17,7 @@ struct Sink {
   std::mutex mutex;
   std::FILE* file = nullptr;
   std::string prefix;  // "r0/2 " once distributed
+  int rank = 0;
 };
 
 Sink& sink() {
@@ -25,6 +26,7 @@ Sink& sink() {
 }
 
 std::atomic<int> g_level{static_cast<int>(Level::info)};
+std::atomic<int> g_console_level{static_cast<int>(Level::debug)};
 
 const char* level_letter(Level level) {
   switch (level) {
@@ -62,9 +64,23 @@ void set_level(Level level) { g_level = static_cast<int>(level); }
 
 bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(); }
 
+void set_console_level(Level level) { g_console_level = static_cast<int>(level); }
+
+bool is_log_line(std::string_view line) {
+  // "[2026-11-25 06:02:50.861 ": the timestamp() format below.
+  static constexpr std::string_view shape = "[dddd-dd-dd dd:dd:dd.ddd ";
+  if (line.size() < shape.size()) return false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const bool digit = line[i] >= '0' && line[i] <= '9';
+    if (shape[i] == 'd' ? !digit : line[i] != shape[i]) return false;
+  }
+  return true;
+}
+
 void set_rank(int rank, int world_size) {
   std::lock_guard<std::mutex> lock(sink().mutex);
   sink().prefix = world_size > 1 ? fmt::format("r{}/{} ", rank, world_size) : "";
+  sink().rank = rank;
 }
 
 bool open_file(const std::string& path, std::string* error) {
@@ -88,12 +104,13 @@ void close_file() {
   sink().file = nullptr;
 }
 
-void write(Level level, std::string_view message) {
+void write(Level level, std::string_view message, bool shared) {
   Sink& s = sink();
   std::lock_guard<std::mutex> lock(s.mutex);
   const std::string line =
       fmt::format("[{} {}{}] {}\n", timestamp(), s.prefix, level_letter(level), message);
-  std::fputs(line.c_str(), stderr);
+  const Level on_terminal = shared && s.rank > 0 ? Level::info : level;
+  if (static_cast<int>(on_terminal) >= g_console_level.load()) std::fputs(line.c_str(), stderr);
   if (s.file != nullptr) {
     std::fputs(line.c_str(), s.file);
     std::fflush(s.file);

@@ -1,5 +1,7 @@
 // Process-wide logging: fmt formatting, levels, a rank prefix once distributed, to
-// stderr and (once opened) a log file in work_dir. Thread-safe. Never includes torch.
+// stderr and (once opened) a log file in work_dir. The terminal may take fewer lines
+// than the file (set_console_level: ranks other than 0 show only warnings and errors
+// while training). Thread-safe. Never includes torch.
 #pragma once
 
 #include <fmt/format.h>
@@ -15,6 +17,12 @@ enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 std::optional<Level> parse_level(std::string_view name);
 void set_level(Level level);
 bool enabled(Level level);
+// Lines below `level` go to the log file only, not to stderr (default: every line).
+void set_console_level(Level level);
+
+// Whether `line` is one of ours ("[YYYY-MM-DD hh:mm:ss.mmm ..."): the launcher passes
+// such worker lines through as they are and puts "[rank N] " before any other.
+bool is_log_line(std::string_view line);
 
 // Lines get an "r<rank>/<world>" prefix when world > 1.
 void set_rank(int rank, int world_size);
@@ -24,7 +32,9 @@ void set_rank(int rank, int world_size);
 bool open_file(const std::string& path, std::string* error);
 void close_file();
 
-void write(Level level, std::string_view message);
+// shared: a line every rank writes alike (from the config, the epoch plan, a checkpoint):
+// ranks other than 0 treat it as info for the terminal, so it is shown once.
+void write(Level level, std::string_view message, bool shared = false);
 
 template <class... Args>
 void debug(fmt::format_string<Args...> f, Args&&... args) {
@@ -37,6 +47,12 @@ void info(fmt::format_string<Args...> f, Args&&... args) {
 template <class... Args>
 void warn(fmt::format_string<Args...> f, Args&&... args) {
   if (enabled(Level::warn)) write(Level::warn, fmt::format(f, std::forward<Args>(args)...));
+}
+// A warning that every rank reaches alike: every rank's log file has it, the terminal
+// shows it once (rank 0's), unless every rank's lines go to the terminal.
+template <class... Args>
+void warn_shared(fmt::format_string<Args...> f, Args&&... args) {
+  if (enabled(Level::warn)) write(Level::warn, fmt::format(f, std::forward<Args>(args)...), true);
 }
 template <class... Args>
 void error(fmt::format_string<Args...> f, Args&&... args) {

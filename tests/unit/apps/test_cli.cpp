@@ -191,11 +191,19 @@ TEST_CASE("plan with data.sampler=distributed gives each rank torch's Distribute
   CHECK(multi.output.find("needs single-resolution data") != std::string::npos);
 }
 
-TEST_CASE("model: parameters per module and FLOPs per bucket, without allocating weights", "[cli][model]") {
+TEST_CASE("model: parameters per module, FLOPs per bucket and memory per process", "[cli][model]") {
   const std::string cfg600 = std::string(SANA_SOURCE_DIR) + "/configs/Sana_600M_img512.yaml";
   const auto r = run_command(kBin + " model --config " + cfg600 + " --json");
   REQUIRE(r.exit_code == 0);
-  const auto j = nlohmann::json::parse(r.output);
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find("\n{") + 1));  // after the log line
+  // The memory of the config's run: CAME state is about one copy of the weights plus the
+  // factored rows and columns; checkpointed activations are a small part of the full ones.
+  const auto& mem = j["memory_per_process"];
+  CHECK(mem["optimizer_type"] == "CAME");
+  CHECK(mem["optimizer"].get<double>() > mem["weights"].get<double>());
+  CHECK(mem["optimizer"].get<double>() < 1.1 * mem["weights"].get<double>());
+  CHECK(mem["activations_grad_checkpointing"].get<double>() < 0.2 * mem["activations"].get<double>());
+  CHECK(mem["micro_batch"] == 128);
   CHECK(j["model"] == "SanaMS_600M_P1_D28");
   const int64_t total = j["parameters"]["total"];
   CHECK(total > 550'000'000);

@@ -1,0 +1,10 @@
+// A CUDA device's name as the driver reports it (built with a CUDA LibTorch only).
+#include <ATen/cuda/CUDAContext.h>
+
+#include "sana/train/device_peak.h"
+
+namespace sana::train {
+
+std::string cuda_device_name(int index) { return at::cuda::getDeviceProperties(index)->name; }
+
+}  // namespace sana::train

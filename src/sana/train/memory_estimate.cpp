@@ -1,0 +1,226 @@
+#include "sana/train/memory_estimate.h"
+
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "sana/data/dataset.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/spec.h"
+#include "sana/torch_compat.h"
+#include "sana/train/optim.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+namespace {
+
+// The CPU allocator, counting the bytes it holds (installed for one measurement). Some
+// kernels take raw memory from it (raw_allocate: the context must be the data pointer and
+// the deleter a plain function), so what each block holds is found by its address.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  // LibTorch 2.3 made allocate() non-const and added copy_data().
+#if SANA_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t n) override { return counted(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t n) const override { return counted(n); }
+#endif
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  int64_t held() const { return held_->load(); }
+
+ private:
+  // A tensor may outlive the allocator (a cache somewhere): the count it returns to does not.
+  using Count = std::shared_ptr<std::atomic<int64_t>>;
+  struct Held {
+    c10::DataPtr inner;
+    size_t bytes;
+    Count count;
+  };
+  struct Live {
+    std::mutex mutex;
+    std::unordered_map<void*, Held> blocks;
+  };
+  static Live& live() {
+    static Live l;
+    return l;
+  }
+  c10::DataPtr counted(size_t n) const {
+    c10::DataPtr inner = inner_->allocate(n);
+    void* data = inner.get();
+    if (data != nullptr) {
+      *held_ += static_cast<int64_t>(n);
+      std::lock_guard<std::mutex> lock(live().mutex);
+      live().blocks.emplace(data, Held{std::move(inner), n, held_});
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  static void release(void* data) {
+    if (data == nullptr) return;
+    Held gone;
+    {
+      std::lock_guard<std::mutex> lock(live().mutex);
+      auto it = live().blocks.find(data);
+      if (it == live().blocks.end()) return;
+      gone = std::move(it->second);
+      live().blocks.erase(it);
+    }
+    *gone.count -= static_cast<int64_t>(gone.bytes);
+  }  // `gone.inner` frees the block here, outside the lock
+  c10::Allocator* inner_;
+  Count held_ = std::make_shared<std::atomic<int64_t>>(0);
+};
+
+// Installs a counting allocator for its lifetime; the default one comes back after, at a
+// higher priority (c10 only replaces an allocator with one of the same or higher priority).
+class CountingScope {
+ public:
+  CountingScope() : counter_(c10::GetDefaultCPUAllocator()) { c10::SetCPUAllocator(&counter_, ++priority_); }
+  ~CountingScope() { c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), ++priority_); }
+  CountingScope(const CountingScope&) = delete;
+  CountingScope& operator=(const CountingScope&) = delete;
+  int64_t held() const { return counter_.held(); }
+
+ private:
+  CountingAllocator counter_;
+  static inline uint8_t priority_ = 10;
+};
+
+// Bytes `count` holds after one forward (graph kept) of `batch` samples of h x w tokens.
+double forward_bytes(model::SanaMS& net, const CountingScope& count, int64_t h_tokens, int64_t w_tokens,
+                     int64_t batch, bool checkpointing) {
+  const auto& spec = net->spec();
+  torch::NoGradGuard setup;  // only the forward below records a graph
+  const auto x = torch::randn({batch, spec.in_channels, h_tokens * spec.patch, w_tokens * spec.patch});
+  const auto t = torch::full({batch}, 500.0);
+  model::Condition cond;
+  if (spec.conditioning == model::Conditioning::caption) {
+    cond.y = torch::randn({batch, spec.caption_tokens, spec.caption_channels});
+    cond.mask = torch::ones({batch, spec.caption_tokens}, torch::kInt64);
+  } else if (spec.conditioning == model::Conditioning::class_label) {
+    cond.y = torch::zeros({batch}, torch::kInt64);
+  }
+  net->set_grad_checkpointing(checkpointing);
+  const int64_t before = count.held();
+  torch::AutoGradMode grad(true);
+  const torch::Tensor out = net->forward(x, t, cond);
+  return static_cast<double>(count.held() - before);
+}
+
+model::SanaMS build(model::ModelSpec spec, int64_t depth) {
+  spec.depth = depth;
+  torch::NoGradGuard no_grad;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 0});
+  net->train();
+  return net;
+}
+
+// Saved activations of one sample: per image token and per sample (the caption's tokens,
+// the timestep, linear attention's key-value state), outside the blocks and per block.
+struct PerSample {
+  double outside = 0, outside_per_token = 0, block = 0, block_per_token = 0;
+  double bytes(int64_t depth, int64_t tokens, int64_t batch) const {
+    const auto n = static_cast<double>(tokens);
+    return (outside + outside_per_token * n + static_cast<double>(depth) * (block + block_per_token * n)) *
+           static_cast<double>(batch);
+  }
+};
+
+// From the model at depth 1 and 2, each on 8 x 8 and 8 x 16 tokens: the four terms are the
+// differences. Both modes (without and with gradient checkpointing) from the same two builds.
+std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
+  constexpr int64_t side = 8, n1 = side * side, n2 = 2 * side * side;
+  double at[2][2][2];  // [checkpointing][depth - 1][grid]
+  CountingScope count;
+  for (int64_t depth : {1, 2}) {
+    auto net = build(spec, depth);
+    for (int kept : {0, 1}) {
+      at[kept][depth - 1][0] = forward_bytes(net, count, side, side, 1, kept == 1);
+      at[kept][depth - 1][1] = forward_bytes(net, count, side, 2 * side, 1, kept == 1);
+    }
+  }
+  const auto terms = [&](const double (&a)[2][2]) {
+    const double dn = static_cast<double>(n2 - n1);
+    PerSample p;
+    p.block_per_token = std::max(0.0, (a[1][1] - a[0][1] - a[1][0] + a[0][0]) / dn);
+    p.block = std::max(0.0, a[1][0] - a[0][0] - p.block_per_token * n1);
+    p.outside_per_token = std::max(0.0, (a[0][1] - a[0][0]) / dn - p.block_per_token);
+    p.outside = std::max(0.0, a[0][0] - p.block - (p.block_per_token + p.outside_per_token) * n1);
+    return p;
+  };
+  return {terms(at[0]), terms(at[1])};
+}
+
+}  // namespace
+
+double held_after_forward(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens,
+                          int64_t batch, bool checkpointing) {
+  CountingScope count;
+  auto net = build(spec, depth);
+  return forward_bytes(net, count, h_tokens, w_tokens, batch, checkpointing);
+}
+
+double MemoryEstimate::activations_for_config() const {
+  return checkpointing ? activations_checkpointed : activations;
+}
+
+double MemoryEstimate::total() const { return weights + gradients + optimizer + ema + activations_for_config(); }
+
+MemoryEstimate estimate_memory(const config::Config& cfg) {
+  MemoryEstimate e;
+  const auto spec = model::spec_from_config(cfg);
+  {
+    model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+    e.parameters = meta->parameter_count();
+    const bool came = cfg.train.optimizer.type == config::OptimizerType::CAME;
+    e.optimizer_name = came ? "CAME" : "AdamW";
+    double state = 0;
+    for (const auto& p : meta->parameters()) {
+      const auto s = p.sizes();
+      const auto n = static_cast<double>(p.numel());
+      if (came && Came::factored(s)) {
+        state += n + 2.0 * static_cast<double>(s[0] + s[1]);  // exp_avg; row and column of two statistics
+      } else {
+        state += 2 * n;  // first and second moments
+      }
+    }
+    e.optimizer = 4 * state;
+  }
+  const auto p = static_cast<double>(e.parameters);
+  e.weights = 4 * p;
+  e.gradients = 4 * p;
+  e.ema = config::ema_enabled(cfg.train) ? 4 * p : 0;
+  const int64_t cell = spec.downsample * spec.patch;
+  for (const auto& table : data::bucket_tables_for(cfg)) {
+    for (const auto& b : table.buckets()) {
+      const int64_t tokens = (b.height / cell) * (b.width / cell);
+      if (tokens > e.tokens) {
+        e.tokens = tokens;
+        e.height = b.height;
+        e.width = b.width;
+      }
+    }
+  }
+  e.micro_batch = cfg.train.micro_batch_size;
+  e.checkpointing = cfg.train.grad_checkpointing;
+  e.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  log::info("memory estimate: measuring {}'s activations on the CPU at depth 1 and 2 (seconds for the largest presets)",
+            spec.name);
+  const auto [plain, kept] = measure(spec);
+  e.activations = plain.bytes(spec.depth, e.tokens, e.micro_batch);
+  // The backward recomputes one block at a time, with all its activations.
+  PerSample one_block = plain;
+  one_block.outside = one_block.outside_per_token = 0;
+  e.activations_checkpointed = kept.bytes(spec.depth, e.tokens, e.micro_batch) + one_block.bytes(1, e.tokens, e.micro_batch);
+  return e;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,41 @@
+#include "sana/train/shared_dataset.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "sana/model/spec.h"
+
+namespace sana::train {
+
+namespace {
+
+// Tests only (SANA_TEST_INDEX_DELAY_MS=N): rank 0's indexing takes N ms longer, with
+// progress every 100 ms, so a fault trial can strike while the others wait for the index.
+void slow_indexing_for_tests(dist::Runtime& rt) {
+  const char* delay = std::getenv("SANA_TEST_INDEX_DELAY_MS");
+  const int64_t rounds = delay == nullptr ? 0 : std::atoll(delay) / 100;
+  for (int64_t i = 0; i < rounds; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rt.work_progress("index", -1 - i);
+  }
+}
+
+}  // namespace
+
+// Rank 0 builds the index; the others then open its cache when work_dir is shared, or
+// build their own when it is not.
+data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
+  const bool main_rank = rt.rank() == 0;
+  data::IndexBuildOptions options;
+  if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
+  if (!main_rank) rt.wait_for_work("index", 0);
+  if (main_rank) slow_indexing_for_tests(rt);
+  const auto spec = model::spec_from_config(cfg);
+  auto dataset = data::Dataset::open(cfg, options, spec.downsample * spec.patch);
+  if (main_rank) rt.work_done("index");
+  rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
+  return dataset;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The README's "Train Sana at 512 px on your own images": every command of its block
+# (between <!-- walkthrough:begin --> and <!-- walkthrough:end -->) runs as written, in
+# order, with `sana-train` on PATH and a tiny stand-in my_sana.yaml (the README's keys, the
+# tiny preset at 32 px, the small TorchScript encoders). The training launch is stopped as
+# a user would, with Ctrl-C (SIGINT to its process group) once it has taken 10 steps; the
+# resume must pick up there on 2 processes and reach max_steps. `tensorboard` is not
+# installable here: its line is checked by reading the event files instead.
+. "$(dirname "$0")/../dist/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$SCRATCH" || exit 1
+mkdir bin && ln -s "$BIN" bin/sana-train
+export PATH=$SCRATCH/bin:$PATH
+bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
+/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
+  { fail "python3-torch could not export the stand-in encoders"; finish; }
+cat > my_sana.yaml <<EOF
+base: $root/configs/sana_tiny_cpu.yaml
+work_dir: output/my_sana
+data:
+  data_dir: [my_images]
+  random_flip: false
+vae: {vae_type: torchscript, vae_pretrained: exports/vae.pt, vae_latent_dim: 4, vae_downsample_rate: 4}
+text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
+train: {max_steps: 40, log_interval: 5, save_model_steps: 1000, eval_sampling_steps: 20, preview_steps: 2,
+        validation_prompts: [a red flower, a stormy sea]}
+dist: {timeout_s: 60}
+EOF
+
+# The block's commands: comments and blank lines dropped, one command per line.
+sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' "$root/README.md" |
+  sed '1,/^```sh$/d; /^```$/,$d' | grep -vE '^\s*(#|$)' > commands.txt
+n=$(wc -l < commands.txt)
+if [ "$n" -ge 6 ]; then pass "the README's walkthrough has $n commands"; else fail "walkthrough block: $n commands"; cat commands.txt; finish; fi
+
+i=0
+while IFS= read -r cmd <&3; do
+  i=$((i + 1))
+  log=$SCRATCH/cmd$i.log
+  case "$cmd" in
+    tensorboard\ *)
+      dir=$(echo "$cmd" | sed -E 's/.*--logdir +([^ ]+).*/\1/')
+      if ls "$dir"/events.out.tfevents.* > /dev/null 2>&1; then pass "[$i] $cmd: event files are there"; else fail "[$i] no event files in $dir"; fi
+      ;;
+    *--resume_from*|*prepare-features*|*check-data*|*plan*|*--print-config*)
+      timeout 300 bash -c "$cmd" > "$log" 2>&1
+      assert_code $? 0 "[$i] $cmd"
+      ;;
+    *launch*)
+      # The training run: Ctrl-C once 10 steps are done.
+      setsid bash -c "exec $cmd" > "$log" 2>&1 &
+      pid=$!
+      if wait_for_line output/my_sana/metrics.jsonl '"step":10,' 240; then
+        kill -INT -- "-$pid"
+        if wait_for_exit "$pid" 120; then
+          wait "$pid"
+          assert_code $? 130 "[$i] $cmd, stopped with Ctrl-C (the launcher exits 128 + SIGINT)"
+        else
+          fail "[$i] did not stop within 120 s of Ctrl-C"; kill -KILL -- "-$pid"
+        fi
+      else
+        fail "[$i] $cmd did not reach step 10"; kill -KILL -- "-$pid"; cat "$log"
+      fi
+      stopped_log=$log
+      ;;
+    *)
+      fail "[$i] a command this test does not know how to check: $cmd"
+      ;;
+  esac
+done 3< commands.txt
+
+# What the user would look at along the way.
+assert_contains cmd2.log "prepare-features: 30 samples: 30 written now, 0 there before, 0 bad" "prepare-features wrote 30 samples"
+assert_contains cmd3.log "check-data: ok" "check-data read every feature file"
+assert_contains "${stopped_log:-/dev/null}" "stop requested (SIGINT/SIGTERM)" "Ctrl-C stopped the run"
+if ls output/my_sana/checkpoints/step_* > /dev/null 2>&1; then pass "the stopped run saved $(ls -d output/my_sana/checkpoints/step_* | xargs -n1 basename | tr '\n' ' ')"; else fail "no checkpoint after Ctrl-C"; fi
+last=$(grep -o '"step":[0-9]*' output/my_sana/metrics.jsonl | tail -1 | grep -o '[0-9]*$')
+resume_log=cmd$n.log  # the block ends with the resume
+assert_contains "$resume_log" "resumed from" "the last command resumed"
+assert_contains "$resume_log" "(saved on 4 processes)" "from the 4-process run"
+if [ "$last" = 40 ]; then pass "training reached max_steps 40 after the resume"; else fail "last step $last"; fi
+steps=$(grep -o '"step":[0-9]*' output/my_sana/metrics.jsonl | sort -u | wc -l)
+if [ "$steps" -eq 40 ]; then pass "every step 1..40 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
+assert_no_leftovers
+finish

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# sana-train prepare-features on 2 processes with small TorchScript encoders (a VAE with 4
+# latent channels at 1/4 size, a text encoder of 6 tokens x 8 features): a process killed
+# mid-run leaves whole files only, and the rerun writes only what is missing (the earlier
+# files keep their inodes); NumPy reads every file with the shapes of each sample's bucket;
+# then 2 processes train on the features (data.load_vae_feat + load_text_feat) with the
+# same loss at every step as a run that encodes the same images online. A rerun with other
+# encoder settings is refused (exit 2).
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bash "$root/scripts/prepare_example_data.sh" "$SCRATCH/data" > /dev/null || { fail "no example data"; finish; }
+/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+  { fail "python3-torch could not export the encoders"; finish; }
+enc=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
+     --vae.vae_downsample_rate=4 --text_encoder.text_encoder_name=torchscript
+     "--text_encoder.text_encoder_path=$SCRATCH/enc/text.pt" --text_encoder.caption_channels=8
+     --text_encoder.model_max_length=6)
+common=(--config "$root/configs/sana_tiny_cpu.yaml" "--data.data_dir=[$SCRATCH/data]" "${enc[@]}"
+        --data.random_flip=false --train.visualize=false --dist.timeout_s=60)
+feat=$SCRATCH/features
+prep() {  # LOG ARGS...
+  local log=$1; shift
+  timeout 240 "$BIN" launch --nproc-per-node 2 -- prepare-features "${common[@]}" "--work_dir=$SCRATCH/prep-$TOKEN" \
+    "--out=$feat" --batch-size=4 "$@" > "$log" 2>&1
+}
+files() { (cd "$feat" && find latents text -type f -printf '%i %p\n' 2>/dev/null | sort -k2); }
+
+# 1. Rank 1 dies after its 5th sample: whole files only, and no meta.jsonl yet.
+SANA_TEST_KILL_AFTER_FEATURES=1:5 prep "$SCRATCH/killed.log"
+code=$?
+if [ "$code" -ne 0 ]; then pass "the run with a killed rank fails (exit $code)"; else fail "a killed rank went unnoticed"; fi
+files > "$SCRATCH/before.txt"
+n_before=$(grep -c ' latents/' "$SCRATCH/before.txt")
+if [ "$n_before" -ge 5 ] && [ "$n_before" -lt 30 ]; then pass "$n_before samples' latents written before the kill"; else fail "$n_before latents before the kill"; cat "$SCRATCH/killed.log"; fi
+if find "$feat" -name '*.tmp*' | grep -q .; then fail "half-written files left: $(find "$feat" -name '*.tmp*' | head -3)"; else pass "no half-written file left"; fi
+[ -e "$feat/meta.jsonl" ] && fail "meta.jsonl written by a run that did not finish"
+
+# 2. The rerun finishes and writes only the missing samples.
+prep "$SCRATCH/resumed.log"
+assert_code $? 0 "the rerun finishes"
+assert_contains "$SCRATCH/resumed.log" "prepare-features: 30 samples: $((30 - n_before)) written now, $n_before there before, 0 bad" \
+  "the rerun counts what was there and what it wrote"
+files > "$SCRATCH/after.txt"
+redone=$(join -1 2 -2 2 <(sort -k2 "$SCRATCH/before.txt") <(sort -k2 "$SCRATCH/after.txt") | awk '$2 != $3' | wc -l)
+if [ "$redone" -eq 0 ]; then pass "none of the $n_before finished samples was written again (inodes kept)"; else fail "$redone finished files were rewritten"; fi
+rank1=$(grep -c "prepare-features: .* of this rank's samples" "$SCRATCH/prep-$TOKEN/prepare_features.rank1.log")
+if [ "$rank1" -ge 1 ]; then pass "rank 1 showed progress in its log ($rank1 lines)"; else fail "no progress line from rank 1"; fi
+
+# 3. NumPy reads every file, in the shapes of each sample's bucket.
+if /usr/bin/python3 - "$feat" > "$SCRATCH/numpy.log" 2>&1 <<'PY'
+import json, os, sys
+import numpy as np
+out = sys.argv[1]
+rows = [json.loads(line) for line in open(os.path.join(out, "meta.jsonl"))]
+assert len(rows) == 30, len(rows)
+shapes = set()
+for r in rows:
+    z = np.load(os.path.join(out, r["latent"]))
+    assert z.dtype == np.float32 and z.ndim == 3 and z.shape[0] == 4, (r, z.shape)
+    assert np.isfinite(z).all()
+    t = np.load(os.path.join(out, r["text_feat"]))
+    assert t["caption_feature"].shape == (1, 6, 8), t["caption_feature"].shape
+    m = t["attention_mask"]
+    assert m.shape == (1, 6) and m.sum() == min(6, len(r["caption"])), (m, r["caption"])
+    assert os.path.exists(r["path"]) and r["width"] > 0 and r["height"] > 0
+    shapes.add(z.shape)
+print(f"30 rows, latent shapes {sorted(shapes)}")
+PY
+then pass "NumPy reads every file: $(tail -1 "$SCRATCH/numpy.log")"; else fail "NumPy: $(tail -3 "$SCRATCH/numpy.log")"; fi
+
+# 4. Training on the features = training with the encoders online, step by step.
+train() {  # NAME ARGS...
+  local name=$1; shift
+  timeout 300 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" --train.max_steps=8 --train.log_interval=4 \
+    --train.save_model_steps=0 "--work_dir=$SCRATCH/$name-$TOKEN" "$@" > "$SCRATCH/$name.log" 2>&1
+}
+train online
+assert_code $? 0 "8 steps with the encoders online"
+train features "--data.data_dir=[$feat/meta.jsonl]" --data.load_vae_feat=true --data.load_text_feat=true \
+  "--text_encoder.null_embed_path=$feat/null_embed.safetensors"
+assert_code $? 0 "8 steps on the prepared features"
+if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/metrics.jsonl" "$SCRATCH/features-$TOKEN/metrics.jsonl" > "$SCRATCH/cmp.log" 2>&1 <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) == 8, (len(a), len(b))
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+assert worst < 1e-4, f"losses differ by {worst:.2e}: {[x['loss'] for x in a]} vs {[y['loss'] for y in b]}"
+print(f"8 steps, largest relative loss difference {worst:.1e}")
+PY
+then pass "same losses: $(tail -1 "$SCRATCH/cmp.log")"; else fail "losses: $(tail -2 "$SCRATCH/cmp.log")"; fi
+
+# 5. The same folder with another text encoder length: refused, naming the setting.
+prep "$SCRATCH/other.log" --text_encoder.model_max_length=5
+assert_code $? 2 "a rerun with other encoder settings"
+assert_contains "$SCRATCH/other.log" "holds features made with other settings (text_encoder:" "the refusal names the setting"
+assert_no_leftovers
+finish

@@ -1,0 +1,77 @@
+// `sana-train model`'s memory estimate: its activations, scaled from four small forwards to
+// the config's depth, largest bucket and micro-batch, agree with one forward measured at
+// exactly that size (unconditional and caption-conditioned, where the caption's tokens are
+// a per-sample cost that does not grow with the image); gradient checkpointing keeps less;
+// the optimizer state follows the optimizer (AdamW two moments, CAME factored).
+#include "catch.h"
+
+#include "sana/config/config.h"
+#include "sana/model/spec.h"
+#include "sana/train/memory_estimate.h"
+
+using namespace sana;
+
+namespace {
+
+config::Config tiny_config() {
+  config::Config cfg;
+  cfg.model.model = "SanaMS_tiny_P2_D4";
+  cfg.model.mixed_precision = config::Precision::fp32;
+  cfg.data.image_size = 64;
+  cfg.data.aspect_ratio_type = "generated";
+  cfg.data.bucket_step = 8;
+  cfg.model.image_size = 64;
+  cfg.train.micro_batch_size = 3;
+  cfg.train.global_batch_size = 6;
+  return cfg;
+}
+
+// The estimate against a forward measured at the config's own size.
+void check_against_measurement(const config::Config& cfg) {
+  const auto e = train::estimate_memory(cfg);
+  const auto spec = model::spec_from_config(cfg);
+  const int64_t cell = spec.downsample * spec.patch;
+  REQUIRE(e.tokens == (e.height / cell) * (e.width / cell));
+  REQUIRE(e.tokens > 128);  // beyond the token counts the estimate measured at
+  const double measured =
+      train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, false);
+  INFO("estimate " << e.activations << " bytes, measured " << measured << " at " << e.height << "x" << e.width
+                   << " x " << e.micro_batch);
+  CHECK(e.activations == Approx(measured).epsilon(0.10));
+  const double kept = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, true);
+  CHECK(kept < e.activations_checkpointed);  // the estimate adds the block recomputed in the backward
+  CHECK(e.activations_checkpointed < 0.75 * e.activations);
+}
+
+}  // namespace
+
+TEST_CASE("the activation estimate matches a forward measured at the largest bucket", "[train][memory]") {
+  auto cfg = tiny_config();
+  check_against_measurement(cfg);
+  const auto e = train::estimate_memory(cfg);
+  CHECK(e.weights == Approx(4.0 * static_cast<double>(e.parameters)));
+  CHECK(e.optimizer == Approx(2 * e.weights));  // AdamW
+  CHECK(e.total() == Approx(e.weights + e.gradients + e.optimizer + e.activations));
+}
+
+TEST_CASE("caption tokens are a per-sample cost in the estimate", "[train][memory]") {
+  auto cfg = tiny_config();
+  cfg.data.load_text_feat = true;  // caption-conditioned: 300 caption tokens of 64 features
+  cfg.text_encoder.caption_channels = 64;
+  cfg.text_encoder.model_max_length = 300;
+  REQUIRE(model::spec_from_config(cfg).conditioning == model::Conditioning::caption);
+  check_against_measurement(cfg);
+}
+
+TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's checkpointing is used", "[train][memory]") {
+  auto cfg = tiny_config();
+  cfg.train.optimizer.type = config::OptimizerType::CAME;
+  cfg.train.ema_update = true;
+  cfg.train.grad_checkpointing = true;
+  const auto e = train::estimate_memory(cfg);
+  CHECK(e.optimizer_name == "CAME");
+  CHECK(e.optimizer < 2 * e.weights);
+  CHECK(e.optimizer > e.weights);  // the first moment is kept whole
+  CHECK(e.ema == Approx(e.weights));
+  CHECK(e.activations_for_config() == Approx(e.activations_checkpointed));
+}
