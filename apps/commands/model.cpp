@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
@@ -40,11 +41,12 @@ struct ModelFacts {
   std::string upstream_params;  // "" for our own presets
   std::vector<BucketSize> buckets;      // the showcase ones
   std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
-  train::MemoryEstimate memory;
+  std::optional<train::MemoryEstimate> memory;  // without --no-memory
 };
 
-ModelFacts facts_of(const config::Config& cfg) {
-  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}, {}, train::estimate_memory(cfg)};
+ModelFacts facts_of(const config::Config& cfg, bool memory) {
+  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}, {}, {}};
+  if (memory) f.memory = train::estimate_memory(cfg);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -94,7 +96,11 @@ void print_json(const ModelFacts& f) {
   };
   j["flops"] = flops_of(f.buckets);
   j["flops_every_bucket"] = flops_of(f.all_buckets);
-  const auto& m = f.memory;
+  if (!f.memory) {
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  const auto& m = *f.memory;
   j["memory_per_process"] = {{"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
                              {"micro_batch", m.micro_batch},
                              {"weights", m.weights},
@@ -160,7 +166,7 @@ void print_text(const ModelFacts& f) {
                              fmt::format("{}x{}", b.height, b.width), flops.tokens, flops.total / 1e9,
                              3 * flops.total / 1e9);
   }
-  print_memory(f.memory);
+  if (f.memory) print_memory(*f.memory);
 }
 
 class Model : public ConfigSubcommand {
@@ -169,9 +175,11 @@ class Model : public ConfigSubcommand {
       : ConfigSubcommand(app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets, memory per process",
                          {/*required=*/true, /*data=*/false}) {
     cli_->add_flag("--json", json_, "print JSON");
+    cli_->add_flag("--no-memory", no_memory_,
+                   "skip the memory estimate (it builds the model at depth 1 and 2 on the CPU: seconds for 1.6B)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto facts = facts_of(cfg);
+    const auto facts = facts_of(cfg, !no_memory_);
     if (json_) {
       print_json(facts);
     } else {
@@ -182,6 +190,7 @@ class Model : public ConfigSubcommand {
 
  private:
   bool json_ = false;
+  bool no_memory_ = false;
 };
 
 }  // namespace

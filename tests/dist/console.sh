@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# What a user reads on the terminal of a 2-process run, under sana-train launch, mpirun
-# and torchrun: one progress line per log interval (rank 0's), no library warning (the
-# example photos make libpng warn: it is said once, as ours), every line ours; rank 1's
-# progress is in its own log file. Then a resume that changes keys names each, old -> new.
+# What a user reads on the terminal of a 2-process run, under sana-train launch (the
+# quickstart's command and config on the example data, previews and the closing report
+# included), mpirun and torchrun: one progress line per log interval (rank 0's), no
+# library warning (the example photos make libpng warn: it is said once, as ours), every
+# line ours; rank 1's progress is in its own log file. Then a resume that changes keys
+# names each, old -> new.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
@@ -35,14 +37,20 @@ check_terminal() {  # NAME OUTPUT WORK_DIR STRICT (1: every line must be ours)
   fi
 }
 
-# 1. Our launcher: the quickstart's way.
+# 1. The quickstart: its launch command and config on the example data (previews at the
+# end, the report), only shorter.
+bash "$(dirname "$0")/../../scripts/prepare_example_data.sh" "$SCRATCH/example" > /dev/null || fail "no example data"
+quick=(--config "$config" "--data.data_dir=[$SCRATCH/example]" "--train.max_steps=$steps" "--train.log_interval=$interval"
+       --train.save_model_steps=10)
 out=$SCRATCH/launch.log
-timeout 240 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/launch-$TOKEN" > "$out" 2>&1
+timeout 240 "$BIN" launch --nproc-per-node 2 -- "${quick[@]}" "--work_dir=$SCRATCH/launch-$TOKEN" > "$out" 2>&1
 assert_code $? 0 "$steps steps under sana-train launch"
 check_terminal launch "$out" "$SCRATCH/launch-$TOKEN" 1
 said=$(grep -c "libpng warns 'iCCP: known incorrect sRGB profile'" "$out")
 if [ "$said" -eq 1 ]; then pass "libpng's iCCP warning is said once"; else fail "the iCCP warning is said $said times"; fi
 assert_contains "$out" "image decoder warnings on this rank (the images decoded): " "the run's end counts the decoder warnings"
+assert_contains "$out" "preview: " "the quickstart's previews were drawn"
+assert_contains "$out" "report/loss.png" "the closing report was written"
 
 # 2. mpirun: the same terminal (mpirun adds nothing of its own on success).
 if command -v mpirun > /dev/null; then
@@ -69,7 +77,7 @@ fi
 
 # 4. A resume that changes keys says which, old -> new.
 out=$SCRATCH/resume.log
-timeout 240 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$SCRATCH/launch-$TOKEN" \
+timeout 240 "$BIN" launch --nproc-per-node 2 -- "${quick[@]}" "--work_dir=$SCRATCH/launch-$TOKEN" \
   --resume_from="$SCRATCH/launch-$TOKEN/checkpoints/step_00000010" --train.max_steps=25 \
   --train.optimizer.lr=5e-4 --train.gradient_clip=0.5 > "$out" 2>&1
 assert_code $? 0 "resumed with a new learning rate, clip and max_steps"

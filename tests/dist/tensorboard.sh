@@ -22,7 +22,7 @@ else
 fi
 # The model TFLOP/s per process in metrics.jsonl is the model's training FLOPs (3 x the
 # forward that `sana-train model --json` counts) over the step's time and the 2 processes.
-"$BIN" model --json "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
+"$BIN" model --json --no-memory "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
 if /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" > "$SCRATCH/flops.log" 2>&1 <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
