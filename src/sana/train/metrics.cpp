@@ -146,9 +146,10 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
   const double steps = static_cast<double>(iv_.steps);
   if (tty_) fmt::print(stderr, "\n");
   const double flops_per_s = iv_.flops / world_ / std::max(secs, 1e-9);
-  const std::string perf = peak_flops_ > 0 ? fmt::format(" {:.3g} TFLOP/s MFU {:.1f}%", flops_per_s / 1e12,
-                                                         100.0 * flops_per_s / peak_flops_)
-                                           : fmt::format(" {:.3g} TFLOP/s", flops_per_s / 1e12);
+  // The model's FLOP/s per process: GFLOP/s on a CPU, TFLOP/s on a GPU; MFU where the peak is known.
+  std::string perf = flops_per_s >= 1e12 ? fmt::format(" {:.3g} TFLOP/s", flops_per_s / 1e12)
+                                         : fmt::format(" {:.3g} GFLOP/s", flops_per_s / 1e9);
+  if (peak_flops_ > 0) perf += fmt::format(" MFU {:.1f}%", 100.0 * flops_per_s / peak_flops_);
   log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}",
             s.epoch + 1, s.global_step, total_, iv_.loss / steps, iv_.grad_norm / steps, s.lr,
             iv_.samples / std::max(secs, 1e-9), perf, 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
