@@ -83,6 +83,15 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(came8.train.optimizer.type == OptimizerType::CAME);
   CHECK(noted(came8, "8-bit optimizer state is not implemented"));
   CHECK(noted(came8, "train.optimizer.block_size is accepted with no effect"));
+
+  // Upstream's top-level report_to: TensorBoard is the tracker here; wandb becomes it with a note.
+  const Config tb = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")}, {{"report_to", "tensorboard", ""}},
+                                no_paths(8));
+  CHECK(tb.train.report_to == "tensorboard");
+  const Config wandb = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")}, {{"report_to", "wandb", ""}},
+                                   no_paths(8));
+  CHECK(wandb.train.report_to == "tensorboard");
+  CHECK(noted(wandb, "no wandb here"));
 }
 
 TEST_CASE("upstream's batch style and auto_lr forms", "[config][upstream]") {
