@@ -18,10 +18,12 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
   echo "libtorch26_test: creating a trixie chroot in $root"
   debootstrap --variant=minbase trixie "$root" "$mirror"
 fi
-cleanup() { umount "$root/proc" 2>/dev/null || true; umount "$root/dev" 2>/dev/null || true; }
+cleanup() { for m in proc dev sys; do umount "$root/$m" 2>/dev/null || true; done; }
 trap cleanup EXIT
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
+# /sys for hwloc: without it mpirun prints "hwloc/linux: failed to find sysfs cpu topology".
+mountpoint -q "$root/sys" || mount --bind /sys "$root/sys"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 missing=""
 for p in "${packages[@]}"; do
