@@ -4,7 +4,7 @@
 # model.safetensors, one thread per process; without it the files differ.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
-common=(--config "$config" --data.data_dir="[/usr/share/backgrounds/mate]" --train.visualize=false
+common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" --train.visualize=false
         --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
         --train.micro_batch_size=2 --train.max_steps=20 --dist.threads_per_process=1 --train.ema_update=true
         "--work_dir=$SCRATCH/$TOKEN")  # the token finds this test's processes; a later --work_dir wins

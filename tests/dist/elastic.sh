@@ -6,7 +6,7 @@
 # samples per step, with equal losses at any process count.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
-data=/usr/share/backgrounds/mate
+data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 common=(--config "$config" --data.data_dir="[$data]" --train.visualize=false --train.log_interval=5
         --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0 --train.micro_batch_size=2
         "--work_dir=$SCRATCH/$TOKEN")  # the token finds this test's processes; a later --work_dir wins
@@ -92,7 +92,7 @@ cat "$SCRATCH/samples.log"
 assert_code $code 0 "4 -> 3 -> 2 -> 1 processes with G 8 -> 12 -> 4: every sample of an epoch once"
 # 3. train.batch_tokens over 32- and 64-px buckets (the tiny model's token: a 2x2 pixel
 #    patch, so 256 and 1024 tokens a sample): 4096 tokens make global batches of 16 and 4.
-photos=(/usr/share/backgrounds/mate/nature/*.jpg)
+photos=(${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}/nature/*.jpg)
 row() { printf '{"path": "%s", "width": %d, "height": %d}\n' "${photos[$(( $1 % ${#photos[@]} ))]}" "$2" "$2"; }
 { for ((i = 0; i < 80; i++)); do row $i 40; done; for ((i = 80; i < 104; i++)); do row $i 200; done; } > "$SCRATCH/two_bases.jsonl"
 tokens=(--data.data_dir="[$SCRATCH/two_bases.jsonl]" --data.multi_scale_sizes=[64] --train.batch_tokens=4096

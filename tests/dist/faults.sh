@@ -28,7 +28,7 @@ echo "faults: $fault, $trials trials, seed $seed (again: bash $0 $fault $trials 
 timeout_s=6
 steps=10
 config=$(cd "$(dirname "$0")/../../configs" && pwd)/sana_tiny_cpu.yaml
-data=/usr/share/backgrounds/mate
+data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 common=(--config "$config" --data.data_dir="[$data]" --train.visualize=false --train.log_interval=1
         --dist.timeout_s=$timeout_s --dist.heartbeat_timeout_s=$timeout_s --train.save_model_steps=2
         --train.save_model_epochs=0 --data.tail=pad --train.global_batch_size=12 --train.micro_batch_size=2
@@ -65,12 +65,33 @@ strike_target() {  # WORK LOG RANK MOMENT
   if [ "$fault" = term_launcher ]; then echo "$LAUNCHER"; else pid_of_rank "$rank" --config; fi
 }
 
+# The planned ids of the first $steps steps, (epoch, step) -> ids, from `sana-train plan` on
+# one process (the plan does not depend on the world size); once, since every trial trains
+# the same data with the same settings.
+plan_steps() {  # OUT_JSON
+  /usr/bin/python3 - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
+import json, subprocess, sys
+out_json, binary, config, data, steps, work = sys.argv[1:4] + [sys.argv[4], int(sys.argv[5]), sys.argv[6]]
+planned = []
+epoch = 0
+while len(planned) < steps:
+    out = subprocess.run([binary, "plan", "--config", config, f"--data.data_dir=[{data}]", "--data.tail=pad",
+                          f"--work_dir={work}", "--train.global_batch_size=12", "--train.micro_batch_size=2",
+                          "--json", "--world-size", "1", "--epoch", str(epoch)], capture_output=True, text=True, check=True)
+    for s, ids in enumerate(json.loads(out.stdout)["steps"]):
+        if len(planned) < steps:
+            planned.append([epoch, s, ids])
+    epoch += 1
+json.dump(planned, open(out_json, "w"))
+PY
+}
+
 # Every planned sample of the first $steps steps trained exactly once: the first run's ids
 # before the checkpoint the resume loaded, and all of the resumed run's.
 check_samples() {  # WORK RESUME_LOG
-  /usr/bin/python3 - "$1" "$2" "$BIN" "$config" "$data" "$steps" <<'PY'
-import collections, glob, json, re, subprocess, sys
-work, resume_log, binary, config, data, steps = sys.argv[1:6] + [int(sys.argv[6])]
+  /usr/bin/python3 - "$1" "$2" "$SCRATCH/planned.json" <<'PY'
+import collections, glob, json, re, sys
+work, resume_log, planned_json = sys.argv[1:4]
 m = re.search(r"resumed from (\S+) ", open(resume_log).read())
 start = (0, 0)
 if m:
@@ -83,21 +104,14 @@ for pattern, keep in (("first.ids.*.log", lambda k: k < start), ("ids.*.log", la
             e, s, *ids = map(int, line.split())
             if keep((e, s)):
                 seen[(e, s)] += ids
-planned = {}
-epoch = 0
-while len(planned) < steps:
-    out = subprocess.run([binary, "plan", "--config", config, f"--data.data_dir=[{data}]", "--data.tail=pad",
-                          f"--work_dir={work}/plan", "--train.global_batch_size=12", "--train.micro_batch_size=2",
-                          "--json", "--world-size", "1", "--epoch", str(epoch)], capture_output=True, text=True, check=True)
-    for s, ids in enumerate(json.loads(out.stdout)["steps"]):
-        if len(planned) < steps:
-            planned[(epoch, s)] = ids
-    epoch += 1
+planned = {(e, s): ids for e, s, ids in json.load(open(planned_json))}
 bad = [k for k in planned if sorted(seen.get(k, [])) != sorted(planned[k])] + [k for k in seen if k not in planned]
 print(f"resumed at (epoch, step) {start}; {len(planned)} steps planned, {len(bad)} wrong" + (f": {sorted(bad)[:5]}" if bad else ""))
 sys.exit(1 if bad else 0)
 PY
 }
+
+plan_steps "$SCRATCH/planned.json" || { fail "sana-train plan failed"; finish; }
 
 survived=0
 max_exit=0

@@ -6,7 +6,7 @@
 # with resume_from latest finishes the run with the uninterrupted run's parameters.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
-data=/usr/share/backgrounds/mate
+data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 common=(--config "$config" --data.data_dir="[$data]" --train.visualize=false --train.log_interval=4
         --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0 --data.tail=pad
         "--work_dir=$SCRATCH/$TOKEN")  # the token finds this test's processes; a later --work_dir wins

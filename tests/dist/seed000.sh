@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 meta=$SCRATCH/uneven.jsonl
-photos=(/usr/share/backgrounds/mate/nature/*.jpg)
+photos=(${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}/nature/*.jpg)
 row() { printf '{"path": "%s", "caption": "c%d", "width": %d, "height": %d}\n' "${photos[$(( $1 % ${#photos[@]} ))]}" "$1" "$2" "$3"; }
 {
   for ((i = 0; i < 60; i++)); do row $i 40 40; done

@@ -6,7 +6,7 @@
 # report_to: none writes no event file.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
-data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
+data=${SANA_EXAMPLE_DATA:-${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}}
 reader=$(dirname "$0")/../apps/tensorboard_events.py
 common=(--config "$config" --data.data_dir="[$data]" --train.max_steps=20 --train.log_interval=10
         --train.visualize=true --train.eval_sampling_steps=10 --train.preview_steps=2 --train.preview_images=2

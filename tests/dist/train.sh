@@ -8,7 +8,7 @@
 # skips them, then stops with a clear message).
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
-data=${SANA_EXAMPLE_DATA:-/usr/share/backgrounds/mate}
+data=${SANA_EXAMPLE_DATA:-${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}}
 common=(--config "$config" --data.data_dir="[$data]" --train.global_batch_size=12 --train.micro_batch_size=2
         --data.tail=pad --train.log_interval=5 --train.visualize=false --dist.timeout_s=60 "--work_dir=$SCRATCH/$TOKEN")
 for n in 1 2 3; do

@@ -42,7 +42,7 @@ pass "two namespaces joined by a veth link (198.18.0.1 <-> 198.18.0.2)"
 
 timeout_s=8
 config=$(cd "$(dirname "$0")/../../configs" && pwd)/sana_tiny_cpu.yaml
-data=/usr/share/backgrounds/mate
+data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 work=$SCRATCH/$TOKEN
 common=(--config "$config" --data.data_dir="[$data]" --train.visualize=false --train.log_interval=1
         --dist.heartbeat_timeout_s=$timeout_s --train.save_model_steps=2 --train.save_model_epochs=0

@@ -6,7 +6,7 @@ program=${PLAN_ALLREDUCE_BIN:?}
 meta=$SCRATCH/uneven.jsonl
 # Real photos with declared sizes that make very uneven buckets at two base sizes:
 # 150 square, 40 at 16:9, 9 panoramas, 3 towers, 30 large squares (base 64).
-photos=(/usr/share/backgrounds/mate/nature/*.jpg)
+photos=(${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}/nature/*.jpg)
 row() { printf '{"path": "%s", "caption": "c%d", "width": %d, "height": %d}\n' "${photos[$(( $1 % ${#photos[@]} ))]}" "$1" "$2" "$3"; }
 {
   for ((i = 0; i < 150; i++)); do row $i 40 40; done
