@@ -71,7 +71,8 @@ strike_target() {  # WORK LOG RANK MOMENT
 plan_steps() {  # OUT_JSON
   /usr/bin/python3 - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
 import json, subprocess, sys
-out_json, binary, config, data, steps, work = sys.argv[1:4] + [sys.argv[4], int(sys.argv[5]), sys.argv[6]]
+out_json, binary, config, data, steps, work = sys.argv[1:7]
+steps = int(steps)
 planned = []
 epoch = 0
 while len(planned) < steps:

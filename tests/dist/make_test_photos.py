@@ -7,7 +7,7 @@ faster. Full-size decoding is a third of a 2-process run's CPU with the original
 
     /usr/bin/python3 tests/dist/make_test_photos.py OUT [SRC [MAX_SIDE]]
 
-Writes OUT atomically (a sibling folder renamed into place); an OUT that exists is kept.
+Writes OUT atomically (a sibling folder renamed into place); a complete OUT is kept.
 """
 import os
 import pathlib

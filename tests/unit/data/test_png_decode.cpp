@@ -28,6 +28,7 @@ struct PngSpec {
   bool interlaced = false;
   bool transparency = false;  // a tRNS chunk (palette alpha, or a transparent gray/RGB value)
   int orientation = 0;        // an eXIf chunk with this orientation; 0: none
+  bool text = false;          // a tEXt chunk
 };
 
 void append(png_structp png, png_bytep data, png_size_t n) {
@@ -68,6 +69,12 @@ std::vector<unsigned char> write_png(const PngSpec& s) {
   std::vector<png_byte> exif = {'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1, 0x01, 0x12, 0, 3, 0, 0, 0, 1,
                                 0, static_cast<png_byte>(s.orientation), 0, 0, 0, 0, 0, 0};
   if (s.orientation > 0) png_set_eXIf_1(png, info, static_cast<png_uint_32>(exif.size()), exif.data());
+  char key[] = "Comment", caption[] = "a caption";
+  png_text text{};
+  text.compression = PNG_TEXT_COMPRESSION_NONE;
+  text.key = key;
+  text.text = caption;
+  if (s.text) png_set_text(png, info, &text, 1);
   const size_t row_bytes = (static_cast<size_t>(w) * channels_of(s.color_type) * s.bit_depth + 7) / 8;
   std::vector<std::vector<png_byte>> rows(h, std::vector<png_byte>(row_bytes));
   std::vector<png_bytep> pointers;
@@ -188,30 +195,9 @@ TEST_CASE("the example photos' PNGs: the same pixels, warnings as values, silenc
 
 TEST_CASE("a damaged ancillary chunk is a warning as a value; the pixels are cv::imdecode's", "[decode][png]") {
   // A tEXt chunk whose CRC is wrong: libpng (every 1.6) warns, drops the chunk and decodes on.
-  std::vector<unsigned char> bytes;
-  {
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-    png_infop info = png_create_info_struct(png);
-    png_set_write_fn(png, &bytes, append, no_flush);
-    png_set_IHDR(png, info, 5, 3, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-                 PNG_FILTER_TYPE_DEFAULT);
-    char key[] = "Comment", text[] = "a caption";
-    png_text t{};
-    t.compression = PNG_TEXT_COMPRESSION_NONE;
-    t.key = key;
-    t.text = text;
-    png_set_text(png, info, &t, 1);
-    std::vector<std::vector<png_byte>> rows(3, std::vector<png_byte>(15));
-    std::vector<png_bytep> pointers;
-    png_byte v = 0;
-    for (auto& r : rows) {
-      for (auto& b : r) b = v += 37;
-      pointers.push_back(r.data());
-    }
-    png_set_rows(png, info, pointers.data());
-    png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
-    png_destroy_write_struct(&png, &info);
-  }
+  PngSpec spec;
+  spec.text = true;
+  auto bytes = write_png(spec);
   const std::string tag = "tEXt";
   const auto at = std::search(bytes.begin(), bytes.end(), tag.begin(), tag.end());
   REQUIRE(at != bytes.end());
