@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the source layout (docs/design.md, "Layers"); run by ctest as build.layout.
+# Checks the source layout (docs/layers.md); run by ctest as build.layout.
 #   a. every #include "sana/..." in src/ and apps/ follows the layer rules:
 #        util (src/sana/util/, src/sana/torch_compat.h) <- config
 #          <- {data, model, diffusion, distributed, ckpt} <- train <- apps (apps/, apps/commands/)

@@ -1,5 +1,6 @@
-// `sana-train inspect CHECKPOINT|WORK_DIR`: what a checkpoint holds, every checksum
-// verified; a damaged one is a CheckpointError (exit 1).
+// `sana-train inspect CHECKPOINT|WORK_DIR`: what a checkpoint holds (the run's position,
+// then each stateful part's tensors and JSON), every checksum verified; a damaged one is a
+// CheckpointError (exit 1).
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -34,19 +35,29 @@ class Inspect : public PlainSubcommand {
     const std::string dir = checkpoint_folder(path_);
     const auto snap = ckpt::read_checkpoint(dir);
     const auto& s = snap.state;
-    int64_t model_params = 0;
-    for (const auto& [n, t] : snap.model) model_params += t.numel();
     std::cout << fmt::format(
         "checkpoint {}\n"
-        "model {}: {} tensors, {} values; EMA {} tensors; optimizer {} state tensors\n"
+        "model {}\n"
         "position: epoch {} step {} (global step {}, {} samples consumed)\n"
-        "global batch {}, seed {}, saved on {} process{}, config {}\n"
-        "bad samples {} of {} read, {} skipped steps\n"
-        "checksums: all {} files verified\n",
-        dir, s.model, snap.model.size(), model_params, snap.ema.size(), snap.optimizer.size(), s.epoch + 1,
-        s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed, s.world_size,
-        s.world_size == 1 ? "" : "es", s.config_hash, s.bad_samples, s.reads, s.skipped_steps, s.checksums.size());
+        "global batch {}, seed {}, saved on {} process{}, config {}\n",
+        dir, s.model, s.epoch + 1, s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed,
+        s.world_size, s.world_size == 1 ? "" : "es", s.config_hash);
+    for (const auto& [name, part] : snap.parts) std::cout << part_line(name, part) << "\n";
+    std::cout << fmt::format("checksums: all {} files verified\n", s.checksums.size());
     return 0;
+  }
+
+ private:
+  // "model: 94 tensors, 940000 values" / "bad_samples: {"bad_samples":0,...}"
+  static std::string part_line(const std::string& name, const PartState& part) {
+    std::string line = name + ":";
+    if (part.tensors) {
+      int64_t values = 0;
+      for (const auto& [n, t] : *part.tensors) values += t.numel();
+      line += fmt::format(" {} tensors, {} values", part.tensors->size(), values);
+    }
+    if (!part.json.is_null()) line += (part.tensors ? "; " : " ") + part.json.dump();
+    return line;
   }
 
  private:

@@ -1,5 +1,5 @@
 // `sana-train --config FILE [--key.path=VALUE]...`: training, on one process or on every
-// process of a launcher (train/trainer.h runs it). Logs to work_dir/train.log (rank 0) or
+// process of a launcher (train/train.h runs it). Logs to work_dir/train.log (rank 0) or
 // train.rank<N>.log, and keeps the resolved config as work_dir/config.yaml. With
 // log_console: rank0 (the default), ranks other than 0 write only warnings and errors to
 // the terminal, under any launcher: one progress line per interval, not one per rank.
@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "command.h"
-#include "sana/train/trainer.h"
+#include "sana/train/train.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 

@@ -145,6 +145,9 @@ def main():
                     "time/allreduce", "time/optimizer", "time/data"):
             if tag not in s:
                 sys.exit(f"step {m['step']}: no {tag}")
+        # one name, one meaning: the step's throughput in both files
+        if abs(s["train/samples_per_s"] - m["samples_per_s"]) > 1e-5 * max(1.0, m["samples_per_s"]):
+            sys.exit(f"step {m['step']}: train/samples_per_s {s['train/samples_per_s']} != {m['samples_per_s']}")
         if abs(s["perf/tflops_per_process"] - m["tflops_per_process"]) > 1e-6 * max(1e-9, m["tflops_per_process"]):
             sys.exit(f"step {m['step']}: perf/tflops_per_process {s['perf/tflops_per_process']} != {m['tflops_per_process']}")
         if not 0 <= s["train/data_wait"] <= 1:

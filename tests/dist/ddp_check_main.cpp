@@ -71,7 +71,7 @@ int run(int accumulation) {
     // As code outside the reducer might: a new gradient tensor, which begin_backward takes back.
     if (round == 1) named.front().second.mutable_grad() = torch::zeros_like(named.front().second);
     for (int64_t a = 0; a < accumulation; ++a) {
-      const int64_t first = (a * W + r) * micro;  // micro-step a of rank r (docs/design.md, "Epoch plan")
+      const int64_t first = (a * W + r) * micro;  // micro-step a of rank r (docs/epoch_plan.md)
       sync->begin_backward(a == accumulation - 1);
       loss_of(net, x0, labels, first, micro, 1.0 / static_cast<double>(accumulation)).backward();
     }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Resuming (issue 7, seed 002): the same world size continues bitwise; 4 -> 2 -> 1 and
+# Resuming (issue 7, seed 002): the same world size continues bitwise, also from a checkpoint
+# of the format before the Stateful parts; 4 -> 2 -> 1 and
 # 3 -> 2 processes continue the same sample stream (every planned sample once, none
 # repeated or skipped) to the same weights within float noise (2e-4 relative per tensor); SIGTERM saves a checkpoint
 # at the stop step that resumes exactly; a worker killed under `launch --max-restarts 1`
@@ -24,6 +25,19 @@ run rest 2 "--work_dir=$SCRATCH/half" --train.max_steps=12 --resume_from=latest;
 assert_contains "$SCRATCH/rest.log" "resumed from $SCRATCH/half/checkpoints/step_00000006" "resumed from the step-6 checkpoint"
 a=$(checksum straight); b=$(checksum rest)
 if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "same-W resume is bitwise identical ($a)"; else fail "checksums differ: '$a' vs '$b'"; fi
+
+# 1b. A checkpoint of format 1 (sana-train up to 0016840, before its parts were Stateful)
+# still resumes: the step-6 checkpoint rewritten as format 1 (ckpt_format1.py checks the
+# keys against a real one, tests/data/ckpt_format1/trainer_state.json) ends as the straight run.
+here=$(dirname "$0")
+cp -r "$SCRATCH/half/checkpoints/step_00000006" "$SCRATCH/format1"
+/usr/bin/python3 "$here/ckpt_format1.py" "$SCRATCH/format1" "$here/../data/ckpt_format1/trainer_state.json" \
+  > "$SCRATCH/format1.log" 2>&1
+assert_code $? 0 "the step-6 checkpoint rewritten in format 1 ($(tail -1 "$SCRATCH/format1.log"))"
+run old 2 "--work_dir=$SCRATCH/old" --train.max_steps=12 "--resume_from=$SCRATCH/format1"; assert_code $? 0 "resumed from format 1"
+assert_contains "$SCRATCH/old.log" "resumed from $SCRATCH/format1" "the format-1 checkpoint was loaded"
+c=$(checksum old)
+if [ -n "$c" ] && [ "$c" = "$a" ]; then pass "a format-1 checkpoint resumes bitwise as the straight run"; else fail "'$c' vs straight '$a'"; fi
 
 # 2. 4 -> 2 -> 1 processes with G 8, against 1 process straight.
 run w4 4 "--work_dir=$SCRATCH/x" --train.max_steps=4 --train.micro_batch_size=2; assert_code $? 0 "4 steps on 4 processes"

@@ -17,7 +17,7 @@
 # Prints the measured figures per rank.
 . "$(dirname "$0")/lib.sh"
 epochs=${1:-200}
-# Bounds from measurement (docs/design.md, "Soak"): here, over 800 epochs after warm-up
+# Bounds from measurement (docs/testing.md, "Soak"): here, over 800 epochs after warm-up
 # the RSS floor rose 0.8 MB on each rank (over 160 epochs: -4.2 to +2.9 MB), and previews
 # and checkpoint snapshots peaked up to 30 MB over it (48 MB with LibTorch 2.6); a leak of
 # one batch per step (8 x 3 x 32 x 32 floats, 96 KiB) would raise the floor by 15 MB over

@@ -23,8 +23,6 @@ namespace sana::ckpt {
 
 namespace {
 
-const char* kFiles[] = {"model.safetensors", "ema.safetensors", "optimizer.safetensors"};
-
 void fsync_path(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_RDONLY);
   if (fd < 0) throw CheckpointError(fmt::format("cannot open '{}' to sync it: {}", p.string(), std::strerror(errno)));
@@ -45,33 +43,53 @@ std::string file_checksum(const fs::path& p) {
   return h.hex();
 }
 
-nlohmann::ordered_json to_json(const TrainerState& s) {
+std::string tensor_file(const std::string& part) { return part + ".safetensors"; }
+
+nlohmann::ordered_json to_json(const TrainerState& s, const nlohmann::json& parts) {
   auto segments = nlohmann::json::array();
   for (const auto& g : s.epoch_segments) segments.push_back({g.first_step, g.global_batch_size, g.batch_tokens});
-  return {{"format", "sana-train checkpoint 1"},
+  return {{"format", "sana-train checkpoint 2"},
           {"epoch", s.epoch},
           {"step_in_epoch", s.step_in_epoch},
           {"global_step", s.global_step},
           {"consumed_samples", s.consumed_samples},
           {"global_batch_size", s.global_batch_size},
           {"batch_tokens", s.batch_tokens},
-          {"exact_scales", s.exact_scales},
           {"epoch_segments", segments},
           {"seed", s.seed},
           {"world_size_at_save", s.world_size},
           {"model", s.model},
           {"config_hash", s.config_hash},
           {"config", s.config},
-          {"bad_samples", s.bad_samples},
-          {"samples_read", s.reads},
-          {"skipped_steps", s.skipped_steps},
-          {"loss_scale", s.loss_scale},
-          {"loss_scale_clean_steps", s.loss_scale_clean_steps},
-          {"overflow_steps", s.overflow_steps},
+          {"parts", parts},
           {"checksums", s.checksums}};
 }
 
-TrainerState from_json(const nlohmann::json& j) {
+// Format 1 (sana-train before its parts were Stateful, up to 0016840) kept the parts' JSON
+// as loose fields of the state; they map onto the parts the trainer registers under these
+// names (train/trainer.cpp), so its checkpoints still resume. Its tensor files are named
+// as the parts that write them today (model, ema, optimizer).
+nlohmann::json format1_parts(const nlohmann::json& j) {
+  auto parts = nlohmann::json::object();
+  parts["reducer"] = {{"exact_scales", j.value("exact_scales", std::vector<int64_t>{})}};
+  parts["bad_samples"] = {{"bad_samples", j.value("bad_samples", int64_t{0})},
+                          {"samples_read", j.value("samples_read", int64_t{0})}};
+  parts["nonfinite"] = {{"skipped_steps", j.value("skipped_steps", int64_t{0})}};
+  if (j.value("loss_scale", 0.0) > 0) {
+    parts["loss_scaler"] = {{"loss_scale", j.at("loss_scale")},
+                            {"loss_scale_clean_steps", j.value("loss_scale_clean_steps", int64_t{0})},
+                            {"overflow_steps", j.value("overflow_steps", int64_t{0})}};
+  }
+  return parts;
+}
+
+// trainer_state.json as read: the run's state, and each part's JSON by name.
+struct StateFile {
+  TrainerState state;
+  nlohmann::json parts;
+};
+
+StateFile from_json(const nlohmann::json& j) {
   TrainerState s;
   s.epoch = j.at("epoch");
   s.step_in_epoch = j.at("step_in_epoch");
@@ -79,7 +97,6 @@ TrainerState from_json(const nlohmann::json& j) {
   s.consumed_samples = j.at("consumed_samples");
   s.global_batch_size = j.at("global_batch_size");
   s.batch_tokens = j.value("batch_tokens", int64_t{0});
-  if (j.contains("exact_scales")) s.exact_scales = j.at("exact_scales").get<std::vector<int64_t>>();
   if (j.contains("epoch_segments")) {
     for (const auto& part : j.at("epoch_segments")) {
       s.epoch_segments.push_back({part.at(0).get<int64_t>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
@@ -90,14 +107,8 @@ TrainerState from_json(const nlohmann::json& j) {
   s.model = j.at("model");
   s.config_hash = j.at("config_hash");
   if (j.contains("config")) s.config = j.at("config").get<std::map<std::string, std::string>>();
-  s.bad_samples = j.value("bad_samples", int64_t{0});
-  s.reads = j.value("samples_read", int64_t{0});
-  s.skipped_steps = j.value("skipped_steps", int64_t{0});
-  s.loss_scale = j.value("loss_scale", 0.0);
-  s.loss_scale_clean_steps = j.value("loss_scale_clean_steps", int64_t{0});
-  s.overflow_steps = j.value("overflow_steps", int64_t{0});
   s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
-  return s;
+  return {std::move(s), j.contains("parts") ? j.at("parts") : format1_parts(j)};
 }
 
 // The checkpoint folders in work_dir/checkpoints, oldest first.
@@ -163,16 +174,18 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
   fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    const NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
-    for (size_t i = 0; i < 3; ++i) {
-      const fs::path file = tmp / kFiles[i];
-      stage(kFiles[i]);
-      write_safetensors(file.string(), *parts[i], {{"checkpoint", name}});
-      fsync_path(file);
-      snap.state.checksums[kFiles[i]] = file_checksum(file);
+    auto part_json = nlohmann::json::object();
+    for (const auto& [part, state] : snap.parts) {
+      if (!state.json.is_null()) part_json[part] = state.json;
+      if (!state.tensors) continue;
+      const std::string file = tensor_file(part);
+      stage(file.c_str());
+      write_safetensors((tmp / file).string(), *state.tensors, {{"checkpoint", name}});
+      fsync_path(tmp / file);
+      snap.state.checksums[file] = file_checksum(tmp / file);
     }
     stage("trainer_state.json");
-    write_text_synced(tmp / "trainer_state.json", to_json(snap.state).dump(2) + "\n");
+    write_text_synced(tmp / "trainer_state.json", to_json(snap.state, part_json).dump(2) + "\n");
     fsync_path(tmp);
   } catch (...) {
     // A failed write (disk full) must not keep the space it took: the run's next step, or
@@ -202,7 +215,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
 namespace {
 
 // trainer_state.json of a checkpoint folder, with every file's expected checksum.
-TrainerState read_state(const std::string& dir) {
+StateFile read_state(const std::string& dir) {
   const fs::path d(dir);
   nlohmann::json j;
   try {
@@ -214,20 +227,19 @@ TrainerState read_state(const std::string& dir) {
   } catch (const std::exception& e) {
     throw CheckpointError(fmt::format("'{}/trainer_state.json' is damaged: {}", dir, e.what()));
   }
-  TrainerState s;
+  StateFile f;
   try {
-    s = from_json(j);
+    f = from_json(j);
   } catch (const std::exception& e) {
     throw CheckpointError(fmt::format("'{}/trainer_state.json' lacks a field: {}", dir, e.what()));
   }
-  for (const char* file : kFiles) {
-    if (!s.checksums.count(file)) throw CheckpointError(fmt::format("'{}': no checksum for {}", dir, file));
+  for (const auto& [file, sum] : f.state.checksums) {
     if (!fs::exists(d / file)) throw CheckpointError(fmt::format("'{}': {} is missing", dir, file));
   }
-  return s;
+  return f;
 }
 
-void check_sum(const std::string& dir, const char* file, const std::string& actual, const TrainerState& s) {
+void check_sum(const std::string& dir, const std::string& file, const std::string& actual, const TrainerState& s) {
   const std::string& expected = s.checksums.at(file);
   if (actual != expected) {
     throw CheckpointError(fmt::format("'{}': {} is damaged (checksum {} instead of {})", dir, file, actual, expected));
@@ -236,27 +248,41 @@ void check_sum(const std::string& dir, const char* file, const std::string& actu
 
 }  // namespace
 
+const PartState* Snapshot::part(const std::string& name) const {
+  for (const auto& [n, state] : parts) {
+    if (n == name) return &state;
+  }
+  return nullptr;
+}
+
 TrainerState verify_checkpoint(const std::string& dir) {
-  const auto s = read_state(dir);
-  for (const char* file : kFiles) check_sum(dir, file, file_checksum(fs::path(dir) / file), s);
+  auto s = read_state(dir).state;
+  for (const auto& [file, sum] : s.checksums) check_sum(dir, file, file_checksum(fs::path(dir) / file), s);
   return s;
 }
 
 Snapshot read_checkpoint(const std::string& dir) {
-  // Each file is read once: hashed and parsed from the same bytes.
+  auto file_state = read_state(dir);
   Snapshot snap;
-  snap.state = read_state(dir);
-  NamedTensors* parts[] = {&snap.model, &snap.ema, &snap.optimizer};
-  for (size_t i = 0; i < 3; ++i) {
-    const fs::path path = fs::path(dir) / kFiles[i];
+  snap.state = std::move(file_state.state);
+  // Each file is read once: hashed and parsed from the same bytes.
+  for (const auto& [file, sum] : snap.state.checksums) {
+    const fs::path path = fs::path(dir) / file;
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check_sum(dir, kFiles[i], hash_hex(std::string_view(bytes.data(), bytes.size())), snap.state);
+    check_sum(dir, file, hash_hex(std::string_view(bytes.data(), bytes.size())), snap.state);
+    const auto stem = fs::path(file).stem().string();
+    if (fs::path(file).extension() != ".safetensors") continue;
     try {
-      *parts[i] = parse_safetensors(bytes, path.string()).tensors;
+      snap.parts.push_back({stem, {nullptr, parse_safetensors(bytes, path.string()).tensors}});
     } catch (const SafetensorsError& e) {
       throw CheckpointError(e.what());
     }
+  }
+  for (const auto& [name, json] : file_state.parts.items()) {
+    auto it = std::find_if(snap.parts.begin(), snap.parts.end(), [&](const auto& p) { return p.first == name; });
+    if (it == snap.parts.end()) it = snap.parts.insert(snap.parts.end(), {name, PartState{}});
+    it->second.json = json;
   }
   return snap;
 }

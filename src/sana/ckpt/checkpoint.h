@@ -1,8 +1,9 @@
-// Checkpoints (docs/design.md, "Checkpoints"): one folder per checkpoint under
-// work_dir/checkpoints/step_NNNNNNNN/ with model.safetensors, ema.safetensors,
-// optimizer.safetensors (keyed "<parameter>/<state>") and trainer_state.json (position,
-// counters, and an xxh3 checksum of every other file), plus a `latest` file naming the
-// newest. Written into a temporary folder, every file fsynced, renamed into place, and
+// Checkpoints (docs/checkpoints.md): one folder per checkpoint under
+// work_dir/checkpoints/step_NNNNNNNN/ with one <part>.safetensors per stateful part that
+// has tensors (model, ema, optimizer keyed "<parameter>/<state>") and trainer_state.json
+// (the run position and metadata, each part's JSON under "parts", and an xxh3 checksum of
+// every other file), plus a `latest` file naming the newest. This module knows no part:
+// it writes and reads whatever the Snapshot holds (util/stateful.h). Written into a temporary folder, every file fsynced, renamed into place, and
 // `latest` moved last: a crash at any moment leaves the old or the new checkpoint, never a
 // broken one named by `latest`. Reading verifies every checksum first.
 #pragma once
@@ -19,8 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "sana/util/safetensors.h"
 #include "sana/util/error.h"
+#include "sana/util/safetensors.h"
+#include "sana/util/stateful.h"
 
 namespace sana::ckpt {
 
@@ -36,6 +38,7 @@ struct EpochSegment {
   int64_t batch_tokens = 0;
 };
 
+// The run's position and metadata; every part's own state is in Snapshot::parts.
 struct TrainerState {
   int64_t epoch = 0;            // the epoch to continue in
   int64_t step_in_epoch = 0;    // the next step of that epoch's plan
@@ -43,7 +46,6 @@ struct TrainerState {
   int64_t consumed_samples = 0;
   int64_t global_batch_size = 0;
   int64_t batch_tokens = 0;
-  std::vector<int64_t> exact_scales;  // train.deterministic: the reducer's scale per bucket
   // The current epoch's plan when a resume changed the batch size in it, part by part;
   // empty: one part, global_batch_size (or batch_tokens) from step 0.
   std::vector<EpochSegment> epoch_segments;
@@ -52,16 +54,15 @@ struct TrainerState {
   std::string model;
   std::string config_hash;
   std::map<std::string, std::string> config;  // every key's value (config::config_values)
-  int64_t bad_samples = 0, reads = 0, skipped_steps = 0;
-  // fp16 loss scaling (train/loss_scaler.h): 0 when the run did not scale.
-  double loss_scale = 0;
-  int64_t loss_scale_clean_steps = 0, overflow_steps = 0;
   std::map<std::string, std::string> checksums;  // file name -> xxh3-64 hex
 };
 
 struct Snapshot {
-  NamedTensors model, ema, optimizer;  // CPU tensors
   TrainerState state;
+  // Each stateful part's state by its name, in the order the parts were registered.
+  std::vector<std::pair<std::string, PartState>> parts;
+  // The part's state, or null when the checkpoint holds none.
+  const PartState* part(const std::string& name) const;
 };
 
 std::string checkpoint_name(int64_t global_step);  // step_00001200

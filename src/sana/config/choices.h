@@ -1,7 +1,7 @@
 // Enumerated config options. A key whose value is one of a few names (train.optimizer.type:
 // AdamW | CAME) and that code branches on is an enum in Config, parsed once by the loader;
 // code compares enumerators, so a misspelt name is a compile error instead of a branch
-// never taken (docs/design.md, "The config", lists which options are enums). Each enum
+// never taken (docs/config.md lists which options are enums). Each enum
 // lists its names, in the enum's order, in a specialisation of Names<E>; the schema takes the
 // key's choices (--list-keys, "is not one of" errors) from there, so a name is written once.
 // Never includes torch.

@@ -1,4 +1,4 @@
-// The epoch plan (docs/design.md, "Epoch plan"): every rank computes the same global
+// The epoch plan (docs/epoch_plan.md): every rank computes the same global
 // batches from (bucket members, batch size per bucket, seed, epoch) alone, so all ranks
 // have the same number of steps by construction and the position in training is one
 // number, the step. World size, rank and worker count are not inputs; they only pick a

@@ -11,7 +11,7 @@
 // rather than by upsampling (a 4:2:0 image's chroma, 2x2 pixels per block) needs its AC
 // coefficients, so its AC scans stay. And libjpeg smooths the output of a file whose
 // scans leave some coefficient short of its last bit, so only complete files qualify.
-// docs/design.md "Decoding" has the measured figures.
+// docs/data.md, "Decoding", has the measured figures.
 #pragma once
 
 #include <cstddef>

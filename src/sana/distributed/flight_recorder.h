@@ -2,8 +2,8 @@
 // key, bytes, start and end), and a deadline on each one still in flight. A watchdog
 // thread, which touches neither the store nor the backend, calls the overdue handler when
 // an operation passes its deadline (a stopped store host or a hung peer), and writes the
-// record as JSON on SIGUSR1. Plain C++: never includes torch. docs/design.md, "Processes
-// and failures", says who records what and which deadline each operation gets.
+// record as JSON on SIGUSR1. Plain C++: never includes torch. docs/distributed.md says who
+// records what and which deadline each operation gets.
 #pragma once
 
 #include <atomic>

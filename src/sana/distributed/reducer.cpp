@@ -341,6 +341,14 @@ void BucketedReducer::set_exact_scales(const std::vector<int64_t>& scales) {
 
 }  // namespace
 
+PartState Reducer::save_state() const { return {{{"exact_scales", exact_scales()}}, std::nullopt}; }
+
+void Reducer::restore_state(const PartState* saved, const std::string& /*source*/) {
+  if (saved != nullptr && saved->json.contains("exact_scales")) {
+    set_exact_scales(saved->json.at("exact_scales").get<std::vector<int64_t>>());
+  }
+}
+
 std::unique_ptr<Reducer> make_reducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                       ReducerOptions opts) {
   return std::make_unique<BucketedReducer>(rt, std::move(params), opts);

@@ -13,7 +13,7 @@
 // their zero gradient is synced like the rest), starts what is left, waits for all, and
 // (ReducerOptions::average) divides by the world size. Exact mode (train.deterministic)
 // trades the overlap for integer sums that no world size or accumulation split changes
-// (docs/design.md, "Deterministic mode").
+// (docs/deterministic.md).
 #pragma once
 
 #include <torch/torch.h>
@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "sana/util/stateful.h"
 #include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/runtime.h"
 
@@ -41,7 +42,8 @@ struct FlatBucket {
 };
 
 // add_gradient() is what the autograd post-hooks call; callers never need to.
-class Reducer {
+// A stateful part ("reducer"): train.deterministic's scales go into checkpoints.
+class Reducer : public Stateful {
  public:
   virtual ~Reducer() = default;
   // Before each backward: whether this backward ends the optimizer step (the last
@@ -70,6 +72,10 @@ class Reducer {
   // Exact mode: each bucket's scale exponent (kept in checkpoints for a bitwise resume).
   virtual std::vector<int64_t> exact_scales() const { return {}; }
   virtual void set_exact_scales(const std::vector<int64_t>& /*scales*/) {}
+
+  std::string state_name() const override { return "reducer"; }
+  PartState save_state() const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
 };
 
 struct ReducerOptions {

@@ -141,4 +141,17 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
   return report;
 }
 
+PartState ModuleState::save_state() const {
+  NamedTensors out;
+  for (const auto& p : module_.named_parameters()) out.emplace_back(p.key(), p.value().detach().to(torch::kCPU).clone());
+  for (const auto& b : module_.named_buffers()) out.emplace_back(b.key(), b.value().detach().to(torch::kCPU).clone());
+  return {nullptr, std::move(out)};
+}
+
+void ModuleState::restore_state(const PartState* saved, const std::string& source) {
+  std::map<std::string, torch::Tensor> tensors;
+  if (saved != nullptr && saved->tensors) tensors.insert(saved->tensors->begin(), saved->tensors->end());
+  load_tensors(module_, tensors, source, /*strict=*/true);
+}
+
 }  // namespace sana::model

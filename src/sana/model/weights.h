@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sana/util/error.h"
+#include "sana/util/stateful.h"
 
 namespace sana::model {
 
@@ -44,6 +45,20 @@ LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool 
 // load_weights on tensors already in memory; `source` names them in messages.
 LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& tensors,
                         const std::string& source, bool strict = true);
+
+// A module's parameters and buffers as a stateful part (<name>.safetensors in checkpoints),
+// restored strictly: a missing, unexpected or mis-shaped tensor is a WeightsError.
+class ModuleState : public Stateful {
+ public:
+  ModuleState(torch::nn::Module& module, std::string name) : module_(module), name_(std::move(name)) {}
+  std::string state_name() const override { return name_; }
+  PartState save_state() const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
+
+ private:
+  torch::nn::Module& module_;
+  std::string name_;
+};
 
 // name -> tensor from a .safetensors file or a torch.save'd state dict (.pt/.pth/.bin).
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);

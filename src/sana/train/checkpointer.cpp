@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
+#include "sana/train/test_hooks.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -21,35 +23,56 @@ std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64
 
 namespace {
 
-// Tests only (SANA_TEST_CKPT_STAGE_DELAY_MS=N): every stage of a checkpoint write takes N ms
+// Tests only (TestHooks::ckpt_stage_delay_ms): every stage of a checkpoint write takes
 // longer, so a fault trial can strike while one is being written.
-int g_stage_delay_ms = 0;
-void delay_stage(const char*) { std::this_thread::sleep_for(std::chrono::milliseconds(g_stage_delay_ms)); }
+void delay_stage(const char*) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(TestHooks::get().ckpt_stage_delay_ms));
+}
 
 }  // namespace
 
 Checkpointer::Checkpointer(const config::Config& cfg, bool writes) : cfg_(cfg), writes_(writes) {
-  if (const char* delay = std::getenv("SANA_TEST_CKPT_STAGE_DELAY_MS")) {
-    g_stage_delay_ms = std::atoi(delay);
-    if (g_stage_delay_ms > 0) ckpt::checkpoint_test_hook = delay_stage;
+  if (TestHooks::get().ckpt_stage_delay_ms > 0) ckpt::checkpoint_test_hook = delay_stage;
+}
+
+void Checkpointer::add(Stateful& part) {
+  const auto name = part.state_name();
+  const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!valid) throw std::invalid_argument(fmt::format("stateful part name '{}': use a-z, 0-9 and _", name));
+  for (const auto* p : parts_) {
+    if (p->state_name() == name) throw std::invalid_argument(fmt::format("two stateful parts are named '{}'", name));
   }
+  parts_.push_back(&part);
+}
+
+ckpt::Snapshot Checkpointer::capture(ckpt::TrainerState run) const {
+  ckpt::Snapshot snap;
+  snap.state = std::move(run);
+  for (const auto* p : parts_) snap.parts.emplace_back(p->state_name(), p->save_state());
+  return snap;
+}
+
+void Checkpointer::restore(const ckpt::Snapshot& snapshot, const std::string& source) const {
+  for (auto* p : parts_) p->restore_state(snapshot.part(p->state_name()), source);
 }
 
 void Checkpointer::maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch,
-                              bool stop_requested, const std::function<ckpt::Snapshot()>& capture) {
+                              bool stop_requested, const std::function<ckpt::TrainerState()>& run_state) {
   const auto why = save_reason(cfg_.train, next.global_step, total_steps, epoch_end, epoch, stop_requested);
-  if (!why.empty()) save(next, why, capture);
+  if (!why.empty()) save(next, why, run_state);
 }
 
 void Checkpointer::save(const RunPosition& next, const std::string& why,
-                        const std::function<ckpt::Snapshot()>& capture) {
+                        const std::function<ckpt::TrainerState()>& run_state) {
   if (next.global_step == last_saved_) return;
   last_saved_ = next.global_step;
   if (!writes_) return;
   const auto start = std::chrono::steady_clock::now();
   saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
-  saver_.save(cfg_.work_dir, capture(), cfg_.ckpt.keep_last_n);
+  saver_.save(cfg_.work_dir, capture(run_state()), cfg_.ckpt.keep_last_n);
   if (!cfg_.ckpt.async_save) saver_.wait();
   const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(next.global_step), why, blocked,

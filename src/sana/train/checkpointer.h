@@ -1,15 +1,18 @@
 // When and how the training loop saves: the save policy (train.save_model_steps,
-// train.save_model_epochs, a stop request, the end of training) and the background write
-// of rank 0's snapshot. The loop only says where it is; it never holds save policy. What
-// goes into a checkpoint is the caller's capture(), so resume is its inverse.
+// train.save_model_epochs, a stop request, the end of training), the registered stateful
+// parts a checkpoint holds, and the background write of rank 0's snapshot. The loop only
+// says where it is; it never holds save policy. A checkpoint is the run's state (the
+// caller's) plus every registered part's save_state(); restore() is its inverse.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/config.h"
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
@@ -31,18 +34,28 @@ class Checkpointer {
   // Only the writing rank (rank 0) captures and writes; every rank follows the policy.
   Checkpointer(const config::Config& cfg, bool writes);
 
+  // Adds a part whose state every checkpoint holds, under its state_name() (unique;
+  // lower-case letters, digits and '_': it names a file). The part must outlive the
+  // Checkpointer.
+  void add(Stateful& part);
+  // The run's state plus every part's, in the order they were added.
+  ckpt::Snapshot capture(ckpt::TrainerState run) const;
+  // Hands every part its saved state (null for a part the checkpoint does not hold).
+  void restore(const ckpt::Snapshot& snapshot, const std::string& source) const;
+
   // After each step: `next` is where a resume continues. Saves when save_reason() says so
-  // and this step was not saved yet; capture() runs only on the writing rank.
+  // and this step was not saved yet; run_state() runs only on the writing rank.
   void maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch, bool stop_requested,
-                  const std::function<ckpt::Snapshot()>& capture);
+                  const std::function<ckpt::TrainerState()>& run_state);
   // Saves now (once per step) for the given reason.
-  void save(const RunPosition& next, const std::string& why, const std::function<ckpt::Snapshot()>& capture);
+  void save(const RunPosition& next, const std::string& why, const std::function<ckpt::TrainerState()>& run_state);
   // Waits for the background write (rethrowing its failure) and names the last checkpoint.
   void finish();
 
  private:
   const config::Config& cfg_;
   bool writes_;
+  std::vector<Stateful*> parts_;
   ckpt::AsyncSaver saver_;
   int64_t last_saved_ = -1;
 };

@@ -11,6 +11,7 @@
 #include "sana/data/loader.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/error.h"
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
@@ -24,11 +25,14 @@ class TooManyBadSamples : public sana::RunError {
 };
 
 // Counts what the batches this rank consumed contained (not what was decoded ahead, which
-// depends on thread timing), so every rank decides at the same step.
-class BadSampleGuard {
+// depends on thread timing), so every rank decides at the same step. A stateful part
+// ("bad_samples"): checkpoints carry the run-wide counts, and a resume restores them into
+// the rank that `carries` them (rank 0).
+class BadSampleGuard : public Stateful {
  public:
-  explicit BadSampleGuard(double max_fraction, int64_t min_reads = 64)
-      : max_fraction_(max_fraction), min_reads_(min_reads) {}
+  static constexpr int64_t kMinReads = 64;  // below this many reads in all, a fraction means little
+  explicit BadSampleGuard(double max_fraction, int64_t min_reads = kMinReads, bool carries = false)
+      : max_fraction_(max_fraction), min_reads_(min_reads), carries_(carries) {}
   void add(const data::Batch& batch);
   // A collective: every rank calls it at the same steps.
   void check(dist::Runtime& rt);
@@ -50,10 +54,19 @@ class BadSampleGuard {
     bad_ = bad;
     reads_ = reads;
   }
+  std::string state_name() const override { return "bad_samples"; }
+  PartState save_state() const override {
+    return {{{"bad_samples", total_bad_}, {"samples_read", total_reads_}}, std::nullopt};
+  }
+  void restore_state(const PartState* saved, const std::string& /*source*/) override {
+    if (saved == nullptr) return;
+    restore(saved->json.value("bad_samples", int64_t{0}), saved->json.value("samples_read", int64_t{0}), carries_);
+  }
 
  private:
   double max_fraction_;
   int64_t min_reads_;  // below this many reads in all, a fraction means little
+  bool carries_;
   int64_t bad_ = 0;
   int64_t reads_ = 0;
   int64_t total_bad_ = 0, total_reads_ = 0;

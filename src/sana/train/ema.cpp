@@ -9,8 +9,8 @@
 
 namespace sana::train {
 
-Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate)
-    : params_(std::move(params)), rate_(rate) {
+Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed)
+    : params_(std::move(params)), rate_(rate), checkpointed_(checkpointed) {
   if (rate_ > 0) reset();
 }
 
@@ -48,6 +48,12 @@ void Ema::restore(const NamedTensors& saved, const std::string& source) {
     }
     average_[i].copy_(it->second);
   }
+}
+
+PartState Ema::save_state() const { return {nullptr, checkpointed_ ? capture() : NamedTensors{}}; }
+
+void Ema::restore_state(const PartState* saved, const std::string& source) {
+  restore(saved != nullptr && saved->tensors ? *saved->tensors : NamedTensors{}, source);
 }
 
 }  // namespace sana::train

@@ -1,7 +1,7 @@
 // The exponential moving average of the weights (train.ema_update, train.ema_rate). Owns
 // the averaged copies; the trainer calls update() after clipping and before each optimizer
-// step (upstream's order: the average lags the weights by one step), and the
-// checkpointer saves capture() and a resume hands it back through restore().
+// step (upstream's order: the average lags the weights by one step). A stateful part
+// ("ema"): checkpoints hold capture() (ema.safetensors) and a resume hands it back.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "sana/util/safetensors.h"
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
-class Ema {
+class Ema : public Stateful {
  public:
   // params: (name, parameter) in registration order; the average starts at their values.
-  Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate);
+  // `checkpointed` false (ckpt.save_ema false): checkpoints hold an empty ema.safetensors.
+  Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed = true);
 
   bool enabled() const { return !average_.empty(); }
   double rate() const { return rate_; }
@@ -35,10 +37,15 @@ class Ema {
 
   const std::vector<torch::Tensor>& averages() const { return average_; }
 
+  std::string state_name() const override { return "ema"; }
+  PartState save_state() const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
+
  private:
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<torch::Tensor> average_;
   double rate_;
+  bool checkpointed_;
 };
 
 }  // namespace sana::train

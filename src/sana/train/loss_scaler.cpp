@@ -17,4 +17,19 @@ bool LossScaler::update(bool finite_gradients) {
   return true;
 }
 
+PartState LossScaler::save_state() const {
+  if (!enabled_) return {};
+  return {{{"loss_scale", state_.scale},
+           {"loss_scale_clean_steps", state_.clean_in_a_row},
+           {"overflow_steps", state_.overflows}},
+          std::nullopt};
+}
+
+void LossScaler::restore_state(const PartState* saved, const std::string& /*source*/) {
+  if (!enabled_ || saved == nullptr || saved->json.value("loss_scale", 0.0) <= 0) return;
+  const auto& j = saved->json;
+  state_ = {j.at("loss_scale").get<double>(), j.value("loss_scale_clean_steps", int64_t{0}),
+            j.value("overflow_steps", int64_t{0})};
+}
+
 }  // namespace sana::train

@@ -1,11 +1,15 @@
 // Dynamic loss scaling for fp16 mixed precision, as torch's GradScaler (upstream trains fp16
 // through accelerate's, with torch's defaults): the loss is multiplied by `scale` before the
 // backward pass; a step whose gradients overflow is skipped and the scale halved; after
-// `growth_interval` clean steps in a row the scale doubles. Its state goes into checkpoints.
-// Off (scale 1, nothing skipped) unless the run autocasts to fp16. Never includes torch.
+// `growth_interval` clean steps in a row the scale doubles. A stateful part ("loss_scaler"):
+// its state goes into checkpoints. Off (scale 1, nothing skipped) unless the run autocasts
+// to fp16.
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
@@ -15,7 +19,7 @@ struct LossScalerState {
   int64_t overflows = 0;       // steps skipped for overflow over the whole run
 };
 
-class LossScaler {
+class LossScaler : public Stateful {
  public:
   static constexpr double kGrowth = 2.0, kBackoff = 0.5;
   static constexpr int64_t kGrowthInterval = 2000;
@@ -32,6 +36,11 @@ class LossScaler {
 
   LossScalerState capture() const { return state_; }
   void restore(const LossScalerState& state) { state_ = state; }
+
+  std::string state_name() const override { return "loss_scaler"; }
+  // Nothing when off; a resume into a run that scales takes a saved scale, if any.
+  PartState save_state() const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
 
  private:
   bool enabled_;

@@ -84,8 +84,10 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                       {"height", s.height},
                       {"width", s.width},
                       {"time_s", elapsed},
-                      {"samples_per_s",
-                       static_cast<double>(run_samples_) / std::max(elapsed, 1e-9)},
+                      // per step, as TensorBoard's train/samples_per_s; the run's average since
+                      // start-up (start-up included) has its own name
+                      {"samples_per_s", static_cast<double>(s.samples) / std::max(t.total, 1e-9)},
+                      {"run_samples_per_s", static_cast<double>(run_samples_) / std::max(elapsed, 1e-9)},
                       {"skipped", s.skipped},
                       {"time", {{"total", t.total},
                                 {"data", t.data},

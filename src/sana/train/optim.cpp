@@ -6,7 +6,26 @@
 #include <cmath>
 #include <map>
 
+#include "sana/util/log.h"
+
 namespace sana::train {
+
+PartState Optimizer::save_state() const {
+  NamedTensors cpu;
+  if (checkpointed_) {
+    for (const auto& [n, v] : state()) cpu.emplace_back(n, v.to(torch::kCPU).clone());
+  }
+  return {nullptr, std::move(cpu)};
+}
+
+void Optimizer::restore_state(const PartState* saved, const std::string& source) {
+  const NamedTensors none;
+  const auto& tensors = saved != nullptr && saved->tensors ? *saved->tensors : none;
+  if (tensors.empty()) {
+    log::warn_shared("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", source);
+  }
+  load_state(tensors);
+}
 
 namespace {
 

@@ -14,12 +14,14 @@
 
 #include "sana/config/config.h"
 #include "sana/distributed/reducer.h"
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
-class Optimizer {
+// A stateful part ("optimizer"): checkpoints hold state() as optimizer.safetensors.
+class Optimizer : public Stateful {
  public:
   virtual ~Optimizer() = default;
   virtual void step(double lr) = 0;  // uses each parameter's .grad
@@ -34,6 +36,16 @@ class Optimizer {
   // indices into this optimizer's params): an optimizer that can updates a bucket at a
   // time. The maths and the state() layout stay the same.
   virtual void use_flat_buckets(std::vector<dist::FlatBucket> /*buckets*/) {}
+
+  // ckpt.save_optimizer false: checkpoints hold an empty optimizer.safetensors, and a
+  // resume from one restarts the moments (said once).
+  void keep_in_checkpoints(bool keep) { checkpointed_ = keep; }
+  std::string state_name() const override { return "optimizer"; }
+  PartState save_state() const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
+
+ private:
+  bool checkpointed_ = true;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, const NamedParams& params);

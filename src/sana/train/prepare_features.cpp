@@ -20,8 +20,9 @@
 #include "sana/distributed/runtime.h"
 #include "sana/model/spec.h"
 #include "sana/train/metrics.h"
-#include "sana/train/previews.h"
+#include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
+#include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -115,11 +116,10 @@ void claim_folder(const Layout& layout, const nlohmann::ordered_json& mine) {
   data::write_file_atomically(file.string(), mine.dump(2) + "\n");
 }
 
-// Tests only (SANA_TEST_KILL_AFTER_FEATURES=rank:N): that rank kills itself after writing
-// N samples' files, as a process that dies mid-run.
+// Tests only (TestHooks::kill_after_features): that rank kills itself after writing N
+// samples' files, as a process that dies mid-run.
 void kill_for_tests(int rank, int64_t written) {
-  static const char* after = std::getenv("SANA_TEST_KILL_AFTER_FEATURES");
-  if (after != nullptr && std::string(after) == fmt::format("{}:{}", rank, written)) std::raise(SIGKILL);
+  if (TestHooks::matches(TestHooks::get().kill_after_features, rank, written)) std::raise(SIGKILL);
 }
 
 // One rank's pass: encodes its pending samples in groups of one bucket and writes them.

@@ -13,69 +13,6 @@
 
 namespace sana::train {
 
-Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
-                       model::Conditioning conditioning) {
-  const bool training = use == EncoderUse::training;
-  Encoders e;
-  if (config::uses_vae(cfg.vae) && !(training && cfg.data.load_vae_feat)) {
-    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
-  }
-  const bool wanted = training ? !cfg.data.load_text_feat
-                               : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
-  if (config::uses_text_encoder(cfg.text_encoder) && wanted) {
-    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
-  }
-  return e;
-}
-
-std::string null_embed_file(const config::Config& cfg) {
-  const auto& text = cfg.text_encoder;
-  if (!text.null_embed_path.empty()) return text.null_embed_path;
-  const std::filesystem::path root(cfg.train.null_embed_root);
-  for (const std::string& name :
-       {fmt::format("null_embed_diffusers_{}_{}token_{}.pth", text.text_encoder_name, text.model_max_length,
-                    text.caption_channels),
-        fmt::format("null_embed_diffusers_{}token.pth", text.model_max_length)}) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(root / name, ec)) return (root / name).string();
-  }
-  return "";
-}
-
-bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file) {
-  if (!model->caption_embedder) return false;
-  torch::NoGradGuard no_grad;
-  auto& null_caption = model->caption_embedder->y_embedding;
-  if (encoders.text) {
-    null_caption.copy_(encoders.text->empty_prompt().to(null_caption.device(), null_caption.scalar_type()));
-    log::info("y_embedder.y_embedding: the text encoder's empty-prompt features, as upstream sets it on loading");
-    return true;
-  }
-  if (null_embed_file.empty()) {
-    log::info("y_embedder.y_embedding stays the loaded one: no text encoder, and no null embedding "
-              "(text_encoder.null_embed_path, or upstream's file under train.null_embed_root)");
-    return false;
-  }
-  const auto tensors = model::read_state_dict(null_embed_file);
-  const auto it = tensors.find("uncond_prompt_embeds");
-  if (it == tensors.end()) {
-    throw UsageError(fmt::format("text_encoder.null_embed_path: '{}' has no tensor 'uncond_prompt_embeds' (the "
-                                 "layout upstream's train.py writes)", null_embed_file), "config error");
-  }
-  torch::Tensor null = it->second;
-  if (null.dim() == 3 && null.size(0) == 1) null = null[0];
-  if (null.sizes() != null_caption.sizes()) {
-    throw UsageError(fmt::format("text_encoder.null_embed_path: '{}' holds {} features, the model's null caption "
-                                 "is {} (text_encoder.model_max_length x caption_channels)",
-                                 null_embed_file, fmt::join(null.sizes(), "x"), fmt::join(null_caption.sizes(), "x")),
-                     "config error");
-  }
-  null_caption.copy_(null.to(null_caption.device(), null_caption.scalar_type()));
-  log::info("y_embedder.y_embedding: the empty prompt's features from '{}', as upstream's load_checkpoint",
-            null_embed_file);
-  return true;
-}
-
 PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
                                         model::Conditioning conditioning) {
   auto o = preview_options_for(cfg);

@@ -69,7 +69,8 @@ std::vector<Row> read_rows(std::istream& in, int64_t& bad_lines) {
       row.epoch = whole(j, "epoch", 0);
       row.loss = num(j, "loss");
       row.lr = num(j, "lr");
-      row.sps = num(j, "samples_per_s");
+      // sana-train up to 0016840 wrote the run average as samples_per_s
+      row.sps = num(j, j.contains("run_samples_per_s") ? "run_samples_per_s" : "samples_per_s");
       row.time = num(j, "time_s");
       row.grad = num(j, "grad_norm");
       row.skipped = j.value("skipped", false);
@@ -119,7 +120,7 @@ void draw_plots(const fs::path& dir, const std::vector<Row>& rows, Report& r) {
   const std::vector<std::tuple<std::string, int, std::string>> plots = {
       {"loss.png", 2, "loss (flow matching, mean over ranks)"},
       {"lr.png", 3, "learning rate"},
-      {"samples_per_s.png", 4, "samples/s (since start)"}};
+      {"samples_per_s.png", 4, "samples/s (run average since start-up)"}};
   std::ofstream script(dir / "plot.gp");
   script << "set terminal pngcairo size 900,500 noenhanced\nset grid\nset xlabel 'optimizer step'\n";
   for (const auto& [file, col, title] : plots) {

@@ -1,20 +1,19 @@
 #include "sana/train/shared_dataset.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <thread>
 
 #include "sana/model/spec.h"
+#include "sana/train/test_hooks.h"
 
 namespace sana::train {
 
 namespace {
 
-// Tests only (SANA_TEST_INDEX_DELAY_MS=N): rank 0's indexing takes N ms longer, with
-// progress every 100 ms, so a fault trial can strike while the others wait for the index.
+// Tests only (TestHooks::index_delay_ms): rank 0's indexing takes longer, with progress
+// every 100 ms, so a fault trial can strike while the others wait for the index.
 void slow_indexing_for_tests(dist::Runtime& rt) {
-  const char* delay = std::getenv("SANA_TEST_INDEX_DELAY_MS");
-  const int64_t rounds = delay == nullptr ? 0 : std::atoll(delay) / 100;
+  const int64_t rounds = TestHooks::get().index_delay_ms / 100;
   for (int64_t i = 0; i < rounds; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     rt.work_progress("index", -1 - i);

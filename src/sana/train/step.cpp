@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -19,7 +20,7 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
       reducer_(reducer),
       feed_(model->parameters().front().device()),
       amp_(model::autocast_for(model->parameters().front().device(), cfg.model.mixed_precision)) {
-  if (std::getenv("SANA_TEST_LOG_IDS")) {
+  if (TestHooks::get().log_ids) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
   }
@@ -33,12 +34,14 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   StepOutput out;
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   const int64_t downsample = model_->spec().downsample;
-  Lap clock;
   std::vector<data::Batch> kept;  // train.deterministic: for a run again after an overflow
   int64_t count = 1;  // this rank's micro-batches in the step: known from the first
   for (int64_t micro = 0; micro < count; ++micro) {
-    auto batch = loader.next();
-    out.times.data += clock.lap();
+    std::optional<data::Batch> batch;
+    {
+      PhaseTimer waiting(out.times.data);
+      batch = loader.next();
+    }
     if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
     if (batch->step != step || batch->micro_step != micro) {
       throw RunError(fmt::format("the loader gave micro-batch {} of step {} for micro-batch {} of step {}",
@@ -50,11 +53,10 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
-    forward_backward(*batch, epoch, micro == count - 1, loss_scale, out, clock);
+    forward_backward(*batch, epoch, micro == count - 1, loss_scale, out);
     if (cfg_.train.deterministic) kept.push_back(std::move(*batch));
   }
-  reducer_.finalize();
-  out.times.allreduce += clock.lap();
+  finalize(out.times);
   // train.deterministic: a gradient too large for the integer sums on some rank; every rank
   // runs the step's micro-batches again at the smaller scale the reducer chose.
   for (int again = 1; reducer_.overflowed(); ++again) {
@@ -68,29 +70,31 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
               step + 1, again);
     out.loss_sum.zero_();
     for (size_t micro = 0; micro < kept.size(); ++micro) {
-      forward_backward(kept[micro], epoch, micro + 1 == kept.size(), loss_scale, out, clock);
+      forward_backward(kept[micro], epoch, micro + 1 == kept.size(), loss_scale, out);
     }
-    reducer_.finalize();
-    out.times.allreduce += clock.lap();
+    finalize(out.times);
   }
   return out;
 }
 
-void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
-                                 Lap& clock) {
+void TrainStep::finalize(StepTimes& times) {
+  PhaseTimer waiting(times.allreduce);
+  reducer_.finalize();
+}
+
+void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out) {
+  PhaseTimer compute(out.times.forward_backward);
   reducer_.begin_backward(last);
-  double encoder_seconds = 0;
   // Each sample's loss / the global batch: summed over micro-batches and ranks (the
   // reducer sums), the gradient is the whole batch's mean, however it was split.
   const double weight = static_cast<double>(batch.ids.size()) / static_cast<double>(batch.global_batch);
-  const auto loss = micro_loss(batch, epoch, weight, encoder_seconds);
+  const auto loss = micro_loss(batch, epoch, weight, compute, out.times);
   (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
   out.loss_sum += loss.detach().to(torch::kFloat64);
-  out.times.encoders += encoder_seconds;
-  out.times.forward_backward += clock.lap() - encoder_seconds;
 }
 
-torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds) {
+torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
+                                    StepTimes& times) {
   const auto& spec = model_->spec();
   const bool copy_text = spec.conditioning == model::Conditioning::caption && !encoders_.text;
   torch::Tensor labels;
@@ -101,15 +105,23 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
                                           copy_text ? batch.text_feat : torch::Tensor(),
                                           copy_text ? batch.text_mask : torch::Tensor(), labels});
   torch::Tensor x0 = on_device[0];
-  Lap encoders;
-  if (encoders_.vae) x0 = encoders_.vae->encode(x0);
-  encoder_seconds += encoders.lap();
+  if (encoders_.vae) {
+    compute.pause();
+    PhaseTimer encoding(times.encoders);
+    x0 = encoders_.vae->encode(x0);
+    encoding.pause();
+    compute.resume();
+  }
   const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
   const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : cfg_.model.class_dropout_prob;
   const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, cfg_.scheduler, drop);
-  encoders.lap();
-  auto cond = condition(batch, on_device);
-  encoder_seconds += encoders.lap();
+  compute.pause();
+  model::Condition cond;
+  {
+    PhaseTimer encoding(times.encoders);  // the text encoder, when the run has one
+    cond = condition(batch, on_device);
+  }
+  compute.resume();
   cond.drop = fb.dropped;
   model::AutocastGuard autocast(amp_);
   return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) * weight;

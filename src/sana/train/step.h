@@ -19,7 +19,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/train/data_guards.h"
 #include "sana/train/device_feed.h"
-#include "sana/train/previews.h"
+#include "sana/train/run_encoders.h"
 #include "sana/train/step_times.h"
 
 namespace sana::train {
@@ -46,11 +46,13 @@ class TrainStep {
  private:
   // One micro-batch forward and backward (`last`: the step's last on this rank), its loss
   // added to out.loss_sum and its times to out.times.
-  void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
-                        Lap& clock);
-  // The micro-batch's mean loss times `weight` (its share of the global batch); adds the
-  // time spent in the encoders to `encoder_seconds`.
-  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, double& encoder_seconds);
+  void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out);
+  // The micro-batch's mean loss times `weight` (its share of the global batch); the time in
+  // the encoders goes to times.encoders, out of `compute` (forward_backward's phase).
+  torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
+                           StepTimes& times);
+  // Waits for the gradients' all-reduce (times.allreduce).
+  void finalize(StepTimes& times);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
 
   const config::Config& cfg_;
@@ -59,7 +61,7 @@ class TrainStep {
   dist::Reducer& reducer_;
   DeviceFeed feed_;
   model::AutocastState amp_;
-  std::unique_ptr<std::ofstream> ids_log_;  // tests only (SANA_TEST_LOG_IDS)
+  std::unique_ptr<std::ofstream> ids_log_;  // tests only (TestHooks::log_ids)
 };
 
 // The global gradient norm of `grads` (each gradient element in exactly one of them: the

@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "sana/util/stateful.h"
 
 namespace sana::train {
 
@@ -33,7 +36,8 @@ std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size);
 StepVerdict decide_step(const std::vector<double>& sums, int world_size);
 
 // Non-finite steps are skipped on every rank; too many in a row stop the run.
-class NonfinitePolicy {
+// A stateful part ("nonfinite"): checkpoints carry the run's skip count.
+class NonfinitePolicy : public Stateful {
  public:
   explicit NonfinitePolicy(int64_t max_in_a_row) : max_in_a_row_(max_in_a_row) {}
   // After a step's verdict: false when the step must be skipped (and said so); throws
@@ -45,6 +49,11 @@ class NonfinitePolicy {
   // Checkpoints carry the run's skip count.
   int64_t capture() const { return skipped_; }
   void restore(int64_t skipped) { skipped_ = skipped; }
+  std::string state_name() const override { return "nonfinite"; }
+  PartState save_state() const override { return {{{"skipped_steps", skipped_}}, std::nullopt}; }
+  void restore_state(const PartState* saved, const std::string& /*source*/) override {
+    if (saved != nullptr) skipped_ = saved->json.value("skipped_steps", int64_t{0});
+  }
 
  private:
   int64_t max_in_a_row_;

@@ -46,4 +46,27 @@ class Lap {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// Adds the wall time of its scope to one phase of a StepTimes, less what lies between
+// pause() and resume().
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(double& phase) : phase_(phase) {}
+  ~PhaseTimer() { pause(); }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+  void pause() {
+    if (running_) phase_ += lap_.lap();
+    running_ = false;
+  }
+  void resume() {
+    lap_.lap();
+    running_ = true;
+  }
+
+ private:
+  double& phase_;
+  Lap lap_;
+  bool running_ = true;
+};
+
 }  // namespace sana::train

@@ -23,6 +23,7 @@
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
 #include "sana/train/shared_dataset.h"
+#include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/hash.h"
 #include "sana/util/log.h"
@@ -79,10 +80,14 @@ NamedParams named_parameters(model::SanaMS& net) {
   return named;
 }
 
-std::vector<torch::Tensor> tensors_of(const NamedParams& named) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : named) out.push_back(p.second);
-  return out;
+// The gradient engine for this trainer: gradients summed, not averaged (each micro-batch's
+// loss is already weighted by its share of the global batch).
+dist::ReducerOptions reducer_options(const config::Config& cfg) {
+  dist::ReducerOptions o;
+  o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
+  o.average = false;
+  o.exact = cfg.train.deterministic;
+  return o;
 }
 
 data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
@@ -96,10 +101,9 @@ data::LoaderOptions loader_options(const config::Config& cfg, int rank, int worl
   return o;
 }
 
-// Tests only (SANA_TEST_FAIL_AT=rank:step): a data error on one rank mid-epoch.
+// Tests only (TestHooks::fail_at): a data error on one rank mid-epoch.
 void inject_test_failure(int rank, int64_t global_step) {
-  const char* inject = std::getenv("SANA_TEST_FAIL_AT");
-  if (inject != nullptr && std::string(inject) == fmt::format("{}:{}", rank, global_step)) {
+  if (TestHooks::matches(TestHooks::get().fail_at, rank, global_step)) {
     throw data::LoaderError(fmt::format("injected data error at step {} (SANA_TEST_FAIL_AT)", global_step));
   }
 }
@@ -122,41 +126,58 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
   }
 }
 
-Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt)
-    : cfg_(cfg),
-      rt_(rt),
-      main_rank_(rt.rank() == 0),
-      dataset_(open_dataset(cfg, rt)),
-      cache_(open_sample_cache(cfg, dataset_, rt)),
-      spec_(model::spec_from_config(cfg)),
-      model_(build_model(cfg, spec_, rt)),
-      encoders_(load_encoders(cfg, rt.device(), EncoderUse::training, spec_.conditioning)),
-      named_(named_parameters(model_)),
-      params_(tensors_of(named_)),
-      reducer_(dist::make_reducer(rt, named_,
-                                  {cfg.ddp.bucket_cap_mb, 1.0, true, /*average=*/false, cfg.train.deterministic})),
-      optimizer_(make_optimizer(cfg.train.optimizer, named_)),
-      ema_(named_, config::ema_enabled(cfg.train) ? cfg.train.ema_rate : 0.0),
-      guard_(cfg.data.max_bad_fraction),
-      nonfinite_(cfg.train.max_nonfinite),
-      scaler_(loss_scaling(rt.device(), cfg.model.mixed_precision)),
-      segments_{{0, data::batch_spec_of(cfg.train)}},
-      step_(cfg, model_, encoders_, *reducer_, rt.rank(), rt.world_size()),
-      previews_(cfg, rt, model_, encoders_),
-      checkpointer_(cfg, main_rank_) {
+Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt) : cfg_(cfg), rt_(rt), main_rank_(rt.rank() == 0) {
+  start();
+}
+
+// Every rank runs these lines in this order; "collective" marks each that talks to the
+// other ranks (a reordering there would pair different collectives across ranks).
+void Trainer::start() {
+  const int rank = rt_.rank(), world = rt_.world_size();
+  dataset_.emplace(open_dataset(cfg_, rt_));         // collective: rank 0 indexes, all agree on it
+  cache_ = open_sample_cache(cfg_, *dataset_, rt_);  // collective: one cache per node, its name shared
+  spec_ = model::spec_from_config(cfg_);
+  model_ = build_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
+  encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
+  named_ = named_parameters(model_);
+  reducer_ = dist::make_reducer(rt_, named_, reducer_options(cfg_));
+  optimizer_ = make_optimizer(cfg_.train.optimizer, named_);
+  optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(reducer_->flatten_parameters());
+  ema_.emplace(named_, config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema);
+  guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
+  nonfinite_.emplace(cfg_.train.max_nonfinite);
+  scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
+  step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world);
+  previews_.emplace(cfg_, rt_, model_, encoders_);
+  checkpointer_.emplace(cfg_, main_rank_);
+  register_checkpointed_parts();
+
+  segments_ = {{0, data::batch_spec_of(cfg_.train)}};
   const auto first = epoch_plan(0, true);
-  data::check_plan_coverage(dataset_, first, cfg, "training");
-  check_world_fits(first, rt.world_size(), data::batch_spec_of(cfg.train));
-  if (cfg.train.deterministic) check_deterministic(first, cfg.train, rt);
-  resume();
-  if (!cfg.model.load_from.empty() || resumed_) use_empty_prompt();
+  data::check_plan_coverage(*dataset_, first, cfg_, "training");
+  check_world_fits(first, world, data::batch_spec_of(cfg_.train));
+  if (cfg_.train.deterministic) check_deterministic(first, cfg_.train, rt_);
+  resume();                                                   // collective: rank 0 picks the checkpoint
+  if (!cfg_.model.load_from.empty() || resumed_) use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
-  metrics_.emplace(cfg, main_rank_, total_steps_, resumed_ && position_.global_step > 0, rt.world_size(),
-                   device_peak_flops());
+  metrics_.emplace(cfg_, main_rank_, total_steps_, resumed_ && position_.global_step > 0, world, device_peak_flops());
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+// What a checkpoint holds besides the run's position: one line per part (its name is the
+// part's own: model.safetensors, ema.safetensors, optimizer.safetensors, and JSON).
+void Trainer::register_checkpointed_parts() {
+  weights_.emplace(*model_, "model");
+  checkpointer_->add(*weights_);
+  checkpointer_->add(*ema_);
+  checkpointer_->add(*optimizer_);
+  checkpointer_->add(*reducer_);
+  checkpointer_->add(*guard_);
+  checkpointer_->add(*nonfinite_);
+  checkpointer_->add(*scaler_);
 }
 
 // As upstream's load_checkpoint: on loading weights, the null caption (y_embedding, used for
@@ -171,9 +192,9 @@ void Trainer::use_empty_prompt() {
 
 data::EpochPlan Trainer::epoch_plan(int64_t epoch, bool fresh) const {
   if (cfg_.data.sampler == config::DataSampler::distributed) {
-    return data::make_epoch_plan(dataset_, cfg_, epoch, rt_.world_size());
+    return data::make_epoch_plan(*dataset_, cfg_, epoch, rt_.world_size());
   }
-  return !fresh && epoch == position_.epoch ? dataset_.plan(epoch, segments_) : dataset_.plan(epoch);
+  return !fresh && epoch == position_.epoch ? dataset_->plan(epoch, segments_) : dataset_->plan(epoch);
 }
 
 int64_t Trainer::count_total_steps() const {
@@ -218,9 +239,10 @@ void Trainer::resume() {
   const auto start = std::chrono::steady_clock::now();
   const auto snapshot = read_resume_checkpoint(cfg_, rt_, spec_.name, source);
   if (!snapshot) return;
-  restore(*snapshot, source);
+  checkpointer_->restore(*snapshot, source);
   resumed_ = true;
   const auto& s = snapshot->state;
+  position_ = {s.epoch, s.step_in_epoch, s.global_step, s.consumed_samples};
   if (position_.step_in_epoch > 0) {
     segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
     if (!s.epoch_segments.empty()) segments_.clear();
@@ -275,8 +297,8 @@ void Trainer::log_start() const {
   if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != config::Precision::fp32) {
     log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
               config::name_of(cfg_.model.mixed_precision));
-  } else if (rt_.device().is_cuda() && cfg_.model.mixed_precision == config::Precision::fp16) {
-    log::warn_shared("model.mixed_precision fp16 runs without loss scaling; bf16 is the safe choice");
+  } else if (scaler_->enabled()) {
+    log::info("model.mixed_precision fp16: dynamic loss scaling from {:g} (as torch's GradScaler)", scaler_->scale());
   }
   const char* conditioning = spec_.conditioning == model::Conditioning::caption       ? "caption-conditioned"
                              : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
@@ -285,7 +307,7 @@ void Trainer::log_start() const {
             "optimizer {}, {} gradient buckets",
             spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            batch_text(dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
+            batch_text(*dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
             reducer_->bucket_count());
 }
 
@@ -301,9 +323,9 @@ bool Trainer::run_epoch(int64_t epoch) {
   const auto plan = epoch_plan(epoch);
   agree_on_epoch_plan(rt_, plan);
   const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
-  auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_.pinned());
+  auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned());
   options.cache = cache_;
-  data::Loader loader(dataset_, plan, options, first_step);
+  data::Loader loader(*dataset_, plan, options, first_step);
   metrics_->begin_interval(loader.wait_seconds());
   const int64_t hits = cache_ ? cache_->hits() : 0, misses = cache_ ? cache_->misses() : 0;
   for (int64_t step = first_step; step < plan.steps() && position_.global_step < total_steps_; ++step) {
@@ -319,46 +341,53 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  const double lr = learning_rate(cfg_.train, position_.global_step - scaler_.overflows(), total_steps_);
-  const double scale = scaler_.scale();
-  auto out = step_.run(loader, epoch, step, guard_, scale);
-  Lap clock;
-  const auto [scaled_norm, loss] = grad_norm_and_loss(reducer_->flat_gradients(), out.loss_sum);
-  const double grad_norm = scaled_norm / scale;
-  out.times.optimizer += clock.lap();
-
-  // The step's agreement: gradients are equal on every rank now, and so is their norm.
-  const auto [bad, reads] = guard_.local();
-  auto sums = torch::tensor(pack_step({loss, grad_norm, bad, reads, g_stop_signal.load() != 0}, rt_.rank(),
-                                      rt_.world_size()),
-                            torch::dtype(torch::kFloat64))
-                  .to(rt_.device());
-  rt_.all_reduce(sums);
-  sums = sums.to(torch::kCPU).contiguous();
-  const auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
-  guard_.decide(verdict.total_bad, verdict.total_reads);
-  clock.lap();
-  const bool applied = update(verdict, grad_norm, lr, scale);
-  out.times.optimizer += clock.lap();
+  const double lr = learning_rate(cfg_.train, position_.global_step - scaler_->overflows(), total_steps_);
+  const double scale = scaler_->scale();
+  auto out = step_->run(loader, epoch, step, *guard_, scale);
+  StepVerdict verdict;
+  double grad_norm = 0;
+  bool applied = false;
+  {
+    PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
+    const auto [scaled_norm, loss] = grad_norm_and_loss(reducer_->flat_gradients(), out.loss_sum);
+    grad_norm = scaled_norm / scale;
+    timer.pause();
+    verdict = agree_on_step(loss, grad_norm);
+    timer.resume();
+    applied = update(verdict, grad_norm, lr, scale);
+  }
 
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};
   if (epoch_end) segments_ = {{0, data::batch_spec_of(cfg_.train)}};
   const int64_t global_step = position_.global_step;
-  previews_.maybe_render(global_step, total_steps_, epoch_end, epoch);
-  previews_.publish(metrics_->events());
-  out.times.checkpoint_preview += clock.lap();
-  const double train_flops = 3 * model::forward_flops(spec_, out.height, out.width).total * static_cast<double>(out.samples);
-  metrics_->record({epoch, step, global_step, verdict.loss_mean, grad_norm, lr, out.height, out.width, !applied,
-                    out.samples, guard_.capture().first, train_flops},
-                   out.times, loader.wait_seconds(), verdict.stop_requested());
+  {
+    PhaseTimer timer(out.times.checkpoint_preview);
+    previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
+    previews_->publish(metrics_->events());
+  }
+  StepRecord record;
+  record.epoch = epoch;
+  record.epoch_step = step;
+  record.global_step = global_step;
+  record.loss = verdict.loss_mean;
+  record.grad_norm = grad_norm;
+  record.lr = lr;
+  record.height = out.height;
+  record.width = out.width;
+  record.skipped = !applied;
+  record.samples = out.samples;
+  record.bad_samples = guard_->capture().first;
+  record.train_flops = 3 * model::forward_flops(spec_, out.height, out.width).total * static_cast<double>(out.samples);
+  metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
-  clock.lap();
-  checkpointer_.maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
-                           [this] { return capture(); });
   StepTimes saving;
-  saving.checkpoint_preview = clock.lap();
+  {
+    PhaseTimer timer(saving.checkpoint_preview);
+    checkpointer_->maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
+                              [this] { return run_state(); });
+  }
   metrics_->add_time(saving);
   if (!verdict.stop_requested()) return true;
   log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
@@ -366,41 +395,46 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   return false;
 }
 
+StepVerdict Trainer::agree_on_step(double loss, double grad_norm) {
+  const auto [bad, reads] = guard_->local();
+  auto sums = torch::tensor(pack_step({loss, grad_norm, bad, reads, g_stop_signal.load() != 0}, rt_.rank(),
+                                      rt_.world_size()),
+                            torch::dtype(torch::kFloat64))
+                  .to(rt_.device());
+  rt_.all_reduce(sums);
+  sums = sums.to(torch::kCPU).contiguous();
+  auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
+  guard_->decide(verdict.total_bad, verdict.total_reads);
+  return verdict;
+}
+
 bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale) {
   // fp16: gradients that overflow with a finite loss are the scaler's (skip, halve the scale),
   // not a non-finite step; torch's GradScaler does the same.
-  const bool overflow = scaler_.enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
-  scaler_.update(!verdict.nonfinite);
+  const bool overflow = scaler_->enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
+  scaler_->update(!verdict.nonfinite);
   if (overflow) {
     log::debug("step {}: gradients overflowed at loss scale {}: skipped, the scale is now {}",
-               position_.global_step + 1, scale, scaler_.scale());
+               position_.global_step + 1, scale, scaler_->scale());
   }
-  const bool apply = !overflow && nonfinite_.accept(verdict.nonfinite, position_.global_step + 1);
+  const bool apply = !overflow && nonfinite_->accept(verdict.nonfinite, position_.global_step + 1);
   if (apply) {
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
-    ema_.update();  // as upstream: before the step, so the average lags the weights by one step
+    ema_->update();  // as upstream: before the step, so the average lags the weights by one step
     optimizer_->step(lr);
   }
   reducer_->zero_gradients();
   return apply;
 }
 
-ckpt::Snapshot Trainer::capture() const {
-  ckpt::Snapshot snap;
-  for (const auto& p : model_->named_parameters()) snap.model.emplace_back(p.key(), p.value().detach().to(torch::kCPU).clone());
-  for (const auto& b : model_->named_buffers()) snap.model.emplace_back(b.key(), b.value().detach().to(torch::kCPU).clone());
-  if (cfg_.ckpt.save_ema) snap.ema = ema_.capture();
-  if (cfg_.ckpt.save_optimizer) {
-    for (const auto& [n, v] : optimizer_->state()) snap.optimizer.emplace_back(n, v.to(torch::kCPU).clone());
-  }
-  auto& st = snap.state;
+ckpt::TrainerState Trainer::run_state() const {
+  ckpt::TrainerState st;
   st.epoch = position_.epoch;
   st.step_in_epoch = position_.step_in_epoch;
   st.global_step = position_.global_step;
   st.consumed_samples = position_.consumed_samples;
   st.global_batch_size = cfg_.train.global_batch_size;
   st.batch_tokens = cfg_.train.batch_tokens;
-  st.exact_scales = reducer_->exact_scales();
   if (position_.step_in_epoch > 0 && segments_.size() > 1) {
     for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
   }
@@ -409,37 +443,12 @@ ckpt::Snapshot Trainer::capture() const {
   st.model = spec_.name;
   st.config_hash = config::config_fingerprint(cfg_);
   st.config = config::config_values(cfg_);
-  std::tie(st.bad_samples, st.reads) = guard_.capture();
-  st.skipped_steps = nonfinite_.capture();
-  if (scaler_.enabled()) {
-    const auto s = scaler_.capture();
-    st.loss_scale = s.scale;
-    st.loss_scale_clean_steps = s.clean_in_a_row;
-    st.overflow_steps = s.overflows;
-  }
-  return snap;
-}
-
-void Trainer::restore(const ckpt::Snapshot& snap, const std::string& source) {
-  model::load_tensors(*model_, {snap.model.begin(), snap.model.end()}, source, /*strict=*/true);
-  ema_.restore(snap.ema, source);
-  if (snap.optimizer.empty() && snap.state.global_step > 0) {
-    log::warn_shared("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", source);
-  }
-  optimizer_->load_state(snap.optimizer);
-  const auto& st = snap.state;
-  position_ = {st.epoch, st.step_in_epoch, st.global_step, st.consumed_samples};
-  reducer_->set_exact_scales(st.exact_scales);
-  guard_.restore(st.bad_samples, st.reads, main_rank_);
-  nonfinite_.restore(st.skipped_steps);
-  if (scaler_.enabled() && st.loss_scale > 0) {
-    scaler_.restore({st.loss_scale, st.loss_scale_clean_steps, st.overflow_steps});
-  }
+  return st;
 }
 
 void Trainer::finish() {
   const int64_t global_step = position_.global_step;
-  if (cfg_.train.visualize) previews_.render(global_step, "end of training");
+  if (cfg_.train.visualize) previews_->render(global_step, "end of training");
   const auto sums = rt_.all_gather("final weights checksum", weights_checksum(*model_));
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
     throw dist::Disagreement(fmt::format("parameters differ between ranks after step {}: checksums {}", global_step,
@@ -447,17 +456,17 @@ void Trainer::finish() {
   }
   const int world = rt_.world_size();
   log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
-  previews_.publish(metrics_->events());  // every rank's last grids are written: they are past the gather
+  previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) {
     const auto path = (fs::path(cfg_.work_dir) / "model.safetensors").string();
     model::save_weights(*model_, path, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
     log::info("weights: {}", path);
-    if (ema_.enabled()) {
-      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema_.capture(),
-                              {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_.rate())}});
+    if (ema_->enabled()) {
+      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema_->capture(),
+                              {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
     }
   }
-  metrics_->finish(global_step, nonfinite_.skipped(), stopped_);
+  metrics_->finish(global_step, nonfinite_->skipped(), stopped_);
   const std::string codec = data::codec_warning_summary();
   if (!codec.empty()) log::info("image decoder warnings on this rank (the images decoded): {}", codec);
   if (main_rank_) {
@@ -465,7 +474,7 @@ void Trainer::finish() {
     if (!rep.error.empty()) log::warn("report: {}", rep.error);
     for (const auto& p : rep.plots) log::info("plot: {}", p);
   }
-  checkpointer_.finish();
+  checkpointer_->finish();
 }
 
 }  // namespace sana::train

@@ -1,7 +1,7 @@
 // The training run: `sana-train --config C` on one or many processes. Every rank builds
 // the same epoch plan and the same model (rank 0's weights broadcast and fingerprinted),
-// and each step goes through the same parts in the same order (Trainer::run reads as the
-// list): the rank's micro-batches forward and backward (TrainStep, the reducer syncing
+// and each step goes through the same parts in the same order (Trainer::start builds them,
+// Trainer::run reads as the list): the rank's micro-batches forward and backward (TrainStep, the reducer syncing
 // gradients), the step agreement (one small all-reduce: loss, bad samples, non-finite,
 // stop requests), the optimizer and schedule, the EMA, Metrics, Previews and the
 // Checkpointer. A failing rank makes the others exit through the runtime's failure watch.
@@ -20,6 +20,7 @@
 #include "sana/distributed/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
 #include "sana/train/checkpointer.h"
 #include "sana/train/data_cache.h"
 #include "sana/train/data_guards.h"
@@ -30,25 +31,23 @@
 #include "sana/train/previews.h"
 #include "sana/train/step.h"
 #include "sana/train/step_agreement.h"
+#include "sana/train/train.h"
 
 namespace sana::train {
 
-// Runs the training the config describes; returns the process exit code (0). Errors are
-// thrown (sana::Error and the runtime's PeerFailure, ...); a failing rank tells the others.
-int train(const config::Config& cfg, const dist::LaunchEnv& env);
-
 class Trainer {
  public:
+  // Builds the run's parts (start()): collectives, so every rank constructs its Trainer.
   Trainer(const config::Config& cfg, dist::Runtime& rt);
   // The whole run: every epoch's steps, then the end (final previews, the cross-rank
   // weight check, weights, report).
   void run();
 
-  // Everything a checkpoint holds, and its inverse.
-  ckpt::Snapshot capture() const;
-  void restore(const ckpt::Snapshot& snapshot, const std::string& source);
-
  private:
+  // The start-up sequence: every part built in the order every rank must build it, each
+  // collective visible there. The members below only hold what it builds.
+  void start();
+  void register_checkpointed_parts();
   void resume();
   void use_empty_prompt();
   void log_start() const;
@@ -64,36 +63,43 @@ class Trainer {
   int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
+  // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
+  // ranks; gradients are equal on every rank by then, and so is their norm.
+  StepVerdict agree_on_step(double loss, double grad_norm);
   // false: skipped. `scale`: the loss scale the step's backward ran at.
   bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale);
+  // The run's position and metadata, as the checkpoint's trainer_state.json holds them.
+  ckpt::TrainerState run_state() const;
   void finish();
 
   const config::Config& cfg_;
   dist::Runtime& rt_;
   const bool main_rank_;
-  data::Dataset dataset_;
+  // The run's parts, in start()'s order.
+  std::optional<data::Dataset> dataset_;
   std::shared_ptr<data::SampleCache> cache_;  // data.cache (null: none)
   model::ModelSpec spec_;
-  model::SanaMS model_;
+  model::SanaMS model_{nullptr};
   Encoders encoders_;
   NamedParams named_;
-  std::vector<torch::Tensor> params_;
   std::unique_ptr<dist::Reducer> reducer_;
   std::unique_ptr<Optimizer> optimizer_;
-  Ema ema_;
-  BadSampleGuard guard_;
-  NonfinitePolicy nonfinite_;
-  LossScaler scaler_;
+  std::optional<Ema> ema_;
+  std::optional<BadSampleGuard> guard_;
+  std::optional<NonfinitePolicy> nonfinite_;
+  std::optional<LossScaler> scaler_;
+  std::optional<TrainStep> step_;
+  std::optional<Previews> previews_;
+  std::optional<model::ModuleState> weights_;  // the model's parameters and buffers in checkpoints
+  std::optional<Checkpointer> checkpointer_;
+  std::optional<Metrics> metrics_;
+  // Where the run stands.
   RunPosition position_;
   // The current epoch's plan parts; more than one only after a resume that changed the
   // batch size mid-epoch.
   std::vector<data::EpochPart> segments_;
   int64_t total_steps_ = 0;
   bool resumed_ = false, stopped_ = false;
-  TrainStep step_;
-  Previews previews_;
-  Checkpointer checkpointer_;
-  std::optional<Metrics> metrics_;
 };
 
 }  // namespace sana::train

@@ -1,7 +1,7 @@
 // A keyed bijection of [0, n) computed per element in O(1) memory: a balanced Feistel
 // network over the smallest even-bit power of two >= n, with cycle-walking back into
 // [0, n) (at most 4 domain values per range value on average). The epoch plan orders a
-// bucket's samples with one (docs/design.md, "Epoch plan"): a rank finds the sample at
+// bucket's samples with one (docs/epoch_plan.md): a rank finds the sample at
 // any position without holding the order. Pure arithmetic, identical on every platform.
 #pragma once
 

@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "sana/ckpt/checkpoint.h"
+#include "sana/util/hash.h"
 #include "test_support.h"
 
 using namespace sana;
@@ -20,19 +23,20 @@ namespace {
 ckpt::Snapshot snapshot(int64_t step) {
   ckpt::Snapshot s;
   torch::manual_seed(static_cast<uint64_t>(step));
-  s.model = {{"blocks.0.attn.qkv.weight", torch::randn({6, 2})}, {"final_layer.linear.bias", torch::randn({3})}};
-  s.ema = {{"blocks.0.attn.qkv.weight", torch::randn({6, 2})}};
-  s.optimizer = {{"blocks.0.attn.qkv.weight/step", torch::tensor({step}, torch::kInt64)},
-                 {"blocks.0.attn.qkv.weight/exp_avg", torch::randn({6, 2})}};
+  const NamedTensors model = {{"blocks.0.attn.qkv.weight", torch::randn({6, 2})},
+                              {"final_layer.linear.bias", torch::randn({3})}};
+  const NamedTensors ema = {{"blocks.0.attn.qkv.weight", torch::randn({6, 2})}};
+  const NamedTensors optimizer = {{"blocks.0.attn.qkv.weight/step", torch::tensor({step}, torch::kInt64)},
+                                  {"blocks.0.attn.qkv.weight/exp_avg", torch::randn({6, 2})}};
+  s.parts = {{"model", {nullptr, model}}, {"ema", {nullptr, ema}}, {"optimizer", {nullptr, optimizer}},
+             // an fp16 run's scaler: JSON alone, no file
+             {"loss_scaler", {{{"loss_scale", 8192.0}, {"loss_scale_clean_steps", step + 7}, {"overflow_steps", 3}}, {}}}};
   s.state.global_step = step;
   s.state.epoch = step / 10;
   s.state.step_in_epoch = step % 10;
   s.state.global_batch_size = 8;
   s.state.world_size = 3;
   s.state.model = "test";
-  s.state.loss_scale = 8192.0;  // an fp16 run's scaler
-  s.state.loss_scale_clean_steps = step + 7;
-  s.state.overflow_steps = 3;
   return s;
 }
 
@@ -58,19 +62,24 @@ TEST_CASE("checkpoints round-trip; latest names the newest; old ones are pruned"
   CHECK(fs::exists(dir.path("checkpoints/step_00000020")));
   const auto back = ckpt::read_checkpoint(r.path);
   const auto orig = snapshot(30);
-  REQUIRE(back.model.size() == orig.model.size());
-  for (size_t i = 0; i < orig.model.size(); ++i) {
-    CHECK(back.model[i].first == orig.model[i].first);
-    CHECK(torch::equal(back.model[i].second, orig.model[i].second));
+  const auto& model = *back.part("model")->tensors;
+  const auto& orig_model = *orig.part("model")->tensors;
+  REQUIRE(model.size() == orig_model.size());
+  for (size_t i = 0; i < orig_model.size(); ++i) {
+    CHECK(model[i].first == orig_model[i].first);
+    CHECK(torch::equal(model[i].second, orig_model[i].second));
   }
-  CHECK(torch::equal(back.optimizer[0].second, orig.optimizer[0].second));
+  CHECK(torch::equal(back.part("optimizer")->tensors->at(0).second, orig.part("optimizer")->tensors->at(0).second));
   CHECK(back.state.global_step == 30);
   CHECK(back.state.epoch == 3);
   CHECK(back.state.world_size == 3);
   CHECK(back.state.checksums.size() == 3);
-  CHECK(back.state.loss_scale == 8192.0);
-  CHECK(back.state.loss_scale_clean_steps == 37);
-  CHECK(back.state.overflow_steps == 3);
+  const auto& scaler = back.part("loss_scaler")->json;
+  CHECK(scaler.at("loss_scale") == 8192.0);
+  CHECK(scaler.at("loss_scale_clean_steps") == 37);
+  CHECK(scaler.at("overflow_steps") == 3);
+  CHECK_FALSE(back.part("loss_scaler")->tensors);  // no loss_scaler.safetensors
+  CHECK(back.part("nothing") == nullptr);
 }
 
 TEST_CASE("damaged checkpoints are rejected by name and latest falls back", "[ckpt]") {
@@ -187,7 +196,7 @@ TEST_CASE("Python reads the model weights with numpy alone", "[ckpt]") {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto s = snapshot(3);
-  for (const auto& [name, t] : s.model) {
+  for (const auto& [name, t] : *s.part("model")->tensors) {
     std::string shape = "[";
     for (int64_t i = 0; i < t.dim(); ++i) shape += (i ? ", " : "") + std::to_string(t.size(i));
     shape += "]";
@@ -195,5 +204,42 @@ TEST_CASE("Python reads the model weights with numpy alone", "[ckpt]") {
     REQUIRE(line != std::string::npos);
     const double python_sum = std::stod(r.output.substr(line + name.size() + shape.size() + 2));
     CHECK(python_sum == Approx(t.sum().item<double>()).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("A checkpoint of format 1 (sana-train up to 0016840) reads into today's parts", "[ckpt]") {
+  // trainer_state.json as that sana-train wrote it (2 processes, train.deterministic, 2
+  // steps); its tensor files are replaced by small ones, their checksums put in its place.
+  sana::test::TempDir dir;
+  const fs::path ckpt_dir = dir.path("step_00000002");
+  fs::create_directories(ckpt_dir);
+  nlohmann::json state;
+  std::ifstream(std::string(SANA_SOURCE_DIR) + "/tests/data/ckpt_format1/trainer_state.json") >> state;
+  REQUIRE(state.at("format") == "sana-train checkpoint 1");
+  for (const char* file : {"model.safetensors", "ema.safetensors", "optimizer.safetensors"}) {
+    REQUIRE(state.at("checksums").contains(file));
+    write_safetensors((ckpt_dir / file).string(), {{"w", torch::full({2}, 3.0)}});
+    std::ifstream in(ckpt_dir / file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    state["checksums"][file] = hash_hex(bytes);
+  }
+  std::ofstream(ckpt_dir / "trainer_state.json") << state.dump(2);
+
+  const auto snap = ckpt::read_checkpoint(ckpt_dir.string());
+  CHECK(snap.state.global_step == 2);
+  CHECK(snap.state.step_in_epoch == 2);
+  CHECK(snap.state.world_size == 2);
+  CHECK(snap.state.model == "SanaMS_tiny_P2_D4");
+  CHECK(snap.state.config.at("train.deterministic") == "true");
+  REQUIRE(snap.part("reducer") != nullptr);
+  CHECK(snap.part("reducer")->json.at("exact_scales") == std::vector<int64_t>{48, 48});
+  CHECK(snap.part("bad_samples")->json.at("samples_read") == 16);
+  CHECK(snap.part("bad_samples")->json.at("bad_samples") == 0);
+  CHECK(snap.part("nonfinite")->json.at("skipped_steps") == 0);
+  CHECK(snap.part("loss_scaler") == nullptr);  // an fp32 run: no scale saved
+  for (const char* part : {"model", "ema", "optimizer"}) {
+    REQUIRE(snap.part(part) != nullptr);
+    REQUIRE(snap.part(part)->tensors);
+    CHECK(torch::equal(snap.part(part)->tensors->at(0).second, torch::full({2}, 3.0)));
   }
 }

@@ -13,7 +13,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/tokenizer.h"
 #include "sana/model/weights.h"
-#include "sana/train/previews.h"
+#include "sana/train/run_encoders.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
 #include "test_support.h"

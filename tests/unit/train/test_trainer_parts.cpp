@@ -188,6 +188,72 @@ TEST_CASE("A checkpoint of another seed or model is refused as a config error; a
   CHECK_NOTHROW(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"));
 }
 
+namespace {
+
+// A stateful part as a new feature would add one: a counter (JSON) and a tensor.
+class Counter : public Stateful {
+ public:
+  int64_t count = 0;
+  torch::Tensor values = torch::zeros({3});
+  std::string state_name() const override { return "counter"; }
+  PartState save_state() const override { return {{{"count", count}}, NamedTensors{{"values", values.clone()}}}; }
+  void restore_state(const PartState* saved, const std::string& source) override {
+    if (saved == nullptr) throw std::runtime_error("no counter in " + source);
+    count = saved->json.at("count");
+    values = saved->tensors->at(0).second.clone();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("A registered stateful part round-trips through a checkpoint save and resume", "[train][checkpointer]") {
+  test::TempDir dir;
+  config::Config cfg;
+  cfg.work_dir = dir.path();
+  cfg.ckpt.async_save = true;
+  Counter before;
+  before.count = 42;
+  before.values = torch::tensor({1.5, -2.0, 3.25}, torch::kFloat32);
+  Checkpointer writer(cfg, /*writes=*/true);
+  writer.add(before);
+  CHECK_THROWS_WITH(writer.add(before), Catch::Contains("two stateful parts are named 'counter'"));
+  writer.save({0, 5, 5}, "test", [] {
+    ckpt::TrainerState run;
+    run.global_step = 5;
+    return run;
+  });
+  writer.finish();
+  before.count = 0;  // what a resume must not see
+
+  const auto latest = ckpt::resolve_latest(dir.path());
+  REQUIRE(latest.warnings.empty());
+  CHECK(fs::exists(fs::path(latest.path) / "counter.safetensors"));
+  const auto snapshot = ckpt::read_checkpoint(latest.path);
+  CHECK(snapshot.state.global_step == 5);
+  Counter after;
+  Checkpointer reader(cfg, /*writes=*/false);
+  reader.add(after);
+  reader.restore(snapshot, latest.path);
+  CHECK(after.count == 42);
+  CHECK(torch::equal(after.values, torch::tensor({1.5, -2.0, 3.25}, torch::kFloat32)));
+  // A checkpoint from before the part existed hands it nothing.
+  ckpt::Snapshot older;
+  CHECK_THROWS_WITH(reader.restore(older, "ckpt/step_1"), Catch::Contains("no counter in ckpt/step_1"));
+}
+
+namespace {
+
+// A part named "model" holding one tensor `w`.
+class Weights : public Stateful {
+ public:
+  torch::Tensor w = torch::zeros({2});
+  std::string state_name() const override { return "model"; }
+  PartState save_state() const override { return {nullptr, NamedTensors{{"w", w.clone()}}}; }
+  void restore_state(const PartState*, const std::string&) override {}
+};
+
+}  // namespace
+
 TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and moves latest", "[train][checkpointer]") {
   test::TempDir dir;
   config::Config cfg;
@@ -197,16 +263,18 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
   cfg.ckpt.async_save = true;
   int captures = 0;
   int64_t step = 0;
+  Weights weights;
   const auto capture = [&] {
     ++captures;
-    ckpt::Snapshot s;
-    s.model = {{"w", torch::full({2}, static_cast<double>(step))}};
-    s.state.global_step = step;
-    s.state.global_batch_size = 8;
+    weights.w = torch::full({2}, static_cast<double>(step));
+    ckpt::TrainerState s;
+    s.global_step = step;
+    s.global_batch_size = 8;
     return s;
   };
   {
     Checkpointer writer(cfg, /*writes=*/true);
+    writer.add(weights);
     for (step = 1; step <= 7; ++step) {
       RunPosition next{0, step, step};
       writer.maybe_save(next, 7, false, 0, false, capture);
@@ -231,7 +299,7 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
   Checkpointer follower(cfg, /*writes=*/false);
   follower.maybe_save({0, 2, 2}, 7, false, 0, false, [&] {
     ++other_captures;
-    return ckpt::Snapshot{};
+    return ckpt::TrainerState{};
   });
   follower.finish();
   CHECK(other_captures == 0);

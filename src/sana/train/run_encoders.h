@@ -1,0 +1,43 @@
+// The frozen encoders a run uses (the VAE and the text encoder, TorchScript exports), as the
+// config names them, and the null caption they give: training, previews and
+// prepare-features load them here. Loading is local: no collective.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sana/config/config.h"
+#include "sana/model/encoders.h"
+#include "sana/model/sana_ms.h"
+
+namespace sana::train {
+
+// The frozen encoders a run uses; either may be absent (pre-computed features, or none).
+struct Encoders {
+  std::shared_ptr<model::FrozenVae> vae;
+  std::shared_ptr<model::FrozenTextEncoder> text;
+};
+
+// What the encoders are loaded for: training loads none whose features are pre-computed
+// (data.load_vae_feat, data.load_text_feat); previews alone load the VAE to decode and,
+// for a caption model with train.validation_prompts, the text encoder.
+enum class EncoderUse { training, previews };
+
+// The config's TorchScript encoders (vae.vae_type, text_encoder.text_encoder_name
+// "torchscript") that `use` needs, on `device`.
+Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
+                       model::Conditioning conditioning);
+
+// As upstream on loading weights: the null caption (y_embedding, used for caption dropout and
+// guidance) becomes the text encoder's features of the empty prompt. False (nothing changed)
+// without a text encoder or a caption model.
+// Without a text encoder, as upstream's load_checkpoint with precomputed features: the
+// features in `null_embed_file` (null_embed_file(), "" for none).
+bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file = "");
+
+// text_encoder.null_embed_path, else the file upstream's train.py writes when it exists:
+// <train.null_embed_root>/null_embed_diffusers_<text_encoder_name>_<T>token_<C>.pth (or the
+// older null_embed_diffusers_<T>token.pth), else "".
+std::string null_embed_file(const config::Config& cfg);
+
+}  // namespace sana::train

@@ -1,0 +1,38 @@
+#include "sana/train/test_hooks.h"
+
+#include <cstdlib>
+
+namespace sana::train {
+
+namespace {
+
+std::string text_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+int64_t number_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? 0 : std::atoll(v);
+}
+
+}  // namespace
+
+const TestHooks& TestHooks::get() {
+  static const TestHooks hooks = [] {
+    TestHooks h;
+    h.fail_at = text_of("SANA_TEST_FAIL_AT");
+    h.log_ids = std::getenv("SANA_TEST_LOG_IDS") != nullptr;
+    h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
+    h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
+    h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");
+    return h;
+  }();
+  return hooks;
+}
+
+bool TestHooks::matches(const std::string& spec, int rank, int64_t count) {
+  return !spec.empty() && spec == std::to_string(rank) + ":" + std::to_string(count);
+}
+
+}  // namespace sana::train

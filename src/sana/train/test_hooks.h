@@ -1,0 +1,34 @@
+// Fault injection for the multi-process tests, in one place: every SANA_TEST_* variable
+// the training side reads, read once from the environment. Production runs leave them
+// unset, and then every hook is off. (distributed/devices.cpp keeps SANA_TEST_CUDA_DEVICES:
+// it fakes hardware for the launcher, below this layer.) Never includes torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sana::train {
+
+struct TestHooks {
+  // SANA_TEST_FAIL_AT=rank:step: that rank throws a data error after that global step.
+  std::string fail_at;
+  // SANA_TEST_LOG_IDS: each rank appends every micro-batch's sample ids to
+  // work_dir/ids.rank<R>.w<W>.log ("epoch step id id ..."), for the exactly-once checks.
+  bool log_ids = false;
+  // SANA_TEST_CKPT_STAGE_DELAY_MS=N: every stage of a checkpoint write takes N ms longer,
+  // so a fault trial can strike while one is being written.
+  int64_t ckpt_stage_delay_ms = 0;
+  // SANA_TEST_INDEX_DELAY_MS=N: rank 0's indexing takes N ms longer (progress every
+  // 100 ms), so a fault trial can strike while the others wait for the index.
+  int64_t index_delay_ms = 0;
+  // SANA_TEST_KILL_AFTER_FEATURES=rank:N: prepare-features on that rank kills itself
+  // after writing N samples' files.
+  std::string kill_after_features;
+
+  // Read once, on first use.
+  static const TestHooks& get();
+  // Whether "rank:count" names this rank and count.
+  static bool matches(const std::string& spec, int rank, int64_t count);
+};
+
+}  // namespace sana::train

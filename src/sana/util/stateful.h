@@ -1,0 +1,34 @@
+// A part of a run whose state a checkpoint carries (as torchtitan's Stateful): it names
+// itself, says what it holds (JSON, and named CPU tensors when it has any) and takes it
+// back. The trainer registers its parts with the Checkpointer, which walks them; a part
+// never writes files itself and never calls a collective in save_state() (only the
+// writing rank captures).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+#include "sana/util/safetensors.h"
+
+namespace sana {
+
+struct PartState {
+  nlohmann::json json;                  // null: the part keeps nothing as JSON
+  std::optional<NamedTensors> tensors;  // a value, even empty: the checkpoint has <name>.safetensors
+};
+
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  // Unique in a run: the key under trainer_state.json's "parts" and the tensor file's name.
+  virtual std::string state_name() const = 0;
+  // Owned CPU copies: the checkpoint is written in the background while training goes on.
+  virtual PartState save_state() const = 0;
+  // What save_state() wrote. `saved` is null when the checkpoint holds nothing of this part
+  // (written before the part existed); `source` names the checkpoint in messages.
+  virtual void restore_state(const PartState* saved, const std::string& source) = 0;
+};
+
+}  // namespace sana
