@@ -16,6 +16,7 @@
 
 #include "sana/config/schema.h"
 #include "sana/config/upstream.h"
+#include "sana/util/text.h"
 
 namespace fs = std::filesystem;
 
@@ -173,12 +174,6 @@ struct ConfigLoader::Layers {
 
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 // Parsers leave `out` untouched on failure, so one bad value yields one error.
 bool parse_int(const YAML::Node& n, int64_t& out) {
   if (!n.IsScalar()) return false;
@@ -204,7 +199,7 @@ bool parse_double(const YAML::Node& n, double& out) {
 
 bool parse_bool(const YAML::Node& n, bool& out) {
   if (!n.IsScalar()) return false;
-  const std::string s = lower(n.Scalar());
+  const std::string s = ascii_lower(n.Scalar());
   if (s == "true" || s == "yes" || s == "on") return out = true, true;
   if (s == "false" || s == "no" || s == "off") return out = false, true;
   return false;

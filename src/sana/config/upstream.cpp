@@ -1,4 +1,5 @@
 #include "sana/config/upstream.h"
+#include "sana/util/text.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -161,12 +162,6 @@ const Encoder kEncoders[] = {
     {"Qwen2-0.5B-Instruct", 896}, {"Qwen2-1.5B-Instruct", 1536},
 };
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 bool as_number(const std::string& s, double& out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -189,7 +184,7 @@ bool same_value(const YAML::Node& a, const YAML::Node& b) {
   if (!a.IsScalar() || !b.IsScalar()) return false;
   double x = 0, y = 0;
   if (as_number(a.Scalar(), x) && as_number(b.Scalar(), y)) return x == y;
-  return lower(a.Scalar()) == lower(b.Scalar());
+  return ascii_lower(a.Scalar()) == ascii_lower(b.Scalar());
 }
 
 bool under(const std::string& key, const std::string& prefix) {

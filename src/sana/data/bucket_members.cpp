@@ -20,19 +20,19 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'A', 'N', 'A', 'B', 'K', 'T', '1'};
 
-struct Header {
+struct MembersFileHeader {
   char magic[8];
   uint64_t key;
   uint64_t samples;
   uint64_t buckets;
   uint64_t unknown;  // samples of unknown size
 };
-static_assert(sizeof(Header) == 40, "the header is 40 bytes on disk");
+static_assert(sizeof(MembersFileHeader) == 40, "the header is 40 bytes on disk");
 
 uint64_t align8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 
 // header | start[buckets + 1] int64 | bucket_of[samples] uint16 (padded to 8) | ids[samples] uint32
-uint64_t of_offset(uint64_t buckets) { return sizeof(Header) + 8 * (buckets + 1); }
+uint64_t of_offset(uint64_t buckets) { return sizeof(MembersFileHeader) + 8 * (buckets + 1); }
 uint64_t ids_offset(uint64_t samples, uint64_t buckets) { return align8(of_offset(buckets) + 2 * samples); }
 uint64_t file_bytes(uint64_t samples, uint64_t buckets) { return ids_offset(samples, buckets) + 4 * samples; }
 
@@ -40,8 +40,8 @@ uint64_t file_bytes(uint64_t samples, uint64_t buckets) { return ids_offset(samp
 void fill(uint8_t* base, uint64_t key, uint64_t samples, int num_buckets,
           const std::function<uint16_t(uint64_t)>& bucket, const std::function<void(uint64_t)>& progress) {
   const auto nb = static_cast<uint64_t>(num_buckets);
-  auto* h = reinterpret_cast<Header*>(base);
-  auto* start = reinterpret_cast<int64_t*>(base + sizeof(Header));
+  auto* h = reinterpret_cast<MembersFileHeader*>(base);
+  auto* start = reinterpret_cast<int64_t*>(base + sizeof(MembersFileHeader));
   auto* of = reinterpret_cast<uint16_t*>(base + of_offset(nb));
   auto* ids = reinterpret_cast<SampleId*>(base + ids_offset(samples, nb));
   std::vector<int64_t> count(nb, 0);
@@ -97,9 +97,9 @@ BucketMembers::~BucketMembers() {
 
 void BucketMembers::point_into(const uint8_t* base) {
   const auto nb = static_cast<uint64_t>(buckets_);
-  start_ = reinterpret_cast<const int64_t*>(base + sizeof(Header));
+  start_ = reinterpret_cast<const int64_t*>(base + sizeof(MembersFileHeader));
   of_ = reinterpret_cast<const uint16_t*>(base + of_offset(nb));
-  unknown_ = static_cast<int64_t>(reinterpret_cast<const Header*>(base)->unknown);
+  unknown_ = static_cast<int64_t>(reinterpret_cast<const MembersFileHeader*>(base)->unknown);
   ids_ = reinterpret_cast<const SampleId*>(base + ids_offset(samples_, nb));
 }
 
@@ -116,7 +116,7 @@ void* map_existing(const std::string& path, uint64_t key, uint64_t samples, uint
   }
   ::close(fd);
   if (map == MAP_FAILED) return nullptr;
-  const auto* h = static_cast<const Header*>(map);
+  const auto* h = static_cast<const MembersFileHeader*>(map);
   if (std::memcmp(h->magic, kMagic, sizeof kMagic) == 0 && h->key == key && h->samples == samples &&
       h->buckets == buckets) {
     return map;

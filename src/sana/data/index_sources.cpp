@@ -13,6 +13,7 @@
 #include "sana/data/index_builder.h"
 #include "sana/data/index_fields.h"
 #include "sana/data/index_wids.h"
+#include "sana/util/text.h"
 
 namespace fs = std::filesystem;
 
@@ -21,9 +22,7 @@ namespace sana::data {
 namespace fields {
 
 bool is_image_file(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = ascii_lower(p.extension().string());
   // Formats whose size the header reader knows (TIFF is not among them).
   for (const char* e : {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"}) {
     if (ext == e) return true;

@@ -14,6 +14,7 @@
 #include "sana/data/index_fields.h"
 #include "sana/data/tar_reader.h"
 #include "sana/util/log.h"
+#include "sana/util/text.h"
 
 namespace fs = std::filesystem;
 
@@ -30,11 +31,6 @@ std::pair<std::string, std::string> split_member(const std::string& name) {
   const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
   if (dot == std::string::npos) return {name, ""};
   return {name.substr(0, dot), name.substr(dot)};
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
 }
 
 bool looks_like_wids_meta(const std::string& path) {
@@ -99,7 +95,7 @@ class WidsSource : public RowSource {
     scan_tar(shard, [&](const TarMember& m) {
       auto [key, ext] = split_member(m.name);
       TarMember member = m;
-      member.name = lower(ext);
+      member.name = ascii_lower(ext);
       if (samples.empty() || samples.back().key != key) samples.push_back({key, {}});
       samples.back().members.push_back(member);
     });
@@ -181,10 +177,10 @@ std::unique_ptr<RowSource> open_wids_source(const std::string& src) {
     if (!fs::is_regular_file(meta, ec)) return nullptr;
     return std::make_unique<WidsSource>(shard_list(meta.string()), p);
   }
-  if (lower(p.extension().string()) == ".tar") {
+  if (ascii_lower(p.extension().string()) == ".tar") {
     return std::make_unique<WidsSource>(std::vector<std::string>{src}, p.parent_path());
   }
-  if (lower(p.extension().string()) == ".json" && looks_like_wids_meta(src)) {
+  if (ascii_lower(p.extension().string()) == ".json" && looks_like_wids_meta(src)) {
     return std::make_unique<WidsSource>(shard_list(src), p.parent_path());
   }
   return nullptr;

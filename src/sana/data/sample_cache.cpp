@@ -31,7 +31,7 @@ uint64_t slot_bytes(const std::pair<int, int>& hw) {
 
 // The file: a header, a state byte per sample, a checksum per sample, then the slots.
 constexpr char kMagic[8] = {'S', 'A', 'N', 'A', 'S', 'M', 'P', '1'};
-struct Header {
+struct CacheFileHeader {
   char magic[8];
   uint64_t key;
   uint64_t samples;
@@ -119,7 +119,7 @@ SampleCache::SampleCache(const std::string& path, const Shape& shape, uint64_t k
 }
 
 bool SampleCache::header_matches(uint64_t size, uint64_t key) const {
-  Header have{};
+  CacheFileHeader have{};
   return size == bytes_ && ::pread(fd_, &have, sizeof have, 0) == static_cast<ssize_t>(sizeof have) &&
          std::memcmp(have.magic, kMagic, sizeof kMagic) == 0 && have.key == key &&
          have.samples == bucket_of_.size() && have.bytes == bytes_;
@@ -130,7 +130,7 @@ void SampleCache::create(const std::string& path, uint64_t key, bool start_afres
   // Only a process that holds the file alone may empty it (start_afresh).
   int err = start_afresh && ::ftruncate(fd_, 0) != 0 ? errno : 0;
   if (err == 0) err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes_));
-  Header h{{}, key, bucket_of_.size(), bytes_};
+  CacheFileHeader h{{}, key, bucket_of_.size(), bytes_};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   if (err == 0 && ::pwrite(fd_, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) err = errno;
   if (err != 0) {
