@@ -25,15 +25,17 @@ namespace sana::config {
 // ---------------------------------------------------------------------------------------
 // Layers: every leaf value seen so far, keyed by dotted path, later layers winning.
 
-namespace {
-
-struct Entry {
+// One key as the layers set it. Not in the anonymous namespace: ConfigLoader::Layers
+// holds them (gcc's -Wsubobject-linkage, in the unity build).
+struct LayeredEntry {
   std::string key;
   YAML::Node value;
   Origin key_origin;
   Origin value_origin;
   int64_t written = 0;  // when it was last set: later layers and later lines win
 };
+
+namespace {
 
 Origin mark_origin(const std::string& file, const YAML::Mark& mark) {
   Origin o;
@@ -57,7 +59,7 @@ std::string describe_node(const YAML::Node& node) {
 }  // namespace
 
 struct ConfigLoader::Layers {
-  std::vector<Entry> entries;  // in first-seen order
+  std::vector<LayeredEntry> entries;  // in first-seen order
   std::map<std::string, Origin> section_origins;  // where each mapping key was first seen
   std::vector<ConfigIssue> issues;
   bool file_failed = false;  // a file or base could not be read: its keys are unknown
@@ -65,10 +67,10 @@ struct ConfigLoader::Layers {
 
   int64_t writes = 0;
 
-  void set(Entry e) {
+  void set(LayeredEntry e) {
     e.written = ++writes;
     auto it = std::find_if(entries.begin(), entries.end(),
-                           [&](const Entry& x) { return x.key == e.key; });
+                           [&](const LayeredEntry& x) { return x.key == e.key; });
     if (it == entries.end()) {
       entries.push_back(std::move(e));
     } else {
@@ -81,7 +83,7 @@ struct ConfigLoader::Layers {
                const Origin& value_origin, const std::string& file) {
     // An empty mapping under a key is a value (upstream's `auto_lr: {}` means "off").
     if (!node.IsMap() || (node.size() == 0 && !prefix.empty())) {
-      set(Entry{prefix, node, key_origin, node.IsNull() ? key_origin : value_origin});
+      set(LayeredEntry{prefix, node, key_origin, node.IsNull() ? key_origin : value_origin});
       return;
     }
     if (!prefix.empty()) section_origins.emplace(prefix, key_origin);
@@ -300,11 +302,11 @@ namespace {
 
 // Upstream's keys and value names become ours (config/upstream.h); keys accepted with no
 // effect are dropped with a note. Two entries that end up at one key must agree.
-std::vector<Entry> translate_entries(const std::vector<Entry>& entries, std::vector<ConfigIssue>& issues,
+std::vector<LayeredEntry> translate_entries(const std::vector<LayeredEntry>& entries, std::vector<ConfigIssue>& issues,
                                      std::vector<std::string>& notes) {
-  std::vector<Entry> out;
+  std::vector<LayeredEntry> out;
   std::map<std::string, std::string> written_as;  // our key -> the key the YAML used
-  for (const Entry& e : entries) {
+  for (const LayeredEntry& e : entries) {
     UpstreamTranslation t = translate_upstream(e.key, e.value);
     if (!t.error.empty()) {
       issues.push_back({e.key, t.error, e.value_origin, t.hint});
@@ -312,8 +314,8 @@ std::vector<Entry> translate_entries(const std::vector<Entry>& entries, std::vec
     }
     if (!t.note.empty()) notes.push_back(t.note);
     if (t.dropped) continue;
-    Entry translated{t.key, t.value, e.key_origin, e.value_origin, e.written};
-    auto same = std::find_if(out.begin(), out.end(), [&](const Entry& x) { return x.key == t.key; });
+    LayeredEntry translated{t.key, t.value, e.key_origin, e.value_origin, e.written};
+    auto same = std::find_if(out.begin(), out.end(), [&](const LayeredEntry& x) { return x.key == t.key; });
     if (same == out.end()) {
       written_as[t.key] = e.key;
       out.push_back(std::move(translated));
@@ -337,7 +339,7 @@ std::vector<Entry> translate_entries(const std::vector<Entry>& entries, std::vec
 Config ConfigLoader::build(const ValidationContext& ctx) const {
   Config config;
   std::vector<ConfigIssue> issues = layers_->issues;
-  const std::vector<Entry> entries = translate_entries(layers_->entries, issues, config.load_notes);
+  const std::vector<LayeredEntry> entries = translate_entries(layers_->entries, issues, config.load_notes);
   std::vector<Field> fields = fields_of(config);
   const std::vector<std::string> sections = section_keys(fields);
   std::vector<std::string> known;
@@ -346,7 +348,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
 
   OriginMap origins;
   std::set<std::string> reported;  // unknown sections and misused fields, reported once
-  for (const Entry& e : entries) {
+  for (const LayeredEntry& e : entries) {
     auto field = std::find_if(fields.begin(), fields.end(),
                               [&](const Field& f) { return f.key == e.key; });
     if (field != fields.end()) {
