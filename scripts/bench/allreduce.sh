@@ -6,6 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${SANA_BUILD_DIR:-$root/build}/apps
+cmake --build "$(dirname "$bin")" --target sana-train bench_gloo_allreduce > /dev/null
 nproc=${1:-2}
 rounds=${2:-5}
 tmp=$(mktemp -d)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Sums a Chrome trace of torch's autograd profiler (LibTorch's RecordProfile, e.g.
-BENCH_PROFILE=FILE with build/apps/bench_ddp) per operator: self time (an operator's time
-minus the operators it called), calls, share. With --python PRESET SIDE BATCH it prints the
+BENCH_PROFILE=FILE with build/apps/bench_ddp, built by cmake --build build --target
+bench_ddp) per operator: self time (an operator's time minus the operators it called),
+calls, share. With --python PRESET SIDE BATCH it prints the
 same table for the PyTorch model (sana_torch.py, one thread) next to it.
   /usr/bin/python3 scripts/bench/profile_ops.py TRACE [--top 25] [--python SanaMS_tiny_P2_D4 64 8]
 """
