@@ -45,7 +45,7 @@ std::string file_checksum(const fs::path& p) {
 
 std::string tensor_file(const std::string& part) { return part + ".safetensors"; }
 
-nlohmann::ordered_json to_json(const TrainerState& s, const nlohmann::json& parts) {
+nlohmann::ordered_json state_to_json(const TrainerState& s, const nlohmann::json& parts) {
   auto segments = nlohmann::json::array();
   for (const auto& g : s.epoch_segments) segments.push_back({g.first_step, g.global_batch_size, g.batch_tokens});
   return {{"format", "sana-train checkpoint 2"},
@@ -89,7 +89,7 @@ struct StateFile {
   nlohmann::json parts;
 };
 
-StateFile from_json(const nlohmann::json& j) {
+StateFile state_from_json(const nlohmann::json& j) {
   TrainerState s;
   s.epoch = j.at("epoch");
   s.step_in_epoch = j.at("step_in_epoch");
@@ -185,7 +185,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
       snap.state.checksums[file] = file_checksum(tmp / file);
     }
     stage("trainer_state.json");
-    write_text_synced(tmp / "trainer_state.json", to_json(snap.state, part_json).dump(2) + "\n");
+    write_text_synced(tmp / "trainer_state.json", state_to_json(snap.state, part_json).dump(2) + "\n");
     fsync_path(tmp);
   } catch (...) {
     // A failed write (disk full) must not keep the space it took: the run's next step, or
@@ -229,7 +229,7 @@ StateFile read_state(const std::string& dir) {
   }
   StateFile f;
   try {
-    f = from_json(j);
+    f = state_from_json(j);
   } catch (const std::exception& e) {
     throw CheckpointError(fmt::format("'{}/trainer_state.json' lacks a field: {}", dir, e.what()));
   }
