@@ -271,10 +271,9 @@ Snapshot read_checkpoint(const std::string& dir) {
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     check_sum(dir, file, hash_hex(std::string_view(bytes.data(), bytes.size())), snap.state);
-    const auto stem = fs::path(file).stem().string();
-    if (fs::path(file).extension() != ".safetensors") continue;
+    if (path.extension() != ".safetensors") continue;
     try {
-      snap.parts.push_back({stem, {nullptr, parse_safetensors(bytes, path.string()).tensors}});
+      snap.parts.push_back({path.stem().string(), {nullptr, parse_safetensors(bytes, path.string()).tensors}});
     } catch (const SafetensorsError& e) {
       throw CheckpointError(e.what());
     }

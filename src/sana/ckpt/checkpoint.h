@@ -3,7 +3,8 @@
 // has tensors (model, ema, optimizer keyed "<parameter>/<state>") and trainer_state.json
 // (the run position and metadata, each part's JSON under "parts", and an xxh3 checksum of
 // every other file), plus a `latest` file naming the newest. This module knows no part:
-// it writes and reads whatever the Snapshot holds (util/stateful.h). Written into a temporary folder, every file fsynced, renamed into place, and
+// it writes and reads whatever the Snapshot holds (util/stateful.h). Written into a
+// temporary folder, every file fsynced, renamed into place, and
 // `latest` moved last: a crash at any moment leaves the old or the new checkpoint, never a
 // broken one named by `latest`. Reading verifies every checksum first.
 #pragma once

@@ -60,12 +60,16 @@ bool is_ignored_upstream_buffer(const std::string& name) { return name == "pos_e
 
 }  // namespace
 
-void save_weights(const torch::nn::Module& model, const std::string& path,
-                  const std::map<std::string, std::string>& metadata) {
+NamedTensors module_tensors(const torch::nn::Module& model) {
   NamedTensors tensors;
   for (const auto& p : model.named_parameters()) tensors.emplace_back(p.key(), p.value());
   for (const auto& b : model.named_buffers()) tensors.emplace_back(b.key(), b.value());
-  write_safetensors(path, tensors, metadata);
+  return tensors;
+}
+
+void save_weights(const torch::nn::Module& model, const std::string& path,
+                  const std::map<std::string, std::string>& metadata) {
+  write_safetensors(path, module_tensors(model), metadata);
 }
 
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path) {
@@ -142,16 +146,14 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
 }
 
 PartState ModuleState::save_state() const {
-  NamedTensors out;
-  for (const auto& p : module_.named_parameters()) out.emplace_back(p.key(), p.value().detach().to(torch::kCPU).clone());
-  for (const auto& b : module_.named_buffers()) out.emplace_back(b.key(), b.value().detach().to(torch::kCPU).clone());
-  return {nullptr, std::move(out)};
+  auto tensors = module_tensors(module_);
+  for (auto& [name, t] : tensors) t = t.detach().to(torch::kCPU).clone();
+  return {nullptr, std::move(tensors)};
 }
 
 void ModuleState::restore_state(const PartState* saved, const std::string& source) {
-  std::map<std::string, torch::Tensor> tensors;
-  if (saved != nullptr && saved->tensors) tensors.insert(saved->tensors->begin(), saved->tensors->end());
-  load_tensors(module_, tensors, source, /*strict=*/true);
+  const auto& saved_tensors = PartState::tensors_of(saved);
+  load_tensors(module_, {saved_tensors.begin(), saved_tensors.end()}, source, /*strict=*/true);
 }
 
 }  // namespace sana::model

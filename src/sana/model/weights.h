@@ -21,6 +21,9 @@ class WeightsError : public sana::UsageError {
   explicit WeightsError(const std::string& what) : UsageError(what, "weights error") {}
 };
 
+// The module's parameters, then its buffers, by name (views of the module's own tensors).
+NamedTensors module_tensors(const torch::nn::Module& model);
+
 void save_weights(const torch::nn::Module& model, const std::string& path,
                   const std::map<std::string, std::string>& metadata = {});
 

@@ -53,7 +53,7 @@ void Ema::restore(const NamedTensors& saved, const std::string& source) {
 PartState Ema::save_state() const { return {nullptr, checkpointed_ ? capture() : NamedTensors{}}; }
 
 void Ema::restore_state(const PartState* saved, const std::string& source) {
-  restore(saved != nullptr && saved->tensors ? *saved->tensors : NamedTensors{}, source);
+  restore(PartState::tensors_of(saved), source);
 }
 
 }  // namespace sana::train

@@ -74,6 +74,8 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
 
 void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {
   const auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  const double step_time = std::max(t.total, 1e-9);
+  const double samples_per_s = static_cast<double>(s.samples) / step_time;
   nlohmann::json m = {{"epoch", s.epoch + 1},
                       {"step", s.global_step},
                       {"epoch_step", s.epoch_step + 1},
@@ -86,7 +88,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                       {"time_s", elapsed},
                       // per step, as TensorBoard's train/samples_per_s; the run's average since
                       // start-up (start-up included) has its own name
-                      {"samples_per_s", static_cast<double>(s.samples) / std::max(t.total, 1e-9)},
+                      {"samples_per_s", samples_per_s},
                       {"run_samples_per_s", static_cast<double>(run_samples_) / std::max(elapsed, 1e-9)},
                       {"skipped", s.skipped},
                       {"time", {{"total", t.total},
@@ -97,7 +99,6 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                 {"optimizer", t.optimizer},
                                 {"checkpoint_preview", t.checkpoint_preview},
                                 {"other", t.other()}}}};
-  const double step_time = std::max(t.total, 1e-9);
   const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
   m["tflops_per_process"] = flops_per_s / 1e12;
   if (peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;
@@ -106,7 +107,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
   std::vector<std::pair<std::string, double>> scalars{{"train/loss", s.loss},
                                    {"train/grad_norm", s.grad_norm},
                                    {"train/lr", s.lr},
-                                   {"train/samples_per_s", static_cast<double>(s.samples) / step_time},
+                                   {"train/samples_per_s", samples_per_s},
                                    {"train/data_wait", t.data / step_time},
                                    {"train/bad_samples", static_cast<double>(s.bad_samples)},
                                    {"train/skipped", s.skipped ? 1.0 : 0.0},

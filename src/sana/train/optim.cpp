@@ -19,8 +19,7 @@ PartState Optimizer::save_state() const {
 }
 
 void Optimizer::restore_state(const PartState* saved, const std::string& source) {
-  const NamedTensors none;
-  const auto& tensors = saved != nullptr && saved->tensors ? *saved->tensors : none;
+  const auto& tensors = PartState::tensors_of(saved);
   if (tensors.empty()) {
     log::warn_shared("resume_from {}: no optimizer state saved (ckpt.save_optimizer false); its moments restart", source);
   }

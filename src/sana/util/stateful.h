@@ -17,6 +17,12 @@ namespace sana {
 struct PartState {
   nlohmann::json json;                  // null: the part keeps nothing as JSON
   std::optional<NamedTensors> tensors;  // a value, even empty: the checkpoint has <name>.safetensors
+
+  // The tensors a checkpoint holds of a part (`saved` may be null): none when it has none.
+  static const NamedTensors& tensors_of(const PartState* saved) {
+    static const NamedTensors none;
+    return saved != nullptr && saved->tensors ? *saved->tensors : none;
+  }
 };
 
 class Stateful {
