@@ -8,10 +8,10 @@
 #include <iostream>
 
 #include "command.h"
-#include "sana/model/spec.h"
 #include "sana/data/check_data.h"
 #include "sana/data/png_decode.h"
 #include "sana/data/sample_cache.h"
+#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 
 namespace sana::app {
@@ -28,8 +28,15 @@ class CheckData : public ConfigSubcommand {
                    "reads (data.cache_dir)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto spec = model::spec_from_config(cfg);
-    const auto r = data::check_data(cfg, limit_, fill_cache_, spec.downsample * spec.patch);
+    const auto spec = train::model_spec_for(cfg);
+    data::CheckDataOptions o;
+    o.dataset = train::dataset_options_for(cfg);
+    o.loader = train::loader_options_for(cfg);
+    o.limit = limit_;
+    o.fill_cache = fill_cache_;
+    o.disk_cache = train::disk_cache_options_for(cfg);
+    o.token_cell = spec.downsample * spec.patch;
+    const auto r = data::check_data(o);
     std::cout << fmt::format("check-data: {} samples in {:.1f} s ({:.1f} images/s, {} workers)\n", r.samples,
                              r.seconds, r.samples / r.seconds, r.workers);
     std::cout << fmt::format("  good: {}\n", r.samples - r.substituted);

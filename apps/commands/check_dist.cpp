@@ -1,7 +1,10 @@
 // `sana-train check-dist [--seconds S] [--config FILE] [--dist.KEY=VALUE]...`: the
 // pre-flight check of a cluster (sana/distributed/check_dist.h does the work).
 #include "command.h"
+#include "sana/config/loader.h"
 #include "sana/distributed/check_dist.h"
+#include "sana/distributed/flight_recorder.h"
+#include "sana/train/component_options.h"
 
 namespace sana::app {
 
@@ -15,7 +18,11 @@ class CheckDist : public ConfigSubcommand {
     cli_->add_option("--seconds", opts_.soak_seconds, "keep all-reducing this many seconds after the table (a soak)");
   }
   int run(const dist::LaunchEnv& env, const config::Config& cfg) override {
-    return dist::run_check_dist(cfg, env, opts_);
+    dist::CheckDistOptions o = opts_;
+    o.runtime = train::runtime_options_for(cfg);
+    o.config_fingerprint = config::config_fingerprint(cfg);
+    o.flight_dir = dist::flight_record_dir(cfg.work_dir);
+    return dist::run_check_dist(env, o);
   }
 
  private:

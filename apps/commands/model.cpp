@@ -14,6 +14,7 @@
 #include "sana/data/dataset.h"
 #include "sana/data/sample_cache.h"
 #include "sana/model/sana_ms.h"
+#include "sana/train/component_options.h"
 #include "sana/train/memory_estimate.h"
 
 namespace sana::app {
@@ -45,7 +46,7 @@ struct ModelFacts {
 };
 
 ModelFacts facts_of(const config::Config& cfg, bool memory) {
-  ModelFacts f{model::spec_from_config(cfg), {}, 0, "", {}, {}, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}};
   if (memory) f.memory = train::estimate_memory(cfg);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
@@ -54,7 +55,7 @@ ModelFacts facts_of(const config::Config& cfg, bool memory) {
   const auto preset =
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
-  for (const auto& table : data::bucket_tables_for(cfg)) {
+  for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
     for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back({table.base(), b.height, b.width});
     for (const auto& b : table.buckets()) f.all_buckets.push_back({table.base(), b.height, b.width});
   }

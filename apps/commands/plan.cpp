@@ -13,10 +13,10 @@
 #include <iostream>
 
 #include "command.h"
-#include "sana/model/spec.h"
 #include "sana/data/dataset.h"
 #include "sana/data/distributed_sampler.h"
 #include "sana/data/plan_coverage.h"
+#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -124,11 +124,11 @@ class Plan : public ConfigSubcommand {
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
-    const auto spec = model::spec_from_config(cfg);
-    const auto ds = data::Dataset::open(cfg, {}, spec.downsample * spec.patch);
+    const auto spec = train::model_spec_for(cfg);
+    const auto ds = data::Dataset::open(train::dataset_options_for(cfg), {}, spec.downsample * spec.patch);
     const auto opened = Clock::now();
-    const auto plan = data::make_epoch_plan(ds, cfg, o_.epoch, o_.world_size);
-    data::check_plan_coverage(ds, plan, cfg, "plan");
+    const auto plan = data::make_epoch_plan(ds, o_.epoch, o_.world_size, cfg.train.micro_batch_size);
+    data::check_plan_coverage(ds, plan, "plan");
     const auto first_ids = plan.rank_slice(0, o_.rank, o_.world_size);
     const auto planned = Clock::now();
     if (o_.samples) {

@@ -9,6 +9,7 @@
 #include "command.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
+#include "sana/train/component_options.h"
 #include "sana/train/previews.h"
 #include "sana/util/log.h"
 
@@ -27,7 +28,7 @@ class Preview : public ConfigSubcommand {
   }
 
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto spec = model::spec_from_config(cfg);
+    const auto spec = train::model_spec_for(cfg);
     model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
     if (!weights_.empty()) {
       const auto report = model::load_weights(*net, weights_, /*strict=*/true);

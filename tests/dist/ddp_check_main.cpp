@@ -17,6 +17,7 @@
 #include "sana/distributed/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
+#include "sana/train/component_options.h"
 #include "model_specs.h"
 
 namespace {
@@ -35,7 +36,7 @@ torch::Tensor loss_of(model::SanaMS& net, const torch::Tensor& x0, const torch::
   std::vector<uint32_t> ids;
   for (int64_t i = first; i < first + n; ++i) ids.push_back(static_cast<uint32_t>(100 + i));
   const auto xs = x0.narrow(0, first, n);
-  const auto fb = diffusion::make_flow_batch(xs, ids, 3, 0, config::SchedulerConfig{}, 0.25);
+  const auto fb = diffusion::make_flow_batch(xs, ids, 3, 0, diffusion::TimestepOptions{}, 0.25);
   model::Condition c{labels.narrow(0, first, n), {}, fb.dropped};
   return diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, c), fb.target) * scale;
 }
@@ -44,7 +45,7 @@ int run(int accumulation) {
   config::Config cfg;
   cfg.dist.timeout_s = 60;
   const auto env = dist::detect_launch_env();
-  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)});
+  auto rt = dist::Runtime::start(env, train::runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)});
   const int W = rt->world_size(), r = rt->rank();
   const int64_t G = 12;
   if (G % (W * accumulation) != 0) throw std::runtime_error("G must divide");

@@ -10,6 +10,7 @@
 #include "sana/config/loader.h"
 #include "sana/data/loader.h"
 #include "sana/distributed/runtime.h"
+#include "sana/train/component_options.h"
 #include "sana/train/data_guards.h"
 
 int run(int argc, char** argv) {
@@ -25,9 +26,9 @@ int run(int argc, char** argv) {
   cfg.dist.timeout_s = 60;
   cfg.data.max_bad_fraction = argc > 3 ? std::atof(argv[3]) : 1.0;
   const auto env = sana::dist::detect_launch_env();
-  auto rt = sana::dist::Runtime::start(env, cfg.dist,
+  auto rt = sana::dist::Runtime::start(env, sana::train::runtime_options_for(cfg),
                                        {SANA_VERSION, sana::config::config_fingerprint(cfg)});
-  const auto ds = sana::data::Dataset::open(cfg);
+  const auto ds = sana::data::Dataset::open(sana::train::dataset_options_for(cfg));
   rt->agree("dataset", ds.fingerprint());
   int64_t steps = 0;
   for (int64_t epoch = 0; epoch < 3; ++epoch) {

@@ -9,21 +9,21 @@
 
 namespace sana::data {
 
-CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache, int64_t token_cell) {
+CheckDataResult check_data(const CheckDataOptions& options) {
   using Clock = std::chrono::steady_clock;
-  const Dataset ds = Dataset::open(cfg, {}, token_cell);
+  const Dataset ds = Dataset::open(options.dataset, {}, options.token_cell);
   // What training would leave out, said here too (as warnings: this command reads the data).
-  check_plan_coverage(ds, ds.plan(0), cfg, "check-data", /*refuse=*/false);
+  check_plan_coverage(ds, ds.plan(0), "check-data", /*refuse=*/false);
   // A plan of global batches of one: every sample exactly once, in a shuffled order.
-  const EpochPlan plan = EpochPlan::build(ds.members_ptr(), 1,
-                                          static_cast<uint64_t>(cfg.train.seed), 0, TailPolicy::drop);
-  LoaderOptions o = loader_options_for(cfg);
+  const EpochPlan plan = EpochPlan::build(ds.members_ptr(), 1, options.dataset.seed, 0, TailPolicy::drop);
+  LoaderOptions o = options.loader;
+  const int64_t limit = options.limit;
   const int64_t total = limit > 0 ? std::min<int64_t>(limit, plan.steps()) : plan.steps();
   log::info("check-data: decoding {} of {} samples with {} worker{}", total, plan.steps(),
             o.workers, o.workers == 1 ? "" : "s");
   CheckDataResult r;
-  if (fill_cache) {
-    o.cache = open_disk_cache(cfg, ds);
+  if (options.fill_cache) {
+    o.cache = open_disk_cache(options.disk_cache, ds);
     r.cache_path = o.cache->path();
     r.cache_ready_before = o.cache->ready_at_open();
     r.cache_bytes = static_cast<int64_t>(o.cache->bytes());

@@ -8,7 +8,9 @@
 #include <map>
 #include <string>
 
-#include "sana/config/config.h"
+#include "sana/data/dataset.h"
+#include "sana/data/loader_options.h"
+#include "sana/data/sample_cache.h"
 
 namespace sana::data {
 
@@ -24,10 +26,16 @@ struct CheckDataResult {
   double bad_fraction() const { return samples ? static_cast<double>(substituted) / samples : 0.0; }
 };
 
-// Decodes `limit` samples (0: all) of a shuffled pass over the config's data. Throws
-// IndexError when the data cannot be indexed. `fill_cache`: every decoded sample also goes
-// into the data.cache: disk file that training with these settings reads.
-// `token_cell`: as Dataset::open's (train.batch_tokens needs it to say what training leaves out).
-CheckDataResult check_data(const config::Config& cfg, int64_t limit, bool fill_cache = false, int64_t token_cell = 0);
+struct CheckDataOptions {
+  DatasetOptions dataset;
+  LoaderOptions loader;        // workers and decoding; the pass is one sample per step
+  int64_t limit = 0;           // samples to decode (0: all)
+  bool fill_cache = false;     // every decoded sample also goes into the data.cache: disk file
+  DiskCacheOptions disk_cache;  // ... this one, the file training with these settings reads
+  int64_t token_cell = 0;      // as Dataset::open's (train.batch_tokens needs it to say what training leaves out)
+};
+
+// Decodes a shuffled pass over the dataset. Throws IndexError when the data cannot be indexed.
+CheckDataResult check_data(const CheckDataOptions& options);
 
 }  // namespace sana::data

@@ -13,19 +13,18 @@
 
 namespace sana::data {
 
-std::vector<BucketTable> bucket_tables_for(const config::Config& cfg) {
-  const auto& d = cfg.data;
-  std::vector<int64_t> sizes = {d.image_size};
-  for (int64_t s : d.multi_scale_sizes) {
+std::vector<BucketTable> bucket_tables_for(const BucketOptions& options) {
+  std::vector<int64_t> sizes;
+  for (int64_t s : options.base_sizes) {
     if (std::find(sizes.begin(), sizes.end(), s) == sizes.end()) sizes.push_back(s);
   }
   std::vector<BucketTable> tables;
   for (int64_t s : sizes) {
     const int base = static_cast<int>(s);
-    if (!cfg.model.multi_scale) {
+    if (!options.multi_scale) {
       tables.push_back(BucketTable::square(base));
-    } else if (d.aspect_ratio_type == "generated") {
-      tables.push_back(BucketTable::generated(base, static_cast<int>(d.bucket_step)));
+    } else if (options.aspect_ratio_type == "generated") {
+      tables.push_back(BucketTable::generated(base, static_cast<int>(options.bucket_step)));
     } else {
       tables.push_back(BucketTable::upstream(fmt::format("ASPECT_RATIO_{}", base)));
     }
@@ -33,8 +32,8 @@ std::vector<BucketTable> bucket_tables_for(const config::Config& cfg) {
   return tables;
 }
 
-BucketSet bucket_set_for(const config::Config& cfg) {
-  return BucketSet(bucket_tables_for(cfg), parse_scale_rule(cfg.data.multi_scale_rule));
+BucketSet bucket_set_for(const BucketOptions& options) {
+  return BucketSet(bucket_tables_for(options), parse_scale_rule(options.scale_rule));
 }
 
 std::string BatchSpec::describe() const {
@@ -42,25 +41,20 @@ std::string BatchSpec::describe() const {
                           : fmt::format("train.global_batch_size {}", global_batch);
 }
 
-BatchSpec batch_spec_of(const config::TrainConfig& t) { return {t.global_batch_size, t.batch_tokens}; }
-
-Dataset Dataset::open(const config::Config& cfg, const IndexBuildOptions& options, int64_t token_cell) {
-  const std::string cache = (std::filesystem::path(cfg.work_dir) / "index").string();
-  const std::string path = ensure_index(cfg.data.data_dir, cache, options);
+Dataset Dataset::open(const DatasetOptions& options, const IndexBuildOptions& build, int64_t token_cell) {
+  const std::string path = ensure_index(options.sources, options.index_dir, build);
   auto index = std::make_unique<DatasetIndex>(DatasetIndex::open(path));
-  return Dataset(std::move(index), bucket_set_for(cfg), cfg, cache, options, token_cell);
+  return Dataset(std::move(index), options, build, token_cell);
 }
 
-Dataset::Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const config::Config& cfg,
-                 const std::string& bucket_folder, const IndexBuildOptions& options, int64_t token_cell)
+Dataset::Dataset(std::unique_ptr<DatasetIndex> index, DatasetOptions options, const IndexBuildOptions& build,
+                 int64_t token_cell)
     : index_(std::move(index)),
-      buckets_(std::move(buckets)),
-      spec_(batch_spec_of(cfg.train)),
-      token_cell_(token_cell),
-      seed_(static_cast<uint64_t>(cfg.train.seed)),
-      tail_(cfg.data.tail) {
-  const std::string key = fingerprint() + "/" + cfg.data.multi_scale_rule;
-  const auto path = std::filesystem::path(bucket_folder) / fmt::format("buckets-{}.bin", hash_hex(key));
+      buckets_(bucket_set_for(options.buckets)),
+      options_(std::move(options)),
+      token_cell_(token_cell) {
+  const std::string key = fingerprint() + "/" + options_.buckets.scale_rule;
+  const auto path = std::filesystem::path(options_.index_dir) / fmt::format("buckets-{}.bin", hash_hex(key));
   const auto& idx = *index_;
   const auto bucket = [&](uint64_t i) -> uint16_t {
     const IndexRecord& r = idx.record(i);
@@ -68,8 +62,8 @@ Dataset::Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const c
     return static_cast<uint16_t>(buckets_.assign(static_cast<int>(r.height), static_cast<int>(r.width)));
   };
   const auto progress = [&](uint64_t done) {
-    if (options.progress_every_s > 0) log::info("assigning buckets: {} of {} samples", done, idx.size());
-    if (options.on_rows) options.on_rows(done);
+    if (build.progress_every_s > 0) log::info("assigning buckets: {} of {} samples", done, idx.size());
+    if (build.on_rows) build.on_rows(done);
   };
   members_ = BucketMembers::mapped(path.string(), hash64(key.data(), key.size()), idx.size(), buckets_.size(), bucket,
                                    progress);
@@ -94,12 +88,12 @@ std::vector<int64_t> Dataset::batch_sizes(const BatchSpec& spec) const {
   return out;
 }
 
-EpochPlan Dataset::plan(int64_t epoch) const { return plan(epoch, {{0, spec_}}); }
+EpochPlan Dataset::plan(int64_t epoch) const { return plan(epoch, {{0, options_.batch}}); }
 
 EpochPlan Dataset::plan(int64_t epoch, const std::vector<EpochPart>& parts) const {
   std::vector<PlanSegment> segments;
   for (const auto& part : parts) segments.push_back({part.first_step, batch_sizes(part.batch)});
-  return EpochPlan::build(members_, std::move(segments), seed_, epoch, tail_);
+  return EpochPlan::build(members_, std::move(segments), options_.seed, epoch, options_.tail);
 }
 
 std::string Dataset::fingerprint() const {

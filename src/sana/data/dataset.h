@@ -1,6 +1,6 @@
-// A training dataset as the plan sees it: the memory-mapped index of data.data_dir (built
-// and cached in work_dir when the sources are not an index), the bucket set from the
-// config, and each sample's bucket. Everything a rank needs to compute the epoch plan
+// A training dataset as the plan sees it: the memory-mapped index of its sources (built
+// and cached in the index folder when the sources are not an index), the bucket set, and
+// each sample's bucket. Everything a rank needs to compute the epoch plan
 // without the network. No torch.
 #pragma once
 
@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/bucket_members.h"
 #include "sana/data/buckets.h"
 #include "sana/data/dataset_index.h"
@@ -18,11 +17,20 @@
 
 namespace sana::data {
 
-// The bucket tables a config asks for: upstream's or generated, one per base size, or a
-// single square bucket when model.multi_scale is false.
-// One table per base size (data.image_size first, then data.multi_scale_sizes).
-std::vector<BucketTable> bucket_tables_for(const config::Config& cfg);
-BucketSet bucket_set_for(const config::Config& cfg);
+// Which buckets a run's images fall into (data.image_size, data.multi_scale_sizes,
+// data.aspect_ratio_type, data.bucket_step, data.multi_scale_rule, model.multi_scale).
+struct BucketOptions {
+  std::vector<int64_t> base_sizes = {512};  // one table per base size, the first the main one
+  bool multi_scale = true;                  // false: one square bucket per base size
+  std::string aspect_ratio_type = "ASPECT_RATIO_512";  // "generated": tables in steps of bucket_step
+  int64_t bucket_step = 32;
+  std::string scale_rule = "largest_fitting";  // which base size a sample takes
+};
+
+// The bucket tables the options ask for: upstream's or generated, one per distinct base
+// size in order, or a single square bucket each without multi_scale.
+std::vector<BucketTable> bucket_tables_for(const BucketOptions& options);
+BucketSet bucket_set_for(const BucketOptions& options);
 
 // How a step's global batch is sized: train.global_batch_size samples, or with
 // train.batch_tokens > 0 that many tokens, each bucket's batch being batch_tokens / its
@@ -34,7 +42,18 @@ struct BatchSpec {
   bool operator!=(const BatchSpec& o) const { return !(*this == o); }
   std::string describe() const;  // "train.global_batch_size 8" or "train.batch_tokens 4096"
 };
-BatchSpec batch_spec_of(const config::TrainConfig& t);
+
+// What a dataset is opened with; the run's values come from train/component_options.h.
+struct DatasetOptions {
+  std::vector<std::string> sources;  // data.data_dir: folders, metadata files or indexes
+  std::string index_dir = "index";   // where a built index and the bucket assignment are kept
+  BucketOptions buckets;
+  BatchSpec batch;                   // the run's batch (a resumed epoch may re-batch)
+  uint64_t seed = 0;                 // train.seed: the plan's permutations
+  TailPolicy tail = TailPolicy::drop;  // data.tail
+  bool distributed_sampler = false;  // data.sampler: distributed (make_epoch_plan)
+  double max_untrained_fraction = 0.05;  // data.max_untrained_fraction (check_plan_coverage)
+};
 
 // A part of an epoch batched with one BatchSpec from `first_step` (data/epoch_plan.h).
 struct EpochPart {
@@ -46,7 +65,7 @@ class Dataset {
  public:
   // Opens (or builds and caches) the index; throws IndexError. `token_cell`: the pixels on
   // a side of one token (VAE downsampling x patch size), needed with train.batch_tokens.
-  static Dataset open(const config::Config& cfg, const IndexBuildOptions& options = {}, int64_t token_cell = 0);
+  static Dataset open(const DatasetOptions& options, const IndexBuildOptions& build = {}, int64_t token_cell = 0);
 
   const DatasetIndex& index() const { return *index_; }
   const BucketSet& buckets() const { return buckets_; }
@@ -59,7 +78,8 @@ class Dataset {
   int64_t unreadable() const { return members_->unknown(); }
   // The global batch of each bucket.
   std::vector<int64_t> batch_sizes(const BatchSpec& spec) const;
-  const BatchSpec& batch_spec() const { return spec_; }  // the config's
+  const BatchSpec& batch_spec() const { return options_.batch; }  // the run's
+  const DatasetOptions& options() const { return options_; }
   // The config's plan of `epoch`; or one whose parts were batched otherwise, as a run
   // resumed with another batch size has.
   EpochPlan plan(int64_t epoch) const;
@@ -69,16 +89,14 @@ class Dataset {
 
  private:
   // `bucket_file`: where the bucket assignment is kept (built there when missing).
-  Dataset(std::unique_ptr<DatasetIndex> index, BucketSet buckets, const config::Config& cfg,
-          const std::string& bucket_folder, const IndexBuildOptions& options, int64_t token_cell);
+  Dataset(std::unique_ptr<DatasetIndex> index, DatasetOptions options, const IndexBuildOptions& build,
+          int64_t token_cell);
 
   std::unique_ptr<DatasetIndex> index_;
   BucketSet buckets_;
   std::shared_ptr<const BucketMembers> members_;
-  BatchSpec spec_;
+  DatasetOptions options_;
   int64_t token_cell_ = 0;
-  uint64_t seed_;
-  TailPolicy tail_;
 };
 
 }  // namespace sana::data

@@ -42,9 +42,9 @@ std::vector<int64_t> distributed_sampler_indices(int64_t n, int world_size, int 
   return out;
 }
 
-EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
-                          int world_size) {
-  if (cfg.data.sampler != config::DataSampler::distributed) return ds.plan(epoch);
+EpochPlan make_epoch_plan(const Dataset& ds, int64_t epoch, int world_size, int64_t micro_batch) {
+  const DatasetOptions& o = ds.options();
+  if (!o.distributed_sampler) return ds.plan(epoch);
   const auto& members = ds.members();
   int used = 0;
   uint16_t only = 0;
@@ -60,7 +60,7 @@ EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t 
         "config error");
   }
   const int64_t n = members.total();
-  const int64_t g = cfg.train.global_batch_size, m = cfg.train.micro_batch_size;
+  const int64_t g = o.batch.global_batch, m = micro_batch;
   if (g % (m * world_size) != 0) {
     throw UsageError(fmt::format("data.sampler=distributed gives every process train.global_batch_size / world size "
                                  "samples, as torch's DistributedSampler: {} is not train.micro_batch_size {} x "
@@ -72,8 +72,7 @@ EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t 
   std::vector<std::vector<int64_t>> per_rank;
   for (int r = 0; r < world_size; ++r) {
     per_rank.push_back(distributed_sampler_indices(n, world_size, r,
-                                                   static_cast<uint64_t>(cfg.train.seed), epoch,
-                                                   true, cfg.data.tail == config::Tail::drop));
+                                                   o.seed, epoch, true, o.tail == TailPolicy::drop));
   }
   // Each rank's list in order, cut into its consecutive shares of the global batches.
   const int64_t steps = static_cast<int64_t>(per_rank.front().size()) / share;

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/epoch_plan.h"
 
@@ -18,11 +17,11 @@ std::vector<int64_t> distributed_sampler_indices(int64_t dataset_size, int world
                                                  uint64_t seed, int64_t epoch, bool shuffle,
                                                  bool drop_last);
 
-// The epoch's plan for data.sampler: the world-size-independent bucket plan, or
-// DistributedSampler's partition for `world_size` laid out as global batches (each rank's
-// list cut into its micro-batches; a partial last batch is dropped so shapes stay fixed).
+// The epoch's plan for the dataset's sampler (data.sampler): the world-size-independent
+// bucket plan, or DistributedSampler's partition for `world_size` laid out as global
+// batches of the dataset's batch, each rank's share a whole number of `micro_batch`
+// (train.micro_batch_size) samples; a partial last batch is dropped so shapes stay fixed.
 // Throws a config-kind UsageError for a distributed sampler over several buckets.
-EpochPlan make_epoch_plan(const Dataset& ds, const config::Config& cfg, int64_t epoch,
-                          int world_size);
+EpochPlan make_epoch_plan(const Dataset& ds, int64_t epoch, int world_size, int64_t micro_batch);
 
 }  // namespace sana::data

@@ -11,6 +11,8 @@
 
 namespace sana::data {
 
+const char* tail_name(TailPolicy tail) { return tail == TailPolicy::pad ? "pad" : "drop"; }
+
 namespace {
 using u128 = unsigned __int128;
 

@@ -15,13 +15,14 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/bucket_members.h"
 
 namespace sana::data {
 
-// data.tail: what happens to a bucket's last partial global batch.
-using TailPolicy = config::Tail;
+// data.tail: what happens to a bucket's last partial global batch. The enumerators' values
+// are part of the plan's hash: never reorder them.
+enum class TailPolicy { drop, pad };
+const char* tail_name(TailPolicy tail);  // "drop" or "pad", as data.tail writes it
 
 struct PlanStats {
   int64_t num_samples = 0;

@@ -49,22 +49,6 @@ std::string Loader::place_text_features(const TextFeatures& feat, torch::Tensor 
   return "";
 }
 
-LoaderOptions loader_options_for(const config::Config& cfg) {
-  LoaderOptions o;
-  o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
-  o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
-  o.decode.interpolation = interpolation_flag(cfg.data.interpolation);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.wait_timeout_s = cfg.dist.timeout_s;
-  o.load_latents = cfg.data.load_vae_feat;
-  o.latent_channels = cfg.vae.vae_latent_dim;
-  o.latent_downsample = cfg.vae.vae_downsample_rate;
-  o.load_text_feat = cfg.data.load_text_feat;
-  o.text_length = cfg.text_encoder.model_max_length;
-  o.text_channels = cfg.text_encoder.caption_channels;
-  return o;
-}
-
 Loader::Loader(const Dataset& dataset, const EpochPlan& plan, LoaderOptions opts,
                int64_t first_step)
     : dataset_(dataset), plan_(plan), opts_(std::move(opts)), cursor_(plan.cursor(first_step)) {

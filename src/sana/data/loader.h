@@ -20,41 +20,14 @@
 #include <thread>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/decode.h"
+#include "sana/data/loader_options.h"
 #include "sana/data/sample_cache.h"
 #include "sana/data/tensor_file.h"
 #include "sana/util/error.h"
 
 namespace sana::data {
-
-struct LoaderOptions {
-  int rank = 0;
-  int world_size = 1;
-  int64_t micro_batch = 1;
-  int workers = 2;
-  int prefetch = 4;           // micro-batches decoded ahead
-  bool pin_memory = false;    // page-locked host memory for fast copies to CUDA
-  bool random_flip = false;
-  bool whole_micro_batches = false;  // train.deterministic: shares of whole micro-batches (rank_share_whole)
-  uint64_t seed = 0;
-  DecodeOptions decode;
-  std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)
-  double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
-  double stop_wait_s = 10;      // the destructor waits this long for a worker inside a read
-  // Precomputed features instead of pixels (data.load_vae_feat / data.load_text_feat).
-  bool load_latents = false;
-  int64_t latent_channels = 32;    // vae.vae_latent_dim
-  int64_t latent_downsample = 32;  // vae.vae_downsample_rate: bucket h, w / this
-  bool load_text_feat = false;
-  int64_t text_length = 300;       // text_encoder.model_max_length (padded to; longer is a bad sample)
-  int64_t text_channels = 2304;    // text_encoder.caption_channels
-};
-
-// The loader settings a config asks for (workers, prefetch, decoding, features); rank,
-// world size and micro-batch are the caller's.
-LoaderOptions loader_options_for(const config::Config& cfg);
 
 struct Batch {
   int64_t step = 0;

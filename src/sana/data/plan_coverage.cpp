@@ -41,19 +41,19 @@ void refuse_or_warn(bool refuse, const std::string& what) {
 }
 }  // namespace
 
-void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const config::Config& cfg, const std::string& who,
-                         bool refuse) {
+void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const std::string& who, bool refuse) {
+  const DatasetOptions& o = ds.options();
   const auto& st = plan.stats();
   if (st.num_samples == 0) {
     refuse_or_warn(refuse, fmt::format("{}: data.data_dir {} holds no sample; check the paths (sana-train index "
                                        "lists what it finds)",
-                                       who, fmt::join(cfg.data.data_dir, ", ")));
+                                       who, fmt::join(o.sources, ", ")));
     return;
   }
   if (ds.unreadable() == st.num_samples) {
     refuse_or_warn(refuse, fmt::format("{}: no usable sample: none of the {} files in data.data_dir {} has a "
                                        "readable image header; run sana-train check-data to see why",
-                                       who, st.num_samples, fmt::join(cfg.data.data_dir, ", ")));
+                                       who, st.num_samples, fmt::join(o.sources, ", ")));
     return;
   }
   const auto c = plan_coverage(plan);
@@ -61,7 +61,7 @@ void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const config:
     refuse_or_warn(refuse, fmt::format("{}: no training step: every bucket holds fewer samples than its global "
                                        "batch (train.global_batch_size {}) and data.tail is {}:\n{}Use data.tail: "
                                        "pad, a smaller train.global_batch_size, or more data",
-                                       who, cfg.train.global_batch_size, config::name_of(cfg.data.tail),
+                                       who, o.batch.global_batch, tail_name(o.tail),
                                        bucket_histogram(ds, plan)));
     return;
   }
@@ -81,10 +81,10 @@ void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const config:
       "samples than its global batch and data.tail is drop",
       c.untrained.size(), c.untrained.size() == 1 ? "" : "s", c.untrained.size() == 1 ? "s" : "", names,
       c.untrained_samples, st.num_samples, 100.0 * c.untrained_fraction);
-  if (c.untrained_fraction > cfg.data.max_untrained_fraction) {
+  if (c.untrained_fraction > o.max_untrained_fraction) {
     refuse_or_warn(refuse, fmt::format("{}: {}, more than data.max_untrained_fraction {}:\n{}Use data.tail: pad, a "
                                        "smaller train.global_batch_size, or raise data.max_untrained_fraction",
-                                       who, what, cfg.data.max_untrained_fraction, bucket_histogram(ds, plan)));
+                                       who, what, o.max_untrained_fraction, bucket_histogram(ds, plan)));
     return;
   }
   log::warn_shared("{}: {} (data.tail: pad would train them)", who, what);

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/epoch_plan.h"
 
@@ -25,11 +24,11 @@ PlanCoverage plan_coverage(const EpochPlan& plan);
 std::string bucket_histogram(const Dataset& ds, const EpochPlan& plan);
 
 // Throws a config-kind UsageError (exit 2) with the histogram and what to change when the
-// plan has no step, or when the untrained share exceeds data.max_untrained_fraction; logs
+// plan has no step, or when the untrained share exceeds the dataset's max_untrained_fraction
+// (data.max_untrained_fraction); logs
 // a warning naming the untrained buckets otherwise, and what padding repeats. `who` starts
 // each message ("plan", "training", ...). With `refuse` false (check-data, which looks at
 // the data, not the run) the refusals are warnings.
-void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const config::Config& cfg, const std::string& who,
-                         bool refuse = true);
+void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const std::string& who, bool refuse = true);
 
 }  // namespace sana::data

@@ -199,15 +199,13 @@ SampleCache::Shape cache_shape(const Dataset& dataset) {
   return shape;
 }
 
-std::shared_ptr<SampleCache> open_disk_cache(const config::Config& cfg, const Dataset& dataset) {
+std::shared_ptr<SampleCache> open_disk_cache(const DiskCacheOptions& options, const Dataset& dataset) {
   // What the cached pixels depend on: the files and their buckets (the dataset's
   // fingerprint), the resize filter, and this decoder's cover-and-crop (the format number:
   // raise it when decoding changes what it gives).
-  const std::string what = fmt::format("{}|{}|decode 1", dataset.fingerprint(), cfg.data.interpolation);
+  const std::string what = fmt::format("{}|{}|decode 1", dataset.fingerprint(), options.interpolation);
   const uint64_t key = XXH3_64bits(what.data(), what.size());
-  const std::filesystem::path dir =
-      cfg.data.cache_dir.empty() ? std::filesystem::path(cfg.work_dir) / "sample_cache"
-                                 : std::filesystem::path(cfg.data.cache_dir);
+  const std::filesystem::path dir(options.dir);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {

@@ -30,7 +30,6 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 
 namespace sana::data {
@@ -94,11 +93,16 @@ std::string size_text(uint64_t bytes);
 // The slot geometry of `dataset`: every sample at its own bucket's size.
 SampleCache::Shape cache_shape(const Dataset& dataset);
 
+// Where data.cache: disk keeps its file, and what the pixels depend on besides the data.
+struct DiskCacheOptions {
+  std::string dir;                        // data.cache_dir, or work_dir/sample_cache
+  std::string interpolation = "bicubic";  // data.interpolation, by name
+};
+
 // data.cache: disk: opens (creating the folder and the file as needed) the kept file for
-// `cfg`'s data and decode settings, data.cache_dir/samples-<key>.cache (data.cache_dir
-// empty: work_dir/sample_cache); the key covers the index, the bucket assignment and every
-// setting the pixels depend on. Throws UsageError naming data.cache_dir when the folder
-// cannot be made.
-std::shared_ptr<SampleCache> open_disk_cache(const config::Config& cfg, const Dataset& dataset);
+// the dataset and decode settings, <dir>/samples-<key>.cache; the key covers the index,
+// the bucket assignment and every setting the pixels depend on. Throws UsageError naming
+// data.cache_dir when the folder cannot be made.
+std::shared_ptr<SampleCache> open_disk_cache(const DiskCacheOptions& options, const Dataset& dataset);
 
 }  // namespace sana::data

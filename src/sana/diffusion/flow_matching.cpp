@@ -33,13 +33,13 @@ torch::Tensor sample_noise(const SampleKey& key, at::IntArrayRef shape) {
   return torch::randn(shape, sample_generator(key, "noise"), torch::kFloat32);
 }
 
-double sample_sigma(const SampleKey& key, const config::SchedulerConfig& sched) {
+double sample_sigma(const SampleKey& key, const TimestepOptions& sched) {
   util::RandomStream rng(key_of(key, "sigma"));
-  if (sched.weighting_scheme == config::Weighting::logit_normal) {
+  if (sched.weighting == Weighting::logit_normal) {
     return 1.0 / (1.0 + std::exp(-(sched.logit_mean + sched.logit_std * normal(rng))));
   }
   const double u = rng.uniform();
-  if (sched.weighting_scheme == config::Weighting::mode) {
+  if (sched.weighting == Weighting::mode) {
     const double c = std::cos(M_PI * u / 2.0);
     return 1.0 - u - sched.mode_scale * (c * c - 1.0 + u);
   }
@@ -74,14 +74,14 @@ bool caption_dropped(const SampleKey& key, double probability) {
 }
 
 FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
-                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched,
+                          uint64_t seed, int64_t epoch, const TimestepOptions& sched,
                           double drop_probability) {
   TORCH_CHECK(x0.size(0) == static_cast<int64_t>(ids.size()), "one id per sample");
   std::vector<torch::Tensor> noise;
   std::vector<double> sigmas, alphas, timesteps;
   std::vector<uint8_t> dropped;
   const auto shape = x0.sizes().slice(1);
-  const bool grid = sched.timestep_grid == config::TimestepGrid::integer;
+  const bool grid = sched.integer_grid;
   for (uint32_t id : ids) {
     const SampleKey key{seed, epoch, id};
     noise.push_back(sample_noise(key, shape));

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sana/config/config.h"
+#include "sana/diffusion/options.h"
 
 namespace sana::diffusion {
 
@@ -30,8 +30,8 @@ at::Generator sample_generator(const SampleKey& key, std::string_view purpose);
 // eps ~ N(0, 1) of `shape` (float32, CPU) for one sample.
 torch::Tensor sample_noise(const SampleKey& key, at::IntArrayRef shape);
 
-// The unshifted sigma in (0, 1) from the scheduler's weighting scheme.
-double sample_sigma(const SampleKey& key, const config::SchedulerConfig& sched);
+// The unshifted sigma in (0, 1) from the options' weighting scheme.
+double sample_sigma(const SampleKey& key, const TimestepOptions& sched);
 
 // sigma' = s * sigma / (1 + (s - 1) * sigma)
 double shift_sigma(double sigma, double flow_shift);
@@ -57,7 +57,7 @@ struct FlowBatch {
 // x0: [B, ...] (any device); ids: the batch's sample ids, in order; drop_probability:
 // model.class_dropout_prob (the model's Condition::drop takes `dropped`).
 FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
-                          uint64_t seed, int64_t epoch, const config::SchedulerConfig& sched,
+                          uint64_t seed, int64_t epoch, const TimestepOptions& sched,
                           double drop_probability = 0.0);
 
 // Mean squared error between the prediction and the target.

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <iostream>
 
-#include "sana/config/loader.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/exit_codes.h"
@@ -109,10 +108,9 @@ void soak(Runtime& rt, double seconds) {
 
 }  // namespace
 
-int run_check_dist(const config::Config& cfg, const LaunchEnv& env, const CheckDistOptions& opts) {
+int run_check_dist(const LaunchEnv& env, const CheckDistOptions& opts) {
   const auto start = Clock::now();
-  auto rt = Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)},
-                           flight_record_dir(cfg.work_dir));
+  auto rt = Runtime::start(env, opts.runtime, {SANA_VERSION, opts.config_fingerprint}, opts.flight_dir);
   try {
     if (rt->rank() == 0) {
       std::cout << fmt::format(

@@ -6,18 +6,23 @@
 #include <cstdint>
 #include <vector>
 
-#include "sana/config/config.h"
+#include <string>
+
 #include "sana/distributed/launch_env.h"
+#include "sana/distributed/options.h"
 
 namespace sana::dist {
 
 struct CheckDistOptions {
+  RuntimeOptions runtime;          // the dist.* keys of the config (or their defaults)
+  std::string config_fingerprint;  // what every rank must agree on
+  std::string flight_dir;          // where a rank's flight record goes on a failure ("": none)
   double soak_seconds = 0;  // keep all-reducing this long after the table
   std::vector<int64_t> sizes_bytes = {1 << 10, 16 << 10, 256 << 10, 1 << 20,
                                       4 << 20, 16 << 20, 64 << 20};
 };
 
 // Returns the process exit code; prints its report on rank 0 (stdout).
-int run_check_dist(const config::Config& cfg, const LaunchEnv& env, const CheckDistOptions& opts);
+int run_check_dist(const LaunchEnv& env, const CheckDistOptions& opts);
 
 }  // namespace sana::dist

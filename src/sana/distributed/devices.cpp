@@ -46,14 +46,14 @@ std::string DeviceClaim::describe() const {
   return fmt::format("cuda:{} ({}) on host {}", index, id, host);
 }
 
-DeviceClaim choose_device(const LaunchEnv& env, const config::DistConfig& cfg,
+DeviceClaim choose_device(const LaunchEnv& env, const RuntimeOptions& cfg,
                           const VisibleDevices& visible, const std::string& host) {
   DeviceClaim c;
   c.rank = env.rank;
   c.host = host;
   const int count = static_cast<int>(visible.cuda_ids.size());
   const bool want_cuda =
-      cfg.device == config::DeviceKind::cuda || (cfg.device == config::DeviceKind::automatic && count > 0);
+      cfg.device == DeviceChoice::cuda || (cfg.device == DeviceChoice::automatic && count > 0);
   if (!want_cuda) return c;
   if (count == 0) {
     throw DeviceError(fmt::format(
@@ -98,13 +98,13 @@ std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& cla
   return out;
 }
 
-std::string choose_backend(const config::DistConfig& cfg, const DeviceClaim& claim,
+std::string choose_backend(const RuntimeOptions& cfg, const DeviceClaim& claim,
                            bool nccl_available) {
-  if (cfg.backend != config::Backend::automatic) return config::name_of(cfg.backend);
+  if (cfg.backend != BackendChoice::automatic) return cfg.backend == BackendChoice::nccl ? "nccl" : "gloo";
   return claim.kind == "cuda" && nccl_available && !cfg.allow_shared_device ? "nccl" : "gloo";
 }
 
-int threads_per_process(const config::DistConfig& cfg, const LaunchEnv& env, unsigned cores) {
+int threads_per_process(const RuntimeOptions& cfg, const LaunchEnv& env, unsigned cores) {
   if (cfg.threads_per_process > 0) return static_cast<int>(cfg.threads_per_process);
   const int per = static_cast<int>(cores) / std::max(1, env.local_world_size);
   return std::max(1, per);

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/distributed/launch_env.h"
+#include "sana/distributed/options.h"
 #include "sana/util/error.h"
 
 namespace sana::dist {
@@ -45,7 +45,7 @@ class DeviceError : public sana::UsageError {
 
 // The device for this rank: cuda:LOCAL_RANK when CUDA devices are visible (or dist.device
 // is cuda), else CPU. Throws DeviceError when LOCAL_RANK has no device of its own.
-DeviceClaim choose_device(const LaunchEnv& env, const config::DistConfig& cfg,
+DeviceClaim choose_device(const LaunchEnv& env, const RuntimeOptions& cfg,
                           const VisibleDevices& visible, const std::string& host);
 
 // Every pair of ranks on the same device of the same host, worded for the user; empty
@@ -54,10 +54,10 @@ std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& cla
                                              bool allow_shared_device);
 
 // The backend for a claim: dist.backend, or for auto NCCL on CUDA when this build has it.
-std::string choose_backend(const config::DistConfig& cfg, const DeviceClaim& claim,
+std::string choose_backend(const RuntimeOptions& cfg, const DeviceClaim& claim,
                            bool nccl_available);
 
 // CPU threads for this process: dist.threads_per_process, or cores / processes on the host.
-int threads_per_process(const config::DistConfig& cfg, const LaunchEnv& env, unsigned cores);
+int threads_per_process(const RuntimeOptions& cfg, const LaunchEnv& env, unsigned cores);
 
 }  // namespace sana::dist

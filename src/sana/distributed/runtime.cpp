@@ -61,7 +61,7 @@ void PendingCollective::reset(const std::string& error) {
 // ---------------------------------------------------------------------------------------
 // Start-up
 
-Runtime::Runtime(LaunchEnv env, config::DistConfig cfg)
+Runtime::Runtime(LaunchEnv env, RuntimeOptions cfg)
     : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()) {}
 
 Runtime::~Runtime() {
@@ -83,7 +83,7 @@ void set_compute_threads(int threads) {
   if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
 }
 
-std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const config::DistConfig& cfg,
+std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptions& cfg,
                                         const StartChecks& checks, const std::string& flight_dir) {
   FlightRecorder::process().set_identity(env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/torch_compat.h"
 #include "sana/distributed/devices.h"
 #include "sana/distributed/launch_env.h"
@@ -80,7 +79,7 @@ class Runtime {
   // bounded by dist.timeout_s. Throws LaunchEnvError, DeviceError, Disagreement,
   // DistTimeout or PeerFailure with a message naming ranks and what to do.
   // flight_dir: where this rank's flight record goes on a failure or SIGUSR1 ("": none).
-  static std::unique_ptr<Runtime> start(const LaunchEnv& env, const config::DistConfig& cfg,
+  static std::unique_ptr<Runtime> start(const LaunchEnv& env, const RuntimeOptions& cfg,
                                         const StartChecks& checks, const std::string& flight_dir = "");
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -127,7 +126,7 @@ class Runtime {
   void finish();
 
  private:
-  Runtime(LaunchEnv env, config::DistConfig cfg);
+  Runtime(LaunchEnv env, RuntimeOptions cfg);
   // The flight recorder's watchdog: an overdue store operation or collective ends the
   // process naming the store host or the collective (installed before the first one).
   void watch_deadlines();
@@ -151,7 +150,7 @@ class Runtime {
   std::chrono::milliseconds timeout() const;
 
   LaunchEnv env_;
-  config::DistConfig cfg_;
+  RuntimeOptions cfg_;
   RendezvousEndpoint endpoint_;
   std::string local_address_;  // this host's address as the store host sees it
   std::string host_;

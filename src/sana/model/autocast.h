@@ -7,7 +7,6 @@
 
 #include <torch/torch.h>
 
-#include "sana/config/config.h"
 #include "sana/torch_compat.h"
 
 #include <string>
@@ -62,12 +61,13 @@ class NoAutocast {
   bool cpu_;
 };
 
-// The autocast a run uses: bf16 / fp16 on CUDA per model.mixed_precision, none on CPU.
-inline AutocastState autocast_for(const torch::Device& device, config::Precision mixed_precision) {
+// The autocast a run uses: `half` (kHalf or kBFloat16, from model.mixed_precision) on CUDA;
+// none on CPU or for kFloat (fp32).
+inline AutocastState autocast_for(const torch::Device& device, at::ScalarType half) {
   AutocastState s;
-  if (!device.is_cuda() || mixed_precision == config::Precision::fp32) return s;
+  if (!device.is_cuda() || half == at::kFloat) return s;
   s.enabled = true;
-  s.dtype = mixed_precision == config::Precision::fp16 ? at::kHalf : at::kBFloat16;
+  s.dtype = half;
   return s;
 }
 

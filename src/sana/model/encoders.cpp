@@ -24,7 +24,7 @@ std::string shape(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join
 
 }  // namespace
 
-FrozenVae FrozenVae::load(const config::VaeConfig& cfg, torch::Device device, int64_t probe_size) {
+FrozenVae FrozenVae::load(const VaeOptions& cfg, torch::Device device, int64_t probe_size) {
   FrozenVae vae;
   vae.cfg_ = cfg;
   vae.device_ = device;
@@ -68,7 +68,7 @@ torch::Tensor FrozenVae::decode(const torch::Tensor& latents) {
   return module_.get_method("decode")({(latents / cfg_.scale_factor).to(device_)}).toTensor().to(torch::kFloat32);
 }
 
-FrozenTextEncoder FrozenTextEncoder::load(const config::TextEncoderConfig& cfg, torch::Device device) {
+FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::Device device) {
   FrozenTextEncoder enc;
   enc.cfg_ = cfg;
   enc.device_ = device;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
+#include "sana/model/encoder_options.h"
 #include "sana/model/tokenizer.h"
 #include "sana/util/error.h"
 
@@ -35,14 +35,14 @@ class EncoderError : public sana::UsageError {
 class FrozenVae {
  public:
   // Loads vae.vae_pretrained and checks it on a small image of `probe_size` pixels.
-  static FrozenVae load(const config::VaeConfig& cfg, torch::Device device, int64_t probe_size = 64);
+  static FrozenVae load(const VaeOptions& cfg, torch::Device device, int64_t probe_size = 64);
   torch::Tensor encode(const torch::Tensor& images);  // -> [B, latent_dim, H/f, W/f] * scale
   bool can_decode() const { return can_decode_; }
   torch::Tensor decode(const torch::Tensor& latents);  // latents / scale -> images in [-1, 1]
 
  private:
   torch::jit::Module module_;
-  config::VaeConfig cfg_;
+  VaeOptions cfg_;
   torch::Device device_ = torch::kCPU;
   bool can_decode_ = false;
 };
@@ -50,7 +50,7 @@ class FrozenVae {
 class FrozenTextEncoder {
  public:
   // Loads text_encoder.text_encoder_path and checks it on a probe prompt.
-  static FrozenTextEncoder load(const config::TextEncoderConfig& cfg, torch::Device device);
+  static FrozenTextEncoder load(const TextEncoderOptions& cfg, torch::Device device);
   // features [N, model_max_length, caption_channels], mask [N, model_max_length]
   std::pair<torch::Tensor, torch::Tensor> encode(const std::vector<std::string>& prompts);
   // Upstream's null caption: the empty prompt's features, without CHI prompt or token
@@ -64,7 +64,7 @@ class FrozenTextEncoder {
 
   torch::jit::Module module_;
   std::shared_ptr<CaptionTokenizer> tokenizer_;
-  config::TextEncoderConfig cfg_;
+  TextEncoderOptions cfg_;
   torch::Device device_ = torch::kCPU;
 };
 

@@ -39,44 +39,20 @@ const std::vector<Preset>& presets() {
   return all;
 }
 
-ModelSpec spec_from_config(const config::Config& cfg) {
+ModelSpec preset_spec(const std::string& name) {
   const auto& all = presets();
-  const auto it = std::find_if(all.begin(), all.end(),
-                               [&](const Preset& p) { return p.name == cfg.model.model; });
-  if (it == all.end()) {
-    throw SpecError("model.model", fmt::format("unknown preset '{}'", cfg.model.model));
-  }
+  const auto it = std::find_if(all.begin(), all.end(), [&](const Preset& p) { return p.name == name; });
+  if (it == all.end()) throw SpecError("model.model", fmt::format("unknown preset '{}'", name));
   ModelSpec s;
   s.name = it->name;
   s.hidden = it->hidden;
   s.depth = it->depth;
   s.cross_heads = it->cross_heads;
   s.patch = it->patch;
-  const bool latent = cfg.data.load_vae_feat || config::uses_vae(cfg.vae);
-  s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
-  s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
-  s.linear_head_dim = cfg.model.linear_head_dim;
-  s.mlp_ratio = cfg.model.mlp_ratio;
-  s.caption_channels = cfg.text_encoder.caption_channels;
-  s.caption_tokens = cfg.text_encoder.model_max_length;
-  s.num_classes = cfg.model.num_classes;
-  if (cfg.data.load_text_feat || config::uses_text_encoder(cfg.text_encoder)) {
-    s.conditioning = Conditioning::caption;
-  } else if (cfg.model.num_classes > 0) {
-    s.conditioning = Conditioning::class_label;
-  } else {
-    s.conditioning = Conditioning::none;
-  }
-  s.y_norm = cfg.text_encoder.y_norm;
-  s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
-  s.qk_norm = cfg.model.qk_norm;
-  s.cross_norm = cfg.model.cross_norm;
-  s.use_pe = cfg.model.use_pe;
-  s.pe_interpolation = cfg.model.pe_interpolation;
-  s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
-  s.fp32_attention = cfg.model.fp32_attention;
-  s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
-  s.class_dropout_prob = cfg.model.class_dropout_prob;
+  return s;
+}
+
+void check_spec(const ModelSpec& s) {
   if (s.hidden % s.linear_head_dim != 0) {
     throw SpecError("model.linear_head_dim", fmt::format(
         "{} does not divide the width {} of {}; use a divisor such as 32",
@@ -85,7 +61,6 @@ ModelSpec spec_from_config(const config::Config& cfg) {
   if (s.mlp_hidden() < 1) {
     throw SpecError("model.mlp_ratio", fmt::format("{} gives no feed-forward channels", s.mlp_ratio));
   }
-  return s;
 }
 
 Flops forward_flops(const ModelSpec& s, int64_t height_px, int64_t width_px) {

@@ -1,6 +1,7 @@
 // The shape of a SanaMS linear DiT as plain numbers: presets by name (upstream's shapes
 // plus small ones for CPUs), the spec a run's config resolves to, and the forward FLOPs
-// of one sample at a bucket's size. Never includes torch, so `sana-train model` and the
+// of one sample at a bucket's size (train/component_options.h fills a spec from the
+// run's config). Never includes torch, so `sana-train model` and the
 // config checks can use it without building a model.
 #pragma once
 
@@ -9,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/util/error.h"
 
 namespace sana::model {
@@ -72,10 +72,11 @@ class SpecError : public sana::UsageError {
   std::string key_, message_;
 };
 
-// The spec a config asks for: the preset's shape, channels from the VAE / pixel space,
-// conditioning from the text encoder / data.load_text_feat / model.num_classes.
-// Throws SpecError naming the key when the combination cannot work.
-ModelSpec spec_from_config(const config::Config& cfg);
+// The named preset's shape (model.model) on a default spec; throws SpecError for an
+// unknown name.
+ModelSpec preset_spec(const std::string& name);
+// Throws SpecError naming the key when the spec's combination cannot work.
+void check_spec(const ModelSpec& spec);
 
 // Multiply-adds x 2 of the matrix products and convolutions of one forward pass of one
 // sample whose bucket is height x width pixels (elementwise work not counted).

@@ -6,6 +6,7 @@
 #include "sana/data/buckets.h"
 #include "sana/data/dataset.h"
 #include "sana/model/spec.h"
+#include "sana/train/component_options.h"
 
 namespace sana {
 
@@ -17,7 +18,7 @@ namespace {
 void check_model(const config::Config& cfg, config::IssueSink& issues) {
   model::ModelSpec spec;
   try {
-    spec = model::spec_from_config(cfg);
+    spec = train::model_spec_for(cfg);
   } catch (const model::SpecError& e) {
     issues.fail(e.key(), e.message());
     return;
@@ -25,7 +26,7 @@ void check_model(const config::Config& cfg, config::IssueSink& issues) {
   const int64_t cell = spec.downsample * spec.patch;
   std::vector<data::BucketTable> tables;
   try {
-    tables = data::bucket_tables_for(cfg);
+    tables = data::bucket_tables_for(train::bucket_options_for(cfg));
   } catch (const std::exception&) {
     return;  // the table itself is reported by config's own checks
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <random>
 
+#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -22,7 +23,7 @@ std::filesystem::path shared_memory_dir() {
 // Every rank of a node opens the same file (no collective: nothing to agree on); another
 // node has its own in its own data.cache_dir.
 std::shared_ptr<data::SampleCache> open_kept_cache(const config::Config& cfg, const data::Dataset& dataset) {
-  auto cache = data::open_disk_cache(cfg, dataset);
+  auto cache = data::open_disk_cache(disk_cache_options_for(cfg), dataset);
   const std::filesystem::path path = cache->path(), dir = path.parent_path();
   log::info("data.cache disk: {} samples, {} in {} ({} decoded by earlier runs)", cache->samples(),
             data::size_text(cache->bytes()), path.string(), cache->ready_at_open());

@@ -14,6 +14,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
+#include "sana/train/component_options.h"
 #include "sana/train/optim.h"
 #include "sana/util/log.h"
 
@@ -176,7 +177,7 @@ double MemoryEstimate::total() const { return weights + gradients + optimizer + 
 
 MemoryEstimate estimate_memory(const config::Config& cfg) {
   MemoryEstimate e;
-  const auto spec = model::spec_from_config(cfg);
+  const auto spec = model_spec_for(cfg);
   {
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
@@ -199,7 +200,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg) {
   e.gradients = 4 * p;
   e.ema = config::ema_enabled(cfg.train) ? 4 * p : 0;
   const int64_t cell = spec.downsample * spec.patch;
-  for (const auto& table : data::bucket_tables_for(cfg)) {
+  for (const auto& table : data::bucket_tables_for(bucket_options_for(cfg))) {
     for (const auto& b : table.buckets()) {
       const int64_t tokens = (b.height / cell) * (b.width / cell);
       if (tokens > e.tokens) {

@@ -19,6 +19,7 @@
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/spec.h"
+#include "sana/train/component_options.h"
 #include "sana/train/metrics.h"
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
@@ -250,7 +251,7 @@ void encode_images(const config::Config& cfg, const data::Dataset& ds, const std
   data::PlanStats stats;
   stats.num_samples = static_cast<int64_t>(ids.size());
   const data::EpochPlan plan = data::EpochPlan::from_batches(ids, buckets, 1, 0, stats);
-  auto o = data::loader_options_for(cfg);
+  auto o = loader_options_for(cfg);
   o.micro_batch = 1;
   o.random_flip = false;
   o.load_latents = false;
@@ -406,7 +407,7 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
 }  // namespace
 
 PrepareResult prepare_features(const config::Config& cfg, const dist::LaunchEnv& env, const PrepareOptions& opts) {
-  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)},
+  auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
                                  dist::flight_record_dir(cfg.work_dir));
   try {
     PrepareResult r = run(cfg, *rt, opts);

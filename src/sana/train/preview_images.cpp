@@ -9,6 +9,7 @@
 #include "sana/data/dataset.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
+#include "sana/train/component_options.h"
 
 namespace sana::train {
 
@@ -43,7 +44,7 @@ PreviewOptions preview_options_for(const config::Config& cfg) {
 
 std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg) {
   std::vector<PreviewBucket> buckets;
-  for (const auto& b : data::showcase_buckets(data::bucket_tables_for(cfg).front())) {
+  for (const auto& b : data::showcase_buckets(data::bucket_tables_for(bucket_options_for(cfg)).front())) {
     buckets.push_back({b.height, b.width});
   }
   return buckets;

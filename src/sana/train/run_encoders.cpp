@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "sana/model/weights.h"
+#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -17,12 +18,12 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
   const bool training = use == EncoderUse::training;
   Encoders e;
   if (config::uses_vae(cfg.vae) && !(training && cfg.data.load_vae_feat)) {
-    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(cfg.vae, device));
+    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(vae_options_for(cfg), device));
   }
   const bool wanted = training ? !cfg.data.load_text_feat
                                : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
   if (config::uses_text_encoder(cfg.text_encoder) && wanted) {
-    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(cfg.text_encoder, device));
+    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(text_encoder_options_for(cfg), device));
   }
   return e;
 }

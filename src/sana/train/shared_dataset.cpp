@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "sana/model/spec.h"
+#include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
 
 namespace sana::train {
@@ -30,8 +31,8 @@ data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
   if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
   if (!main_rank) rt.wait_for_work("index", 0);
   if (main_rank) slow_indexing_for_tests(rt);
-  const auto spec = model::spec_from_config(cfg);
-  auto dataset = data::Dataset::open(cfg, options, spec.downsample * spec.patch);
+  const auto spec = model_spec_for(cfg);
+  auto dataset = data::Dataset::open(dataset_options_for(cfg), options, spec.downsample * spec.patch);
   if (main_rank) rt.work_done("index");
   rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
   return dataset;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -19,7 +20,8 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
       encoders_(encoders),
       reducer_(reducer),
       feed_(model->parameters().front().device()),
-      amp_(model::autocast_for(model->parameters().front().device(), cfg.model.mixed_precision)) {
+      amp_(model::autocast_for(model->parameters().front().device(), half_type(cfg.model.mixed_precision))),
+      timesteps_(timestep_options_for(cfg)) {
   if (TestHooks::get().log_ids) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
@@ -114,7 +116,7 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   }
   const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
   const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : cfg_.model.class_dropout_prob;
-  const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, cfg_.scheduler, drop);
+  const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, timesteps_, drop);
   compute.pause();
   model::Condition cond;
   {
@@ -165,8 +167,17 @@ void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm,
 }
 
 bool loss_scaling(const torch::Device& device, config::Precision mixed_precision) {
-  const auto amp = model::autocast_for(device, mixed_precision);
+  const auto amp = model::autocast_for(device, half_type(mixed_precision));
   return amp.enabled && amp.dtype == at::kHalf;
+}
+
+at::ScalarType half_type(config::Precision mixed_precision) {
+  switch (mixed_precision) {
+    case config::Precision::fp16: return at::kHalf;
+    case config::Precision::bf16: return at::kBFloat16;
+    case config::Precision::fp32: break;
+  }
+  return at::kFloat;
 }
 
 }  // namespace sana::train

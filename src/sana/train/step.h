@@ -14,6 +14,7 @@
 
 #include "sana/config/config.h"
 #include "sana/data/loader.h"
+#include "sana/diffusion/options.h"
 #include "sana/distributed/reducer.h"
 #include "sana/model/autocast.h"
 #include "sana/model/sana_ms.h"
@@ -61,6 +62,7 @@ class TrainStep {
   dist::Reducer& reducer_;
   DeviceFeed feed_;
   model::AutocastState amp_;
+  diffusion::TimestepOptions timesteps_;
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (TestHooks::log_ids)
 };
 
@@ -76,5 +78,7 @@ void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm,
 
 // Whether a run scales its loss: autocast to fp16 (CUDA with model.mixed_precision fp16).
 bool loss_scaling(const torch::Device& device, config::Precision mixed_precision);
+// The half type model.mixed_precision names (kHalf, kBFloat16), or kFloat for fp32.
+at::ScalarType half_type(config::Precision mixed_precision);
 
 }  // namespace sana::train

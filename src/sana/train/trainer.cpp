@@ -19,6 +19,7 @@
 #include "sana/model/spec.h"
 #include "sana/model/weights.h"
 #include "sana/train/batching.h"
+#include "sana/train/component_options.h"
 #include "sana/train/device_peak.h"
 #include "sana/train/report.h"
 #include "sana/train/resume.h"
@@ -91,7 +92,7 @@ dist::ReducerOptions reducer_options(const config::Config& cfg) {
 }
 
 data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
-  auto o = data::loader_options_for(cfg);
+  auto o = loader_options_for(cfg);
   o.rank = rank;
   o.world_size = world;
   o.pin_memory = pin_memory;
@@ -111,7 +112,7 @@ void inject_test_failure(int rank, int64_t global_step) {
 }  // namespace
 
 int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  auto rt = dist::Runtime::start(env, cfg.dist, {SANA_VERSION, config::config_fingerprint(cfg)},
+  auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
                                  dist::flight_record_dir(cfg.work_dir));
   try {
     Trainer(cfg, *rt).run();
@@ -136,7 +137,7 @@ void Trainer::start() {
   const int rank = rt_.rank(), world = rt_.world_size();
   dataset_.emplace(open_dataset(cfg_, rt_));         // collective: rank 0 indexes, all agree on it
   cache_ = open_sample_cache(cfg_, *dataset_, rt_);  // collective: one cache per node, its name shared
-  spec_ = model::spec_from_config(cfg_);
+  spec_ = model_spec_for(cfg_);
   model_ = build_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
@@ -153,10 +154,10 @@ void Trainer::start() {
   checkpointer_.emplace(cfg_, main_rank_);
   register_checkpointed_parts();
 
-  segments_ = {{0, data::batch_spec_of(cfg_.train)}};
+  segments_ = {{0, batch_spec_for(cfg_)}};
   const auto first = epoch_plan(0, true);
-  data::check_plan_coverage(*dataset_, first, cfg_, "training");
-  check_world_fits(first, world, data::batch_spec_of(cfg_.train));
+  data::check_plan_coverage(*dataset_, first, "training");
+  check_world_fits(first, world, batch_spec_for(cfg_));
   if (cfg_.train.deterministic) check_deterministic(first, cfg_.train, rt_);
   resume();                                                   // collective: rank 0 picks the checkpoint
   if (!cfg_.model.load_from.empty() || resumed_) use_empty_prompt();  // collective: rank 0's null caption
@@ -192,7 +193,7 @@ void Trainer::use_empty_prompt() {
 
 data::EpochPlan Trainer::epoch_plan(int64_t epoch, bool fresh) const {
   if (cfg_.data.sampler == config::DataSampler::distributed) {
-    return data::make_epoch_plan(*dataset_, cfg_, epoch, rt_.world_size());
+    return data::make_epoch_plan(*dataset_, epoch, rt_.world_size(), cfg_.train.micro_batch_size);
   }
   return !fresh && epoch == position_.epoch ? dataset_->plan(epoch, segments_) : dataset_->plan(epoch);
 }
@@ -208,7 +209,7 @@ int64_t Trainer::count_total_steps() const {
 }
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {
-  const auto spec = data::batch_spec_of(cfg_.train);
+  const auto spec = batch_spec_for(cfg_);
   if (position_.step_in_epoch == 0) {
     segments_ = {{0, spec}};
   } else {
@@ -248,7 +249,7 @@ void Trainer::resume() {
     if (!s.epoch_segments.empty()) segments_.clear();
     for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
   }
-  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != data::batch_spec_of(cfg_.train)) change_batch(s);
+  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != batch_spec_for(cfg_)) change_batch(s);
   log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
             s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
@@ -360,7 +361,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};
-  if (epoch_end) segments_ = {{0, data::batch_spec_of(cfg_.train)}};
+  if (epoch_end) segments_ = {{0, batch_spec_for(cfg_)}};
   const int64_t global_step = position_.global_step;
   {
     PhaseTimer timer(out.times.checkpoint_preview);

@@ -76,7 +76,7 @@ TEST_CASE("epoch plan properties over many combinations", "[plan]") {
             const auto plan = EpochPlan::build(members, g, 7, epoch, tail);
             const auto again = EpochPlan::build(members_of(bucket_of, buckets), g, 7, epoch, tail);
             INFO("n=" << n << " buckets=" << buckets << " G=" << g << " tail="
-                      << sana::config::name_of(tail) << " epoch=" << epoch);
+                      << tail_name(tail) << " epoch=" << epoch);
             // Every rank computes the same plan: same steps, same contents.
             REQUIRE(plan.steps() == again.steps());
             REQUIRE(plan.fingerprint() == again.fingerprint());
@@ -164,7 +164,7 @@ TEST_CASE("a batch size changed mid-epoch re-batches exactly the samples not yet
       const auto third = EpochPlan::build(
           members, {{0, std::vector<int64_t>(6, 8)}, {k1, std::vector<int64_t>(6, 12)}, {k2, std::vector<int64_t>(6, 4)}},
           11, 4, tail);
-      INFO("tail " << sana::config::name_of(tail) << " k1=" << k1 << " k2=" << k2);
+      INFO("tail " << tail_name(tail) << " k1=" << k1 << " k2=" << k2);
       // The steps before a change are the earlier plan's.
       for (int64_t s = 0; s < k1; ++s) REQUIRE(third.batch(s).ids == first.batch(s).ids);
       for (int64_t s = k1; s < k2; ++s) REQUIRE(third.batch(s).ids == second.batch(s).ids);

@@ -23,16 +23,16 @@ namespace {
 const TempDir& features() { return sana::test::reference_fixtures("make_feature_fixtures.py"); }
 
 // The fixtures' 12 samples of one size (24x40, one bucket at 32 px), 4 per step.
-sana::config::Config feature_config(const std::string& meta, const std::string& work_dir) {
-  sana::config::Config cfg;
-  cfg.data.data_dir = {meta};
-  cfg.work_dir = work_dir;
-  cfg.data.image_size = cfg.model.image_size = 32;
-  cfg.data.aspect_ratio_type = "generated";
-  cfg.data.bucket_step = 8;
-  cfg.train.global_batch_size = 4;
-  cfg.train.micro_batch_size = 2;
-  return cfg;
+DatasetOptions feature_config(const std::string& meta, const std::string& work_dir) {
+  DatasetOptions o;
+  o.sources = {meta};
+  o.index_dir = work_dir + "/index";
+  o.buckets.base_sizes = {32};
+  o.buckets.aspect_ratio_type = "generated";
+  o.buckets.bucket_step = 8;
+  o.batch.global_batch = 4;
+  o.seed = 42;  // train.seed's default
+  return o;
 }
 
 // Two workers serving the fixtures' latents: 4 channels, 24x40 bucket -> 6x10.

@@ -18,7 +18,7 @@ namespace {
 
 struct Fixture {
   TempDir dir;
-  sana::config::Config cfg;
+  DatasetOptions dataset_options;
   std::unique_ptr<Dataset> dataset;
 
   Fixture() {
@@ -37,16 +37,15 @@ struct Fixture {
     std::ifstream in(aqua, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     dir.write("images/cut.jpg", bytes.substr(0, bytes.size() / 3));
-    cfg.data.data_dir = {images.string()};
-    cfg.work_dir = dir.path("work");
-    cfg.data.image_size = cfg.model.image_size = 32;
-    cfg.data.aspect_ratio_type = "generated";
-    cfg.data.bucket_step = 8;
-    cfg.data.tail = sana::config::Tail::pad;
-    cfg.train.global_batch_size = 4;
-    cfg.train.micro_batch_size = 1;
-    cfg.train.seed = 5;
-    dataset = std::make_unique<Dataset>(Dataset::open(cfg));
+    dataset_options.sources = {images.string()};
+    dataset_options.index_dir = dir.path("work/index");
+    dataset_options.buckets.base_sizes = {32};
+    dataset_options.buckets.aspect_ratio_type = "generated";
+    dataset_options.buckets.bucket_step = 8;
+    dataset_options.tail = TailPolicy::pad;
+    dataset_options.batch.global_batch = 4;
+    dataset_options.seed = 5;
+    dataset = std::make_unique<Dataset>(Dataset::open(dataset_options));
   }
 
   LoaderOptions options(int workers, int rank = 0, int world = 1, int64_t micro = 2) const {
@@ -107,7 +106,7 @@ TEST_CASE("bad files are replaced from the same bucket and counted by reason", "
     }
   }
   CHECK(bad_files >= 8);
-  fx.dataset = std::make_unique<Dataset>(Dataset::open(fx.cfg));
+  fx.dataset = std::make_unique<Dataset>(Dataset::open(fx.dataset_options));
   // A file deleted after indexing (e.g. by a clean-up job during training).
   std::filesystem::remove(fx.dir.path("images/Storm.jpg"));
   const auto plan = fx.dataset->plan(0);  // tail pad: every sample appears

@@ -15,7 +15,7 @@
 using namespace sana::diffusion;
 
 TEST_CASE("per-sample draws are the same in any thread and order", "[diffusion][streams]") {
-  sana::config::SchedulerConfig sched;
+  TimestepOptions sched;
   const int n = 64;
   std::vector<torch::Tensor> serial(n);
   std::vector<double> sigma(n);
@@ -49,7 +49,7 @@ namespace {
 
 // The draws of samples 0..15 (epoch 2, seed 5): noise, sigma, dropout, in one file.
 sana::NamedTensors draws_of_samples() {
-  sana::config::SchedulerConfig sched;
+  TimestepOptions sched;
   std::vector<torch::Tensor> noise;
   std::vector<double> sigma, dropped;
   for (uint64_t id = 0; id < 16; ++id) {
@@ -91,7 +91,7 @@ TEST_CASE("per-sample draws are the same in another process", "[diffusion][strea
 }
 
 TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[diffusion][streams]") {
-  sana::config::SchedulerConfig sched;
+  TimestepOptions sched;
   sched.flow_shift = 3.0;
   const auto x0 = torch::rand({4, 3, 8, 8});
   const auto whole = make_flow_batch(x0, {10, 11, 12, 13}, 5, 2, sched);
@@ -113,9 +113,9 @@ TEST_CASE("a sample's noisy input does not depend on how the batch is split", "[
 }
 
 TEST_CASE("flow-matching formulas", "[diffusion]") {
-  sana::config::SchedulerConfig sched;
+  TimestepOptions sched;
   sched.flow_shift = 3.0;
-  sched.timestep_grid = sana::config::TimestepGrid::continuous;
+  sched.integer_grid = false;
   CHECK(shift_sigma(0.5, 3.0) == Approx(0.75));
   CHECK(shift_sigma(0.25, 1.0) == 0.25);
   const auto x0 = torch::rand({2, 3, 4, 4});
@@ -130,7 +130,7 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
   }
   CHECK(flow_loss(b.target, b.target).item<float>() == 0.0f);
   // Upstream's integer grid: t = floor(1000 u), sigma from the shifted table, integer timesteps.
-  sched.timestep_grid = sana::config::TimestepGrid::integer;
+  sched.integer_grid = true;
   const auto g = make_flow_batch(x0, {0, 1}, 1, 0, sched);
   for (int i = 0; i < 2; ++i) {
     const int64_t t = grid_index(sample_sigma({1, 0, static_cast<uint64_t>(i)}, sched), 1000);
@@ -146,8 +146,8 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
   // Logit-normal(0, 1) has median 0.5; uniform stays in [0, 1); dropout hits its rate.
   std::vector<double> draws;
   int dropped = 0;
-  sana::config::SchedulerConfig uniform;
-  uniform.weighting_scheme = sana::config::Weighting::uniform;
+  TimestepOptions uniform;
+  uniform.weighting = Weighting::uniform;
   for (uint64_t i = 0; i < 4000; ++i) {
     draws.push_back(sample_sigma({2, 0, i}, sched));
     const double u = sample_sigma({2, 0, i}, uniform);

@@ -196,8 +196,7 @@ TEST_CASE("weights round-trip through safetensors and torch.save; strict loads n
 
 TEST_CASE("TorchScript encoders load, are checked against the config, and drive previews", "[encoders]") {
   const auto& fx = sana::test::reference_fixtures("make_torchscript_encoders.py");
-  config::VaeConfig vc;
-  vc.vae_type = config::VaeType::torchscript;
+  model::VaeOptions vc;
   vc.vae_pretrained = fx.path("vae.pt");
   vc.vae_latent_dim = 4;
   vc.vae_downsample_rate = 4;
@@ -216,7 +215,7 @@ TEST_CASE("TorchScript encoders load, are checked against the config, and drive 
   wrong.vae_pretrained = fx.path("text.pt");
   CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU), Catch::Contains("no method encode"));
 
-  config::TextEncoderConfig tc;
+  model::TextEncoderOptions tc;
   tc.text_encoder_name = "torchscript";
   tc.text_encoder_path = fx.path("text.pt");
   tc.caption_channels = 8;

@@ -21,7 +21,7 @@ VisibleDevices gpus(std::vector<std::string> ids) { return VisibleDevices{std::m
 }  // namespace
 
 TEST_CASE("each process takes cuda:LOCAL_RANK", "[devices]") {
-  sana::config::DistConfig cfg;
+  RuntimeOptions cfg;
   const auto c = choose_device(local(1, 2), cfg, gpus({"GPU-a", "GPU-b"}), "n1");
   CHECK(c.kind == "cuda");
   CHECK(c.index == 1);
@@ -32,16 +32,16 @@ TEST_CASE("each process takes cuda:LOCAL_RANK", "[devices]") {
 }
 
 TEST_CASE("more processes than GPUs is an error naming the rank and the fix", "[devices]") {
-  sana::config::DistConfig cfg;
+  RuntimeOptions cfg;
   CHECK_THROWS_WITH(choose_device(local(1, 2), cfg, gpus({"GPU-a"}), "colab"),
                     Catch::Contains("rank 1 (LOCAL_RANK 1) has no GPU of its own") &&
                         Catch::Contains("2 processes were started on host colab") &&
                         Catch::Contains("dist.allow_shared_device=true"));
   cfg.allow_shared_device = true;
-  cfg.backend = sana::config::Backend::gloo;
+  cfg.backend = BackendChoice::gloo;
   const auto c = choose_device(local(1, 2), cfg, gpus({"GPU-a"}), "colab");
   CHECK(c.index == 0);
-  cfg.device = sana::config::DeviceKind::cuda;
+  cfg.device = DeviceChoice::cuda;
   CHECK_THROWS_WITH(choose_device(local(0, 1), cfg, gpus({}), "n1"),
                     Catch::Contains("sees no CUDA device"));
 }
@@ -72,7 +72,7 @@ TEST_CASE("two ranks on one device of one host clash; other hosts and CPUs do no
 }
 
 TEST_CASE("CPU threads default to the cores shared by the processes of a host", "[devices]") {
-  sana::config::DistConfig cfg;
+  RuntimeOptions cfg;
   CHECK(threads_per_process(cfg, local(0, 2), 16) == 8);
   CHECK(threads_per_process(cfg, local(0, 4), 2) == 1);
   cfg.threads_per_process = 3;

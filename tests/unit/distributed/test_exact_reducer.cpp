@@ -8,7 +8,6 @@
 
 #include <cmath>
 
-#include "sana/config/config.h"
 #include "sana/distributed/reducer.h"
 #include "sana/distributed/runtime.h"
 
@@ -17,8 +16,7 @@ using namespace sana;
 namespace {
 
 struct OneProcess {
-  config::Config cfg;
-  std::unique_ptr<dist::Runtime> rt = dist::Runtime::start(dist::LaunchEnv{}, cfg.dist, {"test", "test"});
+  std::unique_ptr<dist::Runtime> rt = dist::Runtime::start(dist::LaunchEnv{}, dist::RuntimeOptions{}, {"test", "test"});
   torch::Tensor p = torch::zeros({4}, torch::requires_grad());
   std::unique_ptr<dist::Reducer> reducer =
       dist::make_reducer(*rt, {{"p", p}}, {25.0, 1.0, true, /*average=*/false, /*exact=*/true});

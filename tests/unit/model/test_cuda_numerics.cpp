@@ -32,7 +32,7 @@ TEST_CASE("fp32_attention on CUDA: LiteLA's products stay fp32 under fp16 and bf
   const auto k = torch::randn({2, 4, 32, 256}, on_gpu) * 8;
   const auto v = torch::randn({2, 4, 32, 256}, on_gpu) * 8;
   const auto reference = LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, true);  // no autocast
-  for (const auto precision : {sana::config::Precision::fp16, sana::config::Precision::bf16}) {
+  for (const auto precision : {at::kHalf, at::kBFloat16}) {
     const AutocastState amp_state = sana::model::autocast_for(torch::Device(torch::kCUDA), precision);
     REQUIRE(amp_state.enabled);
     AutocastGuard amp(amp_state);

@@ -12,6 +12,7 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
 #include "sana/torch_compat.h"
+#include "sana/train/component_options.h"
 #include "model_specs.h"
 #include "test_support.h"
 
@@ -29,7 +30,7 @@ ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   cfg.text_encoder.model_max_length = 8;
   if (cond == Conditioning::caption) cfg.data.load_text_feat = true;
   if (cond == Conditioning::class_label) cfg.model.num_classes = 10;
-  return spec_from_config(cfg);
+  return sana::train::model_spec_for(cfg);
 }
 
 Condition condition_for(const ModelSpec& s, int64_t batch, torch::Dtype dtype = torch::kFloat32) {
@@ -93,7 +94,7 @@ TEST_CASE("every preset builds on the meta device with upstream's shapes and cou
     cfg.model.model = preset.name;
     cfg.data.load_vae_feat = !preset.cpu_sized;  // upstream's presets train on DC-AE latents
     cfg.data.load_text_feat = true;
-    const auto spec = spec_from_config(cfg);
+    const auto spec = sana::train::model_spec_for(cfg);
     SanaMS model(spec, BuildOptions{torch::kFloat32, true, 0});
     // An independent count from the architecture's formulas.
     const int64_t C = spec.hidden, H = spec.mlp_hidden(), P = spec.patch, Cin = spec.in_channels;
@@ -408,7 +409,7 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
     torch::manual_seed(static_cast<uint64_t>(i));
     const int64_t B = 3;
     const auto x0 = torch::randn({B, 3, cs.h, cs.w});
-    const auto flow = sana::diffusion::make_flow_batch(x0, {11, 12, 13}, 5, 0, sana::config::SchedulerConfig{});
+    const auto flow = sana::diffusion::make_flow_batch(x0, {11, 12, 13}, 5, 0, sana::diffusion::TimestepOptions{});
     auto c = condition_for(cs.spec, B);
     c.drop = torch::tensor({false, true, false});
     torch::Tensor pred, loss;

@@ -29,9 +29,9 @@ nlohmann::json case_json() {
   return nlohmann::json::parse(in);
 }
 
-config::TextEncoderConfig text_config(const std::string& name) {
+model::TextEncoderOptions text_config(const std::string& name) {
   const auto c = case_json();
-  config::TextEncoderConfig t;
+  model::TextEncoderOptions t;
   t.text_encoder_name = name;
   t.text_encoder_path = fixtures().path("ids_encoder.pt");
   t.tokenizer_path = fixtures().path("spm.model");

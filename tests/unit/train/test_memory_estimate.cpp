@@ -7,6 +7,7 @@
 
 #include "sana/config/config.h"
 #include "sana/model/spec.h"
+#include "sana/train/component_options.h"
 #include "sana/train/memory_estimate.h"
 
 using namespace sana;
@@ -29,7 +30,7 @@ config::Config tiny_config() {
 // The estimate against a forward measured at the config's own size.
 void check_against_measurement(const config::Config& cfg) {
   const auto e = train::estimate_memory(cfg);
-  const auto spec = model::spec_from_config(cfg);
+  const auto spec = train::model_spec_for(cfg);
   const int64_t cell = spec.downsample * spec.patch;
   REQUIRE(e.tokens == (e.height / cell) * (e.width / cell));
   REQUIRE(e.tokens > 128);  // beyond the token counts the estimate measured at
@@ -59,7 +60,7 @@ TEST_CASE("caption tokens are a per-sample cost in the estimate", "[train][memor
   cfg.data.load_text_feat = true;  // caption-conditioned: 300 caption tokens of 64 features
   cfg.text_encoder.caption_channels = 64;
   cfg.text_encoder.model_max_length = 300;
-  REQUIRE(model::spec_from_config(cfg).conditioning == model::Conditioning::caption);
+  REQUIRE(train::model_spec_for(cfg).conditioning == model::Conditioning::caption);
   check_against_measurement(cfg);
 }
 

@@ -1,0 +1,26 @@
+// What the distributed runtime starts with (distributed/runtime.h, devices.h): the
+// dist.* keys, by the same names; train/component_options.h fills them from the run's
+// config. No torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace sana::dist {
+
+enum class BackendChoice { automatic, gloo, nccl };
+enum class DeviceChoice { automatic, cpu, cuda };
+
+struct RuntimeOptions {
+  BackendChoice backend = BackendChoice::automatic;  // automatic: NCCL on CUDA where built, else Gloo
+  DeviceChoice device = DeviceChoice::automatic;     // automatic: CUDA when devices are visible
+  std::string master_addr;
+  int64_t master_port = 0;            // 0: from the launcher's environment, else 29500
+  double timeout_s = 300.0;           // every wait of start-up and of each collective
+  double heartbeat_timeout_s = 30.0;  // a rank silent this long is declared dead
+  std::string socket_ifname;
+  bool allow_shared_device = false;   // debugging only: several ranks on one GPU (gloo)
+  int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
+};
+
+}  // namespace sana::dist

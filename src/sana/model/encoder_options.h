@@ -1,0 +1,28 @@
+// What the frozen encoders (model/encoders.h) are loaded with. Fields carry the names of
+// the keys they come from (vae.*, text_encoder.*), since errors name those keys;
+// train/component_options.h fills them from the run's config. No torch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sana::model {
+
+struct VaeOptions {
+  std::string vae_pretrained;        // the TorchScript export
+  double scale_factor = 0.41407;     // latents are multiplied by it after encoding
+  int64_t vae_latent_dim = 32;       // channels the encoder must give
+  int64_t vae_downsample_rate = 32;  // pixels per latent cell
+};
+
+struct TextEncoderOptions {
+  std::string text_encoder_name = "torchscript";  // upstream's name picks the caption pipeline
+  std::string text_encoder_path;                  // the TorchScript export
+  std::string tokenizer_path;                     // a SentencePiece model ("": the export tokenizes)
+  int64_t caption_channels = 2304;                // features' width
+  int64_t model_max_length = 300;                 // tokens per caption
+  std::vector<std::string> chi_prompt;            // lines put before every caption
+};
+
+}  // namespace sana::model

@@ -1,0 +1,167 @@
+#include "sana/train/component_options.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <utility>
+#include <filesystem>
+
+#include "sana/data/decode.h"
+
+namespace sana::train {
+
+namespace {
+
+// A config enum's value as the component's enum, by the pairs listed (every enumerator of
+// both); an enumerator added to the config without its pair here is a logic_error where used.
+template <class To, class From, size_t N>
+To mapped(From value, const std::array<std::pair<From, To>, N>& pairs) {
+  for (const auto& [from, to] : pairs) {
+    if (from == value) return to;
+  }
+  throw std::logic_error("train/component_options.cpp: an enumerator with no component counterpart");
+}
+
+}  // namespace
+
+data::BucketOptions bucket_options_for(const config::Config& cfg) {
+  data::BucketOptions o;
+  o.base_sizes = {cfg.data.image_size};
+  o.base_sizes.insert(o.base_sizes.end(), cfg.data.multi_scale_sizes.begin(), cfg.data.multi_scale_sizes.end());
+  o.multi_scale = cfg.model.multi_scale;
+  o.aspect_ratio_type = cfg.data.aspect_ratio_type;
+  o.bucket_step = cfg.data.bucket_step;
+  o.scale_rule = cfg.data.multi_scale_rule;
+  return o;
+}
+
+data::BatchSpec batch_spec_for(const config::Config& cfg) {
+  return {cfg.train.global_batch_size, cfg.train.batch_tokens};
+}
+
+data::DatasetOptions dataset_options_for(const config::Config& cfg) {
+  data::DatasetOptions o;
+  o.sources = cfg.data.data_dir;
+  o.index_dir = (std::filesystem::path(cfg.work_dir) / "index").string();
+  o.buckets = bucket_options_for(cfg);
+  o.batch = batch_spec_for(cfg);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.tail = mapped(cfg.data.tail, std::array{std::pair{config::Tail::drop, data::TailPolicy::drop},
+                                            std::pair{config::Tail::pad, data::TailPolicy::pad}});
+  o.distributed_sampler = cfg.data.sampler == config::DataSampler::distributed;
+  o.max_untrained_fraction = cfg.data.max_untrained_fraction;
+  return o;
+}
+
+data::LoaderOptions loader_options_for(const config::Config& cfg) {
+  data::LoaderOptions o;
+  o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
+  o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
+  o.decode.interpolation = data::interpolation_flag(cfg.data.interpolation);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.wait_timeout_s = cfg.dist.timeout_s;
+  o.load_latents = cfg.data.load_vae_feat;
+  o.latent_channels = cfg.vae.vae_latent_dim;
+  o.latent_downsample = cfg.vae.vae_downsample_rate;
+  o.load_text_feat = cfg.data.load_text_feat;
+  o.text_length = cfg.text_encoder.model_max_length;
+  o.text_channels = cfg.text_encoder.caption_channels;
+  return o;
+}
+
+data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg) {
+  data::DiskCacheOptions o;
+  o.dir = cfg.data.cache_dir.empty() ? (std::filesystem::path(cfg.work_dir) / "sample_cache").string()
+                                     : cfg.data.cache_dir;
+  o.interpolation = cfg.data.interpolation;
+  return o;
+}
+
+model::ModelSpec model_spec_for(const config::Config& cfg) {
+  model::ModelSpec s = model::preset_spec(cfg.model.model);
+  const bool latent = cfg.data.load_vae_feat || config::uses_vae(cfg.vae);
+  s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
+  s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
+  s.linear_head_dim = cfg.model.linear_head_dim;
+  s.mlp_ratio = cfg.model.mlp_ratio;
+  s.caption_channels = cfg.text_encoder.caption_channels;
+  s.caption_tokens = cfg.text_encoder.model_max_length;
+  s.num_classes = cfg.model.num_classes;
+  if (cfg.data.load_text_feat || config::uses_text_encoder(cfg.text_encoder)) {
+    s.conditioning = model::Conditioning::caption;
+  } else if (cfg.model.num_classes > 0) {
+    s.conditioning = model::Conditioning::class_label;
+  } else {
+    s.conditioning = model::Conditioning::none;
+  }
+  s.y_norm = cfg.text_encoder.y_norm;
+  s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
+  s.qk_norm = cfg.model.qk_norm;
+  s.cross_norm = cfg.model.cross_norm;
+  s.use_pe = cfg.model.use_pe;
+  s.pe_interpolation = cfg.model.pe_interpolation;
+  s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
+  s.fp32_attention = cfg.model.fp32_attention;
+  s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
+  s.class_dropout_prob = cfg.model.class_dropout_prob;
+  model::check_spec(s);
+  return s;
+}
+
+model::VaeOptions vae_options_for(const config::Config& cfg) {
+  model::VaeOptions o;
+  o.vae_pretrained = cfg.vae.vae_pretrained;
+  o.scale_factor = cfg.vae.scale_factor;
+  o.vae_latent_dim = cfg.vae.vae_latent_dim;
+  o.vae_downsample_rate = cfg.vae.vae_downsample_rate;
+  return o;
+}
+
+model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
+  const auto& t = cfg.text_encoder;
+  model::TextEncoderOptions o;
+  o.text_encoder_name = t.text_encoder_name;
+  o.text_encoder_path = t.text_encoder_path;
+  o.tokenizer_path = t.tokenizer_path;
+  o.caption_channels = t.caption_channels;
+  o.model_max_length = t.model_max_length;
+  o.chi_prompt = t.chi_prompt;
+  return o;
+}
+
+diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
+  const auto& s = cfg.scheduler;
+  diffusion::TimestepOptions o;
+  o.weighting = mapped(s.weighting_scheme,
+                       std::array{std::pair{config::Weighting::logit_normal, diffusion::Weighting::logit_normal},
+                                  std::pair{config::Weighting::mode, diffusion::Weighting::mode},
+                                  std::pair{config::Weighting::uniform, diffusion::Weighting::uniform}});
+  o.logit_mean = s.logit_mean;
+  o.logit_std = s.logit_std;
+  o.mode_scale = s.mode_scale;
+  o.flow_shift = s.flow_shift;
+  o.train_sampling_steps = s.train_sampling_steps;
+  o.integer_grid = s.timestep_grid == config::TimestepGrid::integer;
+  return o;
+}
+
+dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
+  const auto& d = cfg.dist;
+  dist::RuntimeOptions o;
+  o.backend = mapped(d.backend, std::array{std::pair{config::Backend::automatic, dist::BackendChoice::automatic},
+                                            std::pair{config::Backend::gloo, dist::BackendChoice::gloo},
+                                            std::pair{config::Backend::nccl, dist::BackendChoice::nccl}});
+  o.device = mapped(d.device, std::array{std::pair{config::DeviceKind::automatic, dist::DeviceChoice::automatic},
+                                          std::pair{config::DeviceKind::cpu, dist::DeviceChoice::cpu},
+                                          std::pair{config::DeviceKind::cuda, dist::DeviceChoice::cuda}});
+  o.master_addr = d.master_addr;
+  o.master_port = d.master_port;
+  o.timeout_s = d.timeout_s;
+  o.heartbeat_timeout_s = d.heartbeat_timeout_s;
+  o.socket_ifname = d.socket_ifname;
+  o.allow_shared_device = d.allow_shared_device;
+  o.threads_per_process = d.threads_per_process;
+  return o;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,43 @@
+// The one place that maps the run's config (config::Config, shaped like the YAML) onto the
+// options each component takes. data/, model/, diffusion/ and distributed/ never see the
+// config (scripts/check_layout.sh holds them to it): a component is built and tested from
+// its own options, and a key that moves in the YAML moves here alone. No torch.
+#pragma once
+
+#include "sana/config/config.h"
+#include "sana/data/dataset.h"
+#include "sana/data/loader_options.h"
+#include "sana/data/sample_cache.h"
+#include "sana/diffusion/options.h"
+#include "sana/distributed/options.h"
+#include "sana/model/encoder_options.h"
+#include "sana/model/spec.h"
+
+namespace sana::train {
+
+// data.image_size and multi_scale_sizes, aspect_ratio_type, bucket_step, multi_scale_rule,
+// model.multi_scale.
+data::BucketOptions bucket_options_for(const config::Config& cfg);
+// train.global_batch_size and train.batch_tokens.
+data::BatchSpec batch_spec_for(const config::Config& cfg);
+// data.data_dir (indexed under work_dir/index), the buckets, the batch, train.seed,
+// data.tail, data.sampler and data.max_untrained_fraction.
+data::DatasetOptions dataset_options_for(const config::Config& cfg);
+// Workers, prefetch, decoding and features; rank, world size, micro-batch, flips and
+// pinning are the caller's.
+data::LoaderOptions loader_options_for(const config::Config& cfg);
+// data.cache_dir (empty: work_dir/sample_cache) and data.interpolation.
+data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg);
+
+// The spec the config asks for: the preset's shape (model.model), channels from the VAE or
+// pixel space, conditioning from the text encoder / data.load_text_feat / model.num_classes.
+// Throws model::SpecError naming the key when the combination cannot work.
+model::ModelSpec model_spec_for(const config::Config& cfg);
+model::VaeOptions vae_options_for(const config::Config& cfg);
+model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg);
+
+diffusion::TimestepOptions timestep_options_for(const config::Config& cfg);
+
+dist::RuntimeOptions runtime_options_for(const config::Config& cfg);
+
+}  // namespace sana::train
