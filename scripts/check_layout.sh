@@ -6,7 +6,8 @@
 #      a file may include its own folder and any lower layer; never a higher one, and never
 #      sideways among config, data, model, diffusion, distributed and ckpt: the components
 #      take options structs of their own, which train/component_options.h fills from the
-#      config, so none of them includes config/;
+#      config, so none of them includes config/; and train/features/ (a command of its own
+#      built on the loop's parts) is included by nothing in src/ outside it;
 #   b. no file in src/ or apps/ over 500 lines;
 #   c. no function in src/ or apps/ over 80 lines (universal-ctags' line: and end: fields);
 #   d. no comment in src/, apps/, tests/ or scripts/ names a Markdown file that is not in
@@ -72,6 +73,10 @@ if [ ${#cxx_files[@]} -gt 0 ]; then
       where = FILENAME ":" FNR ": includes " target
       if (from == "") { print where " (file is in no layer: rule a, layers are util, config/data/model/diffusion/distributed/ckpt, train, apps)" >> VIOL; next }
       if (to == "") { print where " (no such layer: rule a, sana/ includes name util, config, data, model, diffusion, distributed, ckpt, train or torch_compat.h)" >> VIOL; next }
+      if (target ~ /^sana\/train\/features\// && FILENAME ~ /^src\// && FILENAME !~ /^src\/sana\/train\/features\//) {
+        print where " (train -> train/features: rule a: train/features/ is a command of its own; only apps/ include it)" >> VIOL
+        next
+      }
       if (to == from || rank(to) < rank(from)) next
       if (rank(to) == rank(from) && to == "config")
         print where " (" from " -> config: sideways; rule a: a component takes its own options, filled from the config by train/component_options.h)" >> VIOL

@@ -2,7 +2,7 @@
 // The model is built on the meta device (no weights allocated, so the 1.6 B preset is
 // instant); model/ counts its parameters per top-level module and its forward FLOPs per
 // sample, shown for the square, tallest and widest bucket of each base size; and the
-// memory one training process needs (train/memory_estimate.h: a few small forwards on the CPU).
+// memory one training process needs (train/report/memory_estimate.h: a few small forwards on the CPU).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,7 +15,7 @@
 #include "sana/data/sample_cache.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
-#include "sana/train/memory_estimate.h"
+#include "sana/train/report/memory_estimate.h"
 
 namespace sana::app {
 

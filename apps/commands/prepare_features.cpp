@@ -1,14 +1,14 @@
 // `sana-train prepare-features --config C [--out DIR] [--batch-size N]`: the config's VAE and
 // text encoder run once over the dataset, on every rank of a launch, and their outputs go
 // to DIR (default <work_dir>/features) in the layout data.load_vae_feat / load_text_feat read
-// (train/prepare_features.h). Resumable: a rerun skips every sample whose files exist. Ends
+// (train/features/prepare_features.h). Resumable: a rerun skips every sample whose files exist. Ends
 // by writing DIR/train.yaml, the config that trains on the features.
 #include <fmt/format.h>
 
 #include <iostream>
 
 #include "command.h"
-#include "sana/train/prepare_features.h"
+#include "sana/train/features/prepare_features.h"
 
 namespace sana::app {
 

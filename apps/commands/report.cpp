@@ -1,10 +1,10 @@
-// `sana-train report WORK_DIR`: plots and a summary of a run's metrics (train/report.h
+// `sana-train report WORK_DIR`: plots and a summary of a run's metrics (train/report/report.h
 // makes them). No metrics at all is a usage error (exit 2); plots that could not be drawn
 // after the summary was printed are a failure (exit 1).
 #include <iostream>
 
 #include "command.h"
-#include "sana/train/report.h"
+#include "sana/train/report/report.h"
 #include "sana/util/error.h"
 
 namespace sana::app {

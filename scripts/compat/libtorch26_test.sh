@@ -6,22 +6,18 @@
 # The fault-injection trials run 3 per fault here (SANA_FAULT_TRIALS; 10 in the main suite).
 #   bash scripts/compat/libtorch26_test.sh [CTEST ARGS...]      the whole suite
 #   bash scripts/compat/libtorch26_test.sh --ci [CTEST ARGS...] what CI runs (.ci/run)
-# --ci: one fault trial per fault, and none of the multi-process runs that check our own
-# logic at length or only our own code (launcher, store, signals: the same source on any
-# LibTorch): the soak, elastic, two nodes, seed000, Fashion-MNIST's loss, the sample cache,
-# dist.training, the launcher and store cases, the 3-process and Slurm launcher checks. What
-# stays: every unit, torch, reference and apps test (each LibTorch API we call, the numerics
-# against python3-torch 2.6) and a multi-process run of each kind that goes through Gloo
-# (resume on other world sizes, determinism, a hung rank, the fault trials, the console,
-# TensorBoard, features, DDP gradients, launch and mpirun). Measured here (2 cores, chroot
-# built): --ci 1016 s of ctest before dist.training and the launcher and store cases left it.
+# --ci: the fast tier (every unit, torch, reference, config-error and apps test, training and
+# resume on other process counts, one trial of each fault) and the "compat" label: the
+# multi-process runs whose outcome rests on this LibTorch's Gloo or trixie's launchers
+# (determinism across world sizes, DDP's gradients, a hung rank, TensorBoard, mpirun;
+# tests/CMakeLists.txt lists them). The long runs that check our own logic (soak,
+# elastic, two nodes, the fault trials x 10, launcher and store cases) run once, on the
+# main LibTorch, in scripts/test.sh --all.
 set -euo pipefail
-ci_exclude=""
+ci_tier=""
 if [ "${1:-}" = --ci ]; then
   shift
-  ci_exclude='^dist\.(soak|elastic|two_nodes|seed000_uneven_epochs|fashion_mnist_loss|sample_cache|training|sigkill'
-  ci_exclude+='|launcher_signals|startup_failure|config_mismatch|duplicate_devices|foreign_client|network_interface'
-  ci_exclude+='|check_dist_[a-z]+_3|check_dist_slurm_2)$'
+  ci_tier='fast|compat'
   export SANA_FAULT_TRIALS=${SANA_FAULT_TRIALS:-1}
 fi
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -66,7 +62,7 @@ mkdir -p "$dst"
   cmp -s "$stage/$f" "$dst/$f" || { mkdir -p "$(dirname "$dst/$f")" && cp "$stage/$f" "$dst/$f"; }
 done
 (cd "$dst" && find . -type f) | while IFS= read -r f; do [ -e "$stage/$f" ] || rm -f "$dst/$f"; done
-[ -n "$ci_exclude" ] && set -- -E "$ci_exclude" "$@"
+[ -n "$ci_tier" ] && set -- -L "$ci_tier" "$@"
 ctest_args=$(printf '%q ' "$@")
 chroot "$root" bash -c "cd /src/sana && python3 -c 'import torch; print(\"python3-torch\", torch.__version__)' && \
   cmake -S . -B /src/build-sana -G Ninja -DSANA_BUILD_TESTS=ON > /dev/null && \

@@ -13,7 +13,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/train/preview_images.h"
 #include "sana/train/run_encoders.h"
-#include "sana/train/tensorboard.h"
+#include "sana/train/report/tensorboard.h"
 
 namespace sana::train {
 

@@ -26,7 +26,7 @@
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
-#include "sana/train/metrics.h"
+#include "sana/train/report/metrics.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
 #include "sana/train/step.h"

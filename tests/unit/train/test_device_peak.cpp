@@ -2,7 +2,7 @@
 // entry first (an H100 PCIe is not an SXM H100, an A100 is not an A10), TF32 half of it.
 #include "catch.h"
 
-#include "sana/train/device_peak.h"
+#include "sana/train/report/device_peak.h"
 
 using sana::train::peak_tflops_for;
 

@@ -8,7 +8,7 @@
 #include "sana/config/config.h"
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
-#include "sana/train/memory_estimate.h"
+#include "sana/train/report/memory_estimate.h"
 
 using namespace sana;
 

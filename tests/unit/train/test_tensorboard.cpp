@@ -6,7 +6,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "sana/train/tensorboard.h"
+#include "sana/train/report/tensorboard.h"
 #include "tensorboard_event.pb.h"
 #include "test_support.h"
 

@@ -14,7 +14,7 @@
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
 #include "sana/train/step.h"
-#include "sana/train/metrics.h"
+#include "sana/train/report/metrics.h"
 #include "sana/train/previews.h"
 #include "sana/train/resume.h"
 #include "sana/train/step_agreement.h"

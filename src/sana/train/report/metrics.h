@@ -16,7 +16,7 @@
 
 #include "sana/config/config.h"
 #include "sana/train/step_times.h"
-#include "sana/train/tensorboard.h"
+#include "sana/train/report/tensorboard.h"
 
 namespace sana::train {
 
@@ -62,6 +62,7 @@ class Metrics {
   using Clock = std::chrono::steady_clock;
   void log_interval(const StepRecord& s, double wait_seconds, double elapsed);
   void write_line(const StepRecord& s, const StepTimes& times, double elapsed);
+  double eta_seconds(int64_t global_step, double elapsed) const;
 
   const config::TrainConfig& t_;
   bool main_rank_, tty_;
@@ -74,6 +75,7 @@ class Metrics {
   Clock::time_point last_record_ = Clock::now();
   double first_loss_ = NAN, last_loss_ = NAN;
   int64_t run_samples_ = 0;  // samples of the steps this process ran
+  int64_t run_steps_ = 0;    // steps recorded in this run (a resumed run starts at 0)
   struct Interval {
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, flops = 0;
     StepTimes times;

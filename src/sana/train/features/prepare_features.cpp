@@ -1,4 +1,4 @@
-#include "sana/train/prepare_features.h"
+#include "sana/train/features/prepare_features.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -20,7 +20,7 @@
 #include "sana/distributed/runtime.h"
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
-#include "sana/train/metrics.h"
+#include "sana/train/report/metrics.h"
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
 #include "sana/train/test_hooks.h"

@@ -1,4 +1,4 @@
-#include "sana/train/metrics.h"
+#include "sana/train/report/metrics.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -59,9 +59,10 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   iv_.samples += static_cast<double>(s.samples);
   iv_.flops += s.train_flops;
   run_samples_ += s.samples;
+  ++run_steps_;
   ++iv_.steps;
   if (main_rank_) write_line(s, times, elapsed);
-  const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
+  const double eta = eta_seconds(s.global_step, elapsed);
   if (tty_) {
     fmt::print(stderr, "\r[{:<30}] {}/{} loss {:.4f} ETA {}   ",
                std::string(static_cast<size_t>(30 * s.global_step / total_), '#'), s.global_step, total_, s.loss,
@@ -70,6 +71,11 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   if (s.global_step % t_.log_interval == 0 || s.global_step == total_ || force_log) {
     log_interval(s, wait_seconds, elapsed);
   }
+}
+
+// From this run's pace: a resumed run's earlier steps took none of its time.
+double Metrics::eta_seconds(int64_t global_step, double elapsed) const {
+  return elapsed / static_cast<double>(std::max<int64_t>(run_steps_, 1)) * static_cast<double>(total_ - global_step);
 }
 
 void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {
@@ -145,7 +151,7 @@ std::string phase_text(const StepTimes& t) {
 void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elapsed) {
   const double secs = std::chrono::duration<double>(Clock::now() - iv_.start).count();
   const double wait = wait_seconds - iv_.wait0;
-  const double eta = elapsed / static_cast<double>(s.global_step) * static_cast<double>(total_ - s.global_step);
+  const double eta = eta_seconds(s.global_step, elapsed);
   const double steps = static_cast<double>(iv_.steps);
   if (tty_) fmt::print(stderr, "\n");
   const double flops_per_s = iv_.flops / world_ / std::max(secs, 1e-9);
@@ -162,8 +168,9 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
 
 void Metrics::finish(int64_t global_step, int64_t skipped, bool stopped) {
   const double seconds = std::chrono::duration<double>(Clock::now() - run_start_).count();
-  log::info("done: {} steps in {:.1f} s ({} skipped); loss {:.4f} (first step) -> {:.4f} (last step){}", global_step,
-            seconds, skipped, first_loss_, last_loss_, stopped ? "; stopped on request" : "");
+  log::info("done: {} steps, {} skipped; {} in this run in {:.1f} s; loss {:.4f} (this run's first step) -> {:.4f} "
+            "(last step){}",
+            global_step, skipped, run_steps_, seconds, first_loss_, last_loss_, stopped ? "; stopped on request" : "");
   if (jsonl_.is_open()) jsonl_.close();
 }
 

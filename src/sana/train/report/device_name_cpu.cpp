@@ -1,5 +1,5 @@
 // A LibTorch without CUDA has no CUDA device to name (device_name_cuda.cpp has the other).
-#include "sana/train/device_peak.h"
+#include "sana/train/report/device_peak.h"
 
 namespace sana::train {
 

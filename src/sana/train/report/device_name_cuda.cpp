@@ -1,7 +1,7 @@
 // A CUDA device's name as the driver reports it (built with a CUDA LibTorch only).
 #include <ATen/cuda/CUDAContext.h>
 
-#include "sana/train/device_peak.h"
+#include "sana/train/report/device_peak.h"
 
 namespace sana::train {
 

@@ -1,4 +1,4 @@
-#include "sana/train/device_peak.h"
+#include "sana/train/report/device_peak.h"
 
 #include <array>
 

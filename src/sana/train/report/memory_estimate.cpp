@@ -1,4 +1,4 @@
-#include "sana/train/memory_estimate.h"
+#include "sana/train/report/memory_estimate.h"
 
 #include <c10/core/CPUAllocator.h>
 

@@ -1,4 +1,4 @@
-#include "sana/train/report.h"
+#include "sana/train/report/report.h"
 
 #include <fmt/format.h>
 

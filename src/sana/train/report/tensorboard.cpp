@@ -1,4 +1,4 @@
-#include "sana/train/tensorboard.h"
+#include "sana/train/report/tensorboard.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
