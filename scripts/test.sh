@@ -4,7 +4,8 @@
 #                                               torch, reference, config-error and apps test,
 #                                               the layout check, training and resume on other
 #                                               process counts, one trial of each fault
-#   bash scripts/test.sh --all [CTEST ARGS...]  everything, with 10 trials per fault (CI)
+#   bash scripts/test.sh --all [CTEST ARGS...]  everything, with 10 trials per fault (CI: 5,
+#                                               SANA_FAULT_TRIALS)
 # Every test has its own timeout, so a hang fails a test instead of the run. Tiers, contents
 # and times: docs/testing.md.
 set -euo pipefail

@@ -134,7 +134,9 @@ void print_memory(const train::MemoryEstimate& m) {
     std::cout << "  (fp32 activations: under the config's bf16/fp16 autocast most are half that; this is the upper "
                  "bound)\n";
   }
-  row("total for this config", m.total(), "(on a GPU add the CUDA context and allocator slack, about 1-2 GiB)");
+  row("total for this config", m.total(),
+      "(the model's part; add the VAE and text encoder it loads, and on a GPU the CUDA context and allocator "
+      "slack, about 1-2 GiB)");
 }
 
 void print_text(const ModelFacts& f) {

@@ -35,18 +35,24 @@ struct PlanOptions {
 void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const config::Config& cfg,
                  const PlanOptions& o) {
   const auto& st = plan.stats();
-  const int64_t g = cfg.train.global_batch_size;
+  const int64_t g = cfg.train.global_batch_size, m = cfg.train.micro_batch_size;
   const auto [first, last] = data::rank_share(g, o.rank, o.world_size);
+  const std::string per_rank =
+      cfg.train.batch_tokens > 0
+          ? "a share of each bucket's global batch (the histogram below lists them)"
+          : fmt::format("{} samples per step in {} micro-batch{} of at most {}", last - first,
+                        data::micro_batches(last - first, m), data::micro_batches(last - first, m) == 1 ? "" : "es", m);
+  const std::string whose = cfg.data.sampler == config::DataSampler::distributed
+                                ? fmt::format("DistributedSampler's partition for world size {}", o.world_size)
+                                : "every rank, any world size";
   std::cout << fmt::format(
-      "plan: {} samples, {} buckets in use, global batch {}, epoch {}, tail {}\n"
-      "steps per epoch: {} (every rank, any world size); dropped {}, padded {}\n"
-      "rank {} of {}: {} samples per step in {} micro-batch{} of at most {}\nfingerprint {}\n\n",
+      "plan: {} samples, {} buckets in use, {}, epoch {}, tail {}\n"
+      "steps per epoch: {} ({}); dropped {}, padded {}\n"
+      "rank {} of {}: {}\nfingerprint {}\n\n",
       st.num_samples,
-      std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }), g,
-      plan.epoch(), config::name_of(cfg.data.tail), plan.steps(), st.dropped, st.padded, o.rank, o.world_size,
-      last - first, data::micro_batches(last - first, cfg.train.micro_batch_size),
-      data::micro_batches(last - first, cfg.train.micro_batch_size) == 1 ? "" : "es", cfg.train.micro_batch_size,
-      plan.fingerprint());
+      std::count_if(st.samples_per_bucket.begin(), st.samples_per_bucket.end(), [](int64_t c) { return c > 0; }),
+      ds.batch_spec().describe(), plan.epoch(), config::name_of(cfg.data.tail), plan.steps(), whose, st.dropped,
+      st.padded, o.rank, o.world_size, per_rank, plan.fingerprint());
   std::cout << data::bucket_histogram(ds, plan);
 }
 

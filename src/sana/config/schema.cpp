@@ -235,10 +235,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("ema_update", t.ema_update, "keep an EMA copy of the weights (updated before each step)");
   s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
       0.999999999);
-  s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = only at the end")
+  s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = none by step count")
       .at_least(0)
       .commonly_used();
-  s.add("save_model_epochs", t.save_model_epochs, "epochs between checkpoints; 0 = never")
+  s.add("save_model_epochs", t.save_model_epochs, "epochs between checkpoints; 0 = none at epoch ends (the last and a stop still save)")
       .at_least(0);
   describe_reporting(s, t);
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")

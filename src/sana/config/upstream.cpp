@@ -35,7 +35,8 @@ const Rule kRules[] = {
     // top level
     {"load_from", "model.load_from", nullptr, nullptr},
     {"debug", nullptr, "log_level: debug gives the detail", nullptr},
-    {"caching", nullptr, "nothing is cached between runs except dataset indexes", nullptr},
+    {"caching", nullptr, "upstream's caching has no effect here; later runs reuse dataset indexes, bucket assignments and "
+     "data.cache: disk", nullptr},
     {"report_to", "train.report_to", nullptr, nullptr},
     {"tracker_project_name", nullptr, kTracker, nullptr},
     {"name", nullptr, kTracker, nullptr},

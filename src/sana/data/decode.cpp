@@ -169,13 +169,13 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   if (is_png(bytes.data(), bytes.size())) {
     // libpng through our handlers: its warnings are counted, said once, never printed.
     PngDecoded png = decode_png(bytes.data(), bytes.size());
+    if (!png.error.empty()) return bad(BadReason::corrupt, "libpng: " + png.error);
     for (const auto& w : png.warnings) {
       if (record_codec_warning(w)) {
         log::info("'{}': libpng warns '{}'; the image decodes fine (each such warning is said once, and counted)",
                   path, w);
       }
     }
-    if (!png.error.empty()) return bad(BadReason::corrupt, "libpng: " + png.error);
     bgr = png.bgr;
   }
   try {

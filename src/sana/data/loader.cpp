@@ -290,7 +290,8 @@ void Loader::count(SampleId candidate, const std::string& reason, bool substitut
   // another's substitute).
   if (logged_.insert(candidate).second) {
     ++bad_.by_reason[reason.substr(0, reason.find(':'))];
-    log::warn("bad sample {} '{}': {}; using a substitute from the same bucket", candidate,
+    log::warn("bad sample {} '{}': {}; using a substitute (from the same bucket, or any sample where the "
+              "bucket has no other)", candidate,
               dataset_.index().text(candidate).path, reason);
   }
 }

@@ -43,6 +43,7 @@ void refuse_or_warn(bool refuse, const std::string& what) {
 
 void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const std::string& who, bool refuse) {
   const DatasetOptions& o = ds.options();
+  const char* batch_key = o.batch.batch_tokens > 0 ? "train.batch_tokens" : "train.global_batch_size";
   const auto& st = plan.stats();
   if (st.num_samples == 0) {
     refuse_or_warn(refuse, fmt::format("{}: data.data_dir {} holds no sample; check the paths (sana-train index "
@@ -59,10 +60,10 @@ void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const std::st
   const auto c = plan_coverage(plan);
   if (plan.steps() == 0) {
     refuse_or_warn(refuse, fmt::format("{}: no training step: every bucket holds fewer samples than its global "
-                                       "batch (train.global_batch_size {}) and data.tail is {}:\n{}Use data.tail: "
-                                       "pad, a smaller train.global_batch_size, or more data",
-                                       who, o.batch.global_batch, tail_name(o.tail),
-                                       bucket_histogram(ds, plan)));
+                                       "batch ({}) and data.tail is {}:\n{}Use data.tail: pad, a smaller {}, or "
+                                       "more data",
+                                       who, o.batch.describe(), tail_name(o.tail),
+                                       bucket_histogram(ds, plan), batch_key));
     return;
   }
   if (st.padded > 0) {
@@ -83,8 +84,8 @@ void check_plan_coverage(const Dataset& ds, const EpochPlan& plan, const std::st
       c.untrained_samples, st.num_samples, 100.0 * c.untrained_fraction);
   if (c.untrained_fraction > o.max_untrained_fraction) {
     refuse_or_warn(refuse, fmt::format("{}: {}, more than data.max_untrained_fraction {}:\n{}Use data.tail: pad, a "
-                                       "smaller train.global_batch_size, or raise data.max_untrained_fraction",
-                                       who, what, o.max_untrained_fraction, bucket_histogram(ds, plan)));
+                                       "smaller {}, or raise data.max_untrained_fraction",
+                                       who, what, o.max_untrained_fraction, bucket_histogram(ds, plan), batch_key));
     return;
   }
   log::warn_shared("{}: {} (data.tail: pad would train them)", who, what);

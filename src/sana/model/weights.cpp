@@ -127,8 +127,8 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
     (is_ignored_upstream_buffer(name) ? report.ignored : report.unexpected).push_back(name);
   }
   for (const auto& name : report.ignored) {
-    log::info("'{}': {} ignored: upstream's fixed sin-cos position table; this model adds no absolute "
-              "position embedding (as upstream with use_pe: false)",
+    log::info("'{}': {} ignored: upstream's fixed sin-cos position table is not a trained weight (with "
+              "model.use_pe this model computes it for each bucket's size)",
               path, name);
   }
   if (strict && !report.clean()) {

@@ -34,7 +34,8 @@ NamedTensors Ema::capture() const {
 void Ema::restore(const NamedTensors& saved, const std::string& source) {
   if (!enabled()) return;
   if (saved.empty()) {
-    log::warn_shared("resume_from {}: no EMA weights saved (ckpt.save_ema false); the EMA restarts from the weights", source);
+    log::warn_shared("resume_from {}: the checkpoint holds no EMA weights (ckpt.save_ema false, or that run kept no "
+                     "EMA); the EMA restarts from the weights", source);
     reset();
     return;
   }

@@ -44,7 +44,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
       PhaseTimer waiting(out.times.data);
       batch = loader.next();
     }
-    if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step, epoch));
+    if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step + 1, epoch + 1));
     if (batch->step != step || batch->micro_step != micro) {
       throw RunError(fmt::format("the loader gave micro-batch {} of step {} for micro-batch {} of step {}",
                                  batch->micro_step, batch->step, micro, step));
@@ -67,9 +67,9 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
                                  "sums even at a 2^-96 smaller scale; check the learning rate and the data",
                                  step + 1, epoch + 1));
     }
-    log::info("train.deterministic: step {}: a gradient overflowed the integer sums; its micro-batches run again "
-              "at a smaller scale ({})",
-              step + 1, again);
+    log::info("train.deterministic: step {} of epoch {}: a gradient overflowed the integer sums; its micro-batches "
+              "run again at a smaller scale ({})",
+              step + 1, epoch + 1, again);
     out.loss_sum.zero_();
     for (size_t micro = 0; micro < kept.size(); ++micro) {
       forward_backward(kept[micro], epoch, micro + 1 == kept.size(), loss_scale, out);

@@ -285,7 +285,7 @@ double Trainer::device_peak_flops() const {
   const double tflops = peak_tflops_for(name, half);
   if (tflops > 0) {
     log::info("MFU against {}'s {:.0f} TFLOP/s ({}, dense; train.peak_tflops overrides)", name, tflops,
-              half ? "bf16/fp16" : "TF32");
+              half ? "bf16/fp16" : "TF32; fp32 products that do not use TF32 reach less");
   } else {
     log::info("MFU: the peak of '{}' is not known here; set train.peak_tflops to see it", name);
   }
@@ -467,7 +467,7 @@ void Trainer::finish() {
                               {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
     }
   }
-  metrics_->finish(global_step, nonfinite_->skipped(), stopped_);
+  metrics_->finish(global_step, nonfinite_->skipped() + scaler_->overflows(), stopped_);
   const std::string codec = data::codec_warning_summary();
   if (!codec.empty()) log::info("image decoder warnings on this rank (the images decoded): {}", codec);
   if (main_rank_) {

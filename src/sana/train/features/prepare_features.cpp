@@ -334,7 +334,8 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
   layout.text = config::uses_text_encoder(cfg.text_encoder);
   if (!layout.latents && !layout.text) {
     throw UsageError("prepare-features: the config runs no encoder (vae.vae_type is none and text_encoder."
-                     "text_encoder_name is none); set vae.vae_pretrained and/or text_encoder.text_encoder_path",
+                     "text_encoder_name is none); set vae.vae_type (torchscript or dc-ae) with "
+                     "vae.vae_pretrained, and/or text_encoder.text_encoder_name with text_encoder.text_encoder_path",
                      "config error");
   }
   const data::Dataset ds = open_dataset(cfg, rt);

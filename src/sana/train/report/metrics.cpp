@@ -47,6 +47,8 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - run_start_).count();
   StepTimes times = phases;
+  times += carried_;
+  carried_ = StepTimes{};
   times.total = std::chrono::duration<double>(now - last_record_).count();
   last_record_ = now;
   iv_.times += times;
@@ -168,7 +170,7 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
 
 void Metrics::finish(int64_t global_step, int64_t skipped, bool stopped) {
   const double seconds = std::chrono::duration<double>(Clock::now() - run_start_).count();
-  log::info("done: {} steps, {} skipped; {} in this run in {:.1f} s; loss {:.4f} (this run's first step) -> {:.4f} "
+  log::info("done: {} steps, {} skipped (non-finite or fp16 overflow); {} in this run in {:.1f} s; loss {:.4f} (this run's first step) -> {:.4f} "
             "(last step){}",
             global_step, skipped, run_steps_, seconds, first_loss_, last_loss_, stopped ? "; stopped on request" : "");
   if (jsonl_.is_open()) jsonl_.close();

@@ -51,9 +51,11 @@ class Metrics {
   // After each step, with its phases (times.total is ignored: a step's time is the wall
   // time since the previous record). force_log: write the interval line now (a stop request).
   void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
-  // Time spent after record() in a phase (checkpoint writes): counted in the interval.
-  void add_time(const StepTimes& times) { iv_.times += times; }
-  // The closing line: steps, time, skipped steps and the first and last loss.
+  // Time spent after record() in a phase (checkpoint writes): the next record counts it in
+  // that phase, as the next step's wall time holds it.
+  void add_time(const StepTimes& times) { carried_ += times; }
+  // The closing line: steps, time, skipped steps (non-finite or fp16 overflow, the whole
+  // run's) and this run's first and last loss.
   void finish(int64_t global_step, int64_t skipped, bool stopped);
   // Rank 0's TensorBoard writer (nullptr elsewhere or with train.report_to none).
   EventWriter* events() { return events_.get(); }
@@ -76,6 +78,7 @@ class Metrics {
   double first_loss_ = NAN, last_loss_ = NAN;
   int64_t run_samples_ = 0;  // samples of the steps this process ran
   int64_t run_steps_ = 0;    // steps recorded in this run (a resumed run starts at 0)
+  StepTimes carried_;        // add_time's, for the next record
   struct Interval {
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, flops = 0;
     StepTimes times;

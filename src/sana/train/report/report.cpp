@@ -98,10 +98,10 @@ std::string summary_text(const std::string& work_dir, const std::vector<Row>& ro
   const auto& last = rows.back();
   return fmt::format(
       "run: {}\n"
-      "steps: {} (epochs {}), {} skipped as non-finite{}\n"
+      "steps: {} (epochs {}), {} skipped (non-finite, or fp16 overflow){}\n"
       "loss: {:.4f} (mean of the first {} steps) -> {:.4f} (mean of the last {}), lowest {:.4f} at step {}\n"
       "learning rate: {:.3g} at the end\n"
-      "throughput: {:.1f} samples/s over {:.1f} s\n",
+      "throughput: {:.1f} samples/s over the last run's {:.1f} s (a resumed run starts its clock anew)\n",
       work_dir, last.step, last.epoch, skipped,
       bad_lines ? fmt::format(", {} unreadable metric lines", bad_lines) : "", mean_of(rows, 0, tenth), tenth,
       mean_of(rows, n - tenth, n), tenth, min_loss, min_step, last.lr, last.sps, last.time);
@@ -120,7 +120,7 @@ void draw_plots(const fs::path& dir, const std::vector<Row>& rows, Report& r) {
   const std::vector<std::tuple<std::string, int, std::string>> plots = {
       {"loss.png", 2, "loss (flow matching, mean over ranks)"},
       {"lr.png", 3, "learning rate"},
-      {"samples_per_s.png", 4, "samples/s (run average since start-up)"}};
+      {"samples_per_s.png", 4, "samples/s (each run's average since its start; restarts on resume)"}};
   std::ofstream script(dir / "plot.gp");
   script << "set terminal pngcairo size 900,500 noenhanced\nset grid\nset xlabel 'optimizer step'\n";
   for (const auto& [file, col, title] : plots) {
