@@ -120,19 +120,25 @@ void draw_plots(const fs::path& dir, const std::vector<Row>& rows, Report& r) {
   const std::vector<std::tuple<std::string, int, std::string>> plots = {
       {"loss.png", 2, "loss (flow matching, mean over ranks)"},
       {"lr.png", 3, "learning rate"},
-      {"samples_per_s.png", 4, "samples/s (each run's average since its start; restarts on resume)"}};
+      {"samples_per_s.png", 4, "samples/s (average since each run started; restarts on resume)"}};
   std::ofstream script(dir / "plot.gp");
   script << "set terminal pngcairo size 900,500 noenhanced\nset grid\nset xlabel 'optimizer step'\n";
+  // A gnuplot single-quoted string: a quote inside is written twice (a work_dir may hold one).
+  const auto quoted = [](const std::string& text) {
+    std::string out = "'";
+    for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
   for (const auto& [file, col, title] : plots) {
-    script << fmt::format("set output '{}'\nset title '{}'\nplot '{}' using 1:{} with lines lw 2 notitle\n",
-                          (dir / file).string(), title, (dir / "metrics.dat").string(), col);
+    script << fmt::format("set output {}\nset title {}\nplot {} using 1:{} with lines lw 2 notitle\n",
+                          quoted((dir / file).string()), quoted(title), quoted((dir / "metrics.dat").string()), col);
   }
   script.close();
   const std::string cmd = fmt::format("timeout 120 gnuplot '{}' 2>'{}'", (dir / "plot.gp").string(),
                                       (dir / "gnuplot.log").string());
   const int rc = std::system(cmd.c_str());
   if (rc != 0) {
-    r.error = fmt::format("gnuplot failed (exit {}; see {}); install it with apt-get install gnuplot-nox",
+    r.error = fmt::format("gnuplot failed (exit {}; see {}); where it is missing, apt-get install gnuplot-nox",
                           WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, (dir / "gnuplot.log").string());
     return;
   }
