@@ -1,8 +1,8 @@
-// `sana-train check-data --config C [--limit N] [--fill-cache]`: decodes every sample
-// through the real loader (data/check_data.h) and prints good and bad counts by reason and
-// images/s; more bad samples than data.max_bad_fraction is a failure (exit 1).
+// `sana-train check-data --config C [--limit N] [--fill-cache] [--dump DIR]`: decodes every
+// sample through the real loader (data/check_data.h) and prints good and bad counts by
+// reason and images/s; more bad samples than data.max_bad_fraction is a failure (exit 1).
 // --fill-cache also fills the data.cache: disk file, so training starts with every sample
-// decoded.
+// decoded. --dump writes each bucket image as training sees it, with a table (dump.tsv).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -26,6 +26,9 @@ class CheckData : public ConfigSubcommand {
     cli_->add_flag("--fill-cache", fill_cache_,
                    "also store every decoded sample in the data.cache: disk file that training with this config "
                    "reads (data.cache_dir)");
+    cli_->add_option("--dump", dump_dir_,
+                     "write each sample's bucket image as the model receives it (8-bit RGB PNG, before "
+                     "normalisation and flips) into this folder, with dump.tsv: id, path, height, width, file");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     const auto spec = train::model_spec_for(cfg);
@@ -36,6 +39,12 @@ class CheckData : public ConfigSubcommand {
     o.fill_cache = fill_cache_;
     o.disk_cache = train::disk_cache_options_for(cfg);
     o.token_cell = spec.downsample * spec.patch;
+    o.dump_dir = dump_dir_;
+    if (!dump_dir_.empty() && cfg.data.load_vae_feat) {
+      throw UsageError("--dump writes decoded images, and data.load_vae_feat is true (this config trains on "
+                       "precomputed latents, not pixels); dump with a config that reads the images",
+                       "usage error");
+    }
     const auto r = data::check_data(o);
     std::cout << fmt::format("check-data: {} samples in {:.1f} s ({:.1f} images/s, {} workers)\n", r.samples,
                              r.seconds, r.samples / r.seconds, r.workers);
@@ -50,6 +59,9 @@ class CheckData : public ConfigSubcommand {
       std::cout << std::flush;
       throw RunError("too many bad samples; fix or remove them (the log names each file once)", "check-data");
     }
+    if (!dump_dir_.empty()) {
+      std::cout << fmt::format("  dump: {} bucket images and dump.tsv in {}\n", r.dumped, dump_dir_);
+    }
     if (fill_cache_) {
       std::cout << fmt::format("  cache: {} ({}), {} samples were ready before; training with data.cache: disk "
                                "and this config reads it\n", r.cache_path, data::size_text(r.cache_bytes),
@@ -62,6 +74,7 @@ class CheckData : public ConfigSubcommand {
  private:
   int64_t limit_ = 0;
   bool fill_cache_ = false;
+  std::string dump_dir_;
 };
 
 }  // namespace

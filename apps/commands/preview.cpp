@@ -37,7 +37,7 @@ class Preview : public ConfigSubcommand {
       log::info("no --weights: previews of the initial weights (seed {})", cfg.train.seed);
     }
     const auto encoders = train::load_encoders(cfg, torch::kCPU, train::EncoderUse::previews, spec.conditioning);
-    if (!weights_.empty()) train::use_empty_prompt(net, encoders, train::null_embed_file(cfg));
+    if (!weights_.empty()) train::use_empty_prompt(net, encoders, config::null_embed_file(cfg));
     const auto o = train::preview_setup(cfg, torch::kCPU, encoders, spec.conditioning);
     const std::string dir = out_.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : out_;
     const auto start = std::chrono::steady_clock::now();

@@ -2,7 +2,8 @@
 # The bad-input catalogue: what a user sees when the data or the disk is broken, through
 # the real binary (ctest apps.bad_inputs; SANA_TRAIN_BIN set, or the binary as $1).
 #   1. broken images, generated here with Debian's python3-pil, among good ones:
-#      `sana-train index` records the sizes the headers give (EXIF orientation applied) and
+#      `sana-train index` records the sizes the headers give (as PIL reads them: the EXIF
+#      orientation not applied, data.exif_orientation's default) and
 #      flags the unreadable ones; `sana-train check-data` counts the bad samples by the
 #      reason the decoder gives (data/decode.h), never the good ones, and exits 0, or 1
 #      when the bad fraction is over data.max_bad_fraction;
@@ -86,7 +87,7 @@ EOF
 # ==== 1. Broken images =======================================================================
 # Writes the images and manifest.tsv: name, what decoding must give ("good" or the reason
 # data/decode.h names), and the size the index must record ("-" when the header cannot be
-# read), the latter taken from the file itself with PIL (the orientation applied).
+# read), the latter taken from the file itself with PIL (which ignores the EXIF orientation).
 cat > "$W/make_images.py" <<'EOF'
 import io, os, struct, sys, zlib
 from PIL import Image
@@ -151,8 +152,6 @@ with open(os.path.join(os.path.dirname(d), "manifest.tsv"), "w") as m:
         try:
             im = Image.open(path(name))
             w, h = im.size
-            if im.format == "JPEG" and im.getexif().get(0x0112, 1) in (5, 6, 7, 8):
-                w, h = h, w
             size = "%d\t%d" % (w, h)
         except Exception:
             size = "-\t-"

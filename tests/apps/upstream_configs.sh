@@ -30,7 +30,7 @@ for yaml in "$UPSTREAM"/*/*.yaml; do
   fi
   count=$((count + 1))
 done
-[ "$count" -ge 11 ] || fail "only $count upstream YAMLs found"
+[ "$count" -ge 15 ] || fail "only $count upstream YAMLs found"
 echo "upstream_configs: $count YAMLs printed and built"
 assert_no_leftovers
 finish

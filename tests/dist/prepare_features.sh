@@ -5,7 +5,8 @@
 # files keep their inodes); NumPy reads every file with the shapes of each sample's bucket;
 # then 2 processes train on the features (data.load_vae_feat + load_text_feat) with the
 # same loss at every step as a run that encodes the same images online. A rerun with other
-# encoder settings is refused (exit 2).
+# encoder settings is refused (exit 2). From scratch, the null caption is the encoder's
+# empty prompt; precomputed captions without that file are refused (exit 2).
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bash "$root/scripts/prepare_example_data.sh" "$SCRATCH/data" > /dev/null || { fail "no example data"; finish; }
@@ -89,7 +90,39 @@ print(f"8 steps, largest relative loss difference {worst:.1e}")
 PY
 then pass "same losses: $(tail -1 "$SCRATCH/cmp.log")"; else fail "losses: $(tail -2 "$SCRATCH/cmp.log")"; fi
 
-# 5. The same folder with another text encoder length: refused, naming the setting.
+# 5. From scratch, the null caption is the text encoder's empty prompt, as upstream's
+#    train.py makes it before step 1: y_embedder.y_embedding (a buffer, never trained) in
+#    the online run's last checkpoint equals the empty prompt's features prepare-features
+#    wrote. Without that file, a run on precomputed captions with caption dropout refuses to
+#    start (exit 2), naming the file it looked for and the command that writes it.
+if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/checkpoints" "$feat/null_embed.safetensors" > "$SCRATCH/null.log" 2>&1 <<'PY'
+import glob, json, os, struct, sys
+import numpy as np
+def read(path, name):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        meta = header[name]
+        assert meta["dtype"] == "F32", meta
+        f.seek(8 + n + meta["data_offsets"][0])
+        count = (meta["data_offsets"][1] - meta["data_offsets"][0]) // 4
+        return np.frombuffer(f.read(count * 4), "<f4").reshape(meta["shape"])
+last = sorted(glob.glob(os.path.join(sys.argv[1], "step_*")), key=lambda p: int(p.rsplit("_", 1)[1]))[-1]
+ours = read(os.path.join(last, "model.safetensors"), "y_embedder.y_embedding")
+empty = read(sys.argv[2], "uncond_prompt_embeds").reshape(ours.shape)
+assert np.array_equal(ours, empty), f"largest difference {np.abs(ours - empty).max()}"
+assert np.abs(empty).max() > 0
+print(f"y_embedding {ours.shape} in {os.path.basename(last)} equals the empty prompt's features")
+PY
+then pass "$(tail -1 "$SCRATCH/null.log")"; else fail "null caption from scratch: $(tail -3 "$SCRATCH/null.log")"; fi
+train no_null "--data.data_dir=[$feat/meta.jsonl]" --data.load_vae_feat=true --data.load_text_feat=true \
+  --model.class_dropout_prob=0.1 "--train.null_embed_root=$SCRATCH/no_such_folder"
+assert_code $? 2 "precomputed captions with caption dropout and no null-embedding file"
+assert_contains "$SCRATCH/no_null.log" "$SCRATCH/no_such_folder/null_embed_diffusers_torchscript_6token_8.pth" \
+  "the refusal names the file it looked for"
+assert_contains "$SCRATCH/no_null.log" "sana-train prepare-features" "the refusal names the command that writes it"
+
+# 6. The same folder with another text encoder length: refused, naming the setting.
 prep "$SCRATCH/other.log" --text_encoder.model_max_length=5
 assert_code $? 2 "a rerun with other encoder settings"
 assert_contains "$SCRATCH/other.log" "holds features made with other settings (text_encoder:" "the refusal names the setting"

@@ -1,5 +1,6 @@
-// The training decode path (OpenCV, EXIF orientation, reduced JPEG decoding, cover and
-// crop to a bucket): never throws; a bad file is a result with a reason, a good one is
+// The training decode path (OpenCV, the EXIF orientation ignored or applied, full or
+// reduced JPEG decoding, PIL's resampling with each filter, cover and crop to a bucket):
+// never throws; a bad file is a result with a reason, a good one is
 // exactly the bucket's size. A progressive JPEG decoded at 1/8 from its DC scans has the
 // pixels of OpenCV's decode of the whole file wherever that decodes (an AC scan that
 // libjpeg refuses is dropped unread, so the DC path may still give the picture).
@@ -15,6 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = sana::fuzz::as_file(data, size, ".img");
   sana::data::DecodeOptions opts;
   opts.max_pixels = 1 << 22;  // keeps each run short; larger sources are refused as too large
+  // The settings vary with the input's size, so the corpus covers each of them.
+  opts.reduced_decode = (size & 2) != 0;
+  opts.exif_orientation = (size & 4) != 0;
+  opts.filter = static_cast<sana::data::Resample>((size >> 3) % 4);
   const int h = 16 + (size % 3) * 8, w = 24;
   const auto img = sana::data::decode_to_bucket(path, h, w, (size & 1) != 0, opts);
   if (img.ok() && (img.rgb.rows != h || img.rgb.cols != w || img.rgb.type() != CV_8UC3)) __builtin_trap();

@@ -14,6 +14,13 @@ PatchEmbedMS, RMSNorm from norms.py, t2i_modulate, unpatchify), loads the case's
 strictly (a name or shape that differs from upstream's modules fails here), and runs it in
 float64. Class-label cases are skipped: upstream's SanaMS conditions on captions only.
 Prints the largest relative difference per case; exits 1 above 1e-5.
+
+       upstream_model.py --count HIDDEN HEADS PATCH QK_NORM CROSS_NORM DEPTH...
+prints, one line per DEPTH, the parameter count of SanaMS built from these modules for a
+registry preset
+(32 latent channels, gemma-2-2b's 2304 caption features, mlp_ratio 2.5, head dim 32): the
+models of depth 1 and 2 are built, and the count follows as base + DEPTH x per block, so
+that a 4.8 B model is counted without 19 GB of memory.
 """
 import json
 import math
@@ -228,7 +235,22 @@ def check(path):
     return worst
 
 
+def count(hidden, heads, patch, qk_norm, cross_norm, depths):
+    def built(d):
+        spec = {"hidden": hidden, "depth": d, "cross_heads": heads, "patch": patch, "in_channels": 32,
+                "out_channels": 32, "linear_head_dim": 32, "mlp_hidden": int(hidden * 2.5), "norm_eps": 1e-5,
+                "qk_norm": qk_norm, "cross_norm": cross_norm}
+        return sum(p.numel() for p in SanaMS(spec, 2304, 300, 1.0).parameters())
+    one, two = built(1), built(2)
+    for depth in depths:
+        print(one + (depth - 1) * (two - one))
+
+
 def main():
+    if sys.argv[1:2] == ["--count"]:
+        h, n, p, q, c = sys.argv[2:7]
+        count(int(h), int(n), int(p), q == "true", c == "true", [int(d) for d in sys.argv[7:]])
+        return
     worst = max(check(path) for path in sys.argv[1:])
     print(f"worst relative difference {worst:.3g} (tolerance {TOLERANCE})")
     sys.exit(0 if worst <= TOLERANCE else 1)

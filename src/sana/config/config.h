@@ -19,7 +19,7 @@ enum class SampleCacheMode { none, memory, disk };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
-enum class Weighting { logit_normal, mode, uniform };
+enum class Weighting { logit_normal, sd3_mode, uniform };
 enum class OptimizerType { AdamW, CAME };
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
 enum class TimestepGrid { integer, continuous };
@@ -42,7 +42,7 @@ template <> struct Names<VaeType> {
   static constexpr std::array<std::string_view, 3> values{"none", "torchscript", "dc-ae"};
 };
 template <> struct Names<Weighting> {
-  static constexpr std::array<std::string_view, 3> values{"logit_normal", "mode", "uniform"};
+  static constexpr std::array<std::string_view, 3> values{"logit_normal", "sd3_mode", "uniform"};
 };
 template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 2> values{"AdamW", "CAME"}; };
 template <> struct Names<LrSchedule> {
@@ -69,7 +69,9 @@ struct DataConfig {
   std::string multi_scale_rule = "largest_fitting";  // base size per sample
   Tail tail = Tail::drop;                  // last partial global batch of a bucket
   DataSampler sampler = DataSampler::bucket;  // or distributed (single resolution)
-  std::string interpolation = "bicubic";   // resize filter
+  std::string interpolation = "upstream";  // resize filter (PIL's); upstream: per bucket table
+  bool jpeg_reduced_decode = false;        // JPEGs decoded at 1/2-1/8 scale when that still covers
+  bool exif_orientation = false;           // turn images as their EXIF says (PIL does not)
   double max_bad_fraction = 0.01;          // bad samples tolerated before stopping
   double max_untrained_fraction = 0.05;    // samples in buckets that never train, before refusing
   int64_t prefetch_batches = 4;            // loader queue depth per process
@@ -171,6 +173,7 @@ struct TrainConfig {
   std::string null_embed_root = "output/pretrained_models";
   int64_t num_epochs = 100;
   int64_t max_steps = 0;  // optimizer steps; 0 = bounded by num_epochs only
+  double early_stop_hours = 100;  // stop, with a checkpoint, this long after start-up (upstream's); 0 = never
   int64_t global_batch_size = 32;  // samples per optimizer step (a resume may change it)
   int64_t micro_batch_size = 4;    // at most this many samples per process per forward
   // > 0: tokens per optimizer step instead of a fixed sample count; each bucket's global
@@ -265,6 +268,13 @@ inline bool upstream_batch_style(const TrainConfig& t) {
 }
 inline bool uses_vae(const VaeConfig& v) { return v.vae_type != VaeType::none; }
 inline bool uses_text_encoder(const TextEncoderConfig& t) { return t.text_encoder_name != "none"; }
+// Where the empty prompt's features (the null caption) are read from without a text
+// encoder: text_encoder.null_embed_path, else upstream's file names under
+// train.null_embed_root, in the order tried.
+std::vector<std::string> null_embed_candidates(const Config& cfg);
+// The first candidate that exists, or "".
+std::string null_embed_file(const Config& cfg);
+
 // Whether the EMA copy is kept.
 inline bool ema_enabled(const TrainConfig& t) { return t.ema_update && t.ema_rate > 0; }
 

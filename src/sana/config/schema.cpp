@@ -45,7 +45,7 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("aspect_ratio_type", d.aspect_ratio_type,
         "bucket table: upstream's ASPECT_RATIO_<size> or 'generated' (any size, bucket_step)")
       .one_of({"ASPECT_RATIO_256", "ASPECT_RATIO_512", "ASPECT_RATIO_1024", "ASPECT_RATIO_2048",
-               "ASPECT_RATIO_4096", "generated"});
+               "ASPECT_RATIO_2880", "ASPECT_RATIO_4096", "generated"});
   s.add("multi_scale_sizes", d.multi_scale_sizes, "further base sizes trained in the same run")
       .at_least(8);
   s.add("bucket_step", d.bucket_step, "pixel step of generated bucket tables").at_least(1);
@@ -55,8 +55,15 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
   s.add("tail", d.tail, "last partial global batch of a bucket: drop or pad");
   s.add("sampler", d.sampler,
         "bucket: the epoch plan; distributed: torch's DistributedSampler (single resolution)");
-  s.add("interpolation", d.interpolation, "resize filter")
-      .one_of({"area", "bilinear", "bicubic", "lanczos"});
+  s.add("interpolation", d.interpolation,
+        "resize filter, computed as PIL's: upstream = bicubic, lanczos for the 2048 and 2880 tables (as "
+        "upstream's datasets); area is PIL's box filter")
+      .one_of({"upstream", "area", "bilinear", "bicubic", "lanczos"});
+  s.add("jpeg_reduced_decode", d.jpeg_reduced_decode,
+        "decode large JPEGs at 1/2, 1/4 or 1/8 scale when that still covers the bucket: faster, slightly "
+        "different pixels (README: PSNR against the default)");
+  s.add("exif_orientation", d.exif_orientation,
+        "turn images as their EXIF orientation says; upstream's PIL pipeline ignores it");
   s.add("max_bad_fraction", d.max_bad_fraction,
         "fraction of bad samples tolerated; beyond it all ranks stop together")
       .at_least(0)
@@ -142,10 +149,12 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
   s.add("predict_flow_v", sc.predict_flow_v, "predict the flow velocity (noise - data)");
   s.add("noise_schedule", sc.noise_schedule, "noise schedule").one_of({"linear_flow"});
   s.add("flow_shift", sc.flow_shift, "timestep shift towards noise").above(0).commonly_used();
-  s.add("weighting_scheme", sc.weighting_scheme, "timestep density");
+  s.add("weighting_scheme", sc.weighting_scheme,
+        "timestep density: logit_normal, uniform, or sd3_mode (SD3's mode density); upstream's 'mode' reads as "
+        "uniform, as its train.py draws it");
   s.add("logit_mean", sc.logit_mean, "mean of the logit-normal timestep density");
   s.add("logit_std", sc.logit_std, "std of the logit-normal timestep density").above(0);
-  s.add("mode_scale", sc.mode_scale, "scale of the 'mode' timestep density");
+  s.add("mode_scale", sc.mode_scale, "scale of the sd3_mode timestep density");
   s.add("timestep_grid", sc.timestep_grid,
         "integer: upstream's 1/1000 grid and integer model timesteps; continuous: any sigma");
   s.add("vis_sampler", sc.vis_sampler, "sampler for preview images")
@@ -185,6 +194,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("null_embed_root", t.null_embed_root,
         "folder of upstream's null-embedding files, read when text_encoder.null_embed_path is ''");
   s.add("num_epochs", t.num_epochs, "epochs to train").at_least(1).commonly_used();
+  s.add("early_stop_hours", t.early_stop_hours,
+        "after the first step that ends this many hours after start-up, save a checkpoint and stop (as upstream; "
+        "a resume starts the clock again); 0 = no limit")
+      .at_least(0);
   s.add("max_steps", t.max_steps, "optimizer steps to train; 0 = all epochs").at_least(0)
       .commonly_used();
   s.add("global_batch_size", t.global_batch_size, "samples per optimizer step, all processes")

@@ -21,6 +21,7 @@ struct Rule {
   const char* moved_to;
   const char* why;
   const char* only;
+  bool refused = false;  // any value is an error: the key belongs to training sana-train does not do
 };
 
 constexpr const char* kCaptions = "captions come from the data's caption field, one per sample";
@@ -30,6 +31,8 @@ constexpr const char* kDistill = "a consistency-distillation option that upstrea
 constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
 constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/metrics.jsonl and TensorBoard";
 constexpr const char* kSprint = "SANA-Sprint / ControlNet / model-growth training is not part of sana-train";
+constexpr const char* kLadd = "Sana-Sprint / LADD training is not supported";
+constexpr const char* kVideo = "SANA-Video training is not supported";
 
 const Rule kRules[] = {
     // top level
@@ -76,7 +79,8 @@ const Rule kRules[] = {
     {"model.cfg_scale", nullptr, kInference, nullptr},
     {"model.guidance_type", nullptr, kInference, nullptr},
     {"model.pag_applied_layers", nullptr, kInference, nullptr},
-    {"model.pos_embed_type", nullptr, "model.use_pe adds the sin-cos embedding", nullptr},
+    {"model.pos_embed_type", nullptr, "model.use_pe adds the sin-cos embedding; flux_rope and wan_rope are not implemented",
+     "sincos"},
     {"model.cross_attn_type", nullptr, "softmax cross-attention, the maths of every upstream kind", nullptr},
     {"model.extra", nullptr, "unused upstream too", nullptr},
     // vae
@@ -107,7 +111,6 @@ const Rule kRules[] = {
     {"train.snr_loss", nullptr, "the flow loss is unweighted, as upstream's flow runs", "false"},
     {"train.real_prompt_ratio", nullptr, "upstream's train.py does not read it either", nullptr},
     {"train.training_hours", nullptr, "no wall-clock limit: use train.max_steps", nullptr},
-    {"train.early_stop_hours", nullptr, "no wall-clock limit: use train.max_steps", nullptr},
     {"train.save_image_epochs", nullptr, "previews follow eval_sampling_steps and preview_every_epochs",
      nullptr},
     {"train.valid_prompt_embed_root", nullptr, "no embedding cache files are written", nullptr},
@@ -127,7 +130,60 @@ const Rule kRules[] = {
     {"train.resume_lr_scheduler", nullptr, kResume, nullptr},
     {"train.load_from_optimizer", nullptr, "model.load_from loads weights only", nullptr},
     {"train.load_from_lr_scheduler", nullptr, "model.load_from loads weights only", nullptr},
-    {"train.optimizer_D", nullptr, kSprint, nullptr},
+    // Sana-Sprint / LADD / sCM (upstream's config.py "for ladd", discriminator, teacher)
+    {"model.teacher", nullptr, kLadd, nullptr, true},
+    {"model.teacher_model", nullptr, kLadd, nullptr, true},
+    {"model.teacher_model_weight_dtype", nullptr, kLadd, nullptr, true},
+    {"model.discriminator_model", nullptr, kLadd, nullptr, true},
+    {"model.ladd_multi_scale", nullptr, kLadd, nullptr, true},
+    {"model.head_block_ids", nullptr, kLadd, nullptr, true},
+    {"model.logvar", nullptr, kLadd, nullptr, true},
+    {"model.cfg_embed", nullptr, kLadd, nullptr, true},
+    {"model.cfg_embed_scale", nullptr, kLadd, nullptr, true},
+    {"scheduler.weighting_scheme_discriminator", nullptr, kLadd, nullptr, true},
+    {"scheduler.logit_mean_discriminator", nullptr, kLadd, nullptr, true},
+    {"scheduler.logit_std_discriminator", nullptr, kLadd, nullptr, true},
+    {"scheduler.add_noise_timesteps", nullptr, kLadd, nullptr, true},
+    {"scheduler.sigma_data", nullptr, kLadd, nullptr, true},
+    {"scheduler.p_low", nullptr, kLadd, nullptr, true},
+    {"scheduler.p_high", nullptr, kLadd, nullptr, true},
+    {"scheduler.pretrain_timestep_norm_scale_factor", nullptr, kLadd, nullptr, true},
+    {"scheduler.discrete_norm_timestep", nullptr, kLadd, nullptr, true},
+    {"train.optimizer_D", nullptr, kLadd, nullptr, true},
+    {"train.tangent_warmup_steps", nullptr, kLadd, nullptr, true},
+    {"train.scm_cfg_scale", nullptr, kLadd, nullptr, true},
+    {"train.cfg_interval", nullptr, kLadd, nullptr, true},
+    {"train.scm_logvar_loss", nullptr, kLadd, nullptr, true},
+    {"train.scm_loss", nullptr, kLadd, nullptr, true},
+    {"train.scm_lambda", nullptr, kLadd, nullptr, true},
+    {"train.weight_loss", nullptr, kLadd, nullptr, true},
+    {"train.norm_invariant_to_spatial_dim", nullptr, kLadd, nullptr, true},
+    {"train.norm_same_as_512_scale", nullptr, kLadd, nullptr, true},
+    {"train.g_norm_constant", nullptr, kLadd, nullptr, true},
+    {"train.g_norm_r", nullptr, kLadd, nullptr, true},
+    {"train.adv_lambda", nullptr, kLadd, nullptr, true},
+    {"train.loss_scale", nullptr, kLadd, nullptr, true},
+    {"train.r1_penalty", nullptr, kLadd, nullptr, true},
+    {"train.r1_penalty_weight", nullptr, kLadd, nullptr, true},
+    {"train.diff_timesteps_D", nullptr, kLadd, nullptr, true},
+    {"train.suffix_checkpoints", nullptr, kLadd, nullptr, true},
+    {"train.misaligned_pairs_D", nullptr, kLadd, nullptr, true},
+    {"train.discriminator_loss", nullptr, kLadd, nullptr, true},
+    {"train.largest_timestep", nullptr, kLadd, nullptr, true},
+    {"train.train_largest_timestep", nullptr, kLadd, nullptr, true},
+    {"train.largest_timestep_prob", nullptr, kLadd, nullptr, true},
+    // SANA-Video (upstream's TrainVideoConfig / ModelVideoConfig)
+    {"train.validation_images", nullptr, kVideo, nullptr, true},
+    {"train.image_prior_type", nullptr, kVideo, nullptr, true},
+    {"train.joint_training_interval", nullptr, kVideo, nullptr, true},
+    {"train.timestep_weight", nullptr, kVideo, nullptr, true},
+    {"train.noise_multiplier", nullptr, kVideo, nullptr, true},
+    {"train.ltx_image_condition_prob", nullptr, kVideo, nullptr, true},
+    {"train.chunk_sampling_strategy", nullptr, kVideo, nullptr, true},
+    {"train.same_timestep_prob", nullptr, kVideo, nullptr, true},
+    {"train.temporal_coherence_loss", nullptr, kVideo, nullptr, true},
+    {"train.temporal_coherence_weight", nullptr, kVideo, nullptr, true},
+    {"model.image_latent_mode", nullptr, kVideo, nullptr, true},
     {"train.extra", nullptr, "unused upstream too", nullptr},
 };
 
@@ -144,6 +200,9 @@ const ValueName kValueNames[] = {
     {"train.optimizer.type", "CAME8BitWrapper", "CAME",
      "8-bit optimizer state is not implemented: CAME with fp32 state (the same update, more memory)"},
     {"vae.vae_type", "AutoencoderDC", "dc-ae", nullptr},
+    {"scheduler.weighting_scheme", "mode", "uniform",
+     "upstream's train.py applies a density only for logit_normal, so 'mode' trains uniform timesteps, as "
+     "here; SD3's mode density is weighting_scheme: sd3_mode"},
     {"train.report_to", "wandb", "tensorboard", "no wandb here: TensorBoard event files in work_dir/tensorboard"},
     {"train.report_to", "comet_ml", "tensorboard", "no comet_ml here: TensorBoard event files in work_dir/tensorboard"},
     {"train.report_to", "all", "tensorboard", "TensorBoard is the tracker here"},
@@ -242,7 +301,10 @@ UpstreamTranslation translate_upstream(const std::string& key, const YAML::Node&
   const Rule* rule = find_rule(key);
   if (rule && !rule->moved_to) {
     t.dropped = true;
-    if (rule->only && !same_value(value, YAML::Load(rule->only))) {
+    if (rule->refused) {
+      t.error = fmt::format("{} (key {})", rule->why, key);
+      t.hint = "remove the key: sana-train trains the diffusion model itself (flow matching, as upstream's train.py)";
+    } else if (rule->only && !same_value(value, YAML::Load(rule->only))) {
       t.error = fmt::format("{} is not supported here: {}", describe(value), rule->why);
       t.hint = fmt::format("remove the key or set it to {}", rule->only);
     } else {

@@ -14,6 +14,23 @@ namespace fs = std::filesystem;
 
 namespace sana::config {
 
+std::vector<std::string> null_embed_candidates(const Config& cfg) {
+  const auto& text = cfg.text_encoder;
+  if (!text.null_embed_path.empty()) return {text.null_embed_path};
+  const std::filesystem::path root(cfg.train.null_embed_root);
+  return {(root / fmt::format("null_embed_diffusers_{}_{}token_{}.pth", text.text_encoder_name, text.model_max_length,
+                              text.caption_channels)).string(),
+          (root / fmt::format("null_embed_diffusers_{}token.pth", text.model_max_length)).string()};
+}
+
+std::string null_embed_file(const Config& cfg) {
+  for (const auto& path : null_embed_candidates(cfg)) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) return path;
+  }
+  return "";
+}
+
 int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
   const int64_t per_micro_step = train.micro_batch_size * world_size;
   if (per_micro_step <= 0 || train.global_batch_size % per_micro_step != 0) return 0;
@@ -119,6 +136,13 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
            "remove the key to use the optimizer's defaults");
   }
 
+  if (!cfg.scheduler.predict_flow_v) {
+    c.fail("scheduler.predict_flow_v",
+           "false is not supported: sana-train trains the flow velocity (noise - data), as every upstream Sana "
+           "config does",
+           "remove the key or set it to true");
+  }
+
   const auto& d = cfg.data;
   if (cfg.model.image_size != d.image_size) {
     c.fail("model.image_size",
@@ -134,9 +158,9 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
              fmt::format("use ASPECT_RATIO_{} if upstream has it, or 'generated'", d.image_size));
     }
     for (int64_t s : d.multi_scale_sizes) {
-      if (s != 256 && s != 512 && s != 1024 && s != 2048 && s != 4096) {
+      if (s != 256 && s != 512 && s != 1024 && s != 2048 && s != 2880 && s != 4096) {
         c.fail("data.multi_scale_sizes",
-               fmt::format("{} has no upstream bucket table (256, 512, 1024, 2048, 4096)", s),
+               fmt::format("{} has no upstream bucket table (256, 512, 1024, 2048, 2880, 4096)", s),
                "set data.aspect_ratio_type: generated for other sizes");
       }
     }
@@ -217,7 +241,21 @@ void check_encoder_paths(Checker& c, const Config& cfg) {
                        "load_text_feat", "text encoder");
     if (!text.tokenizer_path.empty()) check_existing(c, "text_encoder.tokenizer_path", text.tokenizer_path, "tokenizer");
   }
-  if (!text.null_embed_path.empty()) check_existing(c, "text_encoder.null_embed_path", text.null_embed_path, "null embedding");
+  if (!text.null_embed_path.empty()) {
+    check_existing(c, "text_encoder.null_embed_path", text.null_embed_path, "null embedding");
+  } else if (cfg.data.load_text_feat && cfg.model.class_dropout_prob > 0 && cfg.model.load_from.empty() &&
+             null_embed_file(cfg).empty()) {
+    // Upstream trains dropped captions on the empty prompt's features (its train.py writes
+    // them before building the model); without an encoder here they must come from a file.
+    const auto tried = null_embed_candidates(cfg);
+    c.fail("text_encoder.null_embed_path",
+           fmt::format("is needed: captions are precomputed (data.load_text_feat) and model.class_dropout_prob is {}, "
+                       "so dropped captions train on the empty prompt's features, as upstream; no file at {}",
+                       cfg.model.class_dropout_prob, fmt::join(tried, " or ")),
+           "run `sana-train prepare-features` (it writes null_embed.safetensors and sets this key in its "
+           "train.yaml), point this key at upstream's null_embed_diffusers_*.pth, or set "
+           "model.class_dropout_prob: 0");
+  }
 }
 
 void check_paths(Checker& c, const Config& cfg) {

@@ -32,6 +32,20 @@ constexpr Row kTable512[] = {
     {"3.62", 928, 256},  {"3.75", 960, 256}, {"3.88", 992, 256}, {"4.0", 1024, 256},
 };
 
+// Upstream's ASPECT_RATIO_2880 (from PixArt), not a multiple of the 512 table.
+constexpr Row kTable2880[] = {
+    {"0.25", 1408, 5760}, {"0.26", 1408, 5568}, {"0.27", 1408, 5376}, {"0.28", 1408, 5184},
+    {"0.32", 1600, 4992}, {"0.33", 1600, 4800}, {"0.34", 1600, 4672}, {"0.4", 1792, 4480},
+    {"0.42", 1792, 4288}, {"0.47", 1920, 4096}, {"0.49", 1920, 3904}, {"0.51", 1920, 3776},
+    {"0.55", 2112, 3840}, {"0.59", 2112, 3584}, {"0.68", 2304, 3392}, {"0.72", 2304, 3200},
+    {"0.78", 2496, 3200}, {"0.83", 2496, 3008}, {"0.89", 2688, 3008}, {"0.93", 2688, 2880},
+    {"1.0", 2880, 2880},  {"1.07", 2880, 2688}, {"1.12", 3008, 2688}, {"1.21", 3008, 2496},
+    {"1.28", 3200, 2496}, {"1.39", 3200, 2304}, {"1.47", 3392, 2304}, {"1.7", 3584, 2112},
+    {"1.82", 3840, 2112}, {"2.03", 3904, 1920}, {"2.13", 4096, 1920}, {"2.39", 4288, 1792},
+    {"2.5", 4480, 1792},  {"2.92", 4672, 1600}, {"3.0", 4800, 1600},  {"3.12", 4992, 1600},
+    {"3.68", 5184, 1408}, {"3.82", 5376, 1408}, {"3.95", 5568, 1408}, {"4.0", 5760, 1408},
+};
+
 std::string ratio_key(double r) {
   std::string s = fmt::format("{:.2f}", r);
   while (s.back() == '0' && s[s.size() - 2] != '.') s.pop_back();
@@ -41,6 +55,13 @@ std::string ratio_key(double r) {
 }  // namespace
 
 BucketTable BucketTable::upstream(const std::string& name) {
+  if (name == "ASPECT_RATIO_2880") {
+    BucketTable t;
+    t.name_ = name;
+    t.base_ = 2880;
+    for (const Row& r : kTable2880) t.buckets_.push_back({r.key, std::strtod(r.key, nullptr), r.h, r.w});
+    return t;
+  }
   static const std::map<std::string, std::pair<int, int>> scale = {
       {"ASPECT_RATIO_256", {1, 2}},
       {"ASPECT_RATIO_512", {1, 1}},
@@ -176,10 +197,12 @@ const Bucket& BucketSet::bucket(int id) const {
   return tables_[table].buckets()[static_cast<size_t>(id - *it)];
 }
 
-int BucketSet::base_of(int id) const {
+const BucketTable& BucketSet::table_of(int id) const {
   const auto it = std::upper_bound(offsets_.begin(), offsets_.end(), id) - 1;
-  return tables_[static_cast<size_t>(it - offsets_.begin())].base();
+  return tables_[static_cast<size_t>(it - offsets_.begin())];
 }
+
+int BucketSet::base_of(int id) const { return table_of(id).base(); }
 
 std::string BucketSet::describe(int id) const {
   const Bucket& b = bucket(id);

@@ -18,7 +18,8 @@ struct Bucket {
 
 class BucketTable {
  public:
-  // "ASPECT_RATIO_512" etc. Throws std::invalid_argument for other names.
+  // "ASPECT_RATIO_256" ... "_4096" (multiples of the 512 table) and "ASPECT_RATIO_2880".
+  // Throws std::invalid_argument for other names.
   static BucketTable upstream(const std::string& name);
   // Heights and widths are multiples of `step`, areas close to base x base, ratios 1/4..4.
   static BucketTable generated(int base, int step);
@@ -58,6 +59,7 @@ class BucketSet {
   int assign(int height, int width) const;
   const Bucket& bucket(int id) const;
   int base_of(int id) const;
+  const BucketTable& table_of(int id) const;
   std::string describe(int id) const;  // "512: 1.0 -> 512x512"
 
  private:

@@ -1,13 +1,76 @@
 #include "sana/data/check_data.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string_view>
+#include <fstream>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "sana/data/loader.h"
 #include "sana/data/plan_coverage.h"
+#include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::data {
+
+namespace {
+
+// A TSV field: backslash, tab and line breaks written as \\, \t, \n, \r.
+std::string tsv_field(std::string_view s) {
+  std::string out;
+  for (const char c : s) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// --dump: the bucket images and their table.
+class Dump {
+ public:
+  explicit Dump(const std::string& dir) : dir_(dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    tsv_.open(dir_ / "dump.tsv");
+    if (ec || !tsv_) {
+      throw UsageError(fmt::format("--dump {}: cannot write there{}; name a writable folder", dir,
+                                   ec ? ": " + ec.message() : ""), "usage error");
+    }
+    tsv_ << "id\tpath\theight\twidth\tfile\n";
+  }
+
+  // Sample i of `b`, whose pixels are (x + 1) * 127.5 of the 8-bit values, exactly.
+  void write(const DatasetIndex& index, const Batch& b, size_t i) {
+    const SampleId id = b.decoded_ids[i];
+    const torch::Tensor chw = b.images[static_cast<int64_t>(i)];
+    const torch::Tensor hwc = ((chw + 1.0f) * 127.5f).round().clamp(0, 255).to(torch::kUInt8).permute({1, 2, 0}).contiguous();
+    const int h = static_cast<int>(hwc.size(0)), w = static_cast<int>(hwc.size(1));
+    cv::Mat bgr;
+    cv::cvtColor(cv::Mat(h, w, CV_8UC3, hwc.data_ptr<uint8_t>()), bgr, cv::COLOR_RGB2BGR);
+    const std::string file = fmt::format("{:08d}.png", id);
+    if (!cv::imwrite((dir_ / file).string(), bgr)) {
+      throw RunError(fmt::format("--dump: could not write {}", (dir_ / file).string()), "check-data");
+    }
+    tsv_ << id << '\t' << tsv_field(index.text(id).path) << '\t' << h << '\t' << w << '\t' << file << '\n';
+    if (!tsv_) throw RunError(fmt::format("--dump: could not write {}", (dir_ / "dump.tsv").string()), "check-data");
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::ofstream tsv_;
+};
+
+}  // namespace
 
 CheckDataResult check_data(const CheckDataOptions& options) {
   using Clock = std::chrono::steady_clock;
@@ -33,10 +96,16 @@ CheckDataResult check_data(const CheckDataOptions& options) {
   r.workers = o.workers;
   const auto start = Clock::now();
   auto last = start;
+  std::optional<Dump> dump;
+  if (!options.dump_dir.empty()) dump.emplace(options.dump_dir);
   Loader loader(ds, plan, o);
   while (r.samples < total) {
     auto b = loader.next();
     if (!b) break;
+    if (dump) {
+      for (size_t i = 0; i < b->decoded_ids.size(); ++i) dump->write(ds.index(), *b, i);
+      r.dumped += static_cast<int64_t>(b->decoded_ids.size());
+    }
     r.substituted += b->substituted;
     ++r.samples;
     if (Clock::now() - last > std::chrono::seconds(2)) {

@@ -23,6 +23,7 @@ struct CheckDataResult {
   std::string cache_path;         // --fill-cache: the disk cache filled
   int64_t cache_ready_before = 0;  // its samples ready before
   int64_t cache_bytes = 0;
+  int64_t dumped = 0;              // --dump: bucket images written
   double bad_fraction() const { return samples ? static_cast<double>(substituted) / samples : 0.0; }
 };
 
@@ -33,6 +34,10 @@ struct CheckDataOptions {
   bool fill_cache = false;     // every decoded sample also goes into the data.cache: disk file
   DiskCacheOptions disk_cache;  // ... this one, the file training with these settings reads
   int64_t token_cell = 0;      // as Dataset::open's (train.batch_tokens needs it to say what training leaves out)
+  // --dump DIR: each decoded sample's bucket image as the model receives it (before
+  // normalisation; check-data never flips) as an 8-bit RGB PNG <id>.png, and DIR/dump.tsv
+  // with the columns id, path (the source as indexed), height, width (the bucket), file.
+  std::string dump_dir;
 };
 
 // Decodes a shuffled pass over the dataset. Throws IndexError when the data cannot be indexed.

@@ -42,7 +42,9 @@ std::string BatchSpec::describe() const {
 }
 
 Dataset Dataset::open(const DatasetOptions& options, const IndexBuildOptions& build, int64_t token_cell) {
-  const std::string path = ensure_index(options.sources, options.index_dir, build);
+  IndexBuildOptions b = build;
+  b.exif_orientation = options.exif_orientation;
+  const std::string path = ensure_index(options.sources, options.index_dir, b);
   auto index = std::make_unique<DatasetIndex>(DatasetIndex::open(path));
   return Dataset(std::move(index), options, build, token_cell);
 }

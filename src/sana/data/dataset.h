@@ -53,6 +53,7 @@ struct DatasetOptions {
   TailPolicy tail = TailPolicy::drop;  // data.tail
   bool distributed_sampler = false;  // data.sampler: distributed (make_epoch_plan)
   double max_untrained_fraction = 0.05;  // data.max_untrained_fraction (check_plan_coverage)
+  bool exif_orientation = false;  // data.exif_orientation: header sizes as decoded with it applied
 };
 
 // A part of an epoch batched with one BatchSpec from `first_step` (data/epoch_plan.h).

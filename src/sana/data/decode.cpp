@@ -32,12 +32,17 @@ const char* reason_name(BadReason r) {
   return "unknown";
 }
 
-int interpolation_flag(const std::string& name) {
-  if (name == "area") return cv::INTER_AREA;
-  if (name == "bilinear") return cv::INTER_LINEAR;
-  if (name == "bicubic") return cv::INTER_CUBIC;
-  if (name == "lanczos") return cv::INTER_LANCZOS4;
-  throw std::invalid_argument("unknown interpolation " + name);
+std::string DecodeOptions::describe() const {
+  return fmt::format("filter {}, jpeg {}, exif {}", filter ? resample_name(*filter) : "per table",
+                     reduced_decode ? "reduced" : "full", exif_orientation ? "applied" : "ignored");
+}
+
+Resample filter_for_table(const std::string& table_name) {
+  // SanaWebDatasetMS picks LANCZOS for these two tables and BICUBIC otherwise; the
+  // single-scale dataset's default_train transform is T.Resize's default, BILINEAR.
+  if (table_name == "ASPECT_RATIO_2048" || table_name == "ASPECT_RATIO_2880") return Resample::lanczos;
+  if (table_name.rfind("square_", 0) == 0) return Resample::bilinear;
+  return Resample::bicubic;
 }
 
 namespace {
@@ -96,40 +101,20 @@ bool looks_complete(const std::vector<uchar>& b) {
 
 }  // namespace
 
-cv::Mat cover_and_crop(const cv::Mat& bgr, int th, int tw, int interpolation) {
-  // Upstream: scale so both sides cover the bucket (int() truncation), then center-crop
-  // with torchvision's rounding.
-  const double sh = static_cast<double>(th) / bgr.rows;
-  const double sw = static_cast<double>(tw) / bgr.cols;
-  int rh, rw;
-  if (sh > sw) {
-    rh = th;
-    rw = std::max(tw, static_cast<int>(bgr.cols * sh));
+cv::Mat cover_and_crop(const cv::Mat& image, int th, int tw, Resample filter) {
+  // Upstream's sizes: int(w * th / h) with the product exact and one rounding, as Python's
+  // true division of integers gives it.
+  const int h = image.rows, w = image.cols;
+  int rh = th, rw = tw;
+  if (static_cast<double>(th) / h > static_cast<double>(tw) / w) {
+    rw = std::max(tw, static_cast<int>(static_cast<double>(w) * th / h));
   } else {
-    rh = std::max(th, static_cast<int>(bgr.rows * sw));
-    rw = tw;
-  }
-  if (static_cast<double>(rh) * rw > 16.0 * th * tw) {
-    // An extreme aspect ratio (a 1 x 4000 strip) would resize to a huge image first:
-    // crop the matching region of the source, then resize it to the bucket.
-    const double scale = std::max(sh, sw);
-    const int ch = std::clamp(static_cast<int>(std::lround(th / scale)), 1, bgr.rows);
-    const int cw = std::clamp(static_cast<int>(std::lround(tw / scale)), 1, bgr.cols);
-    const cv::Mat region = bgr(cv::Rect((bgr.cols - cw) / 2, (bgr.rows - ch) / 2, cw, ch));
-    cv::Mat out;
-    cv::resize(region, out, cv::Size(tw, th), 0, 0, interpolation);
-    return out;
-  }
-  cv::Mat resized;
-  if (rh == bgr.rows && rw == bgr.cols) {
-    resized = bgr;
-  } else {
-    cv::resize(bgr, resized, cv::Size(rw, rh), 0, 0, interpolation);
+    rh = std::max(th, static_cast<int>(static_cast<double>(h) * tw / w));
   }
   // torchvision's CenterCrop rounds with Python's round(): halves go to the even number.
   const int top = static_cast<int>(std::nearbyint((rh - th) / 2.0));
   const int left = static_cast<int>(std::nearbyint((rw - tw) / 2.0));
-  return resized(cv::Rect(left, top, tw, th));
+  return resize_and_crop(image, rh, rw, cv::Rect(left, top, tw, th), filter);
 }
 
 DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip,
@@ -139,7 +124,7 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   if (!unreadable.empty()) return bad(BadReason::missing, unreadable);
   if (bytes.empty()) return bad(BadReason::empty, "zero bytes");
   if (source_w <= 0 || source_h <= 0) {
-    const ImageSize s = read_image_size(bytes.data(), bytes.size());
+    const ImageSize s = read_image_size(bytes.data(), bytes.size()).as_decoded(opts.exif_orientation);
     if (s.ok) {
       source_w = s.width;
       source_h = s.height;
@@ -150,7 +135,9 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   }
   if (!looks_complete(bytes)) return bad(BadReason::truncated, "the file ends early");
 
-  int flags = cv::IMREAD_COLOR;  // any depth, gray, alpha or palette -> 8-bit BGR
+  // Any depth, gray, alpha or palette -> 8-bit BGR.
+  const int orientation = opts.exif_orientation ? 0 : cv::IMREAD_IGNORE_ORIENTATION;
+  int flags = cv::IMREAD_COLOR | orientation;
   int reduce = 1;
   const bool jpeg = bytes.size() > 2 && bytes[0] == 0xFF && bytes[1] == 0xD8;
   if (opts.reduced_decode && jpeg && source_w > 0 && source_h > 0) {
@@ -160,15 +147,15 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
         break;
       }
     }
-    if (reduce == 2) flags = cv::IMREAD_REDUCED_COLOR_2;
-    if (reduce == 4) flags = cv::IMREAD_REDUCED_COLOR_4;
-    if (reduce == 8) flags = cv::IMREAD_REDUCED_COLOR_8;
+    if (reduce == 2) flags = cv::IMREAD_REDUCED_COLOR_2 | orientation;
+    if (reduce == 4) flags = cv::IMREAD_REDUCED_COLOR_4 | orientation;
+    if (reduce == 8) flags = cv::IMREAD_REDUCED_COLOR_8 | orientation;
   }
   // A progressive JPEG at 1/8: its DC scans alone give the same pixels (jpeg_dc.h).
   cv::Mat bgr = reduce == 8 ? decode_progressive_eighth(bytes.data(), bytes.size()) : cv::Mat();
   if (is_png(bytes.data(), bytes.size())) {
     // libpng through our handlers: its warnings are counted, said once, never printed.
-    PngDecoded png = decode_png(bytes.data(), bytes.size());
+    PngDecoded png = decode_png(bytes.data(), bytes.size(), opts.exif_orientation);
     if (!png.error.empty()) return bad(BadReason::corrupt, "libpng: " + png.error);
     for (const auto& w : png.warnings) {
       if (record_codec_warning(w)) {
@@ -196,7 +183,7 @@ DecodedImage decode_to_bucket(const std::string& path, int th, int tw, bool flip
   DecodedImage out;
   out.reduce = reduce;
   try {
-    cv::Mat crop = cover_and_crop(bgr, th, tw, opts.interpolation);
+    cv::Mat crop = cover_and_crop(bgr, th, tw, opts.filter.value_or(Resample::bicubic));
     if (flip) cv::flip(crop, crop, 1);
     cv::cvtColor(crop, out.rgb, cv::COLOR_BGR2RGB);
   } catch (const std::exception& e) {

@@ -69,7 +69,9 @@ ImageSize jpeg_size(std::FILE* f) {
       uint8_t s[5];
       if (std::fread(s, 1, 5, f) != 5) return fail("truncated");
       const uint32_t h = be16(s + 1), w = be16(s + 3);
-      return orientation >= 5 && orientation <= 8 ? make(h, w) : make(w, h);
+      ImageSize out = make(w, h);
+      if (out.ok) out.orientation = orientation;
+      return out;
     }
     if (marker == 0xE1 && seg > 16) {
       std::vector<uint8_t> body(seg - 2);

@@ -1,11 +1,12 @@
 // Image sizes from file headers alone (JPEG, PNG, GIF, BMP, WebP): what indexing a
-// dataset without width/height columns needs, without decoding any pixels. JPEG EXIF
-// orientations 5-8 swap width and height, as decoding with the orientation honoured does.
+// dataset without width/height columns needs, without decoding any pixels: the stored
+// size, and a JPEG's EXIF orientation (5-8 swap width and height when it is applied).
 // No torch, no OpenCV.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace sana::data {
 
@@ -14,6 +15,13 @@ struct ImageSize {
   int height = 0;
   bool ok = false;
   std::string error;  // why not, when !ok: "missing", "empty", "not an image", "truncated"
+  int orientation = 1;  // a JPEG's EXIF orientation (1-8)
+  // The size as decoded with the EXIF orientation applied or ignored (data.exif_orientation).
+  ImageSize as_decoded(bool apply_orientation) const {
+    ImageSize s = *this;
+    if (apply_orientation && orientation >= 5 && orientation <= 8) std::swap(s.width, s.height);
+    return s;
+  }
 };
 
 // From a file, or a tar shard's member (file_ref.h).

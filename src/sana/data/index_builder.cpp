@@ -54,7 +54,7 @@ class TempFile {
   std::FILE* f_ = nullptr;
 };
 
-void fill_sizes(std::vector<IndexRow>& rows, std::vector<uint32_t>& flags, int threads,
+void fill_sizes(std::vector<IndexRow>& rows, std::vector<uint32_t>& flags, int threads, bool exif_orientation,
                 IndexBuildResult& result) {
   std::vector<size_t> todo;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -66,7 +66,7 @@ void fill_sizes(std::vector<IndexRow>& rows, std::vector<uint32_t>& flags, int t
   const size_t n = static_cast<size_t>(std::max(1, threads));
   for (size_t t = 0; t < n; ++t) {
     pool.emplace_back([&, t] {
-      for (size_t k = t; k < todo.size(); k += n) sizes[k] = read_image_size(rows[todo[k]].path);
+      for (size_t k = t; k < todo.size(); k += n) sizes[k] = read_image_size(rows[todo[k]].path).as_decoded(exif_orientation);
     });
   }
   for (auto& th : pool) th.join();
@@ -173,7 +173,7 @@ class ChunkedRows {
     if (rows_.size() == kChunk) flush();
   }
   void flush() {
-    fill_sizes(rows_, flags_, threads_, result_);
+    fill_sizes(rows_, flags_, threads_, options_.exif_orientation, result_);
     for (size_t i = 0; i < rows_.size(); ++i) writer_.write(rows_[i], flags_[i]);
     result_.rows += rows_.size();
     if (options_.on_rows) options_.on_rows(result_.rows);
@@ -300,8 +300,12 @@ std::string ensure_index(const std::vector<std::string>& sources, const std::str
   if (sources.size() == 1 && fs::is_regular_file(sources[0]) && is_index_file(sources[0])) {
     return sources[0];
   }
+  // Header sizes depend on the EXIF setting; "-exif" keeps the two kinds apart, and the
+  // "v2" in the other's name retires indexes made when sizes always had it applied.
   const uint64_t key = sources_key(sources);
-  const std::string path = (fs::path(cache_dir) / fmt::format("index-{:016x}.sidx", key)).string();
+  const std::string path =
+      (fs::path(cache_dir) / fmt::format("index-{:016x}{}.sidx", key, options.exif_orientation ? "-exif" : "-v2"))
+          .string();
   if (fs::exists(path)) return path;
   log::info("indexing {} source{} into {}", sources.size(), sources.size() == 1 ? "" : "s", path);
   const auto r = build_index(sources, path, options);

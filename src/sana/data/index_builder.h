@@ -16,6 +16,9 @@ struct IndexBuildOptions {
   int threads = 0;                   // header-reading threads; 0 = all cores
   double progress_every_s = 2.0;     // progress lines on stderr; 0 = none
   std::function<void(uint64_t rows)> on_rows;  // after every chunk (e.g. to tell waiting ranks)
+  // Sizes read from headers as decoded with the EXIF orientation applied (data.exif_orientation);
+  // an index built one way is kept apart from one built the other way.
+  bool exif_orientation = false;
 };
 
 struct IndexBuildResult {

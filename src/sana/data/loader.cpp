@@ -249,7 +249,9 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
         // Decoded without the flip (that is how the cache keeps it); flipped into the batch.
         cv::Mat rgb = opts_.cache ? opts_.cache->get(c, h, w) : cv::Mat();
         if (rgb.empty()) {
-          const auto d = outside(guard, [path = std::string(text.path), h, w, decode = opts_.decode,
+          DecodeOptions decode = opts_.decode;
+          if (!decode.filter) decode.filter = filter_for_table(dataset_.buckets().table_of(b.bucket).name());
+          const auto d = outside(guard, [path = std::string(text.path), h, w, decode,
                                          rw = static_cast<int>(r.width), rh = static_cast<int>(r.height)] {
             return decode_to_bucket(path, h, w, false, decode, rw, rh);
           });

@@ -89,7 +89,7 @@ bool read_pixels(png_structp png, png_infop info, const Header& h, png_bytep* ro
 }
 
 // cv::imdecode turns the image as its EXIF orientation says (1-8), in this way.
-void apply_orientation(cv::Mat& img, int orientation) {
+void turn(cv::Mat& img, int orientation) {
   if (orientation >= 5 && orientation <= 8) cv::transpose(img, img);
   switch (orientation) {
     case 2: case 6: cv::flip(img, img, 1); break;
@@ -121,7 +121,7 @@ bool is_png(const unsigned char* data, size_t size) {
   return size >= 8 && png_sig_cmp(data, 0, 8) == 0;
 }
 
-PngDecoded decode_png(const unsigned char* data, size_t size) {
+PngDecoded decode_png(const unsigned char* data, size_t size, bool apply_orientation) {
   PngDecoded out;
   Context ctx{{data, size, 0}, {0}, &out.warnings};
   ReadStruct rs;
@@ -142,7 +142,7 @@ PngDecoded decode_png(const unsigned char* data, size_t size) {
     std::vector<png_bytep> rows(h.height);
     for (png_uint_32 y = 0; y < h.height; ++y) rows[y] = bgr.ptr<uchar>(static_cast<int>(y));
     if (read_pixels(rs.png, rs.info, h, rows.data())) {
-      if (h.exif != nullptr) apply_orientation(bgr, tiff_orientation(h.exif, h.exif_size));
+      if (apply_orientation && h.exif != nullptr) turn(bgr, tiff_orientation(h.exif, h.exif_size));
       out.bgr = bgr;
     } else {
       out.error = ctx.error;

@@ -23,8 +23,9 @@ struct PngDecoded {
 
 bool is_png(const unsigned char* data, size_t size);
 
-// 8-bit BGR, whatever the file's depth, colour type, palette, alpha or interlacing.
-PngDecoded decode_png(const unsigned char* data, size_t size);
+// 8-bit BGR, whatever the file's depth, colour type, palette, alpha or interlacing;
+// turned as an eXIf chunk's orientation says when `apply_orientation` (as cv::imdecode does).
+PngDecoded decode_png(const unsigned char* data, size_t size, bool apply_orientation = true);
 
 // Codec warnings seen by this process, counted per reason (a warning's text without the
 // file-specific part). record_codec_warning() returns true the first time a reason is seen:

@@ -201,9 +201,9 @@ SampleCache::Shape cache_shape(const Dataset& dataset) {
 
 std::shared_ptr<SampleCache> open_disk_cache(const DiskCacheOptions& options, const Dataset& dataset) {
   // What the cached pixels depend on: the files and their buckets (the dataset's
-  // fingerprint), the resize filter, and this decoder's cover-and-crop (the format number:
+  // fingerprint), the decode settings, and this decoder's cover-and-crop (the format number:
   // raise it when decoding changes what it gives).
-  const std::string what = fmt::format("{}|{}|decode 1", dataset.fingerprint(), options.interpolation);
+  const std::string what = fmt::format("{}|{}|decode 2", dataset.fingerprint(), options.decode.describe());
   const uint64_t key = XXH3_64bits(what.data(), what.size());
   const std::filesystem::path dir(options.dir);
   std::error_code ec;

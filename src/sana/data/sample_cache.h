@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "sana/data/dataset.h"
+#include "sana/data/decode.h"
 
 namespace sana::data {
 
@@ -96,7 +97,7 @@ SampleCache::Shape cache_shape(const Dataset& dataset);
 // Where data.cache: disk keeps its file, and what the pixels depend on besides the data.
 struct DiskCacheOptions {
   std::string dir;                        // data.cache_dir, or work_dir/sample_cache
-  std::string interpolation = "bicubic";  // data.interpolation, by name
+  DecodeOptions decode;                   // what the pixels depend on (its describe())
 };
 
 // data.cache: disk: opens (creating the folder and the file as needed) the kept file for

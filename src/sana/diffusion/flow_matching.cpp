@@ -39,7 +39,7 @@ double sample_sigma(const SampleKey& key, const TimestepOptions& sched) {
     return 1.0 / (1.0 + std::exp(-(sched.logit_mean + sched.logit_std * normal(rng))));
   }
   const double u = rng.uniform();
-  if (sched.weighting == Weighting::mode) {
+  if (sched.weighting == Weighting::sd3_mode) {
     const double c = std::cos(M_PI * u / 2.0);
     return 1.0 - u - sched.mode_scale * (c * c - 1.0 + u);
   }

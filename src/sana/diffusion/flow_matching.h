@@ -1,5 +1,5 @@
 // The flow-matching objective (as upstream Sana trains): per-sample u from the configured
-// density (logit-normal, uniform or "mode"); on the integer grid (scheduler.timestep_grid,
+// density (logit-normal, uniform or SD3's "mode"); on the integer grid (scheduler.timestep_grid,
 // upstream's) t = floor(N u) and sigma is entry t of upstream's shifted table (t / N, shifted
 // by scheduler.flow_shift), else sigma = shift(u); x_t = (1 - sigma) x0 + sigma eps, the model
 // sees timestep sigma * 1000 (truncated to an integer on the grid), the target is eps - x0. Every draw for a sample (eps, sigma, caption dropout) is a pure function of

@@ -8,7 +8,7 @@
 namespace sana::diffusion {
 
 // scheduler.weighting_scheme: the density u is drawn from.
-enum class Weighting { logit_normal, mode, uniform };
+enum class Weighting { logit_normal, sd3_mode, uniform };
 
 struct TimestepOptions {
   Weighting weighting = Weighting::logit_normal;

@@ -78,7 +78,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double scale, double eps_, const torch::Te
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   const auto xf = x.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
   const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
-  return normed.to(x.scalar_type()) * weight;
+  // As upstream's norms.RMSNorm: the weight multiplies in fp32, then the cast.
+  return (normed * weight).to(x.scalar_type());
 }
 
 // --- Attention --------------------------------------------------------------------------

@@ -52,7 +52,8 @@ class Conv2dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Conv2d);
 
-// x * rsqrt(mean(x^2) + eps) computed in fp32, times a weight initialised to `scale`.
+// x * rsqrt(mean(x^2) + eps) times a weight initialised to `scale`, computed in fp32 and
+// cast back to x's type (upstream's (weight * norm(x.float())).type_as(x)).
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double scale, double eps, const torch::TensorOptions& options);

@@ -25,11 +25,15 @@ int64_t ModelSpec::cond_tokens() const {
 }
 
 const std::vector<Preset>& presets() {
-  // Upstream's registry (diffusion/model/nets/sana_multi_scale.py) for the first two;
+  // Upstream's registry (diffusion/model/nets/sana_multi_scale.py) for the first five;
   // the rest are ours, small enough for CPUs and for timing checkpoints.
   static const std::vector<Preset> all = {
       {"SanaMS_600M_P1_D28", 1152, 28, 16, 1, false, "about 0.6 B (Sana-0.6B: 590 M)"},
       {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (a comment in upstream's registry, also pasted on the P2 preset)"},
+      // SANA-1.5's deeper models at the 1.6B width (model growth starts them from the D20).
+      {"SanaMS_2400M_P1_D30", 2240, 30, 20, 1, false, "SANA-1.5"},
+      {"SanaMS_3200M_P1_D40", 2240, 40, 20, 1, false, "SANA-1.5"},
+      {"SanaMS_4800M_P1_D60", 2240, 60, 20, 1, false, "SANA-1.5 (\"60 layers, 4800M\" in upstream's registry)"},
       {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, ""},
       {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, ""},
       {"SanaMS_tiny_P1_D4", 128, 4, 4, 1, true, "upstream's 32 px latent grid at CPU size"},

@@ -50,6 +50,15 @@ data::DatasetOptions dataset_options_for(const config::Config& cfg) {
                                             std::pair{config::Tail::pad, data::TailPolicy::pad}});
   o.distributed_sampler = cfg.data.sampler == config::DataSampler::distributed;
   o.max_untrained_fraction = cfg.data.max_untrained_fraction;
+  o.exif_orientation = cfg.data.exif_orientation;
+  return o;
+}
+
+data::DecodeOptions decode_options_for(const config::Config& cfg) {
+  data::DecodeOptions o;
+  if (cfg.data.interpolation != "upstream") o.filter = data::parse_resample(cfg.data.interpolation);
+  o.reduced_decode = cfg.data.jpeg_reduced_decode;
+  o.exif_orientation = cfg.data.exif_orientation;
   return o;
 }
 
@@ -57,7 +66,7 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   data::LoaderOptions o;
   o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
   o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
-  o.decode.interpolation = data::interpolation_flag(cfg.data.interpolation);
+  o.decode = decode_options_for(cfg);
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.wait_timeout_s = cfg.dist.timeout_s;
   o.load_latents = cfg.data.load_vae_feat;
@@ -73,7 +82,7 @@ data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg) {
   data::DiskCacheOptions o;
   o.dir = cfg.data.cache_dir.empty() ? (std::filesystem::path(cfg.work_dir) / "sample_cache").string()
                                      : cfg.data.cache_dir;
-  o.interpolation = cfg.data.interpolation;
+  o.decode = decode_options_for(cfg);
   return o;
 }
 
@@ -134,7 +143,7 @@ diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
   diffusion::TimestepOptions o;
   o.weighting = mapped(s.weighting_scheme,
                        std::array{std::pair{config::Weighting::logit_normal, diffusion::Weighting::logit_normal},
-                                  std::pair{config::Weighting::mode, diffusion::Weighting::mode},
+                                  std::pair{config::Weighting::sd3_mode, diffusion::Weighting::sd3_mode},
                                   std::pair{config::Weighting::uniform, diffusion::Weighting::uniform}});
   o.logit_mean = s.logit_mean;
   o.logit_std = s.logit_std;

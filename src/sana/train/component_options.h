@@ -23,10 +23,12 @@ data::BatchSpec batch_spec_for(const config::Config& cfg);
 // data.data_dir (indexed under work_dir/index), the buckets, the batch, train.seed,
 // data.tail, data.sampler and data.max_untrained_fraction.
 data::DatasetOptions dataset_options_for(const config::Config& cfg);
+// data.interpolation, data.jpeg_reduced_decode, data.exif_orientation.
+data::DecodeOptions decode_options_for(const config::Config& cfg);
 // Workers, prefetch, decoding and features; rank, world size, micro-batch, flips and
 // pinning are the caller's.
 data::LoaderOptions loader_options_for(const config::Config& cfg);
-// data.cache_dir (empty: work_dir/sample_cache) and data.interpolation.
+// data.cache_dir (empty: work_dir/sample_cache) and the decode settings.
 data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg);
 
 // The spec the config asks for: the preset's shape (model.model), channels from the VAE or

@@ -28,20 +28,6 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
   return e;
 }
 
-std::string null_embed_file(const config::Config& cfg) {
-  const auto& text = cfg.text_encoder;
-  if (!text.null_embed_path.empty()) return text.null_embed_path;
-  const std::filesystem::path root(cfg.train.null_embed_root);
-  for (const std::string& name :
-       {fmt::format("null_embed_diffusers_{}_{}token_{}.pth", text.text_encoder_name, text.model_max_length,
-                    text.caption_channels),
-        fmt::format("null_embed_diffusers_{}token.pth", text.model_max_length)}) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(root / name, ec)) return (root / name).string();
-  }
-  return "";
-}
-
 bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file) {
   if (!model->caption_embedder) return false;
   torch::NoGradGuard no_grad;

@@ -28,16 +28,11 @@ enum class EncoderUse { training, previews };
 Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
                        model::Conditioning conditioning);
 
-// As upstream on loading weights: the null caption (y_embedding, used for caption dropout and
-// guidance) becomes the text encoder's features of the empty prompt. False (nothing changed)
-// without a text encoder or a caption model.
-// Without a text encoder, as upstream's load_checkpoint with precomputed features: the
-// features in `null_embed_file` (null_embed_file(), "" for none).
+// As upstream before training (from scratch: its train.py writes the empty prompt's
+// features and sana.py loads them) and on loading weights: the null caption (y_embedding,
+// used for caption dropout and guidance) becomes the text encoder's features of the empty
+// prompt. Without a text encoder, the features in `null_embed_file` (config::null_embed_file(),
+// "" for none). False (nothing changed) without either, or without a caption model.
 bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file = "");
-
-// text_encoder.null_embed_path, else the file upstream's train.py writes when it exists:
-// <train.null_embed_root>/null_embed_diffusers_<text_encoder_name>_<T>token_<C>.pth (or the
-// older null_embed_diffusers_<T>token.pth), else "".
-std::string null_embed_file(const config::Config& cfg);
 
 }  // namespace sana::train

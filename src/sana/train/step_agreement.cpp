@@ -21,7 +21,8 @@ std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size) {
   v[1] = mine.loss;
   v[2] = mine.bad;
   v[3] = mine.reads;
-  if (mine.stop_requested) v[kFixed + static_cast<size_t>(rank)] = 1.0;
+  // The rank's slot: 1 for a signal, 2 for the time limit, 3 for both.
+  v[kFixed + static_cast<size_t>(rank)] = (mine.stop_requested ? 1.0 : 0.0) + (mine.out_of_time ? 2.0 : 0.0);
   return v;
 }
 
@@ -35,7 +36,9 @@ StepVerdict decide_step(const std::vector<double>& sums, int world_size) {
   v.total_bad = sums[2];
   v.total_reads = sums[3];
   for (int r = 0; r < world_size; ++r) {
-    if (sums[kFixed + static_cast<size_t>(r)] > 0) v.stop_ranks.push_back(r);
+    const double slot = sums[kFixed + static_cast<size_t>(r)];
+    if (slot > 0) v.stop_ranks.push_back(r);
+    if (slot >= 2) v.out_of_time = true;
   }
   return v;
 }

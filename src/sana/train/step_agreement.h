@@ -1,6 +1,6 @@
 // The step's agreement: what every rank must decide the same way after a step, carried
 // by one small all-reduce (non-finite anywhere, the loss, bad samples and reads, and one
-// "stop requested" slot per rank so everyone can name who asked). The packing and the
+// "stop requested" slot per rank so everyone can name who asked, and why). The packing and the
 // decisions are pure functions, so they are tested without processes; NonfinitePolicy
 // owns the skip counters that a checkpoint carries.
 #pragma once
@@ -18,7 +18,8 @@ struct LocalStep {
   double loss = 0;       // this rank's part of the loss (its samples' losses / the global batch)
   double grad_norm = 0;  // of the synced gradient: equal on every rank
   double bad = 0, reads = 0;  // this rank's running bad-sample and read counts
-  bool stop_requested = false;
+  bool stop_requested = false;  // SIGINT/SIGTERM
+  bool out_of_time = false;     // train.early_stop_hours have passed on this rank
 };
 
 // What every rank concludes from the sums.
@@ -26,7 +27,8 @@ struct StepVerdict {
   bool nonfinite = false;      // some rank's loss or gradient norm is not finite
   double loss_mean = 0;        // the global batch's mean (the parts summed)
   double total_bad = 0, total_reads = 0;
-  std::vector<int> stop_ranks;  // ranks that asked to stop (SIGINT/SIGTERM)
+  std::vector<int> stop_ranks;  // ranks that asked to stop (a signal, or out of time)
+  bool out_of_time = false;     // some of them for train.early_stop_hours
   bool stop_requested() const { return !stop_ranks.empty(); }
 };
 

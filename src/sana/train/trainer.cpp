@@ -160,7 +160,7 @@ void Trainer::start() {
   check_world_fits(first, world, batch_spec_for(cfg_));
   if (cfg_.train.deterministic) check_deterministic(first, cfg_.train, rt_);
   resume();                                                   // collective: rank 0 picks the checkpoint
-  if (!cfg_.model.load_from.empty() || resumed_) use_empty_prompt();  // collective: rank 0's null caption
+  use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
   metrics_.emplace(cfg_, main_rank_, total_steps_, resumed_ && position_.global_step > 0, world, device_peak_flops());
   log_start();
@@ -181,10 +181,10 @@ void Trainer::register_checkpointed_parts() {
   checkpointer_->add(*scaler_);
 }
 
-// As upstream's load_checkpoint: on loading weights, the null caption (y_embedding, used for
+// As upstream, from scratch and on loading weights: the null caption (y_embedding, used for
 // caption dropout and guidance) becomes the text encoder's features of the empty prompt.
 void Trainer::use_empty_prompt() {
-  if (!train::use_empty_prompt(model_, encoders_, null_embed_file(cfg_))) return;
+  if (!train::use_empty_prompt(model_, encoders_, config::null_embed_file(cfg_))) return;
   torch::NoGradGuard no_grad;
   auto null_caption = model_->caption_embedder->y_embedding.contiguous();
   rt_.broadcast(null_caption);  // every rank takes rank 0's
@@ -391,14 +391,26 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   }
   metrics_->add_time(saving);
   if (!verdict.stop_requested()) return true;
-  log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
-            fmt::join(verdict.stop_ranks, ", "), global_step);
+  if (verdict.out_of_time) {
+    log::info("train.early_stop_hours: {} h have passed since start-up (rank {}): every rank stops after step {}, "
+              "with a checkpoint; resume_from: latest continues", cfg_.train.early_stop_hours,
+              fmt::join(verdict.stop_ranks, ", "), global_step);
+  } else {
+    log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
+              fmt::join(verdict.stop_ranks, ", "), global_step);
+  }
   return false;
+}
+
+bool Trainer::out_of_time() const {
+  const double hours = cfg_.train.early_stop_hours;
+  if (hours <= 0) return false;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 3600.0 > hours;
 }
 
 StepVerdict Trainer::agree_on_step(double loss, double grad_norm) {
   const auto [bad, reads] = guard_->local();
-  auto sums = torch::tensor(pack_step({loss, grad_norm, bad, reads, g_stop_signal.load() != 0}, rt_.rank(),
+  auto sums = torch::tensor(pack_step({loss, grad_norm, bad, reads, g_stop_signal.load() != 0, out_of_time()}, rt_.rank(),
                                       rt_.world_size()),
                             torch::dtype(torch::kFloat64))
                   .to(rt_.device());
@@ -419,6 +431,9 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
                position_.global_step + 1, scale, scaler_->scale());
   }
   const bool apply = !overflow && nonfinite_->accept(verdict.nonfinite, position_.global_step + 1);
+  // Upstream updates the EMA on every synced step, the ones its GradScaler then skips
+  // included: the average moves toward the unchanged (finite) weights.
+  if (overflow) ema_->update();
   if (apply) {
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update();  // as upstream: before the step, so the average lags the weights by one step

@@ -7,6 +7,7 @@
 // Checkpointer. A failing rank makes the others exit through the runtime's failure watch.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -66,6 +67,8 @@ class Trainer {
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   StepVerdict agree_on_step(double loss, double grad_norm);
+  // train.early_stop_hours have passed since start-up on this rank.
+  bool out_of_time() const;
   // false: skipped. `scale`: the loss scale the step's backward ran at.
   bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale);
   // The run's position and metadata, as the checkpoint's trainer_state.json holds them.
@@ -94,6 +97,7 @@ class Trainer {
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   // Where the run stands.
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   RunPosition position_;
   // The current epoch's plan parts; more than one only after a resume that changed the
   // batch size mid-epoch.

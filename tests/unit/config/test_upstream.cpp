@@ -6,6 +6,7 @@
 
 #include "config_test_support.h"
 #include "sana/config/upstream.h"
+#include "sana/train/component_options.h"
 
 namespace {
 
@@ -28,6 +29,11 @@ TEST_CASE("every upstream sana_config YAML loads unchanged", "[config][upstream]
       "1024ms/Sana_1600M_img1024.yaml",   "1024ms/Sana_1600M_img1024_AdamW.yaml",
       "1024ms/Sana_1600M_img1024_CAME8bit.yaml", "2048ms/Sana_1600M_img2048_bf16.yaml",
       "4096ms/Sana_1600M_img4096_bf16.yaml",
+      // SANA-1.5 (configs/sana1-5_config/1024ms/)
+      "sana1-5_1024ms/Sana_1600M_1024px_AdamW_fsdp.yaml",
+      "sana1-5_1024ms/Sana_1600M_1024px_allqknorm_bf16_lr2e5.yaml",
+      "sana1-5_1024ms/Sana_3200M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml",
+      "sana1-5_1024ms/Sana_4800M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml",
   };
   for (const char* name : files) {
     INFO(name);
@@ -149,4 +155,19 @@ TEST_CASE("hub model names need a TorchScript export or precomputed features", "
   CHECK(looks_like_hub_name("Efficient-Large-Model/gemma-2-2b-it"));
   CHECK_FALSE(looks_like_hub_name("exports/vae.pt"));
   CHECK_FALSE(looks_like_hub_name("/abs/vae"));
+}
+
+TEST_CASE("upstream's weighting_scheme mode trains uniform timesteps, as its train.py", "[config][upstream]") {
+  // Upstream's train.py draws u from the density for logit_normal only; every other scheme,
+  // 'mode' included, takes torch.randint over the grid: uniform.
+  const Config mode = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")},
+                                  {{"scheduler.weighting_scheme", "mode", ""}}, no_paths(8));
+  CHECK(mode.scheduler.weighting_scheme == Weighting::uniform);
+  CHECK(noted(mode, "'mode' trains uniform timesteps"));
+  CHECK(sana::train::timestep_options_for(mode).weighting == sana::diffusion::Weighting::uniform);
+  // SD3's mode density stays available under its own name.
+  const Config sd3 = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")},
+                                 {{"scheduler.weighting_scheme", "sd3_mode", ""}}, no_paths(8));
+  CHECK(sd3.scheduler.weighting_scheme == Weighting::sd3_mode);
+  CHECK(sana::train::timestep_options_for(sd3).weighting == sana::diffusion::Weighting::sd3_mode);
 }

@@ -1,6 +1,8 @@
 // Decoding for training, on files PIL wrote: every mode and depth becomes 8-bit RGB at the
-// bucket's size; upstream's resize-to-cover + center-crop; EXIF orientation; reduced
-// decoding (progressive JPEGs at 1/8 from their DC scans); and a corpus of bad files that come back as reasons, never as crashes.
+// bucket's size; upstream's resize-to-cover + center-crop; the EXIF orientation ignored as
+// PIL does, or applied when asked; reduced decoding (progressive JPEGs at 1/8 from their
+// DC scans); and a corpus of bad files that come back as reasons, never as crashes.
+// Equality with PIL's pixels is tests/reference/pil_pixels.py's (test reference.pil_pixels).
 #include "catch.h"
 
 #include <fstream>
@@ -40,9 +42,15 @@ TEST_CASE("every kind of image becomes 8-bit RGB at the bucket's size", "[decode
   CHECK(webp.rgb.at<cv::Vec3b>(4, 4)[0] < 50);
 }
 
-TEST_CASE("EXIF orientation is honoured", "[decode]") {
+TEST_CASE("the EXIF orientation is ignored as PIL does, or applied when asked", "[decode]") {
   // Stored left red / right blue, orientation 6: displayed with red on top.
-  const auto d = decode_to_bucket(fixtures().path("rotated.jpg"), 120, 80, false, defaults());
+  const auto stored = decode_to_bucket(fixtures().path("rotated.jpg"), 80, 120, false, defaults());
+  REQUIRE(stored.ok());
+  CHECK(stored.rgb.at<cv::Vec3b>(40, 10)[0] > 200);   // red on the left
+  CHECK(stored.rgb.at<cv::Vec3b>(40, 110)[2] > 200);  // blue on the right
+  DecodeOptions turn;
+  turn.exif_orientation = true;
+  const auto d = decode_to_bucket(fixtures().path("rotated.jpg"), 120, 80, false, turn);
   REQUIRE(d.ok());
   const auto top = d.rgb.at<cv::Vec3b>(10, 40), bottom = d.rgb.at<cv::Vec3b>(110, 40);
   CHECK(top[0] > 200);     // red
@@ -53,7 +61,7 @@ TEST_CASE("resize to cover, then center-crop, as upstream", "[decode]") {
   // 200 wide x 100 high -> 50 x 50: scale 0.5 gives 100 x 50, the crop keeps columns 25..74.
   cv::Mat src(100, 200, CV_8UC3);
   for (int x = 0; x < 200; ++x) src.col(x).setTo(cv::Scalar(x, x, x));
-  const cv::Mat out = cover_and_crop(src, 50, 50, cv::INTER_AREA);
+  const cv::Mat out = cover_and_crop(src, 50, 50, Resample::box);
   REQUIRE((out.rows == 50 && out.cols == 50));
   CHECK(std::abs(out.at<cv::Vec3b>(25, 0)[0] - 50) <= 1);   // source column ~50
   CHECK(std::abs(out.at<cv::Vec3b>(25, 49)[0] - 148) <= 1);  // source column ~148
@@ -70,11 +78,11 @@ TEST_CASE("resize to cover, then center-crop, as upstream", "[decode]") {
   CHECK(a == b);
 }
 
-TEST_CASE("large JPEGs decode at reduced size with nearly the same result", "[decode]") {
-  const auto fast = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, defaults(), 1600, 1200);
-  DecodeOptions full_opts;
-  full_opts.reduced_decode = false;
-  const auto full = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, full_opts, 1600, 1200);
+TEST_CASE("large JPEGs decode at reduced size, when asked, with nearly the same result", "[decode]") {
+  DecodeOptions reduced;
+  reduced.reduced_decode = true;
+  const auto fast = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, reduced, 1600, 1200);
+  const auto full = decode_to_bucket(fixtures().path("large.jpg"), 192, 256, false, defaults(), 1600, 1200);
   REQUIRE((fast.ok() && full.ok()));
   CHECK(fast.reduce == 4);  // 1600/4 = 400 >= 256 and 1200/4 = 300 >= 192; /8 would not cover
   CHECK(full.reduce == 1);
@@ -191,11 +199,14 @@ TEST_CASE("where DC scans alone would not give the same pixels, the whole file i
     INFO(name);
     CHECK(decode_progressive_eighth(bytes.data(), bytes.size()).empty());
   }
-  // Through the training decoder: the rotated one still shows portrait, red on top.
-  const auto d = decode_to_bucket(fixtures().path("progressive_rotated.jpg"), 40, 24, false, defaults(), 203, 331);
+  // Through the training decoder with the orientation applied: portrait, at 1/8 scale.
+  DecodeOptions reduced;
+  reduced.reduced_decode = true;
+  reduced.exif_orientation = true;
+  const auto d = decode_to_bucket(fixtures().path("progressive_rotated.jpg"), 40, 24, false, reduced, 203, 331);
   REQUIRE(d.ok());
   CHECK(d.reduce == 8);
-  const auto gray = decode_to_bucket(fixtures().path("progressive_gray.jpg"), 16, 24, false, defaults(), 331, 203);
+  const auto gray = decode_to_bucket(fixtures().path("progressive_gray.jpg"), 16, 24, false, reduced, 331, 203);
   REQUIRE(gray.ok());
   CHECK(gray.rgb.type() == CV_8UC3);
 }

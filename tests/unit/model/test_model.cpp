@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "sana/util/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
@@ -462,4 +463,40 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
   CHECK(sana::test::run_command("/usr/bin/python3 " + upstream + " " + files[0]).exit_code == 1);
+}
+
+TEST_CASE("upstream's presets, SANA-1.5's included, have the parameter counts of upstream's modules",
+          "[model][reference]") {
+  // tests/reference/upstream_model.py --count builds SanaMS from modules shaped as upstream's
+  // (sana_multi_scale.py, sana_blocks.py) and counts their parameters; SANA-1.5's YAMLs
+  // train with qk_norm and cross_norm, the 1.0 ones without.
+  const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/upstream_model.py";
+  for (const bool norms : {false, true}) {
+    std::vector<std::string> names;
+    std::vector<int64_t> ours;
+    for (const auto& preset : presets()) {
+      if (preset.cpu_sized || preset.hidden != 2240) continue;
+      sana::config::Config cfg;
+      cfg.model.model = preset.name;
+      cfg.model.qk_norm = cfg.model.cross_norm = norms;
+      cfg.data.load_vae_feat = cfg.data.load_text_feat = true;
+      SanaMS model(sana::train::model_spec_for(cfg), BuildOptions{torch::kFloat32, true, 0});
+      names.push_back(preset.name);
+      ours.push_back(model->parameter_count());
+    }
+    REQUIRE(names.size() == 4);  // SanaMS_1600M_P1_D20 and SANA-1.5's D30, D40, D60
+    std::string depths;
+    for (const auto& name : names) depths += " " + std::to_string(preset_spec(name).depth);
+    const auto r = sana::test::run_command(fmt::format("/usr/bin/python3 {} --count 2240 20 1 {} {}{}", script,
+                                                       norms, norms, depths));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream counts(r.output);
+    for (size_t i = 0; i < names.size(); ++i) {
+      int64_t upstream = 0;
+      counts >> upstream;
+      INFO(names[i] << (norms ? " with qk_norm and cross_norm" : ""));
+      CHECK(ours[i] == upstream);
+    }
+  }
 }

@@ -131,12 +131,12 @@ TEST_CASE("with precomputed caption features the null caption comes from upstrea
   cfg.text_encoder.model_max_length = 6;
   cfg.text_encoder.caption_channels = 8;
   cfg.train.null_embed_root = dir.path("none");
-  CHECK(train::null_embed_file(cfg).empty());
+  CHECK(config::null_embed_file(cfg).empty());
   cfg.train.null_embed_root = dir.path();
-  CHECK(train::null_embed_file(cfg) == pth);  // the older name
+  CHECK(config::null_embed_file(cfg) == pth);  // the older name
   const std::string current = dir.path("null_embed_diffusers_gemma-2-2b-it_6token_8.pth");
   std::filesystem::copy_file(pth, current);
-  CHECK(train::null_embed_file(cfg) == current);
+  CHECK(config::null_embed_file(cfg) == current);
   cfg.text_encoder.null_embed_path = pth;
-  CHECK(train::null_embed_file(cfg) == pth);
+  CHECK(config::null_embed_file(cfg) == pth);
 }

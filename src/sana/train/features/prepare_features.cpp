@@ -65,10 +65,10 @@ nlohmann::ordered_json file_identity(const std::string& path) {
 // Everything the features depend on: a rerun into the same folder must have the same.
 nlohmann::ordered_json settings_of(const config::Config& cfg, const data::Dataset& ds, const Layout& layout) {
   nlohmann::ordered_json s;
-  s["format"] = "sana-train features 1";
+  s["format"] = "sana-train features 2";  // 2: PIL's pixels (data/resample.h)
   s["samples"] = ds.index().size();
   s["dataset"] = ds.fingerprint();  // the index's content and the bucket rule
-  s["interpolation"] = cfg.data.interpolation;
+  s["decode"] = decode_options_for(cfg).describe();
   if (layout.latents) {
     s["vae"] = file_identity(cfg.vae.vae_pretrained);
     s["vae"]["scale_factor"] = cfg.vae.scale_factor;
