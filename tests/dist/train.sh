@@ -47,9 +47,14 @@ base_w, base_l = weights(f"{root}/w1/model.safetensors"), losses(1)
 worst = 0.0
 for w in (2, 3):
     ws, ls = weights(f"{root}/w{w}/model.safetensors"), losses(w)
-    dw = max(np.abs(ws[k] - base_w[k]).max() / max(np.abs(base_w[k]).max(), 1e-12) for k in base_w)
+    # Per tensor, the norm of the difference over the tensor's norm. Not the largest element:
+    # AdamW (eps 1e-10) turns a weight's near-zero gradient, whose rounding differs with the
+    # summation order, into a full-size step, so a few elements of a tensor (219 of 49152 in
+    # blocks.0.attn.qkv.weight on the test photos) differ by up to lr x steps.
+    dw = max(np.linalg.norm(ws[k] - base_w[k]) / max(np.linalg.norm(base_w[k]), 1e-12) for k in base_w)
     dl = np.abs(ls - base_l).max() / np.abs(base_l).max()
-    print(f"W={w} vs W=1: max relative weight difference {dw:.2e}, max relative loss difference {dl:.2e}")
+    print(f"W={w} vs W=1: largest relative weight difference (per tensor, in norm) {dw:.2e}, "
+          f"max relative loss difference {dl:.2e}")
     worst = max(worst, dw, dl)
 sys.exit(0 if worst < 1e-3 else 1)
 PY

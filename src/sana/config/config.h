@@ -239,6 +239,22 @@ struct CkptConfig {
   bool save_optimizer = true;
 };
 
+// SANA-1.5's model growth (upstream's ModelGrowthConfig): a deeper model's blocks
+// initialised from a shallower checkpoint's, before step 1 (model/growth.h).
+struct ModelGrowthConfig {
+  std::string pretrained_ckpt_path;  // "" = no growth
+  std::string init_strategy = "constant";
+  int64_t source_num_layers = 20;
+  int64_t target_num_layers = 30;
+  struct InitParams {
+    int64_t expand_ratio = 3;  // block_expand
+    double noise_scale = 0.01;  // progressive
+    bool zero_gate = false;     // cyclic, block_expand
+    double scale_spec = 0.0;    // constant: the output projections' std
+    double scale_others = 0.02;  // constant: the other new weights' std
+  } init_params;
+};
+
 struct Config {
   // What loading said without failing: upstream keys accepted with no effect here, renamed
   // keys, derived values. Not a config key: never printed as one, never fingerprinted.
@@ -256,6 +272,7 @@ struct Config {
   DistConfig dist;
   DdpConfig ddp;
   CkptConfig ckpt;
+  ModelGrowthConfig model_growth;
 };
 
 // Micro-steps per optimizer step on `world_size` processes when the global batch splits

@@ -288,6 +288,24 @@ void describe_ddp(std::vector<Field>& f, DdpConfig& d) {
         "copy rank 0's buffers to every rank at each step start (never inside a forward)");
 }
 
+void describe_model_growth(std::vector<Field>& f, ModelGrowthConfig& g) {
+  Section s(f, "model_growth");
+  s.add("pretrained_ckpt_path", g.pretrained_ckpt_path,
+        "SANA-1.5 model growth: the shallower model's weights (safetensors or torch.save'd); '' = none");
+  s.add("init_strategy", g.init_strategy, "how the new blocks start (upstream's model_growth_utils.py)")
+      .one_of({"cyclic", "block_expand", "progressive", "interpolation", "random", "constant"});
+  s.add("source_num_layers", g.source_num_layers, "blocks taken from the checkpoint (its first N)").at_least(1);
+  s.add("target_num_layers", g.target_num_layers, "blocks of the grown model: model.model's depth").at_least(1);
+  Section p(f, "model_growth.init_params");
+  p.add("expand_ratio", g.init_params.expand_ratio, "block_expand: new blocks per source block").at_least(1);
+  p.add("noise_scale", g.init_params.noise_scale, "progressive: std of the noise added to the copied block")
+      .at_least(0);
+  p.add("zero_gate", g.init_params.zero_gate,
+        "cyclic, block_expand: repeated blocks start with zero output projections and modulation");
+  p.add("scale_spec", g.init_params.scale_spec, "constant: std of the new blocks' output projections").at_least(0);
+  p.add("scale_others", g.init_params.scale_others, "constant: std of the new blocks' other weights").at_least(0);
+}
+
 void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {
   Section s(f, "ckpt");
   s.add("keep_last_n", c.keep_last_n, "checkpoints kept; 0 keeps all").at_least(0);
@@ -339,6 +357,7 @@ std::vector<Field> fields_of(Config& c) {
   describe_dist(f, c.dist);
   describe_ddp(f, c.ddp);
   describe_ckpt(f, c.ckpt);
+  describe_model_growth(f, c.model_growth);
   return f;
 }
 

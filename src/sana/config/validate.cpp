@@ -118,10 +118,8 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
          "raise train.global_batch_size or start fewer processes");
 }
 
-void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
-  if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
-
-  const auto& opt = cfg.train.optimizer;
+// The optimizer's betas and eps come in the number its type takes.
+void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
   const size_t want_betas = opt.type == OptimizerType::CAME ? 3 : 2;
   const size_t want_eps = opt.type == OptimizerType::CAME ? 2 : 1;
   if (opt.betas.size() != want_betas) {
@@ -135,14 +133,10 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
                        want_eps == 1 ? "" : "s", opt.eps.size()),
            "remove the key to use the optimizer's defaults");
   }
+}
 
-  if (!cfg.scheduler.predict_flow_v) {
-    c.fail("scheduler.predict_flow_v",
-           "false is not supported: sana-train trains the flow velocity (noise - data), as every upstream Sana "
-           "config does",
-           "remove the key or set it to true");
-  }
-
+// The bucket tables: the base size agrees with the model's and has a table.
+void check_buckets(Checker& c, const Config& cfg) {
   const auto& d = cfg.data;
   if (cfg.model.image_size != d.image_size) {
     c.fail("model.image_size",
@@ -174,6 +168,25 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
       }
     }
   }
+}
+
+void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
+  if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
+  check_optimizer_shape(c, cfg.train.optimizer);
+  check_buckets(c, cfg);
+  if (!cfg.model_growth.pretrained_ckpt_path.empty() && !cfg.model.load_from.empty()) {
+    c.fail("model_growth.pretrained_ckpt_path",
+           "and model.load_from are both set: growth initialises the model from the smaller checkpoint (upstream "
+           "refuses the pair too)",
+           "keep one of them");
+  }
+  if (!cfg.scheduler.predict_flow_v) {
+    c.fail("scheduler.predict_flow_v",
+           "false is not supported: sana-train trains the flow velocity (noise - data), as every upstream Sana "
+           "config does",
+           "remove the key or set it to true");
+  }
+
   if (cfg.dist.backend == Backend::nccl && cfg.dist.device == DeviceKind::cpu) {
     c.fail("dist.backend", "nccl needs CUDA devices, but dist.device is cpu",
            "use backend gloo (or auto) with device cpu");
@@ -266,6 +279,9 @@ void check_paths(Checker& c, const Config& cfg) {
   for (const auto& dir : cfg.data.data_dir) check_existing(c, "data.data_dir", dir, "data source");
   if (!cfg.model.load_from.empty()) {
     check_existing(c, "model.load_from", cfg.model.load_from, "checkpoint");
+  }
+  if (!cfg.model_growth.pretrained_ckpt_path.empty()) {
+    check_existing(c, "model_growth.pretrained_ckpt_path", cfg.model_growth.pretrained_ckpt_path, "checkpoint");
   }
   check_encoder_paths(c, cfg);
   if (!cfg.resume_from.empty() && cfg.resume_from != "latest") {

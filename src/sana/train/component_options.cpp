@@ -138,6 +138,33 @@ model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
   return o;
 }
 
+model::GrowthOptions growth_options_for(const config::Config& cfg) {
+  using model::GrowthStrategy;
+  const auto& g = cfg.model_growth;
+  model::GrowthOptions o;
+  o.source = g.pretrained_ckpt_path;
+  static const std::array<std::pair<const char*, GrowthStrategy>, 6> names{{
+      {"cyclic", GrowthStrategy::cyclic},
+      {"block_expand", GrowthStrategy::block_expand},
+      {"progressive", GrowthStrategy::progressive},
+      {"interpolation", GrowthStrategy::interpolation},
+      {"random", GrowthStrategy::random},
+      {"constant", GrowthStrategy::constant},
+  }};
+  const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return g.init_strategy == n.first; });
+  if (it == names.end()) throw std::logic_error("model_growth.init_strategy outside its choices: " + g.init_strategy);
+  o.strategy = it->second;
+  o.source_layers = g.source_num_layers;
+  o.target_layers = g.target_num_layers;
+  o.expand_ratio = g.init_params.expand_ratio;
+  o.noise_scale = g.init_params.noise_scale;
+  o.zero_gate = g.init_params.zero_gate;
+  o.scale_spec = g.init_params.scale_spec;
+  o.scale_others = g.init_params.scale_others;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  return o;
+}
+
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
   const auto& s = cfg.scheduler;
   diffusion::TimestepOptions o;

@@ -11,6 +11,7 @@
 #include "sana/diffusion/options.h"
 #include "sana/distributed/options.h"
 #include "sana/model/encoder_options.h"
+#include "sana/model/growth_options.h"
 #include "sana/model/spec.h"
 
 namespace sana::train {
@@ -37,6 +38,8 @@ data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg);
 model::ModelSpec model_spec_for(const config::Config& cfg);
 model::VaeOptions vae_options_for(const config::Config& cfg);
 model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg);
+// The model_growth section and train.seed (source "" when there is no growth).
+model::GrowthOptions growth_options_for(const config::Config& cfg);
 
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg);
 

@@ -20,6 +20,7 @@
 #include "sana/model/weights.h"
 #include "sana/train/batching.h"
 #include "sana/train/component_options.h"
+#include "sana/train/initial_model.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/report.h"
 #include "sana/train/resume.h"
@@ -37,43 +38,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
-
-// A hash of every parameter's name, shape and bytes, in order: equal on every rank
-// exactly when the weights are bitwise equal.
-std::string weights_checksum(const torch::nn::Module& model) {
-  Hasher h;
-  for (const auto& p : model.named_parameters()) {
-    h.update(p.key());
-    const auto t = p.value().detach().to(torch::kCPU).contiguous();
-    for (int64_t d : t.sizes()) h.update_value(d);
-    h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
-  }
-  return h.hex();
-}
-
-// The model with rank 0's weights on every rank (initialised from train.seed, or
-// model.load_from), checked by checksum.
-model::SanaMS build_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt) {
-  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
-  if (!cfg.model.load_from.empty()) {
-    const auto report = model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
-    if (report.clean()) {
-      log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
-    } else {
-      log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
-    }
-  }
-  net->to(rt.device());
-  net->set_grad_checkpointing(cfg.train.grad_checkpointing);
-  net->train();
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : net->parameters()) rt.broadcast(p);
-    for (auto& b : net->buffers()) rt.broadcast(b);
-  }
-  rt.agree("model weights after the broadcast", weights_checksum(*net));
-  return net;
-}
 
 NamedParams named_parameters(model::SanaMS& net) {
   NamedParams named;
@@ -138,7 +102,7 @@ void Trainer::start() {
   dataset_.emplace(open_dataset(cfg_, rt_));         // collective: rank 0 indexes, all agree on it
   cache_ = open_sample_cache(cfg_, *dataset_, rt_);  // collective: one cache per node, its name shared
   spec_ = model_spec_for(cfg_);
-  model_ = build_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
+  model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
   reducer_ = dist::make_reducer(rt_, named_, reducer_options(cfg_));

@@ -171,3 +171,23 @@ TEST_CASE("upstream's weighting_scheme mode trains uniform timesteps, as its tra
   CHECK(sd3.scheduler.weighting_scheme == Weighting::sd3_mode);
   CHECK(sana::train::timestep_options_for(sd3).weighting == sana::diffusion::Weighting::sd3_mode);
 }
+
+TEST_CASE("upstream's model_growth section acts: the options the grower takes", "[config][upstream]") {
+  TempDir dir;
+  // As upstream's SANA-1.5 runs pass it: a 20-block checkpoint grown into a 60-block model.
+  const Config c = load_text(dir,
+                             "model: {model: SanaMS_4800M_P1_D60}\n"
+                             "model_growth:\n  pretrained_ckpt_path: d20.pth\n  init_strategy: block_expand\n"
+                             "  source_num_layers: 20\n  target_num_layers: 60\n"
+                             "  init_params: {expand_ratio: 3, noise_scale: 0.01, zero_gate: true}\n");
+  const auto g = sana::train::growth_options_for(c);
+  CHECK(g.source == "d20.pth");
+  CHECK(g.strategy == sana::model::GrowthStrategy::block_expand);
+  CHECK((g.source_layers == 20 && g.target_layers == 60 && g.expand_ratio == 3 && g.zero_gate));
+  CHECK(g.seed == static_cast<uint64_t>(c.train.seed));
+  // Without the section there is no growth.
+  CHECK(sana::train::growth_options_for(load_text(dir, "model: {model: SanaMS_600M_P1_D28}\n")).source.empty());
+  CHECK(mentions(issues_of(dir, "model_growth: {init_strategy: stretch}\n"), "model_growth.init_strategy", "stretch"));
+  CHECK(mentions(issues_of(dir, "model: {load_from: a.pth}\nmodel_growth: {pretrained_ckpt_path: b.pth}\n"),
+                 "model_growth.pretrained_ckpt_path", "model.load_from are both set"));
+}

@@ -1,0 +1,51 @@
+#include "sana/train/initial_model.h"
+
+#include "sana/model/growth.h"
+#include "sana/model/weights.h"
+#include "sana/train/component_options.h"
+#include "sana/util/hash.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+// A hash of every parameter's name, shape and bytes, in order: equal on every rank
+// exactly when the weights are bitwise equal.
+std::string weights_checksum(const torch::nn::Module& model) {
+  Hasher h;
+  for (const auto& p : model.named_parameters()) {
+    h.update(p.key());
+    const auto t = p.value().detach().to(torch::kCPU).contiguous();
+    for (int64_t d : t.sizes()) h.update_value(d);
+    h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+  }
+  return h.hex();
+}
+
+model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt) {
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
+  const auto growth = growth_options_for(cfg);
+  if (!growth.source.empty()) {
+    const auto report = model::grow_model(*net, growth);
+    log::info("model_growth ({}): {} from {}", cfg.model_growth.init_strategy, report.summary(), growth.source);
+  }
+  if (!cfg.model.load_from.empty()) {
+    const auto report = model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
+    if (report.clean()) {
+      log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
+    } else {
+      log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
+    }
+  }
+  net->to(rt.device());
+  net->set_grad_checkpointing(cfg.train.grad_checkpointing);
+  net->train();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->parameters()) rt.broadcast(p);
+    for (auto& b : net->buffers()) rt.broadcast(b);
+  }
+  rt.agree("model weights after the broadcast", weights_checksum(*net));
+  return net;
+}
+
+}  // namespace sana::train
