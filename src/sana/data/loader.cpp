@@ -207,6 +207,9 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
   Batch b = batch_of(job);
   const Bucket& bucket = dataset_.buckets().bucket(b.bucket);
   const int h = bucket.height, w = bucket.width;
+  // The filter is the bucket's table's (upstream's choice) unless data.interpolation names one.
+  DecodeOptions decode = opts_.decode;
+  if (!decode.filter) decode.filter = filter_for_table(dataset_.buckets().table_of(b.bucket).name());
   const auto n = static_cast<int64_t>(b.ids.size());
   auto options = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(opts_.pin_memory);
   const auto& index = dataset_.index();
@@ -249,8 +252,6 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
         // Decoded without the flip (that is how the cache keeps it); flipped into the batch.
         cv::Mat rgb = opts_.cache ? opts_.cache->get(c, h, w) : cv::Mat();
         if (rgb.empty()) {
-          DecodeOptions decode = opts_.decode;
-          if (!decode.filter) decode.filter = filter_for_table(dataset_.buckets().table_of(b.bucket).name());
           const auto d = outside(guard, [path = std::string(text.path), h, w, decode,
                                          rw = static_cast<int>(r.width), rh = static_cast<int>(r.height)] {
             return decode_to_bucket(path, h, w, false, decode, rw, rh);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <vector>
 
 #include "sana/model/weights.h"
@@ -13,14 +14,15 @@ namespace sana::model {
 
 namespace {
 
+constexpr std::string_view kBlocks = "blocks.";
+
 // "blocks.12.attn.qkv.weight" -> 12; -1 for a tensor outside the blocks.
 int64_t block_of(const std::string& key) {
-  static const std::string prefix = "blocks.";
-  if (key.compare(0, prefix.size(), prefix) != 0) return -1;
-  const size_t dot = key.find('.', prefix.size());
-  if (dot == std::string::npos || dot == prefix.size()) return -1;
+  if (key.compare(0, kBlocks.size(), kBlocks) != 0) return -1;
+  const size_t dot = key.find('.', kBlocks.size());
+  if (dot == std::string::npos || dot == kBlocks.size()) return -1;
   int64_t n = 0;
-  for (size_t i = prefix.size(); i < dot; ++i) {
+  for (size_t i = kBlocks.size(); i < dot; ++i) {
     if (key[i] < '0' || key[i] > '9') return -1;
     n = n * 10 + (key[i] - '0');
   }
@@ -29,7 +31,7 @@ int64_t block_of(const std::string& key) {
 
 // The same tensor's name in block `to` ("blocks.<to>.<rest>").
 std::string in_block(const std::string& key, int64_t to) {
-  return fmt::format("blocks.{}{}", to, key.substr(key.find('.', 7)));
+  return fmt::format("blocks.{}{}", to, key.substr(key.find('.', kBlocks.size())));
 }
 
 bool contains(const std::string& key, const char* part) { return key.find(part) != std::string::npos; }
