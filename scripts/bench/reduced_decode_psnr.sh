@@ -12,24 +12,8 @@ bin=${SANA_BUILD_DIR:-$root/build}/apps/sana-train
 cmake --build "${SANA_BUILD_DIR:-$root/build}" --target sana-train > /dev/null
 work=$(mktemp -d /tmp/sana-psnr-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cat > "$work/c.yaml" <<EOF
-work_dir: $work/run
-data:
-  data_dir: [$dir]
-  image_size: $size
-  aspect_ratio_type: ASPECT_RATIO_$size
-model:
-  model: SanaMS_tiny_P2_D4
-  image_size: $size
-  mixed_precision: fp32
-vae:
-  vae_type: none
-text_encoder:
-  text_encoder_name: none
-train:
-  num_workers: 1
-  global_batch_size: 1
-EOF
+. "$root/tests/apps/pixel_config.sh"
+pixel_config "$work/run" "$dir" "$size" "" 1 > "$work/c.yaml"
 for mode in full reduced; do
   flag=false
   [ "$mode" = reduced ] && flag=true
@@ -43,7 +27,7 @@ from PIL import Image
 work = sys.argv[1]
 rows = [l.rstrip("\n").split("\t") for l in open(os.path.join(work, "full", "dump.tsv"))][1:]
 psnrs = []
-for sid, path, h, w, name in rows:
+for sid, path, h, w, name in (row[:5] for row in rows):
     if not path.lower().endswith((".jpg", ".jpeg")):
         continue
     a = np.asarray(Image.open(os.path.join(work, "full", name)), dtype=np.float64)

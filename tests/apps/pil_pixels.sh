@@ -13,6 +13,7 @@
 # Every command runs under `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
 . "$(dirname "$0")/../dist/lib.sh"
+. "$(dirname "$0")/pixel_config.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=/usr/bin/python3
 PHOTOS=/usr/share/backgrounds/mate
@@ -63,24 +64,8 @@ fi
 n_images=$(find "$W/images" -type f | wc -l)
 echo "images: $n_images in $W/images"
 
-# config NAME EXTRA...: a pixel-space config over the images, with extra `--key=value`s.
-config() {
-  cat > "$W/$1.yaml" <<EOF
-work_dir: $W/work_$1
-data:
-  data_dir: [$W/images]
-model:
-  model: SanaMS_tiny_P2_D4
-  mixed_precision: fp32
-vae:
-  vae_type: none
-text_encoder:
-  text_encoder_name: none
-train:
-  num_workers: 2
-  global_batch_size: 1
-EOF
-}
+# config NAME: a pixel-space config over the images (tests/apps/pixel_config.sh).
+config() { pixel_config "$W/work_$1" "$W/images" 512 > "$W/$1.yaml"; }
 
 # dump_and_compare NAME FILTER [PIL ARGS] -- [sana-train overrides]
 dump_and_compare() {

@@ -4,6 +4,7 @@
 Usage: make_torchscript_encoders.py DIR
   DIR/vae.pt        encode(images) -> 4 latent channels at 1/4 size; decode(latents) -> images
   DIR/vae_wrong.pt  encode() gives 3 channels (a wrong export)
+  DIR/vae_scaled.pt vae.pt carrying its own scaling_factor 0.3 (as DC-AE's cfg.scaling_factor)
   DIR/text.pt       forward(prompts: List[str]) -> (features [N, 6, 8], mask [N, 6])
 """
 import os
@@ -29,6 +30,14 @@ class Vae(torch.nn.Module):
         return torch.tanh(self.dec(latents))
 
 
+class ScaledVae(Vae):
+    """Vae with the factor its latents are scaled by, as DC-AE's config has it."""
+
+    def __init__(self, channels: int, scaling_factor: float):
+        super().__init__(channels)
+        self.scaling_factor = scaling_factor
+
+
 class Text(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -50,6 +59,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     torch.jit.script(Vae(4)).save(os.path.join(out, "vae.pt"))
     torch.jit.script(Vae(3)).save(os.path.join(out, "vae_wrong.pt"))
+    torch.jit.script(ScaledVae(4, 0.3)).save(os.path.join(out, "vae_scaled.pt"))
     torch.jit.script(Text()).save(os.path.join(out, "text.pt"))
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Upstream's pixels, computed by upstream's own transform, against `sana-train check-data --dump`.
 
-For every row of DUMP/dump.tsv (id, path, height, width, file) this opens the source with
+For every row of DUMP/dump.tsv (id, path, height, width, file, caption) this opens the source with
 PIL and applies the transform NVlabs/Sana's SanaWebDatasetMS builds for a sample
 (torchvision's T.Resize to upstream's cover size with the table's filter, then
 T.CenterCrop to the bucket), then compares it with the dumped PNG.
@@ -70,7 +70,7 @@ def main():
 
     with open(os.path.join(args.dump, "dump.tsv"), encoding="utf-8") as f:
         header = f.readline().rstrip("\n").split("\t")
-        if header != ["id", "path", "height", "width", "file"]:
+        if header[:5] != ["id", "path", "height", "width", "file"]:
             print("dump.tsv: unexpected header %r" % header)
             return 1
         rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
@@ -78,7 +78,7 @@ def main():
         print("dump.tsv lists no images")
         return 1
     failures, worst = 0, {"PNG": 0, "JPEG": 0}
-    for sid, path, h, w, name in rows:
+    for sid, path, h, w, name in (row[:5] for row in rows):
         path = unescape(path)
         ours = np.asarray(Image.open(os.path.join(args.dump, name)).convert("RGB"))
         ref, fmt = upstream_pixels(path, int(h), int(w), FILTERS[args.filter], args.exif_transpose)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "sana/config/choices.h"
@@ -60,6 +61,9 @@ template <> struct Names<DeviceKind> {
   static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
 };
 
+// A YAML mapping of names to numbers, in the order written (data.caption_proportion).
+using NamedWeights = std::vector<std::pair<std::string, double>>;
+
 struct DataConfig {
   std::vector<std::string> data_dir;       // folders, metadata files or indexes
   int64_t image_size = 512;                // base resolution in pixels
@@ -81,6 +85,15 @@ struct DataConfig {
   std::string cache_dir;                          // data.cache: disk: where (empty: work_dir/sample_cache)
   bool load_vae_feat = false;
   bool load_text_feat = false;
+  // Upstream's sampler filters and caption choice (data/sample_meta.h).
+  bool hq_only = false;                  // only samples whose .json says version "high_quality"
+  double del_img_clip_thr = 0.0;         // drop samples whose prompt CLIP score is below it
+  std::string caption_selection_type = "clipscore";  // or proportion
+  NamedWeights caption_proportion = {{"prompt", 1.0}};
+  std::vector<std::string> external_caption_suffixes;
+  std::vector<std::string> external_clipscore_suffixes;
+  double clip_thr = 0.0;
+  double clip_thr_temperature = 1.0;
 };
 
 struct ModelConfig {

@@ -255,7 +255,27 @@ struct Assign {
   bool operator()(std::vector<std::string>* v) const { return parse_list(node, *v, parse_string); }
   bool operator()(std::vector<int64_t>* v) const { return parse_list(node, *v, parse_int); }
   bool operator()(std::vector<double>* v) const { return parse_list(node, *v, parse_double); }
+  // The mapping itself arrives only empty ({} or nothing); its entries arrive one by one
+  // under their own keys (assign_named).
+  bool operator()(NamedWeights* v) const {
+    if (!node.IsNull() && !(node.IsMap() && node.size() == 0)) return false;
+    v->clear();
+    return true;
+  }
 };
+
+// One entry `name: number` of a mapping field; the first entry a config gives replaces
+// the default mapping.
+bool assign_named(NamedWeights& v, const std::string& name, const YAML::Node& node, bool first) {
+  double x = 0;
+  if (!parse_double(node, x)) return false;
+  if (first) v.clear();
+  for (auto& [n, w] : v) {
+    if (n == name) return w = x, true;
+  }
+  v.emplace_back(name, x);
+  return true;
+}
 
 bool has_prefix(const std::string& key, const std::string& prefix) {
   return key.size() > prefix.size() && key.compare(0, prefix.size(), prefix) == 0 &&
@@ -334,6 +354,27 @@ std::vector<LayeredEntry> translate_entries(const std::vector<LayeredEntry>& ent
   return out;
 }
 
+// An entry that names no field: its first unknown path component (a misspelt section is
+// one mistake), where it was written, and the closest known key.
+ConfigIssue unknown_key_issue(const LayeredEntry& e, const std::vector<std::string>& sections,
+                              const std::vector<std::string>& known,
+                              const std::map<std::string, Origin>& section_origins) {
+  std::string unknown = e.key;
+  for (size_t dot = e.key.find('.'); dot != std::string::npos; dot = e.key.find('.', dot + 1)) {
+    const std::string prefix = e.key.substr(0, dot);
+    if (std::find(sections.begin(), sections.end(), prefix) == sections.end()) {
+      unknown = prefix;
+      break;
+    }
+  }
+  const bool is_section = unknown != e.key;
+  const std::string suggestion = suggest_key(unknown, known);
+  const auto section_at = section_origins.find(unknown);
+  const Origin& at = is_section && section_at != section_origins.end() ? section_at->second : e.key_origin;
+  return {unknown, is_section ? "unknown section" : "unknown key", at,
+          suggestion.empty() ? "sana-train --list-keys shows every key" : fmt::format("did you mean {}?", suggestion)};
+}
+
 }  // namespace
 
 Config ConfigLoader::build(const ValidationContext& ctx) const {
@@ -348,6 +389,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
 
   OriginMap origins;
   std::set<std::string> reported;  // unknown sections and misused fields, reported once
+  std::set<std::string> named_seen;  // mapping fields given entries so far
   for (const LayeredEntry& e : entries) {
     auto field = std::find_if(fields.begin(), fields.end(),
                               [&](const Field& f) { return f.key == e.key; });
@@ -375,6 +417,15 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
     auto owner = std::find_if(fields.begin(), fields.end(),
                               [&](const Field& f) { return has_prefix(e.key, f.key); });
     if (owner != fields.end()) {
+      if (auto* named = std::get_if<NamedWeights*>(&owner->ref)) {
+        const std::string name = e.key.substr(owner->key.size() + 1);
+        origins[owner->key] = e.value_origin;
+        if (!assign_named(**named, name, e.value, named_seen.insert(owner->key).second)) {
+          issues.push_back({e.key, fmt::format("expected a number, got {}", describe_node(e.value)),
+                            e.value_origin, ""});
+        }
+        continue;
+      }
       if (reported.insert(owner->key).second) {
         issues.push_back({owner->key, fmt::format("expected {}, got a mapping",
                                                   type_name(owner->ref)),
@@ -382,25 +433,8 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
       }
       continue;
     }
-    // Report the first unknown path component once: a misspelt section is one mistake.
-    std::string unknown = e.key;
-    for (size_t dot = e.key.find('.'); dot != std::string::npos; dot = e.key.find('.', dot + 1)) {
-      const std::string prefix = e.key.substr(0, dot);
-      if (std::find(sections.begin(), sections.end(), prefix) == sections.end()) {
-        unknown = prefix;
-        break;
-      }
-    }
-    if (!reported.insert(unknown).second) continue;
-    const bool is_section = unknown != e.key;
-    const std::string suggestion = suggest_key(unknown, known);
-    const auto section_at = layers_->section_origins.find(unknown);
-    const Origin& at = is_section && section_at != layers_->section_origins.end()
-                           ? section_at->second
-                           : e.key_origin;
-    issues.push_back({unknown, is_section ? "unknown section" : "unknown key", at,
-                      suggestion.empty() ? "sana-train --list-keys shows every key"
-                                         : fmt::format("did you mean {}?", suggestion)});
+    ConfigIssue issue = unknown_key_issue(e, sections, known, layers_->section_origins);
+    if (reported.insert(issue.key).second) issues.push_back(std::move(issue));
   }
 
   resolve_defaults(config);

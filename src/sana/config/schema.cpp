@@ -83,6 +83,20 @@ void describe_data(std::vector<Field>& f, DataConfig& d) {
         "data.cache: disk: a folder on a local disk of each node; empty = work_dir/sample_cache");
   s.add("load_vae_feat", d.load_vae_feat, "read precomputed latents instead of images");
   s.add("load_text_feat", d.load_text_feat, "read precomputed caption features");
+  s.add("hq_only", d.hq_only, "only samples whose .json says \"version\": \"high_quality\" (upstream's layout)");
+  s.add("del_img_clip_thr", d.del_img_clip_thr,
+        "leave out samples whose prompt CLIP score (<shard>_prompt_clip_score.json) is below this; 0 = keep all");
+  s.add("caption_selection_type", d.caption_selection_type,
+        "clipscore: draw among captions scoring clip_thr or more; proportion: by caption_proportion")
+      .one_of({"clipscore", "proportion"});
+  s.add("caption_proportion", d.caption_proportion, "proportion: caption name -> weight").at_least(0);
+  s.add("external_caption_suffixes", d.external_caption_suffixes,
+        "further captions from <shard><suffix>.json beside each wids shard");
+  s.add("external_clipscore_suffixes", d.external_clipscore_suffixes,
+        "captions' CLIP scores from <shard><suffix>.json beside each wids shard");
+  s.add("clip_thr", d.clip_thr, "clipscore: captions scoring at least this are candidates");
+  s.add("clip_thr_temperature", d.clip_thr_temperature,
+        "clipscore: candidate weight score^(1/temperature) (temperature at least 0.01)");
 }
 
 void describe_model(std::vector<Field>& f, ModelConfig& m) {
@@ -380,6 +394,7 @@ std::string type_name(const FieldRef& ref) {
     std::string operator()(std::vector<std::string>*) const { return "list of strings"; }
     std::string operator()(std::vector<int64_t>*) const { return "list of integers"; }
     std::string operator()(std::vector<double>*) const { return "list of numbers"; }
+    std::string operator()(NamedWeights*) const { return "mapping of names to numbers"; }
     std::string operator()(const ChoiceRef&) const { return "string"; }
   };
   return std::visit(Name{}, ref);
@@ -396,6 +411,13 @@ std::string value_text(const FieldRef& ref) {
       return flow_list(*v, [](int64_t x) { return std::to_string(x); });
     }
     std::string operator()(std::vector<double>* v) const { return flow_list(*v, format_double); }
+    std::string operator()(NamedWeights* v) const {
+      std::string out = "{";
+      for (size_t i = 0; i < v->size(); ++i) {
+        out += fmt::format("{}{}: {}", i ? ", " : "", quote((*v)[i].first), format_double((*v)[i].second));
+      }
+      return out + "}";
+    }
     std::string operator()(const ChoiceRef& c) const { return quote(c.name()); }
   };
   return std::visit(Text{}, ref);

@@ -32,7 +32,7 @@ struct ChoiceRef {
 };
 
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              std::vector<int64_t>*, std::vector<double>*, ChoiceRef>;
+                              std::vector<int64_t>*, std::vector<double>*, NamedWeights*, ChoiceRef>;
 
 struct Field {
   std::string key;  // full dotted path, e.g. "train.optimizer.lr"

@@ -24,8 +24,6 @@ struct Rule {
   bool refused = false;  // any value is an error: the key belongs to training sana-train does not do
 };
 
-constexpr const char* kCaptions = "captions come from the data's caption field, one per sample";
-constexpr const char* kClip = "no CLIP-score caption selection";
 constexpr const char* kInference = "an inference option; previews use train.preview_cfg_scale";
 constexpr const char* kDistill = "a consistency-distillation option that upstream's train.py does not read";
 constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
@@ -48,12 +46,6 @@ const Rule kRules[] = {
     {"model_growth.extra", nullptr, "unused upstream too", nullptr},
     // data
     {"data.buckets_file", nullptr, "buckets come from data.aspect_ratio_type", nullptr},
-    {"data.caption_proportion", nullptr, kCaptions, nullptr},
-    {"data.external_caption_suffixes", nullptr, kCaptions, nullptr},
-    {"data.external_clipscore_suffixes", nullptr, kClip, nullptr},
-    {"data.clip_thr_temperature", nullptr, kClip, nullptr},
-    {"data.clip_thr", nullptr, kClip, nullptr},
-    {"data.del_img_clip_thr", nullptr, kClip, nullptr},
     {"data.sort_dataset", nullptr, "the epoch plan fixes the order from train.seed", nullptr},
     {"data.transform", nullptr, "images are resized and centre-cropped to their bucket, as default_train",
      "default_train"},
@@ -61,8 +53,7 @@ const Rule kRules[] = {
      "the dataset kind follows data.data_dir (folders, JSONL/CSV metadata, wids shards as SanaWebDatasetMS "
      "reads them, indexes)",
      nullptr},
-    {"data.hq_only", nullptr, "no quality filter", nullptr},
-    {"data.valid_num", nullptr, "no held-out split", nullptr},
+    {"data.valid_num", nullptr, "upstream's sampler computes its bucket list from it and never uses it", nullptr},
     {"data.data", nullptr, "unused upstream too", nullptr},
     {"data.extra", nullptr, "unused upstream too", nullptr},
     // model

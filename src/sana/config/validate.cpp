@@ -104,6 +104,9 @@ struct CheckField {
   void operator()(std::vector<double>* v) const {
     for (double x : *v) c.bounds(f, x);
   }
+  void operator()(NamedWeights* v) const {
+    for (const auto& [name, x] : *v) c.bounds(f, x);
+  }
   void operator()(const ChoiceRef&) const {}  // the loader took only a known name
 };
 
@@ -170,10 +173,24 @@ void check_buckets(Checker& c, const Config& cfg) {
   }
 }
 
+// Upstream's caption choice: proportion needs a weight somewhere.
+void check_captions(Checker& c, const DataConfig& d) {
+  if (d.caption_selection_type != "proportion") return;
+  double total = 0;
+  for (const auto& [name, weight] : d.caption_proportion) total += weight;
+  if (!(total > 0)) {
+    c.fail("data.caption_proportion",
+           d.caption_proportion.empty() ? "is empty, but data.caption_selection_type is proportion"
+                                        : "weights add up to 0, but data.caption_selection_type is proportion",
+           "give each caption name a weight, e.g. {prompt: 1}");
+  }
+}
+
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
   check_optimizer_shape(c, cfg.train.optimizer);
   check_buckets(c, cfg);
+  check_captions(c, cfg.data);
   if (!cfg.model_growth.pretrained_ckpt_path.empty() && !cfg.model.load_from.empty()) {
     c.fail("model_growth.pretrained_ckpt_path",
            "and model.load_from are both set: growth initialises the model from the smaller checkpoint (upstream "

@@ -46,7 +46,7 @@ class Dump {
       throw UsageError(fmt::format("--dump {}: cannot write there{}; name a writable folder", dir,
                                    ec ? ": " + ec.message() : ""), "usage error");
     }
-    tsv_ << "id\tpath\theight\twidth\tfile\n";
+    tsv_ << "id\tpath\theight\twidth\tfile\tcaption\n";
   }
 
   // Sample i of `b`, whose pixels are (x + 1) * 127.5 of the 8-bit values, exactly.
@@ -61,7 +61,8 @@ class Dump {
     if (!cv::imwrite((dir_ / file).string(), bgr)) {
       throw RunError(fmt::format("--dump: could not write {}", (dir_ / file).string()), "check-data");
     }
-    tsv_ << id << '\t' << tsv_field(index.text(id).path) << '\t' << h << '\t' << w << '\t' << file << '\n';
+    tsv_ << id << '\t' << tsv_field(index.text(id).path) << '\t' << h << '\t' << w << '\t' << file << '\t'
+         << tsv_field(b.captions[i]) << '\n';
     if (!tsv_) throw RunError(fmt::format("--dump: could not write {}", (dir_ / "dump.tsv").string()), "check-data");
   }
 

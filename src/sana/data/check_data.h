@@ -36,7 +36,8 @@ struct CheckDataOptions {
   int64_t token_cell = 0;      // as Dataset::open's (train.batch_tokens needs it to say what training leaves out)
   // --dump DIR: each decoded sample's bucket image as the model receives it (before
   // normalisation; check-data never flips) as an 8-bit RGB PNG <id>.png, and DIR/dump.tsv
-  // with the columns id, path (the source as indexed), height, width (the bucket), file.
+  // with the columns id, path (the source as indexed), height, width (the bucket), file,
+  // caption (the one drawn for the sample in epoch 0 with train.seed).
   std::string dump_dir;
 };
 

@@ -1,8 +1,10 @@
 #include "sana/data/dataset.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <stdexcept>
 #include <filesystem>
@@ -41,10 +43,50 @@ std::string BatchSpec::describe() const {
                           : fmt::format("train.global_batch_size {}", global_batch);
 }
 
+namespace {
+
+// The index of the samples `filter` keeps, built from `full` beside it once per filter.
+// Throws IndexError when it keeps none.
+std::string filtered_index(const std::string& full, const SampleFilter& filter, const DatasetOptions& options,
+                           IndexBuildOptions build) {
+  const std::string key = DatasetIndex::open(full).fingerprint() + "/" + filter.describe();
+  const std::string path =
+      (std::filesystem::path(options.index_dir) / fmt::format("kept-{}.sidx", hash_hex(key))).string();
+  if (std::filesystem::exists(path)) return path;
+  std::map<std::string, uint64_t> dropped;
+  uint64_t seen = 0;
+  build.keep = [&](const IndexRow& row) {
+    ++seen;
+    const char* why = filter.drops(row.meta);
+    if (why != nullptr) ++dropped[why];
+    return why == nullptr;
+  };
+  const std::string tmp = path + ".building";
+  const auto r = build_index({full}, tmp, build);
+  std::string why;
+  for (const auto& [k, n] : dropped) why += fmt::format("{}{} dropped {}", why.empty() ? "" : ", ", k, n);
+  if (r.rows == 0) {
+    std::filesystem::remove(tmp);
+    throw IndexError(fmt::format(
+        "the data filters left no sample of {} in {} ({}); upstream's layout keeps the quality in each sample's "
+        ".json (\"version\": \"high_quality\") and the prompt's CLIP score in <shard>_prompt_clip_score.json: "
+        "check them or relax the filters",
+        seen, fmt::join(options.sources, ", "), why));
+  }
+  std::filesystem::rename(tmp, path);
+  log::info("data filters ({}): kept {} of {} samples ({})", filter.describe(), r.rows, seen,
+            why.empty() ? "none dropped" : why);
+  return path;
+}
+
+}  // namespace
+
 Dataset Dataset::open(const DatasetOptions& options, const IndexBuildOptions& build, int64_t token_cell) {
   IndexBuildOptions b = build;
   b.exif_orientation = options.exif_orientation;
-  const std::string path = ensure_index(options.sources, options.index_dir, b);
+  b.captions = options.captions;
+  std::string path = ensure_index(options.sources, options.index_dir, b);
+  if (options.filter.active()) path = filtered_index(path, options.filter, options, b);
   auto index = std::make_unique<DatasetIndex>(DatasetIndex::open(path));
   return Dataset(std::move(index), options, build, token_cell);
 }

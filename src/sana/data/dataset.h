@@ -14,6 +14,7 @@
 #include "sana/data/dataset_index.h"
 #include "sana/data/epoch_plan.h"
 #include "sana/data/index_builder.h"
+#include "sana/data/sample_meta.h"
 
 namespace sana::data {
 
@@ -54,6 +55,8 @@ struct DatasetOptions {
   bool distributed_sampler = false;  // data.sampler: distributed (make_epoch_plan)
   double max_untrained_fraction = 0.05;  // data.max_untrained_fraction (check_plan_coverage)
   bool exif_orientation = false;  // data.exif_orientation: header sizes as decoded with it applied
+  CaptionSources captions;        // files beside wids shards read at indexing (data/sample_meta.h)
+  SampleFilter filter;            // data.hq_only, data.del_img_clip_thr: samples left out
 };
 
 // A part of an epoch batched with one BatchSpec from `first_step` (data/epoch_plan.h).
@@ -64,7 +67,8 @@ struct EpochPart {
 
 class Dataset {
  public:
-  // Opens (or builds and caches) the index; throws IndexError. `token_cell`: the pixels on
+  // Opens (or builds and caches) the index, and with a filter the index of the samples it
+  // keeps (cached beside it); throws IndexError. `token_cell`: the pixels on
   // a side of one token (VAE downsampling x patch size), needed with train.batch_tokens.
   static Dataset open(const DatasetOptions& options, const IndexBuildOptions& build = {}, int64_t token_cell = 0);
 

@@ -83,7 +83,7 @@ DatasetIndex& DatasetIndex::operator=(DatasetIndex&& o) noexcept {
 
 SampleText DatasetIndex::text(uint64_t i) const {
   const IndexRecord& r = records_[i];
-  const uint64_t total = uint64_t{r.path_len} + r.caption_len + r.latent_len + r.text_feat_len;
+  const uint64_t total = uint64_t{r.path_len} + r.caption_len + r.latent_len + r.text_feat_len + r.meta_len;
   if (r.offset > header_->blob_size || total > header_->blob_size - r.offset) {
     throw IndexError(fmt::format("dataset index '{}' is damaged: record {} points outside its "
                                  "string blob; rebuild it with 'sana-train index'",
@@ -98,6 +98,8 @@ SampleText DatasetIndex::text(uint64_t i) const {
   t.latent = {p, r.latent_len};
   p += r.latent_len;
   t.text_feat = {p, r.text_feat_len};
+  p += r.text_feat_len;
+  t.meta = {p, r.meta_len};
   return t;
 }
 

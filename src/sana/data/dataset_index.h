@@ -37,14 +37,15 @@ enum RecordFlags : uint32_t {
 };
 
 // One sample. Its strings lie back to back in the blob from `offset`: path, caption,
-// latent path, text-feature path (the last two usually empty).
+// latent path, text-feature path, metadata (the last three usually empty; the metadata is
+// what data/sample_meta.h reads: upstream's quality version, CLIP scores, further captions).
 struct IndexRecord {
   uint64_t offset;
   uint32_t caption_len;
   uint16_t path_len;
   uint16_t latent_len;
   uint16_t text_feat_len;
-  uint16_t reserved;
+  uint16_t meta_len;  // 0 in indexes written before it existed (the field was reserved)
   uint32_t width;
   uint32_t height;
   int32_t label;  // -1: none
@@ -58,6 +59,7 @@ struct SampleText {
   std::string_view caption;
   std::string_view latent;
   std::string_view text_feat;
+  std::string_view meta;
 };
 
 class IndexError : public sana::UsageError {

@@ -119,13 +119,14 @@ class RecordWriter {
     rec.caption_len = static_cast<uint32_t>(r.caption.size());
     rec.latent_len = short_length(r.latent, "latent path");
     rec.text_feat_len = short_length(r.text_feat, "text-feature path");
+    rec.meta_len = short_length(r.meta, "sample's metadata (version, CLIP scores, captions)");
     rec.width = r.width;
     rec.height = r.height;
     rec.label = r.label;
     rec.flags = flags | (r.label >= 0 ? kHasLabel : 0u) | (r.latent.empty() ? 0u : kHasLatent) |
                 (r.text_feat.empty() ? 0u : kHasTextFeat);
     records_.write(&rec, sizeof rec);
-    for (const std::string* s : {&r.path, &r.caption, &r.latent, &r.text_feat}) {
+    for (const std::string* s : {&r.path, &r.caption, &r.latent, &r.text_feat, &r.meta}) {
       blob_.write(s->data(), s->size());
       blob_size_ += s->size();
     }
@@ -168,6 +169,7 @@ class ChunkedRows {
         result_(result) {}
 
   void add(IndexRow&& row) {
+    if (options_.keep && !options_.keep(row)) return;
     rows_.push_back(std::move(row));
     flags_.push_back(0);
     if (rows_.size() == kChunk) flush();
@@ -193,9 +195,9 @@ class ChunkedRows {
   std::vector<uint32_t> flags_;
 };
 
-void read_rows(const std::vector<std::string>& sources, ChunkedRows& chunks) {
+void read_rows(const std::vector<std::string>& sources, const CaptionSources& captions, ChunkedRows& chunks) {
   for (const auto& src : sources) {
-    auto source = open_source(src);
+    auto source = open_source(src, captions);
     IndexRow row;
     while (source->next(row)) chunks.add(std::move(row));
   }
@@ -285,7 +287,7 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
   TempFile records(tmp_base + ".records"), blob(tmp_base + ".blob");
   RecordWriter writer(records, blob);
   ChunkedRows chunks(writer, options, threads, start, result);
-  read_rows(sources, chunks);
+  read_rows(sources, options.captions, chunks);
   chunks.flush();
   IndexHeader h = index_header(result.rows, writer.blob_size());
   write_index_file(h, records, blob, tmp_base + ".out", output);
@@ -298,14 +300,22 @@ IndexBuildResult build_index(const std::vector<std::string>& sources, const std:
 std::string ensure_index(const std::vector<std::string>& sources, const std::string& cache_dir,
                          const IndexBuildOptions& options) {
   if (sources.size() == 1 && fs::is_regular_file(sources[0]) && is_index_file(sources[0])) {
+    if (options.captions.any()) {
+      log::warn("data.data_dir is the prebuilt index '{}': the caption keys ({}) read the files beside upstream's "
+                "shards when indexing, which `sana-train index` does not; each sample trains on its own caption. "
+                "Name the wids folder (with wids-meta.json) in data.data_dir to use them",
+                sources[0], options.captions.describe());
+    }
     return sources[0];
   }
-  // Header sizes depend on the EXIF setting; "-exif" keeps the two kinds apart, and the
-  // "v2" in the other's name retires indexes made when sizes always had it applied.
-  const uint64_t key = sources_key(sources);
-  const std::string path =
-      (fs::path(cache_dir) / fmt::format("index-{:016x}{}.sidx", key, options.exif_orientation ? "-exif" : "-v2"))
-          .string();
+  // Header sizes depend on the EXIF setting, wids samples' metadata on the caption
+  // sources; "v3" retires the indexes made before wids metadata was kept.
+  Hasher key;
+  key.update_value(sources_key(sources));
+  const std::string settings =
+      fmt::format("v3 exif {} {}", options.exif_orientation, options.captions.describe());
+  key.update(settings.data(), settings.size());
+  const std::string path = (fs::path(cache_dir) / fmt::format("index-{:016x}.sidx", key.digest())).string();
   if (fs::exists(path)) return path;
   log::info("indexing {} source{} into {}", sources.size(), sources.size() == 1 ? "" : "s", path);
   const auto r = build_index(sources, path, options);

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "sana/data/index_sources.h"
+#include "sana/data/sample_meta.h"
+
 namespace sana::data {
 
 struct IndexBuildOptions {
@@ -19,6 +22,10 @@ struct IndexBuildOptions {
   // Sizes read from headers as decoded with the EXIF orientation applied (data.exif_orientation);
   // an index built one way is kept apart from one built the other way.
   bool exif_orientation = false;
+  // The files beside wids shards read into each sample's metadata (part of the cache key).
+  CaptionSources captions;
+  // Rows it returns false for are left out (a filtered index built from another).
+  std::function<bool(const IndexRow&)> keep;
 };
 
 struct IndexBuildResult {
@@ -39,7 +46,7 @@ bool is_index_file(const std::string& path);
 
 // The index for `sources`: the file itself when it is the only source and already an
 // index; otherwise an index cached under `cache_dir`, keyed by the sources' paths, sizes
-// and modification times, built when missing.
+// and modification times, the EXIF setting and the caption sources, built when missing.
 std::string ensure_index(const std::vector<std::string>& sources, const std::string& cache_dir,
                          const IndexBuildOptions& options = {});
 

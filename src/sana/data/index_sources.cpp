@@ -95,6 +95,7 @@ void check_row_paths(const IndexRow& row, const std::string& where) {
   check_path_length(row.path, where, "image path");
   check_path_length(row.latent, where, "latent path");
   check_path_length(row.text_feat, where, "text feature path");
+  check_path_length(row.meta, where, "metadata kept for it (its extra captions and CLIP scores)");
 }
 
 }  // namespace fields
@@ -327,7 +328,7 @@ class IndexSource : public RowSource {
     const IndexRecord& r = idx_.record(i_);
     const SampleText t = idx_.text(i_++);
     row = IndexRow{std::string(t.path), std::string(t.caption), std::string(t.latent),
-                   std::string(t.text_feat), r.width, r.height, r.label};
+                   std::string(t.text_feat), r.width, r.height, r.label, std::string(t.meta)};
     return true;
   }
 
@@ -338,9 +339,9 @@ class IndexSource : public RowSource {
 
 }  // namespace
 
-std::unique_ptr<RowSource> open_source(const std::string& src) {
+std::unique_ptr<RowSource> open_source(const std::string& src, const CaptionSources& captions) {
   std::error_code ec;
-  if (auto wids = open_wids_source(src)) return wids;  // before a folder's images or a .json's rows
+  if (auto wids = open_wids_source(src, captions)) return wids;  // before a folder's images or a .json's rows
   if (fs::is_directory(src, ec)) return std::make_unique<FolderSource>(src);
   if (!fs::is_regular_file(src, ec)) {
     throw IndexError(fmt::format("data source '{}' does not exist", src));

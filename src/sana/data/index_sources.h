@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "sana/data/sample_meta.h"
+
 namespace sana::data {
 
 // One sample as its source describes it; a width or height of 0 is read from the image.
@@ -14,6 +16,7 @@ struct IndexRow {
   std::string path, caption, latent, text_feat;
   uint32_t width = 0, height = 0;
   int32_t label = -1;
+  std::string meta;  // upstream's per-sample metadata as data/sample_meta.h writes it; "" for none
 };
 
 class RowSource {
@@ -26,7 +29,8 @@ class RowSource {
 
 // A folder (of images, or holding upstream Sana's wids-meta.json), a .jsonl/.json or .csv
 // metadata file, a wids-meta.json or .tar shard (index_wids.h), or a dataset index; throws
-// IndexError when `src` is missing or none of these.
-std::unique_ptr<RowSource> open_source(const std::string& src);
+// IndexError when `src` is missing or none of these. `captions`: what wids shards' sidecar
+// files add (data/sample_meta.h).
+std::unique_ptr<RowSource> open_source(const std::string& src, const CaptionSources& captions = {});
 
 }  // namespace sana::data

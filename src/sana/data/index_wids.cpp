@@ -12,6 +12,7 @@
 #include "sana/data/dataset_index.h"
 #include "sana/data/file_ref.h"
 #include "sana/data/index_fields.h"
+#include "sana/data/sample_meta.h"
 #include "sana/data/tar_reader.h"
 #include "sana/util/log.h"
 #include "sana/util/text.h"
@@ -71,8 +72,9 @@ std::vector<std::string> shard_list(const std::string& meta) {
 
 class WidsSource : public RowSource {
  public:
-  WidsSource(std::vector<std::string> shards, fs::path feature_dir)
-      : shards_(std::move(shards)), feature_dir_(std::move(feature_dir)), cwd_(fs::current_path()) {}
+  WidsSource(std::vector<std::string> shards, fs::path feature_dir, CaptionSources captions)
+      : shards_(std::move(shards)), feature_dir_(std::move(feature_dir)), cwd_(fs::current_path()),
+        captions_(std::move(captions)) {}
 
   bool next(IndexRow& row) override {
     while (rows_.empty()) {
@@ -100,10 +102,11 @@ class WidsSource : public RowSource {
       samples.back().members.push_back(member);
     });
     std::ifstream in(shard, std::ios::binary);
+    const ShardSidecars sidecars(shard, captions_);
     int64_t without_json = 0;
     for (const Sample& s : samples) {
       IndexRow row;
-      if (!fill(shard, s, in, row)) {
+      if (!fill(shard, s, in, sidecars, row)) {
         ++without_json;
         continue;
       }
@@ -117,7 +120,8 @@ class WidsSource : public RowSource {
   }
 
   // A sample's row from its members; false when it has no .json (upstream cannot read it).
-  bool fill(const std::string& shard, const Sample& s, std::ifstream& in, IndexRow& row) const {
+  bool fill(const std::string& shard, const Sample& s, std::ifstream& in, const ShardSidecars& sidecars,
+            IndexRow& row) const {
     const TarMember* json = nullptr;
     const TarMember* image = nullptr;
     for (const TarMember& m : s.members) {
@@ -147,6 +151,7 @@ class WidsSource : public RowSource {
     row.height = parse_size(json_text(j, {"height"}), where, "height");
     row.label = parse_label(json_text(j, {"label"}), where);
     if (row.text_feat.empty()) row.text_feat = text_feature_file(s.key);
+    row.meta = sidecars.meta_for(s.key, j);
     return true;
   }
 
@@ -164,24 +169,25 @@ class WidsSource : public RowSource {
   std::vector<std::string> shards_;
   size_t next_shard_ = 0;
   fs::path feature_dir_, cwd_;
+  CaptionSources captions_;
   std::deque<IndexRow> rows_;
 };
 
 }  // namespace
 
-std::unique_ptr<RowSource> open_wids_source(const std::string& src) {
+std::unique_ptr<RowSource> open_wids_source(const std::string& src, const CaptionSources& captions) {
   std::error_code ec;
   const fs::path p(src);
   if (fs::is_directory(p, ec)) {
     const fs::path meta = p / "wids-meta.json";
     if (!fs::is_regular_file(meta, ec)) return nullptr;
-    return std::make_unique<WidsSource>(shard_list(meta.string()), p);
+    return std::make_unique<WidsSource>(shard_list(meta.string()), p, captions);
   }
   if (ascii_lower(p.extension().string()) == ".tar") {
-    return std::make_unique<WidsSource>(std::vector<std::string>{src}, p.parent_path());
+    return std::make_unique<WidsSource>(std::vector<std::string>{src}, p.parent_path(), captions);
   }
   if (ascii_lower(p.extension().string()) == ".json" && looks_like_wids_meta(src)) {
-    return std::make_unique<WidsSource>(shard_list(src), p.parent_path());
+    return std::make_unique<WidsSource>(shard_list(src), p.parent_path(), captions);
   }
   return nullptr;
 }

@@ -277,9 +277,15 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
     if (used != planned) ++b.substituted;
     b.decoded_ids.push_back(used);
     b.labels.push_back(index.record(used).label);
-    b.captions.emplace_back(index.text(used).caption);
+    b.captions.push_back(caption_of(used));
   }
   return b;
+}
+
+std::string Loader::caption_of(SampleId id) const {
+  const SampleText text = dataset_.index().text(id);
+  util::RandomStream rng(util::stream_key("sample.caption", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), id}));
+  return opts_.caption.choose(text.caption, text.meta, rng);
 }
 
 void Loader::count(SampleId candidate, const std::string& reason, bool substitute) {

@@ -134,6 +134,9 @@ class Loader {
   SampleId with_substitutes(SampleId id, int bucket, int64_t epoch,
                             const std::function<std::string(SampleId)>& read, Batch& batch);
   void count(SampleId candidate, const std::string& reason, bool substitute);
+  // The caption sample `id` trains on this epoch: like its flip, a pure function of
+  // (seed, epoch, sample), whatever the worker or world size (data/sample_meta.h).
+  std::string caption_of(SampleId id) const;
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
 

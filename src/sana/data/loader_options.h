@@ -8,6 +8,7 @@
 
 #include "sana/data/decode.h"
 #include "sana/data/sample_cache.h"
+#include "sana/data/sample_meta.h"
 
 namespace sana::data {
 
@@ -22,6 +23,8 @@ struct LoaderOptions {
   bool whole_micro_batches = false;  // train.deterministic: shares of whole micro-batches (rank_share_whole)
   uint64_t seed = 0;
   DecodeOptions decode;
+  // Which of a sample's captions each batch carries, drawn per (seed, epoch, sample).
+  CaptionChoice caption;
   std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)
   double wait_timeout_s = 300;  // a decode stuck this long is an error, not a hang
   double stop_wait_s = 10;      // the destructor waits this long for a worker inside a read

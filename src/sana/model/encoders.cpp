@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace sana::model {
 
 namespace {
@@ -35,6 +37,22 @@ FrozenVae FrozenVae::load(const VaeOptions& cfg, torch::Device device, int64_t p
                                    cfg.vae_pretrained));
   }
   vae.can_decode_ = vae.module_.find_method("decode").has_value();
+  // Upstream scales DC-AE latents by the VAE's own factor (ae.cfg.scaling_factor) and never
+  // reads vae.scale_factor: an export that carries its factor must agree with the config.
+  if (vae.module_.hasattr("scaling_factor")) {
+    const c10::IValue own = vae.module_.attr("scaling_factor");
+    if (!own.isDouble()) {
+      throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has a scaling_factor attribute that is not a float",
+                                     cfg.vae_pretrained));
+    }
+    const double f = own.toDouble();
+    if (std::abs(f - cfg.scale_factor) > 1e-6 * std::abs(f)) {
+      throw EncoderError(fmt::format(
+          "vae.scale_factor is {}, but the VAE '{}' carries its own scaling_factor {} (upstream scales latents by "
+          "the VAE's own factor and never reads vae.scale_factor); set vae.scale_factor: {}",
+          cfg.scale_factor, cfg.vae_pretrained, f, f));
+    }
+  }
   const int64_t side = std::max(probe_size, cfg.vae_downsample_rate);
   const auto latents = vae.encode(torch::zeros({1, 3, side, side}));
   (void)latents;

@@ -51,6 +51,23 @@ data::DatasetOptions dataset_options_for(const config::Config& cfg) {
   o.distributed_sampler = cfg.data.sampler == config::DataSampler::distributed;
   o.max_untrained_fraction = cfg.data.max_untrained_fraction;
   o.exif_orientation = cfg.data.exif_orientation;
+  o.captions.caption_suffixes = cfg.data.external_caption_suffixes;
+  o.captions.clipscore_suffixes = cfg.data.external_clipscore_suffixes;
+  if (cfg.data.caption_selection_type == "proportion") {
+    for (const auto& [name, weight] : cfg.data.caption_proportion) o.captions.names.push_back(name);
+  }
+  o.filter.hq_only = cfg.data.hq_only;
+  o.filter.min_clip_score = cfg.data.del_img_clip_thr;
+  return o;
+}
+
+data::CaptionChoice caption_choice_for(const config::Config& cfg) {
+  data::CaptionChoice o;
+  o.type = cfg.data.caption_selection_type == "proportion" ? data::CaptionSelection::proportion
+                                                            : data::CaptionSelection::clipscore;
+  o.clip_thr = cfg.data.clip_thr;
+  o.temperature = cfg.data.clip_thr_temperature;
+  o.proportion = cfg.data.caption_proportion;
   return o;
 }
 
@@ -67,6 +84,7 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
   o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
   o.decode = decode_options_for(cfg);
+  o.caption = caption_choice_for(cfg);
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.wait_timeout_s = cfg.dist.timeout_s;
   o.load_latents = cfg.data.load_vae_feat;

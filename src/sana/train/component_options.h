@@ -29,6 +29,8 @@ data::DecodeOptions decode_options_for(const config::Config& cfg);
 // Workers, prefetch, decoding and features; rank, world size, micro-batch, flips and
 // pinning are the caller's.
 data::LoaderOptions loader_options_for(const config::Config& cfg);
+// data.caption_selection_type and its keys.
+data::CaptionChoice caption_choice_for(const config::Config& cfg);
 // data.cache_dir (empty: work_dir/sample_cache) and the decode settings.
 data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg);
 

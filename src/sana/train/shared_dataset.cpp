@@ -6,6 +6,7 @@
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
+#include "sana/util/log.h"
 
 namespace sana::train {
 
@@ -34,6 +35,13 @@ data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
   const auto spec = model_spec_for(cfg);
   auto dataset = data::Dataset::open(dataset_options_for(cfg), options, spec.downsample * spec.patch);
   if (main_rank) rt.work_done("index");
+  const auto& d = cfg.data;
+  const bool choosing = !d.external_clipscore_suffixes.empty() || d.caption_selection_type == "proportion";
+  if (main_rank && d.load_text_feat && choosing) {
+    log::warn("data.caption_selection_type {}: the caption features are each sample's own (data.load_text_feat), "
+              "so no caption is chosen (upstream reads <key>.npz whatever caption it picked)",
+              d.caption_selection_type);
+  }
   rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
   return dataset;
 }

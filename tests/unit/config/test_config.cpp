@@ -97,6 +97,20 @@ TEST_CASE("every override form reaches the typed config", "[config][overrides]")
   }
 }
 
+TEST_CASE("a mapping of weights replaces the default, entry by entry after that", "[config]") {
+  TempDir dir;
+  CHECK(load_text(dir, "").data.caption_proportion == NamedWeights{{"prompt", 1.0}});
+  const std::string yaml = "data:\n  caption_proportion:\n    VILA: 2\n    prompt: 1\n";
+  CHECK(load_text(dir, yaml).data.caption_proportion == NamedWeights{{"VILA", 2.0}, {"prompt", 1.0}});
+  CHECK(load_text(dir, yaml, {"--data.caption_proportion.prompt=3"}).data.caption_proportion ==
+        NamedWeights{{"VILA", 2.0}, {"prompt", 3.0}});
+  CHECK(load_text(dir, "data:\n  caption_proportion: {}\n").data.caption_proportion.empty());
+  CHECK_THROWS_WITH(load_text(dir, "data:\n  caption_proportion:\n    VILA: lots\n"),
+                    Catch::Contains("data.caption_proportion.VILA") && Catch::Contains("expected a number"));
+  CHECK_THROWS_WITH(load_text(dir, "data:\n  caption_proportion:\n    VILA: -1\n"),
+                    Catch::Contains("data.caption_proportion"));
+}
+
 TEST_CASE("base: files load first and later values override earlier ones", "[config][base]") {
   TempDir dir;
   dir.write("common/root.yaml",
@@ -144,6 +158,7 @@ TEST_CASE("print-config output loads back to the same config", "[config][print]"
       {"--data.data_dir=[a b, 'c:d', \"#e\", null-ish, 'true', '']", "--work_dir=a \"quoted\" dir"},
       {"--data.multi_scale_sizes=[256, 1024]", "--train.validation_prompts=[a cat, 'x: y']",
        "--scheduler.logit_mean=-0.123456789012345", "--train.max_steps=123456789012"},
+      {"--data.caption_proportion={prompt: 1, VILA1.5-13B: 2.5, 'x: y': 0}"},
   };
   for (const auto& args : variants) {
     const Config first = load_text(dir, "", args);
@@ -158,6 +173,9 @@ TEST_CASE("print-config output loads back to the same config", "[config][print]"
       CHECK(value_text(fa[i].ref) == value_text(fb[i].ref));
     }
   }
+  const Config weights = load_text(dir, "", variants[4]);
+  CHECK(weights.data.caption_proportion ==
+        NamedWeights{{"prompt", 1.0}, {"VILA1.5-13B", 2.5}, {"x: y", 0.0}});
   const Config odd = load_text(dir, "", variants[2]);
   CHECK(odd.data.data_dir == std::vector<std::string>{"a b", "c:d", "#e", "null-ish", "true", ""});
   CHECK(odd.work_dir == "a \"quoted\" dir");

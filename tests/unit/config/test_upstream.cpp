@@ -66,7 +66,13 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(c.train.micro_batch_size == 128);
   CHECK(c.train.global_batch_size == 1024);
   CHECK(accumulation_steps(c.train, 8) == 1);
-  CHECK(noted(c, "data.clip_thr is accepted with no effect"));
+  // The caption choice acts (tests/apps/upstream_captions.sh): read, not noted.
+  CHECK(c.data.clip_thr == 25.0);
+  CHECK(c.data.clip_thr_temperature == 0.1);
+  CHECK(c.data.external_caption_suffixes == std::vector<std::string>{"", "_InternVL2-26B", "_VILA1-5-13B"});
+  CHECK(c.data.external_clipscore_suffixes.size() == 3);
+  CHECK(c.data.caption_proportion == NamedWeights{{"prompt", 1.0}});
+  CHECK_FALSE(noted(c, "data.clip_thr"));
   CHECK(noted(c, "train.online_metric is accepted with no effect"));
   CHECK(noted(c, "model.aspect_ratio_type is read as data.aspect_ratio_type"));
   CHECK(noted(c, "CAMEWrapper is CAME"));

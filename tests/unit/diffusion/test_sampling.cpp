@@ -214,6 +214,16 @@ TEST_CASE("TorchScript encoders load, are checked against the config, and drive 
                     Catch::Contains("vae.vae_latent_dim 4") && Catch::Contains("[1, 3, 16, 16]"));
   wrong.vae_pretrained = fx.path("text.pt");
   CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU), Catch::Contains("no method encode"));
+  // An export carrying its own factor (as DC-AE's cfg.scaling_factor, which upstream uses)
+  // must agree with vae.scale_factor; then its latents are scaled by it.
+  auto scaled = vc;
+  scaled.vae_pretrained = fx.path("vae_scaled.pt");
+  CHECK_THROWS_WITH(model::FrozenVae::load(scaled, torch::kCPU),
+                    Catch::Contains("vae.scale_factor is 0.5") && Catch::Contains("own scaling_factor 0.3") &&
+                        Catch::Contains("set vae.scale_factor: 0.3"));
+  scaled.scale_factor = 0.3;
+  auto own = model::FrozenVae::load(scaled, torch::kCPU);
+  CHECK(torch::allclose(own.encode(images), z * (0.3 / 0.5)));
 
   model::TextEncoderOptions tc;
   tc.text_encoder_name = "torchscript";

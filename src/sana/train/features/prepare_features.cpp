@@ -252,6 +252,7 @@ void encode_images(const config::Config& cfg, const data::Dataset& ds, const std
   stats.num_samples = static_cast<int64_t>(ids.size());
   const data::EpochPlan plan = data::EpochPlan::from_batches(ids, buckets, 1, 0, stats);
   auto o = loader_options_for(cfg);
+  o.caption = data::CaptionChoice::prompt_only();  // features are the sample's own caption's
   o.micro_batch = 1;
   o.random_flip = false;
   o.load_latents = false;
