@@ -21,7 +21,9 @@ enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, sd3_mode, uniform };
-enum class OptimizerType { AdamW, CAME };
+enum class OptimizerType { AdamW, CAME, CAME8bit };
+// CAME with or without 8-bit first moments: the same betas, eps and maths.
+inline bool is_came(OptimizerType t) { return t == OptimizerType::CAME || t == OptimizerType::CAME8bit; }
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
 enum class TimestepGrid { integer, continuous };
 enum class AutoLr { none, sqrt, linear };
@@ -45,7 +47,7 @@ template <> struct Names<VaeType> {
 template <> struct Names<Weighting> {
   static constexpr std::array<std::string_view, 3> values{"logit_normal", "sd3_mode", "uniform"};
 };
-template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 2> values{"AdamW", "CAME"}; };
+template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 3> values{"AdamW", "CAME", "CAME8bit"}; };
 template <> struct Names<LrSchedule> {
   static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};
 };
@@ -168,6 +170,10 @@ struct OptimizerConfig {
   // the loader fills them in so that --print-config shows what will run.
   std::vector<double> betas;
   std::vector<double> eps;
+  // CAME8bit (upstream's CAME8BitWrapper): first moments of 2-D weights and 1x1
+  // convolutions with more than min_8bit_size elements as uint8, per block_size rows.
+  int64_t block_size = 2048;
+  int64_t min_8bit_size = 16384;
 };
 
 struct LrScheduleArgs {
@@ -201,6 +207,7 @@ struct TrainConfig {
   int64_t gradient_accumulation_steps = 0;
   int64_t num_workers = 4;
   bool grad_checkpointing = false;
+  int64_t gc_step = 1;  // grad_checkpointing: every gc_step-th block
   double gradient_clip = 1.0;  // global-norm clip; 0 disables
   OptimizerConfig optimizer;
   LrSchedule lr_schedule = LrSchedule::constant;

@@ -236,15 +236,20 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .at_most(1 << 20);
   s.add("num_workers", t.num_workers, "data loading threads per process").at_least(0);
   s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
+  s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
+      .at_least(1);
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
   Section o(f, "train.optimizer");
   o.add("type", t.optimizer.type, "optimizer").commonly_used();
   o.add("lr", t.optimizer.lr, "peak learning rate").above(0).commonly_used();
   o.add("weight_decay", t.optimizer.weight_decay, "decoupled weight decay").at_least(0);
-  o.add("betas", t.optimizer.betas, "AdamW: 2 values; CAME: 3 (default: the optimizer's)")
+  o.add("betas", t.optimizer.betas, "AdamW: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
       .at_least(0)
       .at_most(0.999999999);
   o.add("eps", t.optimizer.eps, "AdamW: 1 value; CAME: 2 (default: the optimizer's)").above(0);
+  o.add("block_size", t.optimizer.block_size, "CAME8bit: rows per quantization block").at_least(1);
+  o.add("min_8bit_size", t.optimizer.min_8bit_size,
+        "CAME8bit: weights with more elements than this keep 8-bit first moments").at_least(0);
   s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup");
   Section a(f, "train.lr_schedule_args");
   a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")

@@ -89,9 +89,6 @@ const Rule kRules[] = {
     {"train.work_dir", "work_dir", nullptr, nullptr},
     {"train.auto_lr.rule", "train.auto_lr", nullptr, nullptr},
     {"train.auto_lr.base_batch_size", nullptr, "the base batch is 256, as upstream's", "256"},
-    {"train.gc_step", nullptr, "train.grad_checkpointing checkpoints every block", "1"},
-    {"train.optimizer.block_size", nullptr, "an 8-bit CAME option", nullptr},
-    {"train.optimizer.min_8bit_size", nullptr, "an 8-bit CAME option", nullptr},
     {"train.eval_batch_size", nullptr, "no evaluation set is read", nullptr},
     {"train.use_fsdp", nullptr, "sana-train trains with DDP: every rank keeps the whole model", nullptr},
     {"train.use_flash_attn", nullptr, "self-attention is linear; cross-attention uses LibTorch's kernel", nullptr},
@@ -188,8 +185,7 @@ struct ValueName {
 
 const ValueName kValueNames[] = {
     {"train.optimizer.type", "CAMEWrapper", "CAME", nullptr},
-    {"train.optimizer.type", "CAME8BitWrapper", "CAME",
-     "8-bit optimizer state is not implemented: CAME with fp32 state (the same update, more memory)"},
+    {"train.optimizer.type", "CAME8BitWrapper", "CAME8bit", nullptr},
     {"vae.vae_type", "AutoencoderDC", "dc-ae", nullptr},
     {"scheduler.weighting_scheme", "mode", "uniform",
      "upstream's train.py applies a density only for logit_normal, so 'mode' trains uniform timesteps, as "

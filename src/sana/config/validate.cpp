@@ -39,7 +39,7 @@ int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
 
 void resolve_defaults(Config& config) {
   auto& opt = config.train.optimizer;
-  const bool came = opt.type == OptimizerType::CAME;
+  const bool came = is_came(opt.type);
   if (opt.betas.empty()) opt.betas = came ? std::vector<double>{0.9, 0.999, 0.9999}
                                           : std::vector<double>{0.9, 0.999};
   if (opt.eps.empty()) opt.eps = came ? std::vector<double>{1e-30, 1e-16}
@@ -123,8 +123,8 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
 
 // The optimizer's betas and eps come in the number its type takes.
 void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
-  const size_t want_betas = opt.type == OptimizerType::CAME ? 3 : 2;
-  const size_t want_eps = opt.type == OptimizerType::CAME ? 2 : 1;
+  const size_t want_betas = is_came(opt.type) ? 3 : 2;
+  const size_t want_eps = is_came(opt.type) ? 2 : 1;
   if (opt.betas.size() != want_betas) {
     c.fail("train.optimizer.betas",
            fmt::format("{} takes {} betas, got {}", name_of(opt.type), want_betas, opt.betas.size()),

@@ -436,9 +436,10 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const auto t0 = t_block->forward(t);
   const auto [y, bias] = embed_condition(cond, B);
   const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  int64_t index = 0;
   for (auto& m : *blocks) {
     auto* block = m->as<SanaMSBlockImpl>();
-    if (checkpoint) {
+    if (checkpoint && index++ % checkpoint_every_ == 0) {
       const auto params = block->parameters();
       x = CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
                                  bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,

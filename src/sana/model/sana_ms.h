@@ -10,6 +10,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -208,7 +210,12 @@ class SanaMSImpl : public torch::nn::Module {
                         const Condition& cond = {});
 
   const ModelSpec& spec() const { return spec_; }
-  void set_grad_checkpointing(bool on) { grad_checkpointing_ = on; }
+  // Gradient checkpointing of every `every`-th block, the first included (train.gc_step);
+  // the others keep their activations.
+  void set_grad_checkpointing(bool on, int64_t every = 1) {
+    grad_checkpointing_ = on;
+    checkpoint_every_ = std::max<int64_t>(1, every);
+  }
   bool grad_checkpointing() const { return grad_checkpointing_; }
   // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),
   // in registration order.
@@ -234,6 +241,7 @@ class SanaMSImpl : public torch::nn::Module {
   ModelSpec spec_;
   std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_embed_cache_;
   bool grad_checkpointing_ = false;
+  int64_t checkpoint_every_ = 1;
 };
 TORCH_MODULE(SanaMS);
 

@@ -37,7 +37,7 @@ model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelS
     }
   }
   net->to(rt.device());
-  net->set_grad_checkpointing(cfg.train.grad_checkpointing);
+  net->set_grad_checkpointing(cfg.train.grad_checkpointing, cfg.train.gc_step);
   net->train();
   {
     torch::NoGradGuard no_grad;

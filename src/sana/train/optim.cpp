@@ -61,8 +61,9 @@ void StatefulOptimizer::load_state(const NamedParams& saved) {
     loaded[i].step = step->second.item<int64_t>();
     for (auto it = by_name.lower_bound(prefix); it != by_name.end() && it->first.rfind(prefix, 0) == 0; ++it) {
       if (it->first == prefix + "step") continue;
-      loaded[i].tensors[it->first.substr(prefix.size())] =
-          it->second.to(params_[i].second.device(), torch::kFloat32).clone();
+      // 8-bit codes stay uint8; every other state tensor is fp32.
+      const auto dtype = it->second.scalar_type() == torch::kUInt8 ? torch::kUInt8 : torch::kFloat32;
+      loaded[i].tensors[it->first.substr(prefix.size())] = it->second.to(params_[i].second.device(), dtype).clone();
     }
   }
   for (const auto& [name, t] : saved) {
@@ -169,7 +170,7 @@ void AdamW::flat_step(double lr) {
 }
 
 Came::Came(NamedParams params, std::vector<double> betas, std::vector<double> eps, double weight_decay,
-           double clip_threshold)
+           double clip_threshold, EightBitState eight_bit)
     : StatefulOptimizer(std::move(params)),
       beta1_(betas.at(0)),
       beta2_(betas.at(1)),
@@ -177,12 +178,84 @@ Came::Came(NamedParams params, std::vector<double> betas, std::vector<double> ep
       eps1_(eps.at(0)),
       eps2_(eps.at(1)),
       weight_decay_(weight_decay),
-      clip_(clip_threshold) {}
+      clip_(clip_threshold),
+      eight_bit_(eight_bit) {}
 
 bool Came::factored(at::IntArrayRef s) {
   return s.size() == 2 || (s.size() == 4 && s[2] == 1 && s[3] == 1);
 }
 
+bool EightBitState::applies(at::IntArrayRef s) const {
+  return on && Came::factored(s) && s[0] * s[1] > min_size;
+}
+
+namespace {
+
+// Upstream's min-max quantization of a matrix in chunks of `rows` rows. A chunk of equal
+// values (scale 0) gets codes 0: upstream divides 0 by 0 there, and any code dequantizes
+// to its min.
+void quantize(const torch::Tensor& m, int64_t rows, torch::Tensor& codes, torch::Tensor& scale,
+              torch::Tensor& min) {
+  const auto chunks = m.split(rows);
+  codes = torch::empty(m.sizes(), m.options().dtype(torch::kUInt8));
+  scale = torch::empty({static_cast<int64_t>(chunks.size())}, m.options());
+  min = torch::empty_like(scale);
+  int64_t row = 0;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const auto& c = chunks[k];
+    const auto lo = c.min(), hi = c.max();
+    const auto sc = (hi - lo) / 255;
+    // No host sync for the scale-0 case: where() picks 0 over the NaN of 0 / 0.
+    codes.narrow(0, row, c.size(0)).copy_(torch::where(sc != 0, ((c - lo) / sc).round(), torch::zeros_like(c)));
+    scale[static_cast<int64_t>(k)].copy_(sc);
+    min[static_cast<int64_t>(k)].copy_(lo);
+    row += c.size(0);
+  }
+}
+
+torch::Tensor dequantize(const torch::Tensor& codes, const torch::Tensor& scale, const torch::Tensor& min,
+                         int64_t rows) {
+  std::vector<torch::Tensor> parts;
+  const auto chunks = codes.split(rows);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    parts.push_back(chunks[k].to(torch::kFloat32) * scale[static_cast<int64_t>(k)] + min[static_cast<int64_t>(k)]);
+  }
+  return torch::cat(parts);
+}
+
+// Upstream's _rms: the 2-norm over the square root of the element count.
+torch::Tensor rms(const torch::Tensor& t) { return t.norm(2) / std::sqrt(static_cast<double>(t.numel())); }
+
+}  // namespace
+
+torch::Tensor Came::first_moment(State& s, const torch::Tensor& like, bool quantized) const {
+  const auto codes = s.tensors.find("exp_avg.codes");
+  const auto plain = s.tensors.find("exp_avg");
+  if (quantized && codes != s.tensors.end()) {
+    return dequantize(codes->second, s.get("exp_avg.scale"), s.get("exp_avg.min"), eight_bit_.block_rows);
+  }
+  if (!quantized && plain != s.tensors.end()) return plain->second;
+  // A checkpoint of the other kind (CAME <-> CAME8bit), or a first step.
+  torch::Tensor m = torch::zeros_like(like);
+  if (codes != s.tensors.end()) {
+    m = dequantize(codes->second, s.get("exp_avg.scale"), s.get("exp_avg.min"), eight_bit_.block_rows);
+  } else if (plain != s.tensors.end()) {
+    m = plain->second;
+  }
+  for (const char* n : {"exp_avg", "exp_avg.codes", "exp_avg.scale", "exp_avg.min"}) s.tensors.erase(n);
+  return m;
+}
+
+void Came::keep_first_moment(State& s, const torch::Tensor& m, bool quantized) const {
+  if (quantized) {
+    quantize(m, eight_bit_.block_rows, s.get("exp_avg.codes"), s.get("exp_avg.scale"), s.get("exp_avg.min"));
+  } else {
+    s.get("exp_avg") = m;
+  }
+}
+
+// Operation for operation upstream's CAMEWrapper / CAME8BitWrapper step (the order of
+// roundings included), so that a python3-torch transcription agrees to the last bit.
 void Came::step(double lr) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -190,56 +263,54 @@ void Came::step(double lr) {
     if (!p.grad().defined()) continue;
     auto& s = state_[i];
     const bool fac = factored(p.sizes());
+    const bool q8 = eight_bit_.applies(p.sizes());
     const auto grad = fac ? as_matrix(p.grad()).to(torch::kFloat32) : p.grad().to(torch::kFloat32);
     if (s.step == 0) {
-      s.get("exp_avg") = torch::zeros_like(grad);
       if (fac) {
-        s.get("exp_avg_sq_row") = torch::zeros({grad.size(0)}, grad.options());
-        s.get("exp_avg_sq_col") = torch::zeros({grad.size(1)}, grad.options());
-        s.get("exp_avg_res_row") = torch::zeros({grad.size(0)}, grad.options());
-        s.get("exp_avg_res_col") = torch::zeros({grad.size(1)}, grad.options());
+        for (const char* n : {"exp_avg_sq_row", "exp_avg_res_row"}) s.get(n) = torch::zeros({grad.size(0)}, grad.options());
+        for (const char* n : {"exp_avg_sq_col", "exp_avg_res_col"}) s.get(n) = torch::zeros({grad.size(1)}, grad.options());
       } else {
         s.get("exp_avg_sq") = torch::zeros_like(grad);
       }
     }
     ++s.step;
-    struct Refs {
-      torch::Tensor &exp_avg, &exp_avg_sq, &row, &col, &res_row, &res_col;
-    };
-    torch::Tensor none;
-    Refs st{s.get("exp_avg"), fac ? none : s.get("exp_avg_sq"), fac ? s.get("exp_avg_sq_row") : none,
-            fac ? s.get("exp_avg_sq_col") : none, fac ? s.get("exp_avg_res_row") : none,
-            fac ? s.get("exp_avg_res_col") : none};
-    torch::Tensor update = grad * grad + eps1_;
+    torch::Tensor m = first_moment(s, grad, q8);
+    torch::Tensor update = grad.pow(2) + eps1_;
     if (fac) {
-      st.row.mul_(beta2_).add_(update.mean(-1), 1 - beta2_);
-      st.col.mul_(beta2_).add_(update.mean(-2), 1 - beta2_);
-      update = approx(st.row, st.col) * grad;
+      s.get("exp_avg_sq_row").mul_(beta2_).add_(update.mean(1), 1.0 - beta2_);
+      s.get("exp_avg_sq_col").mul_(beta2_).add_(update.mean(0), 1.0 - beta2_);
+      update = approx(s.get("exp_avg_sq_row"), s.get("exp_avg_sq_col"));
+      update.mul_(grad);
     } else {
-      st.exp_avg_sq.mul_(beta2_).add_(update, 1 - beta2_);
-      update = st.exp_avg_sq.rsqrt() * grad;
+      s.get("exp_avg_sq").mul_(beta2_).add_(update, 1.0 - beta2_);
+      update = s.get("exp_avg_sq").rsqrt().mul_(grad);
     }
     // Clip the update's RMS at clip_threshold (as Adafactor), on the device: reading the RMS
     // back would make the host wait for the device once per parameter.
-    update.div_((update.pow(2).mean().sqrt() / clip_).clamp_min(1.0));
-    st.exp_avg.mul_(beta1_).add_(update, 1 - beta1_);
+    update.div_((rms(update) / clip_).clamp_(1.0));
+    m.mul_(beta1_).add_(update, 1 - beta1_);
+    keep_first_moment(s, m, q8);
     torch::Tensor step_dir;
     if (fac) {
       // Confidence: how far the update is from its running mean, factored as well.
-      const auto res = (update - st.exp_avg).pow(2) + eps2_;
-      st.res_row.mul_(beta3_).add_(res.mean(-1), 1 - beta3_);
-      st.res_col.mul_(beta3_).add_(res.mean(-2), 1 - beta3_);
-      step_dir = approx(st.res_row, st.res_col) * st.exp_avg;
+      const auto res = (update - m).pow(2) + eps2_;
+      s.get("exp_avg_res_row").mul_(beta3_).add_(res.mean(1), 1.0 - beta3_);
+      s.get("exp_avg_res_col").mul_(beta3_).add_(res.mean(0), 1.0 - beta3_);
+      step_dir = approx(s.get("exp_avg_res_row"), s.get("exp_avg_res_col")).mul_(m);
     } else {
-      step_dir = st.exp_avg;
+      step_dir = m.clone();
     }
-    if (weight_decay_ != 0) p.mul_(1 - weight_decay_ * lr);
-    p.sub_(step_dir.reshape(p.sizes()).to(p.scalar_type()), lr);
+    if (weight_decay_ != 0) p.add_(p, -weight_decay_ * lr);
+    step_dir.mul_(lr);
+    p.sub_(step_dir.reshape(p.sizes()).to(p.scalar_type()));
   }
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, const NamedParams& params) {
-  if (o.type == config::OptimizerType::CAME) return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay);
+  if (config::is_came(o.type)) {
+    const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+    return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay, 1.0, eight_bit);
+  }
   if (o.type == config::OptimizerType::AdamW) {
     return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
   }

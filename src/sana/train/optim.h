@@ -95,18 +95,37 @@ class AdamW : public StatefulOptimizer {
   bool flat_ready_ = false;
 };
 
-// CAME, exposed for its tests.
+// Upstream's 8-bit first moments (CAME8BitWrapper): for a 2-D weight or 1x1 convolution
+// with more than `min_size` elements, the first moment lives as uint8 codes in chunks of
+// `block_rows` rows, each chunk with its fp32 min and scale (max - min) / 255.
+struct EightBitState {
+  bool on = false;
+  int64_t block_rows = 2048;
+  int64_t min_size = 16384;
+  bool applies(at::IntArrayRef shape) const;
+};
+
+// CAME as upstream's CAMEWrapper computes it, operation for operation; with `eight_bit`
+// upstream's CAME8BitWrapper (the moment dequantized at the start of a step and quantized
+// again right after its update; the rest of the step uses the fp32 value). Checkpoints hold
+// 8-bit moments as "<param>/exp_avg.codes" (uint8), ".scale" and ".min"; a checkpoint of the
+// other kind is converted on load. Exposed for its tests.
 class Came : public StatefulOptimizer {
  public:
   Came(NamedParams params, std::vector<double> betas, std::vector<double> eps, double weight_decay,
-       double clip_threshold = 1.0);
+       double clip_threshold = 1.0, EightBitState eight_bit = {});
   void step(double lr) override;
-  const char* name() const override { return "CAME"; }
+  const char* name() const override { return eight_bit_.on ? "CAME8bit" : "CAME"; }
   // Whether a parameter of this shape keeps factored (row, column) statistics.
   static bool factored(at::IntArrayRef shape);
 
  private:
+  // The first moment of parameter state `s` in fp32 (dequantized, converted or new).
+  torch::Tensor first_moment(State& s, const torch::Tensor& like, bool quantized) const;
+  // Keeps `m` as the state's first moment: quantized or as is.
+  void keep_first_moment(State& s, const torch::Tensor& m, bool quantized) const;
   double beta1_, beta2_, beta3_, eps1_, eps2_, weight_decay_, clip_;
+  EightBitState eight_bit_;
 };
 
 }  // namespace sana::train

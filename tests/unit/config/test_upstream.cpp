@@ -73,6 +73,14 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(c.data.external_clipscore_suffixes.size() == 3);
   CHECK(c.data.caption_proportion == NamedWeights{{"prompt", 1.0}});
   CHECK_FALSE(noted(c, "data.clip_thr"));
+  // sana_base.yaml's hq_only acts; its valid_num has no effect upstream either.
+  const Config base = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")},
+                                  {{"data.hq_only", "true", "--data.hq_only=true"},
+                                   {"data.valid_num", "3", "--data.valid_num=3"}},
+                                  no_paths(8));
+  CHECK(base.data.hq_only);
+  CHECK(noted(base, "data.valid_num is accepted with no effect"));
+  CHECK(noted(base, "never uses it"));
   CHECK(noted(c, "train.online_metric is accepted with no effect"));
   CHECK(noted(c, "model.aspect_ratio_type is read as data.aspect_ratio_type"));
   CHECK(noted(c, "CAMEWrapper is CAME"));
@@ -92,9 +100,11 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(pe.model.mixed_precision == Precision::bf16);
 
   const Config came8 = load_config({upstream_yaml("1024ms/Sana_1600M_img1024_CAME8bit.yaml")}, {}, no_paths());
-  CHECK(came8.train.optimizer.type == OptimizerType::CAME);
-  CHECK(noted(came8, "8-bit optimizer state is not implemented"));
-  CHECK(noted(came8, "train.optimizer.block_size is accepted with no effect"));
+  // CAME8BitWrapper acts: 8-bit first moments with upstream's block_size and min_8bit_size.
+  CHECK(came8.train.optimizer.type == OptimizerType::CAME8bit);
+  CHECK(came8.train.optimizer.betas == std::vector<double>{0.9, 0.999, 0.9999});
+  CHECK_FALSE(noted(came8, "train.optimizer.block_size"));
+  CHECK_FALSE(noted(came8, "8-bit"));
 
   // Upstream's top-level report_to: TensorBoard is the tracker here; wandb becomes it with a note.
   const Config tb = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")}, {{"report_to", "tensorboard", ""}},

@@ -6,6 +6,9 @@
 #include "catch.h"
 
 #include "sana/config/config.h"
+#include "sana/config/loader.h"
+#include "sana/model/sana_ms.h"
+#include "sana/train/optim.h"
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
 #include "sana/train/report/memory_estimate.h"
@@ -35,11 +38,11 @@ void check_against_measurement(const config::Config& cfg) {
   REQUIRE(e.tokens == (e.height / cell) * (e.width / cell));
   REQUIRE(e.tokens > 128);  // beyond the token counts the estimate measured at
   const double measured =
-      train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, false);
+      train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 0);
   INFO("estimate " << e.activations << " bytes, measured " << measured << " at " << e.height << "x" << e.width
                    << " x " << e.micro_batch);
   CHECK(e.activations == Approx(measured).epsilon(0.10));
-  const double kept = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, true);
+  const double kept = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
   CHECK(kept < e.activations_checkpointed);  // the estimate adds the block recomputed in the backward
   CHECK(e.activations_checkpointed < 0.75 * e.activations);
 }
@@ -75,4 +78,55 @@ TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's check
   CHECK(e.optimizer > e.weights);  // the first moment is kept whole
   CHECK(e.ema == Approx(e.weights));
   CHECK(e.activations_for_config() == Approx(e.activations_checkpointed));
+}
+
+TEST_CASE("the optimizer state estimate is the bytes the optimizer keeps, 8-bit CAME included", "[train][memory]") {
+  for (const auto type : {config::OptimizerType::AdamW, config::OptimizerType::CAME, config::OptimizerType::CAME8bit}) {
+    auto cfg = tiny_config();
+    cfg.train.optimizer.type = type;
+    cfg.train.optimizer.min_8bit_size = 1000;  // the tiny model's larger weights go 8-bit
+    cfg.train.optimizer.block_size = 48;
+    config::resolve_defaults(cfg);
+    const auto e = train::estimate_memory(cfg);
+    model::SanaMS m(train::model_spec_for(cfg));
+    train::NamedParams params;
+    for (const auto& item : m->named_parameters()) params.emplace_back(item.key(), item.value());
+    auto opt = train::make_optimizer(cfg.train.optimizer, params);
+    for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
+    opt->step(1e-4);
+    double kept = 0;
+    for (const auto& [name, t] : opt->state()) {
+      if (name.size() < 5 || name.substr(name.size() - 5) != "/step") kept += static_cast<double>(t.nbytes());
+    }
+    INFO(config::name_of(type));
+    CHECK(e.optimizer == kept);
+  }
+  auto cfg = tiny_config();
+  cfg.train.optimizer.type = config::OptimizerType::CAME8bit;
+  cfg.train.optimizer.min_8bit_size = 1000;
+  const double eight = train::estimate_memory(cfg).optimizer;
+  cfg.train.optimizer.type = config::OptimizerType::CAME;
+  CHECK(eight < 0.5 * train::estimate_memory(cfg).optimizer);
+}
+
+TEST_CASE("train.gc_step: checkpointing every other block keeps what the estimate says", "[train][memory]") {
+  auto cfg = tiny_config();
+  cfg.train.grad_checkpointing = true;
+  cfg.train.micro_batch_size = 2;
+  const auto every_block = train::estimate_memory(cfg);
+  cfg.train.gc_step = 2;
+  const auto every_other = train::estimate_memory(cfg);
+  CHECK(every_other.activations_checkpointed > every_block.activations_checkpointed);
+  CHECK(every_other.activations_checkpointed < every_other.activations);
+  const auto spec = train::model_spec_for(cfg);
+  const int64_t cell = spec.downsample * spec.patch;
+  const auto e = every_other;
+  const double measured = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 2);
+  const double all = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
+  INFO("every other block: estimate " << e.activations_checkpointed << " bytes, measured after the forward "
+       << measured << " (every block " << all << ")");
+  CHECK(measured > all);
+  // The estimate adds the one block the backward recomputes at a time.
+  CHECK(measured < e.activations_checkpointed);
+  CHECK(e.activations_checkpointed < 1.5 * measured);
 }

@@ -50,8 +50,80 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
   CHECK(r.exit_code == 0);
 }
 
+TEST_CASE("CAME8bit computes what upstream's CAME8BitWrapper computes, in python3-torch", "[train][optim]") {
+  torch::manual_seed(5);
+  // Two tensors over min_8bit_size (a linear weight, a 1x1 convolution) in chunks of 16
+  // rows, one under it, a depthwise convolution and a bias (fp32 as in CAME).
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"linear", {40, 30}}, {"pointwise", {36, 30, 1, 1}}, {"small", {6, 5}}, {"depthwise", {4, 1, 3, 3}},
+      {"bias", {7}}};
+  train::NamedParams named;
+  NamedTensors file;
+  for (const auto& [name, shape] : shapes) {
+    named.emplace_back(name, (torch::randn(shape) * 0.05).requires_grad_(true));
+    file.emplace_back("p0." + name, named.back().second.detach().clone());
+  }
+  const double lr = 0.01, wd = 0.03;
+  const train::EightBitState eight_bit{true, 16, 1000};
+  train::Came came(named, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd, 1.0, eight_bit);
+  CHECK(std::string(came.name()) == "CAME8bit");
+  const int steps = 20;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < named.size(); ++i) {
+      named[i].second.mutable_grad() = torch::randn(named[i].second.sizes()) * (0.01 + 0.1 * (s % 3));
+      file.emplace_back(fmt::format("g{}.{}", s, shapes[i].first), named[i].second.grad().clone());
+    }
+    came.step(lr);
+  }
+  int64_t code_bytes = 0, quantized_elements = 0;
+  for (const auto& [name, t] : came.state()) {
+    const auto slash = name.find('/');
+    if (name.substr(slash) == "/exp_avg.codes") {
+      CHECK(t.scalar_type() == torch::kUInt8);
+      file.emplace_back("q." + name.substr(0, slash), t.clone());
+      quantized_elements += t.numel();
+    }
+    if (name.substr(0, slash) == "linear") code_bytes += t.numel() * t.element_size();
+  }
+  CHECK(quantized_elements == 40 * 30 + 36 * 30);
+  // The linear weight's state: 1 byte a moment, 3 chunks' min and scale, 4 fp32 statistics
+  // of 40 or 30, the step: upstream's ~1 byte per element plus the factored rows/columns.
+  CHECK(code_bytes == 1200 + 3 * 8 + 4 * (2 * 40 + 2 * 30) + 8);
+  for (size_t i = 0; i < named.size(); ++i) file.emplace_back("out." + shapes[i].first, named[i].second.detach());
+  sana::test::TempDir dir;
+  const nlohmann::json config = {{"lr", lr},         {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
+                                 {"weight_decay", wd}, {"steps", steps},              {"block_size", 16},
+                                 {"min_8bit_size", 1000}};
+  sana::write_safetensors(dir.path("came8bit.safetensors"), file, {{"config", config.dump()}});
+  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                         "/tests/reference/came8bit.py " + dir.path("came8bit.safetensors"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+
+  // Its state (8-bit codes included) resumes the same step; CAME's fp32 state converts.
+  auto resumed_params = named;
+  for (auto& [n, t] : resumed_params) t = t.detach().clone().requires_grad_(true);
+  train::Came resumed(resumed_params, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd, 1.0, eight_bit);
+  resumed.load_state(came.state());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto g = torch::randn(named[i].second.sizes());
+    named[i].second.mutable_grad() = g.clone();
+    resumed_params[i].second.mutable_grad() = g.clone();
+  }
+  came.step(lr);
+  resumed.step(lr);
+  for (size_t i = 0; i < named.size(); ++i) CHECK(torch::equal(named[i].second, resumed_params[i].second));
+  train::Came fp32(resumed_params, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd);
+  fp32.load_state(came.state());
+  fp32.step(lr);  // dequantized into an fp32 moment
+  const auto fp32_state = fp32.state();
+  CHECK(std::any_of(fp32_state.begin(), fp32_state.end(), [](const auto& e) { return e.first == "linear/exp_avg"; }));
+  CHECK(std::none_of(fp32_state.begin(), fp32_state.end(),
+                     [](const auto& e) { return e.first.find(".codes") != std::string::npos; }));
+}
+
 TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
-  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::AdamW}) {
+  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit, config::OptimizerType::AdamW}) {
     torch::manual_seed(1);
     const auto a = torch::randn({64, 16}), target = torch::randn({64, 8});
     auto w = torch::zeros({16, 8}, torch::requires_grad());
@@ -59,7 +131,8 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     o.type = type;
     o.lr = 0.01;
     o.weight_decay = 0.0;
-    const bool came = type == config::OptimizerType::CAME;
+    const bool came = config::is_came(type);
+    o.min_8bit_size = 64;  // the 16 x 8 weight keeps 8-bit moments under CAME8bit
     o.betas = came ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
     o.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
     auto opt = train::make_optimizer(o, {{"w", w}});

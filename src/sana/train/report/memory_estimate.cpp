@@ -95,9 +95,10 @@ class CountingScope {
   static inline uint8_t priority_ = 10;
 };
 
-// Bytes `count` holds after one forward (graph kept) of `batch` samples of h x w tokens.
+// Bytes `count` holds after one forward (graph kept) of `batch` samples of h x w tokens,
+// every `checkpoint_every`-th block checkpointed (0: none).
 double forward_bytes(model::SanaMS& net, const CountingScope& count, int64_t h_tokens, int64_t w_tokens,
-                     int64_t batch, bool checkpointing) {
+                     int64_t batch, int64_t checkpoint_every) {
   const auto& spec = net->spec();
   torch::NoGradGuard setup;  // only the forward below records a graph
   const auto x = torch::randn({batch, spec.in_channels, h_tokens * spec.patch, w_tokens * spec.patch});
@@ -109,7 +110,7 @@ double forward_bytes(model::SanaMS& net, const CountingScope& count, int64_t h_t
   } else if (spec.conditioning == model::Conditioning::class_label) {
     cond.y = torch::zeros({batch}, torch::kInt64);
   }
-  net->set_grad_checkpointing(checkpointing);
+  net->set_grad_checkpointing(checkpoint_every > 0, checkpoint_every);
   const int64_t before = count.held();
   torch::AutoGradMode grad(true);
   const torch::Tensor out = net->forward(x, t, cond);
@@ -144,8 +145,8 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
   for (int64_t depth : {1, 2}) {
     auto net = build(spec, depth);
     for (int kept : {0, 1}) {
-      at[kept][depth - 1][0] = forward_bytes(net, count, side, side, 1, kept == 1);
-      at[kept][depth - 1][1] = forward_bytes(net, count, side, 2 * side, 1, kept == 1);
+      at[kept][depth - 1][0] = forward_bytes(net, count, side, side, 1, kept);
+      at[kept][depth - 1][1] = forward_bytes(net, count, side, 2 * side, 1, kept);
     }
   }
   const auto terms = [&](const double (&a)[2][2]) {
@@ -163,10 +164,10 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
 }  // namespace
 
 double held_after_forward(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens,
-                          int64_t batch, bool checkpointing) {
+                          int64_t batch, int64_t checkpoint_every) {
   CountingScope count;
   auto net = build(spec, depth);
-  return forward_bytes(net, count, h_tokens, w_tokens, batch, checkpointing);
+  return forward_bytes(net, count, h_tokens, w_tokens, batch, checkpoint_every);
 }
 
 double MemoryEstimate::activations_for_config() const {
@@ -181,19 +182,25 @@ MemoryEstimate estimate_memory(const config::Config& cfg) {
   {
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
-    const bool came = cfg.train.optimizer.type == config::OptimizerType::CAME;
-    e.optimizer_name = came ? "CAME" : "AdamW";
-    double state = 0;
+    const auto& o = cfg.train.optimizer;
+    const bool came = config::is_came(o.type);
+    const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+    e.optimizer_name = std::string(config::name_of(o.type));
+    double bytes = 0;
     for (const auto& p : meta->parameters()) {
       const auto s = p.sizes();
       const auto n = static_cast<double>(p.numel());
       if (came && Came::factored(s)) {
-        state += n + 2.0 * static_cast<double>(s[0] + s[1]);  // exp_avg; row and column of two statistics
+        // The first moment (uint8 codes plus a min and a scale per block of rows when
+        // 8-bit, else fp32); rows and columns of two fp32 statistics.
+        const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
+        bytes += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
+        bytes += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
       } else {
-        state += 2 * n;  // first and second moments
+        bytes += 4 * 2 * n;  // first and second moments
       }
     }
-    e.optimizer = 4 * state;
+    e.optimizer = bytes;
   }
   const auto p = static_cast<double>(e.parameters);
   e.weights = 4 * p;
@@ -217,10 +224,13 @@ MemoryEstimate estimate_memory(const config::Config& cfg) {
             spec.name);
   const auto [plain, kept] = measure(spec);
   e.activations = plain.bytes(spec.depth, e.tokens, e.micro_batch);
-  // The backward recomputes one block at a time, with all its activations.
+  // train.gc_step: every gc_step-th block keeps only its inputs, the others all their
+  // activations; the backward recomputes one block at a time, with all its activations.
   PerSample one_block = plain;
   one_block.outside = one_block.outside_per_token = 0;
-  e.activations_checkpointed = kept.bytes(spec.depth, e.tokens, e.micro_batch) + one_block.bytes(1, e.tokens, e.micro_batch);
+  const int64_t checkpointed = (spec.depth + cfg.train.gc_step - 1) / cfg.train.gc_step;
+  e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
+                               one_block.bytes(spec.depth - checkpointed + 1, e.tokens, e.micro_batch);
   return e;
 }
 

@@ -24,7 +24,7 @@ struct MemoryEstimate {
   std::string optimizer_name;
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
   double activations = 0;               // bytes kept for the backward, fp32
-  double activations_checkpointed = 0;  // the same with train.grad_checkpointing
+  double activations_checkpointed = 0;  // the same with train.grad_checkpointing (and its gc_step)
   bool checkpointing = false;           // the config's train.grad_checkpointing
   // The config trains under bf16/fp16 autocast on CUDA: most saved activations are half as
   // large there. Not measured (CPU autocast keeps other tensors than CUDA's): the fp32
@@ -39,8 +39,9 @@ struct MemoryEstimate {
 MemoryEstimate estimate_memory(const config::Config& cfg);
 
 // The measurement itself: bytes the CPU allocator holds after one forward (graph kept) of
-// `batch` samples of h x w tokens through `spec` cut to `depth` blocks.
+// `batch` samples of h x w tokens through `spec` cut to `depth` blocks, with every
+// `checkpoint_every`-th block checkpointed (0: none).
 double held_after_forward(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens,
-                          int64_t batch, bool checkpointing);
+                          int64_t batch, int64_t checkpoint_every);
 
 }  // namespace sana::train
