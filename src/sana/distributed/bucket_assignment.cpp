@@ -29,6 +29,11 @@ std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, in
   return buckets;
 }
 
+std::vector<GradBucket> compute_buckets_mb(const std::vector<ParamInfo>& params, double cap_mb, double first_cap_mb) {
+  const auto bytes = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
+  return compute_buckets(params, bytes(cap_mb), bytes(first_cap_mb));
+}
+
 std::vector<size_t> bucket_of_params(const std::vector<GradBucket>& buckets, size_t param_count) {
   std::vector<size_t> out(param_count);
   for (size_t i = 0; i < buckets.size(); ++i) {

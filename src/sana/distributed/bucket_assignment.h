@@ -51,6 +51,10 @@ struct GradBucket {
 std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
                                         int64_t first_cap_bytes);
 
+// The same with the caps in MiB, as ddp.bucket_cap_mb gives them (what the reducer and the
+// memory estimate both use).
+std::vector<GradBucket> compute_buckets_mb(const std::vector<ParamInfo>& params, double cap_mb, double first_cap_mb);
+
 // The inverse map: result[param] is the index of the bucket holding that parameter.
 // param_count is the size of compute_buckets()'s input.
 std::vector<size_t> bucket_of_params(const std::vector<GradBucket>& buckets, size_t param_count);

@@ -23,4 +23,20 @@ struct RuntimeOptions {
   int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
 };
 
+// The gradient engine's options (reducer.h).
+struct ReducerOptions {
+  double bucket_cap_mb = 25.0;   // ddp.bucket_cap_mb: the cap of every bucket but the first
+  double first_bucket_mb = 1.0;  // the cap of the first bucket
+  // false: nothing starts before finalize() (for measuring what overlap gains).
+  bool overlap = true;
+  // true: gradients averaged over ranks (DDP); false: summed (the trainer normalises each
+  // loss by the global batch itself, so uneven shares still give the full-batch gradient).
+  bool average = true;
+  // train.deterministic: each backward's gradient is added into an int64 fixed-point
+  // accumulator (a power-of-two scale per bucket, the same on every rank) and all-reduced
+  // as integers, which no order of addition changes; converted back once in finalize().
+  // No overlap with the backward.
+  bool exact = false;
+};
+
 }  // namespace sana::dist

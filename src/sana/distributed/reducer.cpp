@@ -109,8 +109,7 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
     }
     infos.push_back({name, p.numel(), static_cast<int64_t>(p.element_size()), static_cast<int>(p.scalar_type())});
   }
-  const auto cap_bytes = [](double mb) { return static_cast<int64_t>(mb * 1024 * 1024); };
-  auto plan = compute_buckets(infos, cap_bytes(opts.bucket_cap_mb), cap_bytes(opts.first_bucket_mb));
+  auto plan = compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
   bucket_of_ = bucket_of_params(plan, params_.size());
   for (auto& b : plan) {
     Bucket bucket;

@@ -25,6 +25,7 @@
 
 #include "sana/util/stateful.h"
 #include "sana/distributed/bucket_assignment.h"
+#include "sana/distributed/options.h"
 #include "sana/distributed/runtime.h"
 
 namespace sana::dist {
@@ -78,20 +79,6 @@ class Reducer : public Stateful {
   void restore_state(const PartState* saved, const std::string& source) override;
 };
 
-struct ReducerOptions {
-  double bucket_cap_mb = 25.0;   // ddp.bucket_cap_mb: the cap of every bucket but the first
-  double first_bucket_mb = 1.0;  // the cap of the first bucket
-  // false: nothing starts before finalize() (for measuring what overlap gains).
-  bool overlap = true;
-  // true: gradients averaged over ranks (DDP); false: summed (the trainer normalises each
-  // loss by the global batch itself, so uneven shares still give the full-batch gradient).
-  bool average = true;
-  // train.deterministic: each backward's gradient is added into an int64 fixed-point
-  // accumulator (a power-of-two scale per bucket, the same on every rank) and all-reduced
-  // as integers, which no order of addition changes; converted back once in finalize().
-  // No overlap with the backward.
-  bool exact = false;
-};
 
 // The bucketed, overlapped all-reduce over every parameter of `params`: (name, tensor) in
 // registration order, each a leaf that requires grad (std::invalid_argument otherwise:

@@ -96,6 +96,14 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   return o;
 }
 
+dist::ReducerOptions reducer_options_for(const config::Config& cfg) {
+  dist::ReducerOptions o;
+  o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
+  o.average = false;
+  o.exact = cfg.train.deterministic;
+  return o;
+}
+
 data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg) {
   data::DiskCacheOptions o;
   o.dir = cfg.data.cache_dir.empty() ? (std::filesystem::path(cfg.work_dir) / "sample_cache").string()

@@ -29,6 +29,10 @@ data::DecodeOptions decode_options_for(const config::Config& cfg);
 // Workers, prefetch, decoding and features; rank, world size, micro-batch, flips and
 // pinning are the caller's.
 data::LoaderOptions loader_options_for(const config::Config& cfg);
+// The trainer's gradient engine: gradients summed, not averaged (each micro-batch's loss
+// is already weighted by its share of the global batch); ddp.bucket_cap_mb; exact with
+// train.deterministic.
+dist::ReducerOptions reducer_options_for(const config::Config& cfg);
 // data.caption_selection_type and its keys.
 data::CaptionChoice caption_choice_for(const config::Config& cfg);
 // data.cache_dir (empty: work_dir/sample_cache) and the decode settings.

@@ -45,16 +45,6 @@ NamedParams named_parameters(model::SanaMS& net) {
   return named;
 }
 
-// The gradient engine for this trainer: gradients summed, not averaged (each micro-batch's
-// loss is already weighted by its share of the global batch).
-dist::ReducerOptions reducer_options(const config::Config& cfg) {
-  dist::ReducerOptions o;
-  o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
-  o.average = false;
-  o.exact = cfg.train.deterministic;
-  return o;
-}
-
 data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
   auto o = loader_options_for(cfg);
   o.rank = rank;
@@ -105,7 +95,7 @@ void Trainer::start() {
   model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
-  reducer_ = dist::make_reducer(rt_, named_, reducer_options(cfg_));
+  reducer_ = dist::make_reducer(rt_, named_, reducer_options_for(cfg_));
   optimizer_ = make_optimizer(cfg_.train.optimizer, named_);
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(reducer_->flatten_parameters());
@@ -300,6 +290,27 @@ bool Trainer::run_epoch(int64_t epoch) {
   return true;
 }
 
+void Trainer::report_memory(const PeakProbe& activations) {
+  memory_reported_ = true;
+  MemoryUse mine;
+  mine.rank = rt_.rank();
+  std::vector<torch::Tensor> params, state;
+  for (const auto& p : model_->parameters()) params.push_back(p);
+  for (const auto& [name, t] : optimizer_->state()) state.push_back(t);
+  mine.parameters = bytes_of(params);
+  mine.gradients = bytes_of(reducer_->flat_gradients());
+  mine.optimizer = bytes_of(state);
+  mine.ema = bytes_of(ema_->averages());
+  mine.activations_peak = activations.growth();
+  mine.activations_source = activations.source();
+  log::info("{}", mine.line());
+  const auto all = rt_.all_gather("memory", mine.json());  // collective
+  if (!main_rank_) return;
+  std::vector<MemoryUse> ranks;
+  for (const auto& j : all) ranks.push_back(MemoryUse::from_json(j));
+  write_memory_json((std::filesystem::path(cfg_.work_dir) / "memory.json").string(), ranks);
+}
+
 bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch) {
   if (cfg_.ddp.broadcast_buffers) {
     torch::NoGradGuard no_grad;
@@ -308,6 +319,8 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
   const double lr = learning_rate(cfg_.train, position_.global_step - scaler_->overflows(), total_steps_);
   const double scale = scaler_->scale();
+  PeakProbe peak(rt_.device());
+  if (!memory_reported_) peak.begin();
   auto out = step_->run(loader, epoch, step, *guard_, scale);
   StepVerdict verdict;
   double grad_norm = 0;
@@ -322,6 +335,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     applied = update(verdict, grad_norm, lr, scale);
   }
 
+  if (!memory_reported_) report_memory(peak);
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};

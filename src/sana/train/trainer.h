@@ -27,6 +27,7 @@
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
+#include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
@@ -64,6 +65,10 @@ class Trainer {
   int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
+  // After this process's first step: what each rank holds (report/memory_use.h), gathered
+  // (a collective) and written to work_dir/memory.json by rank 0. `activations`: the
+  // peak's rise during the step's forward and backward.
+  void report_memory(const PeakProbe& activations);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   StepVerdict agree_on_step(double loss, double grad_norm);
@@ -104,6 +109,7 @@ class Trainer {
   std::vector<data::EpochPart> segments_;
   int64_t total_steps_ = 0;
   bool resumed_ = false, stopped_ = false;
+  bool memory_reported_ = false;
 };
 
 }  // namespace sana::train

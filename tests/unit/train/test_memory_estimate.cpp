@@ -53,8 +53,11 @@ TEST_CASE("the activation estimate matches a forward measured at the largest buc
   auto cfg = tiny_config();
   check_against_measurement(cfg);
   const auto e = train::estimate_memory(cfg);
-  CHECK(e.weights == Approx(4.0 * static_cast<double>(e.parameters)));
-  CHECK(e.optimizer == Approx(2 * e.weights));  // AdamW
+  // The reducer's flat buckets: every parameter's fp32, plus at most 60 bytes of alignment each.
+  CHECK(e.weights >= 4.0 * static_cast<double>(e.parameters));
+  CHECK(e.weights < 4.0 * static_cast<double>(e.parameters) + 60.0 * 200);
+  CHECK(e.optimizer > 2 * e.weights);  // AdamW's two moments in the same buckets, and step counts
+  CHECK(e.optimizer < 2 * e.weights + 8.0 * 200);
   CHECK(e.total() == Approx(e.weights + e.gradients + e.optimizer + e.activations));
 }
 
@@ -80,8 +83,10 @@ TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's check
   CHECK(e.activations_for_config() == Approx(e.activations_checkpointed));
 }
 
-TEST_CASE("the optimizer state estimate is the bytes the optimizer keeps, 8-bit CAME included", "[train][memory]") {
-  for (const auto type : {config::OptimizerType::AdamW, config::OptimizerType::CAME, config::OptimizerType::CAME8bit}) {
+// AdamW's flat moments are checked end to end (tests/apps/memory_report.sh): its buckets come
+// from the reducer.
+TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included", "[train][memory]") {
+  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit}) {
     auto cfg = tiny_config();
     cfg.train.optimizer.type = type;
     cfg.train.optimizer.min_8bit_size = 1000;  // the tiny model's larger weights go 8-bit
@@ -95,9 +100,7 @@ TEST_CASE("the optimizer state estimate is the bytes the optimizer keeps, 8-bit 
     for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
     opt->step(1e-4);
     double kept = 0;
-    for (const auto& [name, t] : opt->state()) {
-      if (name.size() < 5 || name.substr(name.size() - 5) != "/step") kept += static_cast<double>(t.nbytes());
-    }
+    for (const auto& [name, t] : opt->state()) kept += static_cast<double>(t.nbytes());
     INFO(config::name_of(type));
     CHECK(e.optimizer == kept);
   }

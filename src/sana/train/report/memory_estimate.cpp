@@ -3,6 +3,7 @@
 #include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <utility>
 #include <memory>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "sana/data/dataset.h"
+#include "sana/distributed/bucket_assignment.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
@@ -176,35 +178,62 @@ double MemoryEstimate::activations_for_config() const {
 
 double MemoryEstimate::total() const { return weights + gradients + optimizer + ema + activations_for_config(); }
 
+namespace {
+
+// What the run keeps of its parameters, gradients and optimizer state, in bytes: the
+// reducer's flat buckets (each parameter 64-byte aligned, train/component_options.h's
+// bucket caps) for parameters and gradients, AdamW's moments in buckets of the same layout,
+// CAME's per parameter (factored for 2-D weights and 1x1 convolutions, 8-bit first moments
+// under CAME8bit), and every parameter's int64 step count.
+struct StateBytes {
+  double flat = 0, optimizer = 0;
+};
+
+StateBytes state_bytes(const config::Config& cfg, model::SanaMS& meta) {
+  StateBytes out;
+  std::vector<dist::ParamInfo> infos;
+  for (const auto& item : meta->named_parameters()) {
+    infos.push_back({item.key(), item.value().numel(), 4, static_cast<int>(torch::kFloat32)});
+  }
+  const auto opts = reducer_options_for(cfg);
+  for (const auto& b : dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb)) {
+    out.flat += 4 * static_cast<double>(b.numel);
+  }
+  const auto& o = cfg.train.optimizer;
+  const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+  if (!config::is_came(o.type)) out.optimizer = 2 * out.flat;  // AdamW's two moments
+  for (const auto& p : meta->parameters()) {
+    const auto s = p.sizes();
+    const auto n = static_cast<double>(p.numel());
+    out.optimizer += 8;  // the step count
+    if (!config::is_came(o.type)) continue;
+    if (Came::factored(s)) {
+      // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
+      // else fp32); rows and columns of two fp32 statistics.
+      const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
+      out.optimizer += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
+      out.optimizer += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
+    } else {
+      out.optimizer += 4 * 2 * n;  // first and second moments
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 MemoryEstimate estimate_memory(const config::Config& cfg) {
   MemoryEstimate e;
   const auto spec = model_spec_for(cfg);
   {
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
-    const auto& o = cfg.train.optimizer;
-    const bool came = config::is_came(o.type);
-    const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
-    e.optimizer_name = std::string(config::name_of(o.type));
-    double bytes = 0;
-    for (const auto& p : meta->parameters()) {
-      const auto s = p.sizes();
-      const auto n = static_cast<double>(p.numel());
-      if (came && Came::factored(s)) {
-        // The first moment (uint8 codes plus a min and a scale per block of rows when
-        // 8-bit, else fp32); rows and columns of two fp32 statistics.
-        const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
-        bytes += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
-        bytes += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
-      } else {
-        bytes += 4 * 2 * n;  // first and second moments
-      }
-    }
-    e.optimizer = bytes;
+    e.optimizer_name = std::string(config::name_of(cfg.train.optimizer.type));
+    const StateBytes state = state_bytes(cfg, meta);
+    e.weights = e.gradients = state.flat;
+    e.optimizer = state.optimizer;
   }
   const auto p = static_cast<double>(e.parameters);
-  e.weights = 4 * p;
-  e.gradients = 4 * p;
   e.ema = config::ema_enabled(cfg.train) ? 4 * p : 0;
   const int64_t cell = spec.downsample * spec.patch;
   for (const auto& table : data::bucket_tables_for(bucket_options_for(cfg))) {
