@@ -4,18 +4,20 @@
 # alignment gaps included), optimizer state and EMA must be equal to the byte; the
 # activations' peak is measured (peak resident growth on the CPU) and printed beside the
 # estimate. Cases: one process with AdamW and EMA; two processes (`sana-train launch`) with
-# CAME8bit, where the larger weights keep 8-bit moments. Tiny preset, example photos,
-# one step; every command under `timeout` in a `mktemp -d` folder, removed on exit.
+# CAME8bit, where the larger weights keep 8-bit moments. Tiny preset, the example photos
+# (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
+# `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=/usr/bin/python3
+PHOTOS=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 
 # check NAME NPROC OVERRIDES...: one step, then memory.json against the estimate.
 check() {
   local name=$1 nproc=$2
   shift 2
-  local args=(--config "$ROOT/configs/sana_tiny_cpu.yaml" "--data.data_dir=[$ROOT/data/example]"
+  local args=(--config "$ROOT/configs/sana_tiny_cpu.yaml" "--data.data_dir=[$PHOTOS]"
               --train.max_steps=1 --train.visualize=false --dist.timeout_s=60 "$@")
   local work=$SCRATCH/$name-$TOKEN
   if ! timeout 120 "$BIN" launch --nproc-per-node "$nproc" -- "${args[@]}" "--work_dir=$work" > "$SCRATCH/$name.log" 2>&1; then
