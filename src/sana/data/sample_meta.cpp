@@ -108,7 +108,14 @@ size_t draw(const std::vector<double>& weights, util::RandomStream& rng) {
 
 }  // namespace
 
+bool CaptionChoice::draws() const {
+  if (type == CaptionSelection::clipscore) return scored;
+  return std::any_of(proportion.begin(), proportion.end(),
+                     [](const auto& p) { return p.first != "prompt" && p.second > 0; });
+}
+
 std::string CaptionChoice::choose(std::string_view prompt, std::string_view meta, util::RandomStream& rng) const {
+  if (!draws()) return std::string(prompt);
   const Json j = parse_meta(meta);
   if (type == CaptionSelection::proportion) {
     std::vector<double> weights;

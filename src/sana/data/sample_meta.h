@@ -46,6 +46,11 @@ struct CaptionChoice {
   double clip_thr = 0.0;     // clipscore: candidates scoring at least this
   double temperature = 1.0;  // clipscore: weights score^(1/max(temperature, 0.01))
   std::vector<std::pair<std::string, double>> proportion{{"prompt", 1.0}};  // proportion: name, weight
+  // clipscore: whether the index was built with CLIP-score files (data.external_clipscore_suffixes);
+  // without them every sample trains on its prompt.
+  bool scored = true;
+  // Whether a draw can give anything but the prompt: false skips reading the metadata.
+  bool draws() const;
   // Always the sample's own "prompt" (what prepare-features encodes).
   static CaptionChoice prompt_only() { return {CaptionSelection::proportion, 0.0, 1.0, {{"prompt", 1.0}}}; }
   // The caption text: `prompt` (the sample's "prompt") or one of `meta`'s captions, drawn

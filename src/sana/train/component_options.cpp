@@ -68,6 +68,7 @@ data::CaptionChoice caption_choice_for(const config::Config& cfg) {
   o.clip_thr = cfg.data.clip_thr;
   o.temperature = cfg.data.clip_thr_temperature;
   o.proportion = cfg.data.caption_proportion;
+  o.scored = !cfg.data.external_clipscore_suffixes.empty();
   return o;
 }
 

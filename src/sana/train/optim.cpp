@@ -308,8 +308,7 @@ void Came::step(double lr) {
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, const NamedParams& params) {
   if (config::is_came(o.type)) {
-    const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
-    return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay, 1.0, eight_bit);
+    return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay, 1.0, EightBitState::of(o));
   }
   if (o.type == config::OptimizerType::AdamW) {
     return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);

@@ -103,6 +103,10 @@ struct EightBitState {
   int64_t block_rows = 2048;
   int64_t min_size = 16384;
   bool applies(at::IntArrayRef shape) const;
+  // train.optimizer's: on for CAME8bit, with its block_size and min_8bit_size.
+  static EightBitState of(const config::OptimizerConfig& o) {
+    return {o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+  }
 };
 
 // CAME as upstream's CAMEWrapper computes it, operation for operation; with `eight_bit`

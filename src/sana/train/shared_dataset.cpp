@@ -36,8 +36,7 @@ data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
   auto dataset = data::Dataset::open(dataset_options_for(cfg), options, spec.downsample * spec.patch);
   if (main_rank) rt.work_done("index");
   const auto& d = cfg.data;
-  const bool choosing = !d.external_clipscore_suffixes.empty() || d.caption_selection_type == "proportion";
-  if (main_rank && d.load_text_feat && choosing) {
+  if (main_rank && d.load_text_feat && caption_choice_for(cfg).draws()) {
     log::warn("data.caption_selection_type {}: the caption features are each sample's own (data.load_text_feat), "
               "so no caption is chosen (upstream reads <key>.npz whatever caption it picked)",
               d.caption_selection_type);

@@ -200,7 +200,7 @@ StateBytes state_bytes(const config::Config& cfg, model::SanaMS& meta) {
     out.flat += 4 * static_cast<double>(b.numel);
   }
   const auto& o = cfg.train.optimizer;
-  const EightBitState eight_bit{o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+  const EightBitState eight_bit = EightBitState::of(o);
   if (!config::is_came(o.type)) out.optimizer = 2 * out.flat;  // AdamW's two moments
   for (const auto& p : meta->parameters()) {
     const auto s = p.sizes();
