@@ -1,4 +1,4 @@
-// `sana-train model --config C [--json]`: what a config's model is, without training it.
+// `sana-train model --config C [--json] [--world-size W]`: what a config's model is, without training it.
 // The model is built on the meta device (no weights allocated, so the 1.6 B preset is
 // instant); model/ counts its parameters per top-level module and its forward FLOPs per
 // sample, shown for the square, tallest and widest bucket of each base size; and the
@@ -45,9 +45,9 @@ struct ModelFacts {
   std::optional<train::MemoryEstimate> memory;  // without --no-memory
 };
 
-ModelFacts facts_of(const config::Config& cfg, bool memory) {
+ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size) {
   ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}};
-  if (memory) f.memory = train::estimate_memory(cfg);
+  if (memory) f.memory = train::estimate_memory(cfg, world_size);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -102,7 +102,15 @@ void print_json(const ModelFacts& f) {
     return;
   }
   const auto& m = *f.memory;
-  j["memory_per_process"] = {{"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
+  auto ranks = nlohmann::json::array();
+  for (const auto& r : m.ranks) {
+    ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
+                     {"ema", r.ema}});
+  }
+  j["memory_per_process"] = {{"world_size", m.world_size},
+                             {"zero_stage", m.zero_stage},
+                             {"ranks", ranks},
+                             {"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
                              {"micro_batch", m.micro_batch},
                              {"weights", m.weights},
                              {"gradients", m.gradients},
@@ -118,8 +126,10 @@ void print_json(const ModelFacts& f) {
 
 
 void print_memory(const train::MemoryEstimate& m) {
-  std::cout << fmt::format("\nmemory per process (estimate: micro-batch {} at the largest bucket {}x{}, {} tokens):\n",
-                           m.micro_batch, m.height, m.width, m.tokens);
+  std::cout << fmt::format("\nmemory per process (estimate: micro-batch {} at the largest bucket {}x{}, {} tokens; "
+                           "{} process{}, train.zero_stage {}{}):\n",
+                           m.micro_batch, m.height, m.width, m.tokens, m.world_size, m.world_size == 1 ? "" : "es",
+                           m.zero_stage, m.world_size > 1 ? ", the rank that keeps the most" : "");
   const auto row = [](const std::string& what, double bytes, const std::string& note = "") {
     std::cout << fmt::format("  {:<38} {:>10}{}\n", what, data::size_text(static_cast<uint64_t>(bytes)), note.empty() ? "" : "  " + note);
   };
@@ -178,11 +188,14 @@ class Model : public ConfigSubcommand {
       : ConfigSubcommand(app, "model", "the config's model: parameters per module, FLOPs per sample for a few buckets, memory per process",
                          {/*required=*/true, /*data=*/false}) {
     cli_->add_flag("--json", json_, "print JSON");
+    cli_->add_option("--world-size", world_size_, "processes the memory estimate is for (train.zero_stage splits "
+                                                  "the state over them; default 1)")
+        ->check(CLI::Range(1, 1 << 20));
     cli_->add_flag("--no-memory", no_memory_,
                    "skip the memory estimate (it builds the model at depth 1 and 2 on the CPU: seconds for 1.6B)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto facts = facts_of(cfg, !no_memory_);
+    const auto facts = facts_of(cfg, !no_memory_, world_size_);
     if (json_) {
       print_json(facts);
     } else {
@@ -194,6 +207,7 @@ class Model : public ConfigSubcommand {
  private:
   bool json_ = false;
   bool no_memory_ = false;
+  int world_size_ = 1;
 };
 
 }  // namespace

@@ -23,18 +23,21 @@ check() {
   if ! timeout 120 "$BIN" launch --nproc-per-node "$nproc" -- "${args[@]}" "--work_dir=$work" > "$SCRATCH/$name.log" 2>&1; then
     fail "$name: the run failed"; tail -15 "$SCRATCH/$name.log"; return
   fi
-  timeout 120 "$BIN" model "${args[@]}" "--work_dir=$work" --json > "$SCRATCH/$name.json" 2> /dev/null ||
+  timeout 120 "$BIN" model "${args[@]}" "--work_dir=$work" --json --world-size "$nproc" > "$SCRATCH/$name.json" 2> /dev/null ||
     { fail "$name: sana-train model --json failed"; return; }
+  cp "$work/memory.json" "$SCRATCH/$name.measured.json"
   if "$PY" - "$work/memory.json" "$SCRATCH/$name.json" "$nproc" > "$SCRATCH/$name.cmp" 2>&1 <<'EOF'; then
 import json, sys
 measured = json.load(open(sys.argv[1]))["ranks"]
 est = json.load(open(sys.argv[2]))["memory_per_process"]
 assert len(measured) == int(sys.argv[3]), f"{len(measured)} ranks in memory.json"
+assert len(est["ranks"]) == len(measured), f"{len(est['ranks'])} ranks estimated"
 bad = []
 for r in measured:
+    mine = est["ranks"][r["rank"]]
     for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema")):
-        if r[ours] != est[theirs]:
-            bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {est[theirs]}")
+        if r[ours] != mine[theirs]:
+            bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {mine[theirs]}")
     if r["activations_peak"] <= 0:
         bad.append(f"rank {r['rank']}: activations not measured ({r['activations_peak']})")
 for b in bad:
@@ -53,4 +56,49 @@ EOF
 
 check adamw_ema 1 --train.optimizer.type=AdamW --train.ema_update=true
 check came8bit_w2 2 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64
+# ZeRO: the same, and each rank's share against one process's whole (stage 0).
+check came_s0 1 --train.optimizer.type=CAME --train.ema_update=true
+check adamw_s1_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1
+check adamw_s2_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=2
+check came_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=2
+# share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
+# (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
+# are owned).
+share() {
+  if "$PY" - "$SCRATCH/$1.measured.json" "$SCRATCH/$2.measured.json" "$3" "$SCRATCH/$1-$TOKEN/model.safetensors" \
+      > "$SCRATCH/$2.share" 2>&1 <<'EOF'; then
+import json, struct, sys
+ref = json.load(open(sys.argv[1]))["ranks"][0]
+ranks = json.load(open(sys.argv[2]))["ranks"]
+stage, w = int(sys.argv[3]), len(ranks)
+raw = open(sys.argv[4], "rb").read()
+head = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+head.pop("__metadata__", None)
+sizes = [4 * eval("*".join(map(str, v["shape"])) or "1") for v in head.values()]
+# A rank's share may differ from 1/W by the largest parameter (its two AdamW moments), and
+# by the step counters (8 B per parameter).
+largest = 2 * max(sizes) + 8 * len(sizes)
+fields = ["optimizer", "ema"] + (["gradients"] if stage >= 2 else [])
+bad, text = [], []
+for f in fields:
+    parts = [r[f] / ref[f] for r in ranks]
+    text.append(f"{f} " + "/".join(f"{p:.3f}" for p in parts))
+    for r in ranks:
+        if abs(r[f] - ref[f] / w) > largest:
+            bad.append(f"rank {r['rank']} {f}: {r[f]} B, 1/{w} of {ref[f]} B is {ref[f] / w:.0f}")
+    if stage >= 1 and not ranks[0]["parameters"] == ref["parameters"]:
+        bad.append("parameters are not whole on every rank")
+print("; ".join(text) + f" of one process's (1/{w} = {1 / w:.3f})")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+    pass "$2: each rank's share: $(head -1 "$SCRATCH/$2.share")"
+  else
+    fail "$2: the shares are not 1/W"; cat "$SCRATCH/$2.share"
+  fi
+}
+share adamw_ema adamw_s1_w2 1
+share adamw_ema adamw_s2_w4 2
+share came_s0 came_s2_w2 2
 finish

@@ -208,6 +208,9 @@ struct TrainConfig {
   int64_t num_workers = 4;
   bool grad_checkpointing = false;
   int64_t gc_step = 1;  // grad_checkpointing: every gc_step-th block
+  // ZeRO (docs/memory.md): 0 every rank keeps everything (DDP); 1 optimizer state and EMA
+  // sharded by whole parameters; 2 gradients too. Upstream's use_fsdp maps here.
+  int64_t zero_stage = 0;
   double gradient_clip = 1.0;  // global-norm clip; 0 disables
   OptimizerConfig optimizer;
   LrSchedule lr_schedule = LrSchedule::constant;

@@ -238,6 +238,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
   s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
       .at_least(1);
+  s.add("zero_stage", t.zero_stage,
+        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too")
+      .at_least(0)
+      .at_most(2);
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
   Section o(f, "train.optimizer");
   o.add("type", t.optimizer.type, "optimizer").commonly_used();

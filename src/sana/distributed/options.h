@@ -37,6 +37,14 @@ struct ReducerOptions {
   // as integers, which no order of addition changes; converted back once in finalize().
   // No overlap with the backward.
   bool exact = false;
+  // train.zero_stage >= 2: each bucket's reduced gradient is kept only by the ranks owning
+  // its parameters (shard_plan.h) and the bucket's memory is released as soon as its
+  // reduction ends; the next backward allocates each bucket again when its first gradient
+  // arrives. Under NCCL each segment is reduced to its owner; Gloo (LibTorch 1.13's has no
+  // reduce-scatter) all-reduces the bucket as stage 0 does, so the sums are stage 0's to the
+  // last bit, and the owners keep their segments. Off under `exact`, whose integer sums
+  // every rank keeps whole.
+  bool shard_gradients = false;
 };
 
 }  // namespace sana::dist

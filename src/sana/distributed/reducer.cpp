@@ -51,6 +51,9 @@ class BucketedReducer : public Reducer {
   std::vector<torch::Tensor> flat_gradients() const override;
   void zero_gradients() override;
   std::vector<FlatBucket> flatten_parameters() override;
+  const ShardPlan& shard_plan() const override { return plan_; }
+  bool gradients_sharded() const override { return shard_; }
+  torch::Tensor segment_gradient(size_t bucket, size_t segment) const override;
   bool overflowed() const override { return overflowed_; }
   std::vector<int64_t> exact_scales() const override;
   void set_exact_scales(const std::vector<int64_t>& scales) override;
@@ -67,11 +70,18 @@ class BucketedReducer : public Reducer {
   struct Bucket {
     GradBucket plan;
     size_t pending = 0;
-    torch::Tensor flat;
-    PendingCollective work;
+    torch::Tensor flat;  // undefined while released (sharded gradients)
+    std::vector<PendingCollective> works;  // one all-reduce, or one reduce per segment
+    bool harvested = false;
   };
+  void launch(size_t bucket);    // mutex_ held
   void launch_ready_in_order();  // mutex_ held
   void bind_gradients();         // mutex_ held
+  // Sharded gradients (mutex_ held):
+  void allocate(size_t bucket);     // the bucket's flat tensor, zero, and its parameters' views
+  void bind_lazily(size_t param);   // the parameter's new gradient into its bucket
+  void harvest(size_t bucket);      // waits; owned segments into owned_; the bucket released
+  void harvest_completed();         // harvest() for the launched buckets already reduced
 
   Runtime& rt_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
@@ -91,6 +101,15 @@ class BucketedReducer : public Reducer {
   size_t next_launch_ = 0;
   bool syncing_ = false;
   std::set<std::string> warned_;  // parameters already named in the no-gradient warning
+  ShardPlan plan_;
+  bool shard_ = false;
+  // Each segment reduced to its owner (NCCL), or the whole bucket all-reduced as at stage 0
+  // and only the owned segments kept (Gloo: the same sums as stage 0, to the last bit).
+  bool reduce_to_owners_ = false;
+  torch::Tensor owned_;                            // this rank's segments, end to end
+  std::vector<std::vector<int64_t>> owned_at_;     // per bucket and segment: its offset in owned_, or -1
+  std::vector<torch::Tensor> owned_views_;         // per owned parameter: its gradient in owned_
+  size_t next_harvest_ = 0;
 };
 
 BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
@@ -98,7 +117,9 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
     : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0), target_(std::make_shared<HookTarget>()),
       overlap_(opts.overlap),
       average_(opts.average),
-      exact_(opts.exact) {
+      exact_(opts.exact),
+      shard_(opts.shard_gradients && !opts.exact && rt.world_size() > 1),
+      reduce_to_owners_(shard_ && rt.backend_name() == "nccl") {
   std::vector<ParamInfo> infos;
   infos.reserve(params_.size());
   for (const auto& [name, p] : params_) {
@@ -111,23 +132,46 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
   }
   auto plan = compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
   bucket_of_ = bucket_of_params(plan, params_.size());
+  std::vector<int64_t> numels;
+  for (const auto& info : infos) numels.push_back(info.numel);
+  plan_ = plan_shards(plan, params_.size(), numels, rt.world_size());
   for (auto& b : plan) {
     Bucket bucket;
-    bucket.flat = torch::zeros({b.numel}, params_[b.params.front()].second.options());
     bucket.plan = std::move(b);
     buckets_.push_back(std::move(bucket));
   }
   if (exact_) {
-    for (const auto& b : buckets_) exact_state_.push_back({torch::zeros({b.flat.numel() + 2}, torch::kInt64), 32});
+    for (const auto& b : buckets_) exact_state_.push_back({torch::zeros({b.plan.numel + 2}, torch::kInt64), 32});
   }
   grad_views_.resize(params_.size());
-  for (const auto& b : buckets_) {
-    for (size_t i = 0; i < b.plan.params.size(); ++i) {
-      const auto& p = params_[b.plan.params[i]].second;
-      grad_views_[b.plan.params[i]] = b.flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());
+  owned_views_.resize(params_.size());
+  if (shard_) {
+    // This rank's segments end to end, each parameter's gradient a view of them.
+    int64_t at = 0;
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      owned_at_.emplace_back();
+      for (const auto& seg : plan_.segments[i]) {
+        owned_at_.back().push_back(seg.owner == rt.rank() ? at : -1);
+        if (seg.owner == rt.rank()) at += seg.numel();
+      }
     }
+    owned_ = torch::zeros({at}, params_.front().second.options());
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      const auto& b = buckets_[i].plan;
+      for (size_t s = 0; s < plan_.segments[i].size(); ++s) {
+        const auto& seg = plan_.segments[i][s];
+        if (owned_at_[i][s] < 0) continue;
+        for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
+          const auto& p = params_[b.params[j]].second;
+          owned_views_[b.params[j]] = owned_.narrow(0, owned_at_[i][s] + b.offsets[j] - seg.begin, p.numel()).view(p.sizes());
+        }
+      }
+    }
+    for (auto& b : buckets_) b.harvested = true;  // released: allocated when the first gradient comes
+  } else {
+    for (size_t i = 0; i < buckets_.size(); ++i) allocate(i);
+    bind_gradients();
   }
-  bind_gradients();
   target_->reducer = this;
   for (size_t k = 0; k < params_.size(); ++k) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[k].second);
@@ -142,17 +186,77 @@ BucketedReducer::~BucketedReducer() {
     target_->reducer = nullptr;  // a backward after this one reaches no dangling object
   }
   for (auto& b : buckets_) {
-    if (b.work) {
+    for (auto& w : b.works) {
+      if (!w) continue;
       try {
-        b.work.work()->wait();
+        w.work()->wait();
       } catch (...) {
       }
-      b.work.reset();
+      w.reset();
     }
   }
 }
 
+void BucketedReducer::allocate(size_t i) {
+  auto& b = buckets_[i];
+  b.flat = torch::zeros({b.plan.numel}, params_[b.plan.params.front()].second.options());
+  b.harvested = false;
+  for (size_t j = 0; j < b.plan.params.size(); ++j) {
+    const auto& p = params_[b.plan.params[j]].second;
+    grad_views_[b.plan.params[j]] = b.flat.narrow(0, b.plan.offsets[j], p.numel()).view(p.sizes());
+  }
+}
+
+void BucketedReducer::bind_lazily(size_t k) {
+  torch::NoGradGuard no_grad;
+  const size_t i = bucket_of_[k];
+  if (!buckets_[i].flat.defined()) allocate(i);
+  auto& p = params_[k].second;
+  const auto& view = grad_views_[k];
+  if (!p.grad().defined() || p.grad().data_ptr() == view.data_ptr()) return;
+  view.copy_(p.grad());  // autograd made a new tensor: from now on it accumulates into the bucket
+  p.mutable_grad() = view;
+}
+
+void BucketedReducer::harvest(size_t i) {
+  auto& b = buckets_[i];
+  if (b.harvested) return;
+  for (auto& w : b.works) rt_.wait(w, "gradient reduce");
+  b.works.clear();
+  torch::NoGradGuard no_grad;
+  const double world = static_cast<double>(rt_.world_size());
+  for (size_t s = 0; s < plan_.segments[i].size(); ++s) {
+    if (owned_at_[i][s] < 0) continue;
+    const auto& seg = plan_.segments[i][s];
+    auto mine = owned_.narrow(0, owned_at_[i][s], seg.numel());
+    mine.copy_(b.flat.narrow(0, seg.begin, seg.numel()));
+    if (average_) mine.div_(world);
+  }
+  for (size_t k : b.plan.params) {
+    params_[k].second.mutable_grad() = owned_views_[k];  // undefined where another rank owns it
+    grad_views_[k] = torch::Tensor();
+  }
+  b.flat = torch::Tensor();
+  b.harvested = true;
+}
+
+void BucketedReducer::harvest_completed() {
+  while (next_harvest_ < next_launch_) {
+    for (const auto& w : buckets_[next_harvest_].works) {
+      if (w && !w.work()->isCompleted()) return;
+    }
+    harvest(next_harvest_++);
+  }
+}
+
+torch::Tensor BucketedReducer::segment_gradient(size_t bucket, size_t segment) const {
+  const auto& seg = plan_.segments.at(bucket).at(segment);
+  if (shard_) return owned_.narrow(0, owned_at_.at(bucket).at(segment), seg.numel());
+  return buckets_.at(bucket).flat.narrow(0, seg.begin, seg.numel());
+}
+
 void BucketedReducer::bind_gradients() {
+  if (shard_) return;  // bound one by one as the gradients come (bind_lazily)
   torch::NoGradGuard no_grad;
   for (size_t k = 0; k < params_.size(); ++k) {
     auto& p = params_[k].second;
@@ -168,6 +272,7 @@ void BucketedReducer::bind_gradients() {
 }
 
 std::vector<torch::Tensor> BucketedReducer::flat_gradients() const {
+  if (shard_) return {owned_};
   std::vector<torch::Tensor> out;
   out.reserve(buckets_.size());
   for (const auto& b : buckets_) out.push_back(b.flat);
@@ -176,6 +281,12 @@ std::vector<torch::Tensor> BucketedReducer::flat_gradients() const {
 
 void BucketedReducer::zero_gradients() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (shard_) {
+    // The optimizer has used them: autograd makes new ones at the next backward.
+    for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+    owned_.zero_();
+    return;
+  }
   bind_gradients();
   for (auto& b : buckets_) b.flat.zero_();
 }
@@ -184,14 +295,15 @@ std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
   torch::NoGradGuard no_grad;
   std::vector<FlatBucket> out;
   for (const auto& b : buckets_) {
-    auto flat = torch::zeros_like(b.flat);  // alignment gaps stay zero
+    // Alignment gaps stay zero.
+    auto flat = torch::zeros({b.plan.numel}, params_[b.plan.params.front()].second.options());
     for (size_t i = 0; i < b.plan.params.size(); ++i) {
       auto& p = params_[b.plan.params[i]].second;
       auto view = flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());
       view.copy_(p);
       p.set_data(view);
     }
-    out.push_back({flat, b.flat, b.plan});
+    out.push_back({flat, b.flat, b.plan});  // grads undefined with sharded gradients: see segment_gradient()
   }
   return out;
 }
@@ -211,13 +323,15 @@ void BucketedReducer::begin_backward(bool sync) {
   std::fill(ready_.begin(), ready_.end(), 0);
   for (auto& b : buckets_) {
     b.pending = b.plan.params.size();
-    b.work.reset();
+    b.works.clear();
   }
   next_launch_ = 0;
+  next_harvest_ = 0;
 }
 
 void BucketedReducer::add_gradient(size_t k) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (shard_) bind_lazily(k);  // every backward, accumulating ones too
   if (!syncing_ || ready_[k]) return;
   ready_[k] = 1;
   auto& b = buckets_[bucket_of_[k]];
@@ -225,12 +339,27 @@ void BucketedReducer::add_gradient(size_t k) {
   if (b.pending == 0 && overlap_) launch_ready_in_order();
 }
 
+void BucketedReducer::launch(size_t i) {
+  auto& b = buckets_[i];
+  if (!shard_) {
+    b.works.push_back(rt_.all_reduce_async(b.flat));
+    return;
+  }
+  if (!b.flat.defined()) allocate(i);  // no parameter of it got a gradient: zeros, still sent
+  if (!reduce_to_owners_) {
+    b.works.push_back(rt_.all_reduce_async(b.flat));
+    return;
+  }
+  for (const auto& seg : plan_.segments[i]) {
+    auto part = b.flat.narrow(0, seg.begin, seg.numel());
+    b.works.push_back(rt_.reduce_async(part, seg.owner));
+  }
+}
+
 void BucketedReducer::launch_ready_in_order() {
   // The gradients are views into the flat tensor: it is the bucket's gradient already.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    buckets_[next_launch_].work = rt_.all_reduce_async(buckets_[next_launch_].flat);
-    ++next_launch_;
-  }
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+  if (shard_) harvest_completed();  // the memory of buckets already reduced goes now, mid-backward
 }
 
 void BucketedReducer::finalize() {
@@ -259,10 +388,15 @@ void BucketedReducer::finalize() {
     launch_ready_in_order();
     syncing_ = false;
   }
+  if (shard_) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < buckets_.size(); ++i) harvest(i);
+    return;
+  }
   const double world = static_cast<double>(rt_.world_size());
   for (auto& b : buckets_) {
-    rt_.wait(b.work, "gradient all-reduce");
-    b.work.reset();
+    for (auto& w : b.works) rt_.wait(w, "gradient all-reduce");
+    b.works.clear();
     if (world != 1.0 && average_) b.flat.div_(world);
   }
 }

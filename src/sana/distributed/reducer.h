@@ -27,6 +27,7 @@
 #include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/options.h"
 #include "sana/distributed/runtime.h"
+#include "sana/distributed/shard_plan.h"
 
 namespace sana::dist {
 
@@ -57,11 +58,21 @@ class Reducer : public Stateful {
   // After the last micro-step's backward: every gradient averaged (or summed) over all ranks.
   virtual void finalize() = 0;
   virtual size_t bucket_count() const = 0;
-  // The buckets' flat tensors: together they hold every parameter's gradient, each
-  // element once (norms, scaling and zeroing can run over these).
+  // The gradients this rank keeps after finalize(), each element once (norms, scaling and
+  // zeroing run over these): every bucket's flat tensor, or with sharded gradients only
+  // this rank's segments, in one tensor.
   virtual std::vector<torch::Tensor> flat_gradients() const = 0;
-  // Every gradient to zero (after the optimizer step).
+  // Every gradient to zero (after the optimizer step); with sharded gradients every
+  // parameter's .grad is undefined until its next backward.
   virtual void zero_gradients() = 0;
+  // Which rank owns which parameters (ZeRO; computed for any stage).
+  virtual const ShardPlan& shard_plan() const = 0;
+  // ReducerOptions::shard_gradients in effect: flat_gradients() holds only this rank's
+  // segments, so a norm over it is this rank's part.
+  virtual bool gradients_sharded() const = 0;
+  // After finalize(): the reduced gradient of segment `segment` of bucket `bucket`, owned
+  // by this rank (a view that stays valid across steps).
+  virtual torch::Tensor segment_gradient(size_t bucket, size_t segment) const = 0;
   // Makes every parameter a view into a flat tensor per bucket (values kept; the
   // parameters stay the same leaf tensors, so modules, hooks and checkpoints see no
   // change) and returns the buckets. Once per reducer; only for one reducer of a model.

@@ -382,10 +382,12 @@ void Runtime::all_reduce(torch::Tensor& t) {
   run_collective("all-reduce", static_cast<int64_t>(t.nbytes()), [&] { return backend_->allreduce(tensors); });
 }
 
-void Runtime::broadcast(torch::Tensor& t) {
+void Runtime::broadcast(torch::Tensor& t, int root) {
   if (world_size() == 1) return;
   std::vector<torch::Tensor> tensors{t};
-  run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors); });
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors, opts); });
 }
 
 PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
@@ -396,6 +398,21 @@ PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
                                                         static_cast<int64_t>(t.nbytes()), std::chrono::milliseconds(0));
   try {
     return PendingCollective(backend_->allreduce(tensors), token);
+  } catch (const std::exception& e) {
+    FlightRecorder::process().end(token, short_error(e));
+    throw;
+  }
+}
+
+PendingCollective Runtime::reduce_async(torch::Tensor& t, int root) {
+  if (world_size() == 1) return {};
+  std::vector<torch::Tensor> tensors{t};
+  c10d::ReduceOptions opts;
+  opts.rootRank = root;
+  const int64_t token = FlightRecorder::process().begin(OpFamily::collective, "reduce (async)", "",
+                                                        static_cast<int64_t>(t.nbytes()), std::chrono::milliseconds(0));
+  try {
+    return PendingCollective(backend_->reduce(tensors, opts), token);
   } catch (const std::exception& e) {
     FlightRecorder::process().end(token, short_error(e));
     throw;

@@ -113,10 +113,14 @@ class Runtime {
   // Backend collectives: every rank calls them in the same order.
   void barrier();
   void all_reduce(torch::Tensor& t);  // sum, in place
-  void broadcast(torch::Tensor& t);   // from rank 0, in place
+  void broadcast(torch::Tensor& t, int root = 0);  // from `root`, in place
   double all_reduce_sum(double value);
   // Starts a sum all-reduce and returns at once (world size 1: nothing to do, empty).
   PendingCollective all_reduce_async(torch::Tensor& t);
+  // The sum over ranks into `root`'s `t` (other ranks' `t` may be overwritten: scratch);
+  // started now, waited for with wait() (ZeRO stage 2's gradients, which Gloo in LibTorch
+  // 1.13 cannot reduce-scatter).
+  PendingCollective reduce_async(torch::Tensor& t, int root);
   // Waits for `pending` (empty: done), turning a broken collective into PeerFailure.
   void wait(PendingCollective& pending, const char* what);
 

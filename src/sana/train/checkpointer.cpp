@@ -54,6 +54,17 @@ ckpt::Snapshot Checkpointer::capture(ckpt::TrainerState run) const {
   return snap;
 }
 
+std::optional<ckpt::Snapshot> Checkpointer::gather(const std::function<ckpt::TrainerState()>& run_state) const {
+  std::optional<ckpt::Snapshot> snap;
+  if (writes_) snap.emplace();
+  for (const auto* p : parts_) {
+    auto state = p->gather_state(writes_);
+    if (snap) snap->parts.emplace_back(p->state_name(), std::move(*state));
+  }
+  if (snap) snap->state = run_state();
+  return snap;
+}
+
 void Checkpointer::restore(const ckpt::Snapshot& snapshot, const std::string& source) const {
   for (auto* p : parts_) p->restore_state(snapshot.part(p->state_name()), source);
 }
@@ -68,11 +79,12 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
                         const std::function<ckpt::TrainerState()>& run_state) {
   if (next.global_step == last_saved_) return;
   last_saved_ = next.global_step;
-  if (!writes_) return;
   const auto start = std::chrono::steady_clock::now();
+  auto snapshot = gather(run_state);  // every rank: sharded parts gather to the writer
+  if (!writes_) return;
   saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
-  saver_.save(cfg_.work_dir, capture(run_state()), cfg_.ckpt.keep_last_n);
+  saver_.save(cfg_.work_dir, std::move(*snapshot), cfg_.ckpt.keep_last_n);
   if (!cfg_.ckpt.async_save) saver_.wait();
   const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(next.global_step), why, blocked,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,11 @@ class Checkpointer {
   // lower-case letters, digits and '_': it names a file). The part must outlive the
   // Checkpointer.
   void add(Stateful& part);
-  // The run's state plus every part's, in the order they were added.
+  // The run's state plus every part's, in the order they were added (this rank's own).
   ckpt::Snapshot capture(ckpt::TrainerState run) const;
+  // Every rank: each part's gather_state(); the snapshot on the writing rank (run_state()
+  // runs there only), nothing elsewhere.
+  std::optional<ckpt::Snapshot> gather(const std::function<ckpt::TrainerState()>& run_state) const;
   // Hands every part its saved state (null for a part the checkpoint does not hold).
   void restore(const ckpt::Snapshot& snapshot, const std::string& source) const;
 

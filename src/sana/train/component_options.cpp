@@ -102,6 +102,7 @@ dist::ReducerOptions reducer_options_for(const config::Config& cfg) {
   o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
   o.average = false;
   o.exact = cfg.train.deterministic;
+  o.shard_gradients = cfg.train.zero_stage >= 2;
   return o;
 }
 

@@ -84,6 +84,7 @@ AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double w
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
+  if (params_.empty()) return;  // ZeRO: a rank that owns no parameter
   if (prepare_flat()) {
     flat_step(lr);
     return;

@@ -11,7 +11,7 @@
 namespace sana::train {
 
 namespace {
-constexpr size_t kFixed = 4;  // nonfinite, loss, bad, reads; then one stop slot per rank
+constexpr size_t kFixed = 5;  // nonfinite, loss, bad, reads, gradient squares; then one stop slot per rank
 }
 
 std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size) {
@@ -21,6 +21,7 @@ std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size) {
   v[1] = mine.loss;
   v[2] = mine.bad;
   v[3] = mine.reads;
+  v[4] = mine.grad_square_part;
   // The rank's slot: 1 for a signal, 2 for the time limit, 3 for both.
   v[kFixed + static_cast<size_t>(rank)] = (mine.stop_requested ? 1.0 : 0.0) + (mine.out_of_time ? 2.0 : 0.0);
   return v;
@@ -35,6 +36,7 @@ StepVerdict decide_step(const std::vector<double>& sums, int world_size) {
   v.loss_mean = sums[1];  // each rank's part is already its share of the global batch
   v.total_bad = sums[2];
   v.total_reads = sums[3];
+  v.grad_square_sum = sums[4];
   for (int r = 0; r < world_size; ++r) {
     const double slot = sums[kFixed + static_cast<size_t>(r)];
     if (slot > 0) v.stop_ranks.push_back(r);

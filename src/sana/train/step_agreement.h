@@ -16,10 +16,12 @@ namespace sana::train {
 // What this rank saw in its part of the step.
 struct LocalStep {
   double loss = 0;       // this rank's part of the loss (its samples' losses / the global batch)
-  double grad_norm = 0;  // of the synced gradient: equal on every rank
+  double grad_norm = 0;  // of the synced gradient: equal on every rank (this rank's part under ZeRO 2)
   double bad = 0, reads = 0;  // this rank's running bad-sample and read counts
   bool stop_requested = false;  // SIGINT/SIGTERM
   bool out_of_time = false;     // train.early_stop_hours have passed on this rank
+  // ZeRO stage 2: the squares of this rank's gradient segments summed; 0 otherwise.
+  double grad_square_part = 0;
 };
 
 // What every rank concludes from the sums.
@@ -27,12 +29,13 @@ struct StepVerdict {
   bool nonfinite = false;      // some rank's loss or gradient norm is not finite
   double loss_mean = 0;        // the global batch's mean (the parts summed)
   double total_bad = 0, total_reads = 0;
+  double grad_square_sum = 0;   // the ranks' grad_square_part summed: the squared global norm
   std::vector<int> stop_ranks;  // ranks that asked to stop (a signal, or out of time)
   bool out_of_time = false;     // some of them for train.early_stop_hours
   bool stop_requested() const { return !stop_ranks.empty(); }
 };
 
-// The vector this rank contributes to the sum: 4 + world_size numbers.
+// The vector this rank contributes to the sum: 5 + world_size numbers.
 std::vector<double> pack_step(const LocalStep& mine, int rank, int world_size);
 // The verdict from the element-wise sum of every rank's pack_step().
 StepVerdict decide_step(const std::vector<double>& sums, int world_size);

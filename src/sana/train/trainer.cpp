@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -96,10 +97,11 @@ void Trainer::start() {
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
   reducer_ = dist::make_reducer(rt_, named_, reducer_options_for(cfg_));
-  optimizer_ = make_optimizer(cfg_.train.optimizer, named_);
+  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_);
+  optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
-  optimizer_->use_flat_buckets(reducer_->flatten_parameters());
-  ema_.emplace(named_, config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema);
+  optimizer_->use_flat_buckets(zero_->optimizer_buckets());
+  ema_.emplace(zero_->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema);
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
@@ -127,8 +129,8 @@ void Trainer::start() {
 void Trainer::register_checkpointed_parts() {
   weights_.emplace(*model_, "model");
   checkpointer_->add(*weights_);
-  checkpointer_->add(*ema_);
-  checkpointer_->add(*optimizer_);
+  checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
+  checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
   checkpointer_->add(*reducer_);
   checkpointer_->add(*guard_);
   checkpointer_->add(*nonfinite_);
@@ -259,11 +261,11 @@ void Trainer::log_start() const {
                              : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
                                                                                        : "unconditional";
   log::info("{}: {:.2f} M parameters, {}, {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
-            "optimizer {}, {} gradient buckets",
+            "optimizer {}, {} gradient buckets{}",
             spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
             batch_text(*dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
-            reducer_->bucket_count());
+            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic));
 }
 
 void Trainer::run() {
@@ -328,10 +330,11 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   {
     PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
     const auto [scaled_norm, loss] = grad_norm_and_loss(reducer_->flat_gradients(), out.loss_sum);
-    grad_norm = scaled_norm / scale;
+    const bool parts = reducer_->gradients_sharded();  // ZeRO 2: each rank has its part of the norm
     timer.pause();
-    verdict = agree_on_step(loss, grad_norm);
+    verdict = agree_on_step(loss, scaled_norm / scale, parts ? scaled_norm * scaled_norm : 0.0);
     timer.resume();
+    grad_norm = (parts ? std::sqrt(verdict.grad_square_sum) : scaled_norm) / scale;
     applied = update(verdict, grad_norm, lr, scale);
   }
 
@@ -386,10 +389,10 @@ bool Trainer::out_of_time() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 3600.0 > hours;
 }
 
-StepVerdict Trainer::agree_on_step(double loss, double grad_norm) {
+StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_square_part) {
   const auto [bad, reads] = guard_->local();
-  auto sums = torch::tensor(pack_step({loss, grad_norm, bad, reads, g_stop_signal.load() != 0, out_of_time()}, rt_.rank(),
-                                      rt_.world_size()),
+  const LocalStep mine{loss, grad_norm, bad, reads, g_stop_signal.load() != 0, out_of_time(), grad_square_part};
+  auto sums = torch::tensor(pack_step(mine, rt_.rank(), rt_.world_size()),
                             torch::dtype(torch::kFloat64))
                   .to(rt_.device());
   rt_.all_reduce(sums);
@@ -416,6 +419,7 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update();  // as upstream: before the step, so the average lags the weights by one step
     optimizer_->step(lr);
+    zero_->gather_parameters();  // ZeRO: each owner's updated parameters to every rank
   }
   reducer_->zero_gradients();
   return apply;
@@ -455,9 +459,14 @@ void Trainer::finish() {
     const auto path = (fs::path(cfg_.work_dir) / "model.safetensors").string();
     model::save_weights(*model_, path, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
     log::info("weights: {}", path);
-    if (ema_->enabled()) {
-      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema_->capture(),
-                              {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
+  }
+  if (config::ema_enabled(cfg_.train)) {
+    auto ema = zero_->shards_state() ? gather_to_writer(rt_, "EMA weights", ema_->capture(), main_rank_)
+                                     : (main_rank_ ? ema_->capture() : NamedTensors{});  // collective
+    zero_->sort_by_parameter(ema);
+    if (main_rank_) {
+      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema,
+                        {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
     }
   }
   metrics_->finish(global_step, nonfinite_->skipped() + scaler_->overflows(), stopped_);

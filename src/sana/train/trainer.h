@@ -34,6 +34,7 @@
 #include "sana/train/step.h"
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
+#include "sana/train/zero.h"
 
 namespace sana::train {
 
@@ -71,7 +72,8 @@ class Trainer {
   void report_memory(const PeakProbe& activations);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
-  StepVerdict agree_on_step(double loss, double grad_norm);
+  // `grad_square_part`: this rank's part of the squared gradient norm (ZeRO 2), else 0.
+  StepVerdict agree_on_step(double loss, double grad_norm, double grad_square_part);
   // train.early_stop_hours have passed since start-up on this rank.
   bool out_of_time() const;
   // false: skipped. `scale`: the loss scale the step's backward ran at.
@@ -91,8 +93,10 @@ class Trainer {
   Encoders encoders_;
   NamedParams named_;
   std::unique_ptr<dist::Reducer> reducer_;
+  std::optional<Zero> zero_;  // what this rank keeps (train.zero_stage)
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Ema> ema_;
+  std::optional<ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
   std::optional<BadSampleGuard> guard_;
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;

@@ -81,8 +81,10 @@ TEST_CASE("Ema restore is the inverse of capture, and names what a checkpoint la
 
 TEST_CASE("The step agreement sums into one verdict that names who asked to stop", "[train][agreement]") {
   const int world = 3;
-  std::vector<double> sums(4 + world, 0.0);
-  const std::vector<LocalStep> ranks = {{1.0, 2.0, 1, 10, false}, {2.0, 2.0, 0, 12, true}, {3.0, 2.0, 2, 11, true}};
+  std::vector<double> sums(5 + world, 0.0);
+  const std::vector<LocalStep> ranks = {{1.0, 2.0, 1, 10, false, false, 4.0},
+                                        {2.0, 2.0, 0, 12, true, false, 0.0},
+                                        {3.0, 2.0, 2, 11, true, false, 5.0}};
   for (int r = 0; r < world; ++r) {
     const auto v = pack_step(ranks[static_cast<size_t>(r)], r, world);
     REQUIRE(v.size() == sums.size());
@@ -93,6 +95,7 @@ TEST_CASE("The step agreement sums into one verdict that names who asked to stop
   CHECK(verdict.loss_mean == Approx(6.0));  // each rank's part is its share of the global mean
   CHECK(verdict.total_bad == 3);
   CHECK(verdict.total_reads == 33);
+  CHECK(verdict.grad_square_sum == 9.0);  // ZeRO 2: the ranks' parts of the squared norm
   CHECK(verdict.stop_requested());
   CHECK(verdict.stop_ranks == std::vector<int>{1, 2});
 }

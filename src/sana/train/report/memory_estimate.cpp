@@ -13,6 +13,7 @@
 
 #include "sana/data/dataset.h"
 #include "sana/distributed/bucket_assignment.h"
+#include "sana/distributed/shard_plan.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
@@ -180,61 +181,81 @@ double MemoryEstimate::total() const { return weights + gradients + optimizer + 
 
 namespace {
 
-// What the run keeps of its parameters, gradients and optimizer state, in bytes: the
-// reducer's flat buckets (each parameter 64-byte aligned, train/component_options.h's
-// bucket caps) for parameters and gradients, AdamW's moments in buckets of the same layout,
-// CAME's per parameter (factored for 2-D weights and 1x1 convolutions, 8-bit first moments
-// under CAME8bit), and every parameter's int64 step count.
-struct StateBytes {
-  double flat = 0, optimizer = 0;
-};
-
-StateBytes state_bytes(const config::Config& cfg, model::SanaMS& meta) {
-  StateBytes out;
+// What each rank keeps of its parameters, gradients, optimizer state and EMA, in bytes:
+// the reducer's flat buckets (each parameter 64-byte aligned, train/component_options.h's
+// bucket caps) for parameters and gradients; under train.zero_stage the owned segments
+// (distributed/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
+// owned parameters for CAME's state and the EMA (stages 1, 2); AdamW's moments in buckets
+// of the same layout, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
+// 8-bit first moments under CAME8bit), every parameter's int64 step count.
+std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& meta, int world) {
   std::vector<dist::ParamInfo> infos;
+  std::vector<int64_t> numels;
+  std::vector<at::IntArrayRef> shapes;
+  const auto params = meta->parameters();
   for (const auto& item : meta->named_parameters()) {
     infos.push_back({item.key(), item.value().numel(), 4, static_cast<int>(torch::kFloat32)});
+    numels.push_back(item.value().numel());
   }
   const auto opts = reducer_options_for(cfg);
-  for (const auto& b : dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb)) {
-    out.flat += 4 * static_cast<double>(b.numel);
-  }
+  const auto buckets = dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
+  const bool sharded = cfg.train.zero_stage >= 1 && world > 1;
+  const auto plan = dist::plan_shards(buckets, infos.size(), numels, sharded ? world : 1);
+  double flat = 0;
+  for (const auto& b : buckets) flat += 4 * static_cast<double>(b.numel);
   const auto& o = cfg.train.optimizer;
   const EightBitState eight_bit = EightBitState::of(o);
-  if (!config::is_came(o.type)) out.optimizer = 2 * out.flat;  // AdamW's two moments
-  for (const auto& p : meta->parameters()) {
-    const auto s = p.sizes();
-    const auto n = static_cast<double>(p.numel());
-    out.optimizer += 8;  // the step count
-    if (!config::is_came(o.type)) continue;
-    if (Came::factored(s)) {
-      // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
-      // else fp32); rows and columns of two fp32 statistics.
-      const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
-      out.optimizer += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
-      out.optimizer += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
-    } else {
-      out.optimizer += 4 * 2 * n;  // first and second moments
+  std::vector<RankState> out;
+  for (int r = 0; r < world; ++r) {
+    const int owner = sharded ? r : 0;
+    const double owned = 4 * static_cast<double>(plan.owned_elements(owner));
+    RankState st;
+    st.rank = r;
+    st.weights = flat;
+    st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
+    if (!config::is_came(o.type)) st.optimizer = 2 * owned;  // AdamW's two moments
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (plan.owner[k] != owner) continue;
+      const auto s = params[k].sizes();
+      const auto n = static_cast<double>(params[k].numel());
+      st.optimizer += 8;  // the step count
+      if (config::ema_enabled(cfg.train)) st.ema += 4 * n;
+      if (!config::is_came(o.type)) continue;
+      if (Came::factored(s)) {
+        // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
+        // else fp32); rows and columns of two fp32 statistics.
+        const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
+        st.optimizer += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
+        st.optimizer += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
+      } else {
+        st.optimizer += 4 * 2 * n;  // first and second moments
+      }
     }
+    out.push_back(st);
   }
   return out;
 }
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const config::Config& cfg) {
+MemoryEstimate estimate_memory(const config::Config& cfg, int world_size) {
   MemoryEstimate e;
   const auto spec = model_spec_for(cfg);
+  e.world_size = world_size;
+  e.zero_stage = cfg.train.zero_stage;
   {
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
     e.optimizer_name = std::string(config::name_of(cfg.train.optimizer.type));
-    const StateBytes state = state_bytes(cfg, meta);
-    e.weights = e.gradients = state.flat;
-    e.optimizer = state.optimizer;
+    e.ranks = state_bytes(cfg, meta, world_size);
+    const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
+      return a.weights + a.gradients + a.optimizer + a.ema < b.weights + b.gradients + b.optimizer + b.ema;
+    });
+    e.weights = most.weights;
+    e.gradients = most.gradients;
+    e.optimizer = most.optimizer;
+    e.ema = most.ema;
   }
-  const auto p = static_cast<double>(e.parameters);
-  e.ema = config::ema_enabled(cfg.train) ? 4 * p : 0;
   const int64_t cell = spec.downsample * spec.patch;
   for (const auto& table : data::bucket_tables_for(bucket_options_for(cfg))) {
     for (const auto& b : table.buckets()) {

@@ -12,15 +12,26 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sana/config/config.h"
 #include "sana/model/spec.h"
 
 namespace sana::train {
 
+// What one rank keeps of the run's state, in bytes (memory.json's static fields).
+struct RankState {
+  int rank = 0;
+  double weights = 0, gradients = 0, optimizer = 0, ema = 0;
+};
+
 struct MemoryEstimate {
   int64_t parameters = 0;
+  int world_size = 1;
+  int64_t zero_stage = 0;
+  // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
   double weights = 0, gradients = 0, optimizer = 0, ema = 0;  // bytes
+  std::vector<RankState> ranks;
   std::string optimizer_name;
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
   double activations = 0;               // bytes kept for the backward, fp32
@@ -35,8 +46,9 @@ struct MemoryEstimate {
   double activations_for_config() const;
 };
 
-// Throws SpecError / UsageError for a config whose model cannot be built.
-MemoryEstimate estimate_memory(const config::Config& cfg);
+// On `world_size` processes (train.zero_stage splits the state over them). Throws
+// SpecError / UsageError for a config whose model cannot be built.
+MemoryEstimate estimate_memory(const config::Config& cfg, int world_size = 1);
 
 // The measurement itself: bytes the CPU allocator holds after one forward (graph kept) of
 // `batch` samples of h x w tokens through `spec` cut to `depth` blocks, with every

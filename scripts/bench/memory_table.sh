@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The README's memory table: `sana-train model --json --world-size W` for upstream's 600M,
+# 1.6B and SANA-1.5 4.8B configs at 512 and 1024 px, each train.zero_stage and optimizer, at
+# 1, 8 and 64 processes: the state per GPU of the rank that keeps the most, plus the
+# activations of the config's micro-batch (fp32 upper bound, with its
+# grad_checkpointing), and which of 24/48/80 GB GPUs it fits (leaving 2 GiB for the CUDA
+# context and allocator slack; the VAE and text encoder not counted). Prints Markdown.
+#   bash scripts/bench/memory_table.sh   (Markdown on stdout)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
+up=$root/tests/configs/upstream
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+configs=("600M 512:$up/512ms/Sana_600M_img512.yaml" "600M 1024:$up/1024ms/Sana_600M_img1024.yaml"
+         "1.6B 512:$up/512ms/Sana_1600M_img512.yaml" "1.6B 1024:$up/1024ms/Sana_1600M_img1024.yaml"
+         "4.8B 1024:$up/sana1-5_1024ms/Sana_4800M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml")
+echo "| model, px | optimizer | stage | W=1 | W=8 | W=64 |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for entry in "${configs[@]}"; do
+  what=${entry%%:*} config=${entry#*:}
+  for optimizer in AdamW CAME CAME8bit; do
+    for stage in 0 1 2; do
+      row="| $what | $optimizer | $stage |"
+      for w in 1 8 64; do
+        "$bin" model --config "$config" --train.optimizer.type=$optimizer --train.zero_stage=$stage --json \
+          --world-size $w "--work_dir=$work/w" > "$work/m.json" 2> /dev/null
+        row+=" $(/usr/bin/python3 - "$work/m.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["memory_per_process"]
+gib = (m["weights"] + m["gradients"] + m["optimizer"] + m["ema"]) / 2**30
+act = m["total_for_config"] / 2**30 - gib  # the config's activations (its grad_checkpointing)
+fits = [g for g in (24, 48, 80) if (gib + act + 2) * 2**30 <= g * 1e9]
+print(f"{gib:.1f} + {act:.1f} GiB ({'fits ' + str(fits[0]) + ' GB' if fits else 'over 80 GB'})")
+PY
+) |"
+      done
+      echo "$row"
+    done
+  done
+done

@@ -1,0 +1,185 @@
+#include "sana/train/zero.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace sana::train {
+
+Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer)
+    : stage_(stage), rt_(rt), reducer_(reducer), flat_(reducer.flatten_parameters()) {
+  const auto& plan = reducer.shard_plan();
+  owned_index_.assign(params.size(), -1);
+  for (size_t k = 0; k < params.size(); ++k) {
+    index_[params[k].first] = k;
+    if (shards_state() && plan.owner.at(k) != rt.rank()) continue;
+    owned_index_[k] = static_cast<int>(owned_.size());
+    owned_.push_back(params[k]);
+  }
+}
+
+bool Zero::owns(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it != index_.end() && owned_index_[it->second] >= 0;
+}
+
+void Zero::sort_by_parameter(NamedTensors& entries) const {
+  const auto rank_of = [&](const std::string& entry) {
+    const auto it = index_.find(entry.substr(0, entry.find('/')));
+    return it == index_.end() ? index_.size() : it->second;
+  };
+  std::stable_sort(entries.begin(), entries.end(),
+                   [&](const auto& a, const auto& b) { return rank_of(a.first) < rank_of(b.first); });
+}
+
+std::vector<dist::FlatBucket> Zero::optimizer_buckets() const {
+  if (!shards_state()) return flat_;
+  std::vector<dist::FlatBucket> out;
+  const auto& plan = reducer_.shard_plan();
+  for (size_t i = 0; i < flat_.size(); ++i) {
+    const auto& whole = flat_[i];
+    for (size_t s = 0; s < plan.segments[i].size(); ++s) {
+      const auto& seg = plan.segments[i][s];
+      if (seg.owner != rt_.rank()) continue;
+      dist::GradBucket layout;
+      layout.dtype = whole.layout.dtype;
+      layout.numel = seg.numel();
+      for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
+        layout.params.push_back(static_cast<size_t>(owned_index_.at(whole.layout.params[j])));
+        layout.offsets.push_back(whole.layout.offsets[j] - seg.begin);
+      }
+      out.push_back({whole.params.narrow(0, seg.begin, seg.numel()), reducer_.segment_gradient(i, s), layout});
+    }
+  }
+  return out;
+}
+
+std::string Zero::describe(bool deterministic) const {
+  if (stage_ == 0) return "";
+  if (!shards_state()) return fmt::format(", train.zero_stage {} (one process: nothing to split)", stage_);
+  const auto& plan = reducer_.shard_plan();
+  return fmt::format(
+      ", train.zero_stage {}: this rank keeps the optimizer state and EMA{} of {} parameters ({:.1f}% of the "
+      "elements){}",
+      stage_, reducer_.gradients_sharded() ? " and gradients" : "", owned_.size(),
+      100.0 * static_cast<double>(plan.owned_elements(rt_.rank())) /
+          static_cast<double>(std::max<int64_t>(1, plan.total_elements())),
+      stage_ >= 2 && deterministic ? " (train.deterministic: every rank keeps the whole integer gradient sums)" : "");
+}
+
+void Zero::gather_parameters() {
+  if (!shards_state()) return;
+  torch::NoGradGuard no_grad;
+  const auto& plan = reducer_.shard_plan();
+  for (size_t i = 0; i < flat_.size(); ++i) {
+    for (const auto& seg : plan.segments[i]) {
+      auto part = flat_[i].params.narrow(0, seg.begin, seg.numel());
+      rt_.broadcast(part, seg.owner);
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kGatherChunk = int64_t{64} << 20;
+
+// One CPU tensor's bytes as a flat uint8 tensor sharing its memory.
+torch::Tensor bytes_of_tensor(const torch::Tensor& t) {
+  return torch::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, torch::kUInt8);
+}
+
+// Copies `n` bytes between the CPU `chunk` and the tensors' bytes laid end to end (from
+// `stream_at`): into the chunk when `to_chunk`, else out of it.
+void move_bytes(torch::Tensor& chunk, const std::vector<torch::Tensor>& pieces, int64_t stream_at, int64_t n,
+                bool to_chunk) {
+  int64_t start = 0;
+  for (const auto& piece : pieces) {
+    const int64_t len = piece.numel();
+    const int64_t lo = std::max(start, stream_at), hi = std::min(start + len, stream_at + n);
+    if (lo < hi) {
+      auto in_piece = piece.narrow(0, lo - start, hi - lo);
+      auto in_chunk = chunk.narrow(0, lo - stream_at, hi - lo);
+      if (to_chunk) {
+        in_chunk.copy_(in_piece);
+      } else {
+        in_piece.copy_(in_chunk);
+      }
+    }
+    start += len;
+  }
+}
+
+}  // namespace
+
+NamedTensors gather_to_writer(dist::Runtime& rt, const std::string& what, const NamedTensors& own, bool writer) {
+  if (writer != (rt.rank() == 0)) throw std::logic_error("gather_to_writer: rank 0 writes");
+  nlohmann::json header = nlohmann::json::array();
+  for (const auto& [name, t] : own) header.push_back({name, static_cast<int>(t.scalar_type()), t.sizes().vec()});
+  const auto headers = rt.all_gather(what, header.dump());  // collective
+  NamedTensors out;
+  if (writer) out = own;
+  // Every other rank's share comes to rank 0 as a stream of bytes, in chunks.
+  for (int r = 1; r < rt.world_size(); ++r) {
+    std::vector<torch::Tensor> held, pieces;  // the sender's tensors (on the CPU) and their bytes, or the writer's new ones'
+    NamedTensors received;
+    int64_t total = 0;
+    if (r == rt.rank()) {
+      for (const auto& [name, t] : own) {
+        held.push_back(t.to(torch::kCPU).contiguous());
+        pieces.push_back(bytes_of_tensor(held.back()));
+      }
+    }
+    for (const auto& entry : nlohmann::json::parse(headers[static_cast<size_t>(r)])) {
+      auto t = torch::empty(entry.at(2).get<std::vector<int64_t>>(),
+                            torch::TensorOptions().dtype(static_cast<at::ScalarType>(entry.at(1).get<int>())));
+      total += static_cast<int64_t>(t.nbytes());
+      if (writer) {
+        pieces.push_back(bytes_of_tensor(t));
+        received.emplace_back(entry.at(0).get<std::string>(), t);
+      }
+    }
+    for (int64_t at = 0; at < total; at += kGatherChunk) {
+      const int64_t n = std::min(kGatherChunk, total - at);
+      auto chunk = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(rt.device()));
+      if (r == rt.rank()) {
+        auto host = torch::empty({n}, torch::kUInt8);
+        move_bytes(host, pieces, at, n, true);
+        chunk.copy_(host);
+      }
+      rt.broadcast(chunk, r);  // collective
+      if (writer) {
+        auto host = chunk.to(torch::kCPU);
+        move_bytes(host, pieces, at, n, false);
+      }
+    }
+    out.insert(out.end(), received.begin(), received.end());
+  }
+  return out;
+}
+
+std::optional<PartState> ShardedPart::gather_state(bool writer) const {
+  if (!zero_.shards_state()) return inner_.gather_state(writer);
+  const PartState mine = inner_.save_state();
+  auto all = gather_to_writer(rt_, "checkpoint " + state_name(), PartState::tensors_of(&mine), writer);
+  if (!writer) return std::nullopt;
+  zero_.sort_by_parameter(all);
+  return PartState{mine.json, std::move(all)};
+}
+
+void ShardedPart::restore_state(const PartState* saved, const std::string& source) {
+  const auto& all = PartState::tensors_of(saved);
+  if (!zero_.shards_state() || all.empty()) {
+    inner_.restore_state(saved, source);
+    return;
+  }
+  PartState mine{saved->json, NamedTensors{}};
+  for (const auto& [name, t] : all) {
+    if (zero_.owns(name.substr(0, name.find('/')))) mine.tensors->emplace_back(name, t);
+  }
+  if (mine.tensors->empty()) return;  // this rank owns no parameter: nothing of it to keep
+  inner_.restore_state(&mine, source);
+}
+
+}  // namespace sana::train

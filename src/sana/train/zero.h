@@ -1,0 +1,85 @@
+// ZeRO (train.zero_stage, docs/memory.md): what this rank keeps of the run's parameter
+// state. The reducer's buckets and distributed/shard_plan.h's ownership (whole parameters,
+// contiguous along the buckets) decide everything:
+//  - stage 0: every rank keeps everything (DDP);
+//  - stage 1: the optimizer and the EMA see only the parameters this rank owns; after each
+//    step every owner broadcasts its updated segments of the flat parameter buckets;
+//  - stage 2: as 1, and the reducer keeps only the owned gradients (ReducerOptions::
+//    shard_gradients): each bucket is reduced to its owners as soon as it is ready.
+// Checkpoints hold whole per-parameter tensors, as at stage 0: ShardedPart gathers the
+// shares to the writing rank and hands each rank its own entries on resume, so a run
+// resumes at any process count and any stage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sana/distributed/reducer.h"
+#include "sana/distributed/runtime.h"
+#include "sana/util/stateful.h"
+
+namespace sana::train {
+
+using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class Zero {
+ public:
+  // Makes the parameters views of flat buckets (reducer.flatten_parameters()): once per run.
+  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer);
+
+  int stage() const { return stage_; }
+  bool shards_state() const { return stage_ >= 1 && rt_.world_size() > 1; }
+  // The parameters whose optimizer state and EMA this rank keeps, in registration order.
+  const NamedParams& owned() const { return owned_; }
+  bool owns(const std::string& name) const;
+  // Entries named "<parameter>" or "<parameter>/<state>" in the parameters' registration
+  // order (gathered shares come in rank order): the files stage 0 writes, byte for byte.
+  void sort_by_parameter(NamedTensors& entries) const;
+  // The flat buckets the optimizer updates: every bucket at stage 0, else this rank's
+  // segments (layout indices into owned()).
+  std::vector<dist::FlatBucket> optimizer_buckets() const;
+  // The start line's part: what this rank keeps ("" at stage 0).
+  std::string describe(bool deterministic) const;
+  // After the optimizer step: every segment broadcast from its owner (stages 1 and 2).
+  void gather_parameters();
+
+ private:
+  int stage_;
+  dist::Runtime& rt_;
+  dist::Reducer& reducer_;
+  std::vector<dist::FlatBucket> flat_;
+  NamedParams owned_;
+  std::vector<int> owned_index_;  // per parameter: its index in owned_, or -1
+  std::unordered_map<std::string, size_t> index_;  // parameter name -> registration index
+};
+
+// Every rank's `own` tensors on rank 0 (`writer`), in rank order; an empty list elsewhere.
+// A collective: every rank calls it with its own share.
+NamedTensors gather_to_writer(dist::Runtime& rt, const std::string& what, const NamedTensors& own, bool writer);
+
+// A stateful part whose tensors ("<parameter>" or "<parameter>/<state>") are this rank's
+// share under ZeRO (the optimizer, the EMA). gather_state() brings every rank's share to
+// the writer, in chunks of at most 64 MiB through the device (one broadcast each), so a
+// checkpoint holds what stage 0 would; restore_state() gives the inner part only the
+// entries of parameters this rank owns.
+class ShardedPart : public Stateful {
+ public:
+  ShardedPart(Stateful& inner, dist::Runtime& rt, const Zero& zero) : inner_(inner), rt_(rt), zero_(zero) {}
+  std::string state_name() const override { return inner_.state_name(); }
+  PartState save_state() const override { return inner_.save_state(); }  // this rank's share
+  std::optional<PartState> gather_state(bool writer) const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
+
+ private:
+  Stateful& inner_;
+  dist::Runtime& rt_;
+  const Zero& zero_;
+};
+
+}  // namespace sana::train
