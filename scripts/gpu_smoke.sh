@@ -2,7 +2,8 @@
 # The GPU check, for a machine with NVIDIA GPUs: finds a CUDA LibTorch, builds sana-train
 # with its tests into build-gpu/ and runs ctest, trains with 2 processes sharing one GPU
 # (Gloo, dist.allow_shared_device) and with one process per GPU (NCCL), and prints
-# samples/s and MFU for both. Every step runs under `timeout`; a summary table ends it.
+# samples/s and MFU for both, and runs ZeRO stages 2 and 3 (NCCL, or 2 processes sharing the
+# GPU when there is one). Every step runs under `timeout`; a summary table ends it.
 #   bash scripts/gpu_smoke.sh
 # Environment (all optional):
 #   TORCH_PREFIX=DIR            LibTorch to use (an unzipped official zip); else pip torch's
@@ -299,7 +300,24 @@ if step "train-all-$backend" "${SANA_SMOKE_TRAIN_TIMEOUT:-900}" "$bin" launch --
   throughput "$all_label" "$nproc_all" "$devices" $((nproc_all * micro)) "$out/train_all/metrics.jsonl"
 fi
 
-# ---- (e) Summary ---------------------------------------------------------------------------
+# (e) ZeRO stages 2 and 3 (train.zero_stage): one process per GPU with NCCL, or with one GPU
+# two processes sharing it over Gloo; each rank's memory.json line is printed.
+zero_np=$nproc_all zero_backend=$backend zero_env=() zero_extra=()
+if [ "$nproc_all" -lt 2 ]; then
+  zero_np=2 zero_backend=gloo zero_env=("${one_device[@]}") zero_extra=(--dist.allow_shared_device=true)
+fi
+for stage in 2 3; do
+  rm -rf "$out/zero$stage"
+  if step "zero$stage-$zero_backend" "${SANA_SMOKE_TRAIN_TIMEOUT:-900}" env "${zero_env[@]}" "$bin" launch \
+       --nproc-per-node "$zero_np" -- "${train_args[@]}" "--dist.backend=$zero_backend" "${zero_extra[@]}" \
+       --train.zero_stage=$stage "--train.global_batch_size=$((zero_np * micro))" "--work_dir=$out/zero$stage"; then
+    throughput "(e) ZeRO $stage, $zero_np processes, $zero_backend" "$zero_np" 1 $((zero_np * micro)) \
+      "$out/zero$stage/metrics.jsonl"
+    say "ZeRO $stage memory.json: $(tr -d ' \n' < "$out/zero$stage/memory.json" | head -c 600)"
+  fi
+done
+
+# ---- (f) Summary ---------------------------------------------------------------------------
 summary
 if [ "$mode" = cuda ] && [ -z "$peak" ]; then
   printf 'MFU: n/a (unknown GPU "%s"; set SANA_SMOKE_PEAK_FLOPS to its dense bf16 FLOP/s)\n' "${gpu_names[0]:-}"

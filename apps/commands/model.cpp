@@ -105,7 +105,7 @@ void print_json(const ModelFacts& f) {
   auto ranks = nlohmann::json::array();
   for (const auto& r : m.ranks) {
     ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
-                     {"ema", r.ema}});
+                     {"ema", r.ema}, {"gathered", r.gathered}});
   }
   j["memory_per_process"] = {{"world_size", m.world_size},
                              {"zero_stage", m.zero_stage},
@@ -117,6 +117,7 @@ void print_json(const ModelFacts& f) {
                              {"optimizer", m.optimizer},
                              {"optimizer_type", m.optimizer_name},
                              {"ema", m.ema},
+                             {"gathered", m.gathered},
                              {"activations", m.activations},
                              {"activations_grad_checkpointing", m.activations_checkpointed},
                              {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
@@ -133,10 +134,11 @@ void print_memory(const train::MemoryEstimate& m) {
   const auto row = [](const std::string& what, double bytes, const std::string& note = "") {
     std::cout << fmt::format("  {:<38} {:>10}{}\n", what, data::size_text(static_cast<uint64_t>(bytes)), note.empty() ? "" : "  " + note);
   };
-  row("weights (fp32)", m.weights);
+  row(m.gathered > 0 ? "weights (fp32, this rank's share)" : "weights (fp32)", m.weights);
   row("gradients (fp32)", m.gradients);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);
   if (m.ema > 0) row("EMA weights", m.ema);
+  if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
   row("activations", m.activations, m.checkpointing ? "" : "<- train.grad_checkpointing false");
   row("activations, gradient checkpointing", m.activations_checkpointed,
       m.checkpointing ? "<- train.grad_checkpointing true" : "");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's memory table: `sana-train model --json --world-size W` for upstream's 600M,
-# 1.6B and SANA-1.5 4.8B configs at 512 and 1024 px, each train.zero_stage and optimizer, at
+# 1.6B and SANA-1.5 4.8B configs at 512 and 1024 px, each train.zero_stage, AdamW and CAME8bit, at
 # 1, 8 and 64 processes: the state per GPU of the rank that keeps the most, plus the
 # activations of the config's micro-batch (fp32 upper bound, with its
 # grad_checkpointing), and which of 24/48/80 GB GPUs it fits (leaving 2 GiB for the CUDA
@@ -19,11 +19,15 @@ echo "| model, px | optimizer | stage | W=1 | W=8 | W=64 |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for entry in "${configs[@]}"; do
   what=${entry%%:*} config=${entry#*:}
-  for optimizer in AdamW CAME CAME8bit; do
+  for optimizer in AdamW CAME8bit; do
+    one=
     for stage in 0 1 2; do
       row="| $what | $optimizer | $stage |"
       for w in 1 8 64; do
-        "$bin" model --config "$config" --train.optimizer.type=$optimizer --train.zero_stage=$stage --json \
+        if [ $w = 1 ] && [ -n "$one" ]; then row+=" $one |"; continue; fi  # one process: no stage splits anything
+        [ $optimizer = AdamW ] && hyper=("--train.optimizer.betas=[0.9,0.999]" "--train.optimizer.eps=[1e-8]") ||
+          hyper=("--train.optimizer.betas=[0.9,0.999,0.9999]" "--train.optimizer.eps=[1e-30,1e-16]")
+        "$bin" model --config "$config" --train.optimizer.type=$optimizer "${hyper[@]}" --train.zero_stage=$stage --json \
           --world-size $w "--work_dir=$work/w" > "$work/m.json" 2> /dev/null
         row+=" $(/usr/bin/python3 - "$work/m.json" <<'PY'
 import json, sys
@@ -34,6 +38,7 @@ fits = [g for g in (24, 48, 80) if (gib + act + 2) * 2**30 <= g * 1e9]
 print(f"{gib:.1f} + {act:.1f} GiB ({'fits ' + str(fits[0]) + ' GB' if fits else 'over 80 GB'})")
 PY
 ) |"
+        [ $w = 1 ] && one=$(echo "$row" | awk -F'|' '{ print $(NF-1) }' | sed 's/^ *//; s/ *$//')
       done
       echo "$row"
     done

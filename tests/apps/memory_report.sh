@@ -38,13 +38,16 @@ for r in measured:
     for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema")):
         if r[ours] != mine[theirs]:
             bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {mine[theirs]}")
+    if (r["gathered"] > 0) != (mine["gathered"] > 0) or r["gathered"] > mine["gathered"]:
+        bad.append(f"rank {r['rank']} gathered: measured {r['gathered']}, estimated at most {mine['gathered']}")
     if r["activations_peak"] <= 0:
         bad.append(f"rank {r['rank']}: activations not measured ({r['activations_peak']})")
 for b in bad:
     print(b)
 r = measured[0]
 print(f"{len(measured)} rank(s): parameters {r['parameters']}, gradients {r['gradients']}, optimizer {r['optimizer']} "
-      f"({est['optimizer_type']}), EMA {r['ema']} bytes as estimated; activations peak {r['activations_peak']} B "
+      f"({est['optimizer_type']}), EMA {r['ema']} bytes as estimated; gathered {r['gathered']} B (at most "
+      f"{est['ranks'][0]['gathered']:.0f}); activations peak {r['activations_peak']} B "
       f"measured, {est['activations']:.0f} B estimated")
 sys.exit(1 if bad else 0)
 EOF
@@ -61,6 +64,7 @@ check came_s0 1 --train.optimizer.type=CAME --train.ema_update=true
 check adamw_s1_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1
 check adamw_s2_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=2
 check came_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=2
+check adamw_s3_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
 # share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
 # (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
 # are owned).
@@ -78,7 +82,7 @@ sizes = [4 * eval("*".join(map(str, v["shape"])) or "1") for v in head.values()]
 # A rank's share may differ from 1/W by the largest parameter (its two AdamW moments), and
 # by the step counters (8 B per parameter).
 largest = 2 * max(sizes) + 8 * len(sizes)
-fields = ["optimizer", "ema"] + (["gradients"] if stage >= 2 else [])
+fields = ["optimizer", "ema"] + (["gradients"] if stage >= 2 else []) + (["parameters"] if stage >= 3 else [])
 bad, text = [], []
 for f in fields:
     parts = [r[f] / ref[f] for r in ranks]
@@ -86,7 +90,7 @@ for f in fields:
     for r in ranks:
         if abs(r[f] - ref[f] / w) > largest:
             bad.append(f"rank {r['rank']} {f}: {r[f]} B, 1/{w} of {ref[f]} B is {ref[f] / w:.0f}")
-    if stage >= 1 and not ranks[0]["parameters"] == ref["parameters"]:
+    if 1 <= stage <= 2 and not ranks[0]["parameters"] == ref["parameters"]:
         bad.append("parameters are not whole on every rank")
 print("; ".join(text) + f" of one process's (1/{w} = {1 / w:.3f})")
 for b in bad:
@@ -101,4 +105,5 @@ EOF
 share adamw_ema adamw_s1_w2 1
 share adamw_ema adamw_s2_w4 2
 share came_s0 came_s2_w2 2
+share adamw_ema adamw_s3_w2 3
 finish

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# train.zero_stage (issue 28): the optimizer state and EMA (stage 1), and the gradients
-# (stage 2) split over the ranks by whole parameters train exactly as stage 0 does.
-#  1. Per-step losses of 20 steps at stages 1 and 2 equal stage 0's at the same process
-#     count within 1e-6 relative: AdamW with EMA on 3 processes, CAME on 2, CAME8bit on 4;
-#     the EMA weights written at the end (gathered from the ranks) equal stage 0's.
+# train.zero_stage (issue 28): the optimizer state and EMA (stage 1), the gradients
+# (stage 2) and the parameters (stage 3) split over the ranks by whole parameters train
+# exactly as stage 0 does.
+#  1. Per-step losses of 20 steps at stages 1, 2 and 3 equal stage 0's at the same process
+#     count within 1e-6 relative: AdamW with EMA on 3 processes (8 samples in micro-batches
+#     of 2: ranks run 2, 2 and 1, so stage 3 pads the third), CAME with gradient
+#     checkpointing and previews on 2, CAME8bit on 4; the EMA weights written at the end
+#     (gathered from the ranks) equal stage 0's.
 #  2. A stage-2 checkpoint (gathered to rank 0) resumed at stage 0 on the same processes
 #     continues stage 0's losses within 1e-6.
 #  3. train.deterministic, resumed mid-epoch stage 2 on 4 processes -> stage 0 on 3 ->
-#     stage 1 on 2: each epoch trains the uninterrupted run's samples, each once, and the
+#     stage 3 on 2: each epoch trains the uninterrupted run's samples, each once, and the
 #     weights and EMA are byte-identical to an uninterrupted stage-0 run on 1 process.
 # Tiny preset on the test photos; every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
@@ -59,17 +62,25 @@ PY
 }
 
 # 1. Stages against stage 0.
-for case in "adamw 3 --train.optimizer.type=AdamW --train.ema_update=true" "came 2 --train.optimizer.type=CAME" \
+for case in "adamw 3 --train.optimizer.type=AdamW --train.ema_update=true" \
+            "came 2 --train.optimizer.type=CAME --train.grad_checkpointing=true --train.visualize=true --train.eval_sampling_steps=10 --train.preview_steps=2" \
             "came8bit 4 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64"; do
   set -- $case
   name=$1 w=$2; shift 2
-  for stage in 0 1 2; do
+  for stage in 0 1 2 3; do
     [ "$name" = came8bit ] && [ $stage = 1 ] && continue
     run "$name-s$stage" "$w" --train.zero_stage=$stage "$@"; assert_code $? 0 "$name, stage $stage on $w processes"
   done
-  assert_contains "$SCRATCH/$name-s2.log" "train.zero_stage 2: this rank keeps the optimizer state and EMA and gradients" \
+  assert_contains "$SCRATCH/$name-s2.log" "train.zero_stage 2: this rank keeps the optimizer state, EMA and gradients" \
     "$name: stage 2 says what each rank keeps"
-  for stage in 1 2; do
+  assert_contains "$SCRATCH/$name-s3.log" "train.zero_stage 3: this rank keeps the weights, optimizer state, EMA and gradients" \
+    "$name: stage 3 says what each rank keeps"
+  if [ "$name" = came ]; then
+    n=$(ls "$SCRATCH/came-s3/previews" 2> /dev/null | wc -l)
+    [ "$n" -gt 0 ] && [ "$n" = "$(ls "$SCRATCH/came-s0/previews" | wc -l)" ] && pass "stage 3 renders previews ($n grids)" ||
+      fail "stage 3 previews: $n grids"
+  fi
+  for stage in 1 2 3; do
     [ -f "$SCRATCH/$name-s$stage/metrics.jsonl" ] && compare "$name-s0" "$name-s$stage" "$name: stage $stage = stage 0 on $w processes"
   done
 done
@@ -89,7 +100,7 @@ run det-ref 1 "${det[@]}"; assert_code $? 0 "20 deterministic steps on 1 process
 x=(--work_dir="$SCRATCH/chain" --resume_from=latest "${det[@]}")
 run chain4 4 "${x[@]}" --train.zero_stage=2 --train.max_steps=4; assert_code $? 0 "stage 2 on 4 processes to step 4"
 run chain3 3 "${x[@]}" --train.zero_stage=0 --train.max_steps=11; assert_code $? 0 "stage 0 on 3 to step 11"
-run chain2 2 "${x[@]}" --train.zero_stage=1 --train.max_steps=20; assert_code $? 0 "stage 1 on 2 to step 20"
+run chain2 2 "${x[@]}" --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "stage 3 on 2 to step 20"
 unset SANA_TEST_LOG_IDS
 for f in model.safetensors ema.safetensors; do
   if cmp -s "$SCRATCH/det-ref/$f" "$SCRATCH/chain/$f"; then

@@ -209,7 +209,7 @@ struct TrainConfig {
   bool grad_checkpointing = false;
   int64_t gc_step = 1;  // grad_checkpointing: every gc_step-th block
   // ZeRO (docs/memory.md): 0 every rank keeps everything (DDP); 1 optimizer state and EMA
-  // sharded by whole parameters; 2 gradients too. Upstream's use_fsdp maps here.
+  // sharded by whole parameters; 2 gradients too; 3 parameters too. Upstream's use_fsdp maps to 3.
   int64_t zero_stage = 0;
   double gradient_clip = 1.0;  // global-norm clip; 0 disables
   OptimizerConfig optimizer;

@@ -239,9 +239,10 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
       .at_least(1);
   s.add("zero_stage", t.zero_stage,
-        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too")
+        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too; "
+        "3: parameters too (gathered block by block)")
       .at_least(0)
-      .at_most(2);
+      .at_most(3);
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
   Section o(f, "train.optimizer");
   o.add("type", t.optimizer.type, "optimizer").commonly_used();

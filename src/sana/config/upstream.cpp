@@ -90,7 +90,6 @@ const Rule kRules[] = {
     {"train.auto_lr.rule", "train.auto_lr", nullptr, nullptr},
     {"train.auto_lr.base_batch_size", nullptr, "the base batch is 256, as upstream's", "256"},
     {"train.eval_batch_size", nullptr, "no evaluation set is read", nullptr},
-    {"train.use_fsdp", nullptr, "sana-train trains with DDP: every rank keeps the whole model", nullptr},
     {"train.use_flash_attn", nullptr, "self-attention is linear; cross-attention uses LibTorch's kernel", nullptr},
     {"train.lora_rank", nullptr, "no LoRA: every weight trains", nullptr},
     {"train.mask_type", nullptr, "no token masking", "null"},
@@ -285,6 +284,20 @@ UpstreamTranslation translate_upstream(const std::string& key, const YAML::Node&
   UpstreamTranslation t;
   t.key = key;
   t.value = value;
+  if (key == "train.use_fsdp") {  // a switch upstream, a stage here
+    const bool on = same_value(value, YAML::Load("true"));
+    if (!on && !same_value(value, YAML::Load("false"))) {
+      t.error = fmt::format("train.use_fsdp: {} is not true or false", describe(value));
+      t.hint = "set it to true (train.zero_stage 3) or false";
+      return t;
+    }
+    t.key = "train.zero_stage";
+    t.value = YAML::Node(on ? 3 : 0);
+    t.note = on ? "upstream's train.use_fsdp: true is train.zero_stage: 3 here (parameters, gradients, optimizer state "
+                  "and EMA split over the ranks, as FSDP's FULL_SHARD; the EMA is kept, which upstream drops under FSDP)"
+                : "upstream's train.use_fsdp: false is train.zero_stage: 0 here";
+    return t;
+  }
   const Rule* rule = find_rule(key);
   if (rule && !rule->moved_to) {
     t.dropped = true;

@@ -35,6 +35,15 @@ std::pair<int64_t, int64_t> rank_share_whole(int64_t global, int64_t micro, int 
   return {std::min(global, first * micro), std::min(global, last * micro)};
 }
 
+int64_t most_micro_batches(int64_t global, int64_t micro, int world, bool whole) {
+  int64_t most = 0;
+  for (int r = 0; r < world; ++r) {
+    const auto [first, last] = whole ? rank_share_whole(global, micro, r, world) : rank_share(global, r, world);
+    most = std::max(most, micro_batches(last - first, micro));
+  }
+  return most;
+}
+
 EpochPlan EpochPlan::build(std::shared_ptr<const BucketMembers> members, int64_t global_batch, uint64_t seed,
                            int64_t epoch, TailPolicy tail) {
   if (global_batch < 1) throw std::invalid_argument("global batch size must be at least 1");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace sana::dist {
 
@@ -24,6 +25,38 @@ int64_t ShardPlan::total_elements() const {
 int64_t ShardPlan::largest_share() const {
   int64_t most = 0;
   for (int r = 0; r < world; ++r) most = std::max(most, owned_elements(r));
+  return most;
+}
+
+int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buckets, const std::vector<size_t>& unit_of,
+                       int rank) {
+  size_t units = 1;
+  for (size_t u : unit_of) units = std::max(units, u + 1);
+  // Which of other ranks' segments each unit needs.
+  std::vector<std::vector<std::pair<size_t, size_t>>> needs(units);
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    for (size_t s = 0; s < plan.segments[i].size(); ++s) {
+      const auto& seg = plan.segments[i][s];
+      if (seg.owner == rank) continue;
+      for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
+        auto& n = needs[unit_of.at(buckets[i].params[j])];
+        if (n.empty() || n.back() != std::make_pair(i, s)) n.emplace_back(i, s);
+      }
+    }
+  }
+  const auto held = [&](std::vector<size_t> at_once) {
+    std::vector<std::pair<size_t, size_t>> all;
+    for (size_t u : at_once) {
+      if (u < units) all.insert(all.end(), needs[u].begin(), needs[u].end());
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    int64_t n = 0;
+    for (const auto& [i, s] : all) n += plan.segments[i][s].numel();
+    return n;
+  };
+  int64_t most = held({0});
+  for (size_t u = 1; u < units; ++u) most = std::max(most, held({0, u, u + 1}));
   return most;
 }
 

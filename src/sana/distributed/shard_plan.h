@@ -40,6 +40,15 @@ struct ShardPlan {
   int64_t largest_share() const;
 };
 
+// ZeRO stage 3: the most elements of other ranks' segments rank `rank` holds at once, when
+// the parameters fall into units (`unit_of`, per parameter; 0 = outside the blocks, held
+// through a whole forward and backward; k >= 1 one block) and a unit's segments are held
+// while it runs: unit 0 with one block in the forward, with two neighbours in the backward
+// (the next block is gathered before the last one's parameters all have gradients). A
+// segment shared by several units counts once.
+int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buckets, const std::vector<size_t>& unit_of,
+                       int rank);
+
 // Every parameter of `buckets` (param_count of them) owned by one of `world` ranks as
 // above. world 1: rank 0 owns everything, one segment per bucket.
 ShardPlan plan_shards(const std::vector<GradBucket>& buckets, size_t param_count, const std::vector<int64_t>& numels,

@@ -428,6 +428,7 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
         spec_.in_channels, p, fmt::join(x_in.sizes(), "x")));
   }
   const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
+  if (gathering_) gathering_->forward_begins();
   const auto dtype = x_embedder->proj->weight.scalar_type();
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
@@ -439,7 +440,9 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   int64_t index = 0;
   for (auto& m : *blocks) {
     auto* block = m->as<SanaMSBlockImpl>();
-    if (checkpoint && index++ % checkpoint_every_ == 0) {
+    const int64_t k = index++;
+    if (gathering_) gathering_->block_forward(k, true);
+    if (checkpoint && k % checkpoint_every_ == 0) {
       const auto params = block->parameters();
       x = CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
                                  bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
@@ -447,10 +450,24 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     } else {
       x = block->forward(x, y, t0, bias, h, w);
     }
+    if (gathering_) {
+      gathering_->block_forward(k, false);
+      if (x.requires_grad()) {
+        auto* g = gathering_;
+        x.register_hook([g, k](const torch::Tensor&) { g->backward_reaches(k); });
+      }
+    }
   }
   x = final_layer->forward(x, t);  // [B, N, p*p*c]
+  if (gathering_) gathering_->forward_ends(x.requires_grad());
   const int64_t c = spec_.out_channels;
   return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
+}
+
+size_t gathering_unit(const std::string& name) {
+  static const std::string prefix = "blocks.";
+  if (name.rfind(prefix, 0) != 0) return 0;
+  return static_cast<size_t>(std::stoll(name.substr(prefix.size()))) + 1;
 }
 
 torch::Tensor SanaMSImpl::pos_embed(int64_t h, int64_t w, const torch::Tensor& like) {

@@ -200,6 +200,24 @@ class FinalLayerImpl : public torch::nn::Module {  // final_layer
 };
 TORCH_MODULE(FinalLayer);
 
+// Where a run whose parameters live on other ranks (train/zero.h, ZeRO stage 3) gathers
+// them: the forward announces itself and each block, and the backward each block it
+// reaches (the gradient of the block's output is ready; the block's backward comes next).
+// Unit 0 is everything outside the blocks; block k is unit k + 1.
+class ParamGathering {
+ public:
+  virtual ~ParamGathering() = default;
+  virtual void forward_begins() = 0;
+  virtual void block_forward(int64_t block, bool begins) = 0;  // before (true) and after (false) it
+  virtual void backward_reaches(int64_t block) = 0;
+  // After the final layer; `backward_follows`: the output takes part in a backward.
+  virtual void forward_ends(bool backward_follows) = 0;
+};
+
+// The ParamGathering unit of a parameter by its name: block k's ("blocks.<k>.") is k + 1,
+// everything else 0.
+size_t gathering_unit(const std::string& parameter_name);
+
 class SanaMSImpl : public torch::nn::Module {
  public:
   explicit SanaMSImpl(const ModelSpec& spec, const BuildOptions& options = {});
@@ -217,6 +235,8 @@ class SanaMSImpl : public torch::nn::Module {
     checkpoint_every_ = std::max<int64_t>(1, every);
   }
   bool grad_checkpointing() const { return grad_checkpointing_; }
+  // The forward calls `gathering` (owned by the caller; null: none) as ParamGathering says.
+  void set_param_gathering(ParamGathering* gathering) { gathering_ = gathering; }
   // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),
   // in registration order.
   std::vector<std::pair<std::string, int64_t>> parameter_counts() const;
@@ -242,6 +262,7 @@ class SanaMSImpl : public torch::nn::Module {
   std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_embed_cache_;
   bool grad_checkpointing_ = false;
   int64_t checkpoint_every_ = 1;
+  ParamGathering* gathering_ = nullptr;
 };
 TORCH_MODULE(SanaMS);
 

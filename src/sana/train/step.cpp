@@ -4,7 +4,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
+#include "sana/data/epoch_plan.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
@@ -21,7 +23,8 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
       reducer_(reducer),
       feed_(model->parameters().front().device()),
       amp_(model::autocast_for(model->parameters().front().device(), half_type(cfg.model.mixed_precision))),
-      timesteps_(timestep_options_for(cfg)) {
+      timesteps_(timestep_options_for(cfg)),
+      world_size_(world_size) {
   if (TestHooks::get().log_ids) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
@@ -38,6 +41,8 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   const int64_t downsample = model_->spec().downsample;
   std::vector<data::Batch> kept;  // train.deterministic: for a run again after an overflow
   int64_t count = 1;  // this rank's micro-batches in the step: known from the first
+  int64_t runs = 1;   // and how many it runs (runs_for)
+  std::optional<data::Batch> last;  // for the padding
   for (int64_t micro = 0; micro < count; ++micro) {
     std::optional<data::Batch> batch;
     {
@@ -50,14 +55,17 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
                                  batch->micro_step, batch->step, micro, step));
     }
     count = batch->micro_count;
+    runs = runs_for(*batch);
     out.samples = batch->global_batch;
     guard.add(*batch);
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
     out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
-    forward_backward(*batch, epoch, micro == count - 1, loss_scale, out);
+    forward_backward(*batch, epoch, micro == runs - 1, loss_scale, out);
+    if (runs > count && micro == count - 1) last = *batch;
     if (cfg_.train.deterministic) kept.push_back(std::move(*batch));
   }
+  for (int64_t micro = count; micro < runs; ++micro) forward_backward(*last, epoch, micro == runs - 1, loss_scale, out, true);
   finalize(out.times);
   // train.deterministic: a gradient too large for the integer sums on some rank; every rank
   // runs the step's micro-batches again at the smaller scale the reducer chose.
@@ -71,8 +79,9 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
               "run again at a smaller scale ({})",
               step + 1, epoch + 1, again);
     out.loss_sum.zero_();
-    for (size_t micro = 0; micro < kept.size(); ++micro) {
-      forward_backward(kept[micro], epoch, micro + 1 == kept.size(), loss_scale, out);
+    for (int64_t micro = 0; micro < runs; ++micro) {
+      const bool pad = micro >= static_cast<int64_t>(kept.size());
+      forward_backward(pad ? kept.back() : kept[static_cast<size_t>(micro)], epoch, micro == runs - 1, loss_scale, out, pad);
     }
     finalize(out.times);
   }
@@ -84,15 +93,23 @@ void TrainStep::finalize(StepTimes& times) {
   reducer_.finalize();
 }
 
-void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out) {
+int64_t TrainStep::runs_for(const data::Batch& batch) const {
+  if (cfg_.train.zero_stage < 3 || world_size_ == 1) return batch.micro_count;
+  return std::max(batch.micro_count, data::most_micro_batches(batch.global_batch, cfg_.train.micro_batch_size,
+                                                              world_size_, cfg_.train.deterministic));
+}
+
+void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
+                                 bool padding) {
   PhaseTimer compute(out.times.forward_backward);
   reducer_.begin_backward(last);
   // Each sample's loss / the global batch: summed over micro-batches and ranks (the
   // reducer sums), the gradient is the whole batch's mean, however it was split.
-  const double weight = static_cast<double>(batch.ids.size()) / static_cast<double>(batch.global_batch);
+  const double weight =
+      padding ? 0.0 : static_cast<double>(batch.ids.size()) / static_cast<double>(batch.global_batch);
   const auto loss = micro_loss(batch, epoch, weight, compute, out.times);
   (loss_scale == 1.0 ? loss : loss * loss_scale).backward();
-  out.loss_sum += loss.detach().to(torch::kFloat64);
+  if (!padding) out.loss_sum += loss.detach().to(torch::kFloat64);
 }
 
 torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,

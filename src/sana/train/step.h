@@ -47,7 +47,13 @@ class TrainStep {
  private:
   // One micro-batch forward and backward (`last`: the step's last on this rank), its loss
   // added to out.loss_sum and its times to out.times.
-  void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out);
+  // `padding`: a micro-batch run only so that this rank runs as many forwards as the rank
+  // with the most (ZeRO stage 3 gathers parameters in every forward): its loss weighs 0.
+  void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
+                        bool padding = false);
+  // Micro-batches this rank runs in a step whose batch is `batch`: its own, or at ZeRO
+  // stage 3 the most any rank has.
+  int64_t runs_for(const data::Batch& batch) const;
   // The micro-batch's mean loss times `weight` (its share of the global batch); the time in
   // the encoders goes to times.encoders, out of `compute` (forward_backward's phase).
   torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
@@ -64,6 +70,7 @@ class TrainStep {
   model::AutocastState amp_;
   diffusion::TimestepOptions timesteps_;
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (TestHooks::log_ids)
+  int world_size_ = 1;
 };
 
 // The global gradient norm of `grads` (each gradient element in exactly one of them: the

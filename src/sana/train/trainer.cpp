@@ -97,7 +97,7 @@ void Trainer::start() {
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
   reducer_ = dist::make_reducer(rt_, named_, reducer_options_for(cfg_));
-  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_);
+  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_, *model_);
   optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(zero_->optimizer_buckets());
@@ -128,7 +128,7 @@ void Trainer::start() {
 // part's own: model.safetensors, ema.safetensors, optimizer.safetensors, and JSON).
 void Trainer::register_checkpointed_parts() {
   weights_.emplace(*model_, "model");
-  checkpointer_->add(*weights_);
+  checkpointer_->add(weights_part_.emplace(*weights_, *zero_));
   checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
   checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
   checkpointer_->add(*reducer_);
@@ -303,6 +303,7 @@ void Trainer::report_memory(const PeakProbe& activations) {
   mine.gradients = bytes_of(reducer_->flat_gradients());
   mine.optimizer = bytes_of(state);
   mine.ema = bytes_of(ema_->averages());
+  mine.gathered = zero_->peak_gathered();
   mine.activations_peak = activations.growth();
   mine.activations_source = activations.source();
   log::info("{}", mine.line());
@@ -324,6 +325,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
   auto out = step_->run(loader, epoch, step, *guard_, scale);
+  zero_->step_done();
   StepVerdict verdict;
   double grad_norm = 0;
   bool applied = false;
@@ -346,6 +348,8 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   const int64_t global_step = position_.global_step;
   {
     PhaseTimer timer(out.times.checkpoint_preview);
+    std::optional<Zero::Whole> whole;  // stage 3: the previews run the whole model
+    if (!preview_reason(cfg_.train, global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
     previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
     previews_->publish(metrics_->events());
   }
@@ -446,6 +450,7 @@ ckpt::TrainerState Trainer::run_state() const {
 
 void Trainer::finish() {
   const int64_t global_step = position_.global_step;
+  Zero::Whole whole(*zero_);  // stage 3: previews, the check and the weights see the whole model
   if (cfg_.train.visualize) previews_->render(global_step, "end of training");
   const auto sums = rt_.all_gather("final weights checksum", weights_checksum(*model_));
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {

@@ -103,6 +103,7 @@ class Trainer {
   std::optional<TrainStep> step_;
   std::optional<Previews> previews_;
   std::optional<model::ModuleState> weights_;  // the model's parameters and buffers in checkpoints
+  std::optional<WholeModelPart> weights_part_;  // ... gathered whole at ZeRO stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   // Where the run stands.

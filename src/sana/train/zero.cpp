@@ -4,12 +4,212 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 
 namespace sana::train {
 
-Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer)
-    : stage_(stage), rt_(rt), reducer_(reducer), flat_(reducer.flatten_parameters()) {
+namespace {
+
+int64_t storage_bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// A segment's memory, given back (its parameters keep their shapes and their views) or
+// taken again (the same storage, so tensors autograd saved see the new memory).
+void drop_memory(torch::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+
+void take_memory(torch::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  const auto n = static_cast<size_t>(storage_bytes(t));
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(n));
+  impl->set_nbytes(n);
+}
+
+}  // namespace
+
+struct GatheredParameters::HookTarget {
+  std::mutex mutex;
+  GatheredParameters* owner = nullptr;
+};
+
+namespace {
+
+struct AccumulatedHook : public torch::autograd::FunctionPostHook {
+  AccumulatedHook(std::shared_ptr<GatheredParameters::HookTarget> target, size_t index)
+      : target_(std::move(target)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override;
+  std::shared_ptr<GatheredParameters::HookTarget> target_;
+  size_t index_;
+};
+
+}  // namespace
+
+GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan,
+                                       std::vector<dist::FlatBucket>& flat, const NamedParams& params)
+    : rt_(rt), target_(std::make_shared<HookTarget>()) {
+  torch::NoGradGuard no_grad;
+  unit_of_.resize(params.size());
+  size_t units = 1;
+  for (size_t k = 0; k < params.size(); ++k) {
+    unit_of_[k] = model::gathering_unit(params[k].first);
+    units = std::max(units, unit_of_[k] + 1);
+  }
+  unit_segments_.resize(units);
+  unit_params_.assign(units, 0);
+  for (size_t k = 0; k < params.size(); ++k) ++unit_params_[unit_of_[k]];
+  for (size_t i = 0; i < flat.size(); ++i) {
+    segs_.emplace_back();
+    for (size_t s = 0; s < plan.segments[i].size(); ++s) {
+      const auto& seg = plan.segments[i][s];
+      Segment mine;
+      mine.owner = seg.owner;
+      mine.data = flat[i].params.narrow(0, seg.begin, seg.numel()).clone();
+      std::vector<size_t> units_here;
+      for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
+        const size_t k = flat[i].layout.params[j];
+        auto& p = params[k].second;
+        p.set_data(mine.data.narrow(0, flat[i].layout.offsets[j] - seg.begin, p.numel()).view(p.sizes()));
+        units_here.push_back(unit_of_[k]);
+      }
+      std::sort(units_here.begin(), units_here.end());
+      units_here.erase(std::unique(units_here.begin(), units_here.end()), units_here.end());
+      for (size_t u : units_here) unit_segments_[u].emplace_back(i, s);
+      if (mine.owner != rt.rank()) drop_memory(mine.data);
+      segs_.back().push_back(std::move(mine));
+    }
+    flat[i].params = torch::Tensor();  // the whole bucket goes: each segment has its own memory now
+  }
+  unit_done_.assign(units, 0);
+  held_.assign(units, 0);
+  target_->owner = this;
+  for (size_t k = 0; k < params.size(); ++k) {
+    auto acc = torch::autograd::impl::grad_accumulator(params[k].second);
+    acc->add_post_hook(std::make_unique<AccumulatedHook>(target_, k));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+GatheredParameters::~GatheredParameters() {
+  std::lock_guard<std::mutex> lock(target_->mutex);
+  target_->owner = nullptr;
+}
+
+namespace {
+
+torch::autograd::variable_list AccumulatedHook::operator()(const torch::autograd::variable_list& outputs,
+                                                           const torch::autograd::variable_list& /*inputs*/) {
+  std::lock_guard<std::mutex> lock(target_->mutex);
+  if (target_->owner) target_->owner->accumulated(index_);
+  return outputs;
+}
+
+}  // namespace
+
+void GatheredParameters::gather(size_t unit) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [i, s] : unit_segments_[unit]) {
+    auto& seg = segs_[i][s];
+    if (seg.refs++ > 0) continue;
+    if (seg.owner != rt_.rank()) {
+      take_memory(seg.data);
+      gathered_ += storage_bytes(seg.data);
+      peak_ = std::max(peak_, gathered_);
+    }
+    rt_.broadcast(seg.data, seg.owner);  // collective: every rank gathers the same units in the same order
+  }
+}
+
+void GatheredParameters::release(size_t unit) {
+  for (const auto& [i, s] : unit_segments_[unit]) {
+    auto& seg = segs_[i][s];
+    if (--seg.refs > 0 || seg.owner == rt_.rank()) continue;
+    drop_memory(seg.data);
+    gathered_ -= storage_bytes(seg.data);
+  }
+}
+
+void GatheredParameters::forward_begins() {
+  if (whole_) return;
+  std::fill(unit_done_.begin(), unit_done_.end(), 0);
+  if (held_[0]) return;  // an earlier micro-step's forward holds it
+  gather(0);
+  held_[0] = 1;
+}
+
+void GatheredParameters::block_forward(int64_t block, bool begins) {
+  if (whole_) return;
+  const auto unit = static_cast<size_t>(block) + 1;
+  if (begins) {
+    gather(unit);
+  } else {
+    release(unit);
+  }
+}
+
+void GatheredParameters::backward_reaches(int64_t block) {
+  const auto unit = static_cast<size_t>(block) + 1;
+  if (whole_ || held_[unit]) return;
+  gather(unit);
+  held_[unit] = 1;
+}
+
+void GatheredParameters::forward_ends(bool backward_follows) {
+  if (whole_ || backward_follows || !held_[0]) return;
+  release(0);
+  held_[0] = 0;
+}
+
+void GatheredParameters::accumulated(size_t param) {
+  if (whole_) return;
+  const size_t unit = unit_of_[param];
+  if (++unit_done_[unit] < unit_params_[unit] || !held_[unit]) return;
+  release(unit);  // the unit's backward is over: every parameter of it has its gradient
+  held_[unit] = 0;
+}
+
+void GatheredParameters::step_done() {
+  if (whole_) return;
+  for (size_t u = 0; u < held_.size(); ++u) {
+    if (!held_[u]) continue;
+    release(u);
+    held_[u] = 0;
+  }
+}
+
+void GatheredParameters::gather_all(bool fill) {
+  step_done();
+  torch::NoGradGuard no_grad;
+  for (auto& bucket : segs_) {
+    for (auto& seg : bucket) {
+      if (seg.owner != rt_.rank()) {
+        take_memory(seg.data);
+        gathered_ += storage_bytes(seg.data);
+        peak_ = std::max(peak_, gathered_);
+      }
+      if (fill) rt_.broadcast(seg.data, seg.owner);  // collective
+    }
+  }
+  whole_ = true;
+}
+
+void GatheredParameters::release_all() {
+  for (auto& bucket : segs_) {
+    for (auto& seg : bucket) {
+      seg.refs = 0;
+      if (seg.owner == rt_.rank()) continue;
+      drop_memory(seg.data);
+      gathered_ -= storage_bytes(seg.data);
+    }
+  }
+  whole_ = false;
+}
+
+Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model)
+    : stage_(stage), rt_(rt), reducer_(reducer), flat_(reducer.flatten_parameters()), model_(model) {
   const auto& plan = reducer.shard_plan();
   owned_index_.assign(params.size(), -1);
   for (size_t k = 0; k < params.size(); ++k) {
@@ -18,6 +218,26 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reduce
     owned_index_[k] = static_cast<int>(owned_.size());
     owned_.push_back(params[k]);
   }
+  if (stage_ >= 3 && shards_state()) {
+    gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params);
+    model_.set_param_gathering(gathered_.get());
+  }
+}
+
+Zero::~Zero() {
+  if (gathered_) model_.set_param_gathering(nullptr);
+}
+
+void Zero::step_done() {
+  if (gathered_) gathered_->step_done();
+}
+
+Zero::Whole::Whole(Zero& zero, bool fill) : gathered_(zero.gathered_.get()) {
+  if (gathered_) gathered_->gather_all(fill);
+}
+
+Zero::Whole::~Whole() {
+  if (gathered_) gathered_->release_all();
 }
 
 bool Zero::owns(const std::string& name) const {
@@ -50,7 +270,8 @@ std::vector<dist::FlatBucket> Zero::optimizer_buckets() const {
         layout.params.push_back(static_cast<size_t>(owned_index_.at(whole.layout.params[j])));
         layout.offsets.push_back(whole.layout.offsets[j] - seg.begin);
       }
-      out.push_back({whole.params.narrow(0, seg.begin, seg.numel()), reducer_.segment_gradient(i, s), layout});
+      auto params = gathered_ ? gathered_->segment(i, s) : whole.params.narrow(0, seg.begin, seg.numel());
+      out.push_back({params, reducer_.segment_gradient(i, s), layout});
     }
   }
   return out;
@@ -60,17 +281,19 @@ std::string Zero::describe(bool deterministic) const {
   if (stage_ == 0) return "";
   if (!shards_state()) return fmt::format(", train.zero_stage {} (one process: nothing to split)", stage_);
   const auto& plan = reducer_.shard_plan();
+  const char* what = gathered_                      ? "the weights, optimizer state, EMA and gradients"
+                     : reducer_.gradients_sharded() ? "the optimizer state, EMA and gradients"
+                                                    : "the optimizer state and EMA";
   return fmt::format(
-      ", train.zero_stage {}: this rank keeps the optimizer state and EMA{} of {} parameters ({:.1f}% of the "
-      "elements){}",
-      stage_, reducer_.gradients_sharded() ? " and gradients" : "", owned_.size(),
+      ", train.zero_stage {}: this rank keeps {} of {} parameters ({:.1f}% of the elements){}", stage_, what,
+      owned_.size(),
       100.0 * static_cast<double>(plan.owned_elements(rt_.rank())) /
           static_cast<double>(std::max<int64_t>(1, plan.total_elements())),
       stage_ >= 2 && deterministic ? " (train.deterministic: every rank keeps the whole integer gradient sums)" : "");
 }
 
 void Zero::gather_parameters() {
-  if (!shards_state()) return;
+  if (!shards_state() || gathered_) return;  // stage 3 gathers when the forward needs them
   torch::NoGradGuard no_grad;
   const auto& plan = reducer_.shard_plan();
   for (size_t i = 0; i < flat_.size(); ++i) {
@@ -166,6 +389,16 @@ std::optional<PartState> ShardedPart::gather_state(bool writer) const {
   if (!writer) return std::nullopt;
   zero_.sort_by_parameter(all);
   return PartState{mine.json, std::move(all)};
+}
+
+std::optional<PartState> WholeModelPart::gather_state(bool writer) const {
+  Zero::Whole whole(zero_);  // collective at stage 3
+  return inner_.gather_state(writer);
+}
+
+void WholeModelPart::restore_state(const PartState* saved, const std::string& source) {
+  Zero::Whole whole(zero_, /*fill=*/saved == nullptr);  // the checkpoint's values replace all
+  inner_.restore_state(saved, source);
 }
 
 void ShardedPart::restore_state(const PartState* saved, const std::string& source) {

@@ -5,7 +5,10 @@
 //  - stage 1: the optimizer and the EMA see only the parameters this rank owns; after each
 //    step every owner broadcasts its updated segments of the flat parameter buckets;
 //  - stage 2: as 1, and the reducer keeps only the owned gradients (ReducerOptions::
-//    shard_gradients): each bucket is reduced to its owners as soon as it is ready.
+//    shard_gradients): each bucket is reduced to its owners as soon as it is ready;
+//  - stage 3: as 2, and each segment of the parameter buckets is a tensor of its own that
+//    only its owner keeps; the others gather it while a block that uses it runs forward
+//    or backward (GatheredParameters, driven by the model's ParamGathering calls).
 // Checkpoints hold whole per-parameter tensors, as at stage 0: ShardedPart gathers the
 // shares to the writing rank and hands each rank its own entries on resume, so a run
 // resumes at any process count and any stage.
@@ -14,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -21,6 +25,7 @@
 #include <vector>
 
 #include "sana/distributed/reducer.h"
+#include "sana/model/sana_ms.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/stateful.h"
 
@@ -28,10 +33,67 @@ namespace sana::train {
 
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// ZeRO stage 3's parameters: each segment of the flat parameter buckets its own tensor, the
+// parameters views of it. A segment another rank owns has no memory unless gathered: the
+// forward gathers everything outside the blocks at its start and each block around its
+// forward; the backward gathers each block when it reaches it (or its recompute, under
+// gradient checkpointing) and releases a block, and the parts outside, once every one of
+// their parameters has its gradient. Gathering is one broadcast per segment from its owner,
+// in the same order on every rank (the ranks run the same forwards: TrainStep pads).
+class GatheredParameters : public model::ParamGathering {
+ public:
+  GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan, std::vector<dist::FlatBucket>& flat,
+                     const NamedParams& params);
+  ~GatheredParameters() override;
+  GatheredParameters(const GatheredParameters&) = delete;
+  GatheredParameters& operator=(const GatheredParameters&) = delete;
+
+  void forward_begins() override;
+  void block_forward(int64_t block, bool begins) override;
+  void backward_reaches(int64_t block) override;
+  void forward_ends(bool backward_follows) override;
+  // A parameter's gradient has been accumulated (its accumulator's hook).
+  void accumulated(size_t param);
+  // After a step's last backward: whatever is still gathered (parameters that got no
+  // gradient) is released.
+  void step_done();
+  // Every segment gathered (`fill`: with its owner's values; else only allocated, to be
+  // overwritten) until release_all(): previews, checkpoints, the end. A collective.
+  void gather_all(bool fill);
+  void release_all();
+  const torch::Tensor& segment(size_t bucket, size_t s) const { return segs_[bucket][s].data; }
+  int64_t peak_gathered() const { return peak_; }
+  struct HookTarget;  // what the accumulators' hooks reach (cleared when this goes)
+
+ private:
+  struct Segment {
+    torch::Tensor data;
+    int owner = 0;
+    int refs = 0;
+  };
+  void gather(size_t unit);
+  void release(size_t unit);
+  dist::Runtime& rt_;
+  std::vector<std::vector<Segment>> segs_;
+  std::vector<std::vector<std::pair<size_t, size_t>>> unit_segments_;  // per unit: (bucket, segment)
+  std::vector<size_t> unit_of_;          // per parameter
+  std::vector<int64_t> unit_params_;     // parameters per unit
+  std::vector<int64_t> unit_done_;       // of them with a gradient in this backward
+  std::vector<char> held_;               // per unit: gathered until its backward is done
+  bool whole_ = false;
+  int64_t gathered_ = 0, peak_ = 0;      // bytes of other ranks' segments held
+  std::shared_ptr<HookTarget> target_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+};
+
 class Zero {
  public:
   // Makes the parameters views of flat buckets (reducer.flatten_parameters()): once per run.
-  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer);
+  // At stage 3 `model` is told to gather its parameters (until the Zero goes).
+  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model);
+  ~Zero();
+  Zero(const Zero&) = delete;
+  Zero& operator=(const Zero&) = delete;
 
   int stage() const { return stage_; }
   bool shards_state() const { return stage_ >= 1 && rt_.world_size() > 1; }
@@ -48,6 +110,22 @@ class Zero {
   std::string describe(bool deterministic) const;
   // After the optimizer step: every segment broadcast from its owner (stages 1 and 2).
   void gather_parameters();
+  // Stage 3 (else nothing): after a step's backward passes (GatheredParameters::step_done).
+  void step_done();
+  // Stage 3: bytes of other ranks' parameters held at the most so far (0 otherwise).
+  int64_t peak_gathered() const { return gathered_ ? gathered_->peak_gathered() : 0; }
+
+  // The whole model on every rank while it lives (stage 3; nothing otherwise): a collective.
+  class Whole {
+   public:
+    explicit Whole(Zero& zero, bool fill = true);
+    ~Whole();
+    Whole(const Whole&) = delete;
+    Whole& operator=(const Whole&) = delete;
+
+   private:
+    GatheredParameters* gathered_;
+  };
 
  private:
   int stage_;
@@ -57,6 +135,23 @@ class Zero {
   NamedParams owned_;
   std::vector<int> owned_index_;  // per parameter: its index in owned_, or -1
   std::unordered_map<std::string, size_t> index_;  // parameter name -> registration index
+  model::SanaMSImpl& model_;
+  std::unique_ptr<GatheredParameters> gathered_;  // stage 3
+};
+
+// The model's part of checkpoints at stage 3: the whole model gathered around its capture
+// and its restore (whose values then replace every rank's own).
+class WholeModelPart : public Stateful {
+ public:
+  WholeModelPart(Stateful& inner, Zero& zero) : inner_(inner), zero_(zero) {}
+  std::string state_name() const override { return inner_.state_name(); }
+  PartState save_state() const override { return inner_.save_state(); }
+  std::optional<PartState> gather_state(bool writer) const override;
+  void restore_state(const PartState* saved, const std::string& source) override;
+
+ private:
+  Stateful& inner_;
+  Zero& zero_;
 };
 
 // Every rank's `own` tensors on rank 0 (`writer`), in rank order; an empty list elsewhere.

@@ -91,7 +91,8 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(t5.text_encoder.caption_channels == 4096);  // T5's width, as upstream's encoder gives it
   CHECK(t5.model.use_pe);
   CHECK(t5.model.qk_norm);
-  CHECK(noted(t5, "train.use_fsdp is accepted with no effect"));
+  CHECK(t5.train.zero_stage == 3);  // use_fsdp: true
+  CHECK(noted(t5, "train.use_fsdp: true is train.zero_stage: 3 here"));
 
   const Config pe = load_config({upstream_yaml("4096ms/Sana_1600M_img4096_bf16.yaml")}, {}, no_paths());
   CHECK(pe.data.aspect_ratio_type == "ASPECT_RATIO_4096");

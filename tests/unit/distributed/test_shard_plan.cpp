@@ -97,3 +97,17 @@ TEST_CASE("ZeRO ownership is contiguous by whole parameters and balanced within 
 TEST_CASE("ZeRO ownership: a rejected world size", "[shard_plan]") {
   CHECK_THROWS(plan_shards({}, 0, {}, 0));
 }
+
+TEST_CASE("ZeRO stage 3 holds at most the outside of the blocks with two neighbouring blocks", "[shard_plan]") {
+  // a (outside the blocks), b (block 0), c (block 1): one bucket, laid out c, b, a (reverse
+  // registration), c at 0, b at 304, a at 512 (64-byte alignment); rank 0 owns c, rank 1 b and a.
+  const std::vector<int64_t> numels{100, 200, 300};
+  const auto buckets = buckets_of(numels, 1 << 20);
+  const auto plan = plan_shards(buckets, 3, numels, 2);
+  REQUIRE(plan.owner == std::vector<int>{1, 1, 0});
+  const std::vector<size_t> units{0, 1, 2};
+  CHECK(largest_gather(plan, buckets, units, 0) == 612 - 304);  // rank 0 needs b and a (one segment)
+  CHECK(largest_gather(plan, buckets, units, 1) == 300);        // rank 1 needs c
+  // One process holds everything itself.
+  CHECK(largest_gather(plan_shards(buckets, 3, numels, 1), buckets, units, 0) == 0);
+}

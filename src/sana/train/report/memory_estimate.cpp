@@ -177,7 +177,9 @@ double MemoryEstimate::activations_for_config() const {
   return checkpointing ? activations_checkpointed : activations;
 }
 
-double MemoryEstimate::total() const { return weights + gradients + optimizer + ema + activations_for_config(); }
+double MemoryEstimate::total() const {
+  return weights + gradients + optimizer + ema + gathered + activations_for_config();
+}
 
 namespace {
 
@@ -191,11 +193,12 @@ namespace {
 std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& meta, int world) {
   std::vector<dist::ParamInfo> infos;
   std::vector<int64_t> numels;
-  std::vector<at::IntArrayRef> shapes;
+  std::vector<size_t> units;
   const auto params = meta->parameters();
   for (const auto& item : meta->named_parameters()) {
     infos.push_back({item.key(), item.value().numel(), 4, static_cast<int>(torch::kFloat32)});
     numels.push_back(item.value().numel());
+    units.push_back(model::gathering_unit(item.key()));
   }
   const auto opts = reducer_options_for(cfg);
   const auto buckets = dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
@@ -211,7 +214,9 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
     const double owned = 4 * static_cast<double>(plan.owned_elements(owner));
     RankState st;
     st.rank = r;
-    st.weights = flat;
+    const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
+    st.weights = stage3 ? owned : flat;  // stage 3: each owned segment its own tensor
+    st.gathered = stage3 ? 4 * static_cast<double>(dist::largest_gather(plan, buckets, units, owner)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
     if (!config::is_came(o.type)) st.optimizer = 2 * owned;  // AdamW's two moments
     for (size_t k = 0; k < params.size(); ++k) {
@@ -249,12 +254,14 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size) {
     e.optimizer_name = std::string(config::name_of(cfg.train.optimizer.type));
     e.ranks = state_bytes(cfg, meta, world_size);
     const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
-      return a.weights + a.gradients + a.optimizer + a.ema < b.weights + b.gradients + b.optimizer + b.ema;
+      return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <
+           b.weights + b.gradients + b.optimizer + b.ema + b.gathered;
     });
     e.weights = most.weights;
     e.gradients = most.gradients;
     e.optimizer = most.optimizer;
     e.ema = most.ema;
+    e.gathered = most.gathered;
   }
   const int64_t cell = spec.downsample * spec.patch;
   for (const auto& table : data::bucket_tables_for(bucket_options_for(cfg))) {

@@ -23,6 +23,9 @@ namespace sana::train {
 struct RankState {
   int rank = 0;
   double weights = 0, gradients = 0, optimizer = 0, ema = 0;
+  // ZeRO stage 3: other ranks' parameters held at once, at the most (an upper bound: the
+  // outside of the blocks with two neighbouring blocks).
+  double gathered = 0;
 };
 
 struct MemoryEstimate {
@@ -30,7 +33,7 @@ struct MemoryEstimate {
   int world_size = 1;
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
-  double weights = 0, gradients = 0, optimizer = 0, ema = 0;  // bytes
+  double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
   std::vector<RankState> ranks;
   std::string optimizer_name;
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
