@@ -62,6 +62,16 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size) {
   return f;
 }
 
+// The GPU sizes (decimal GB, as sold) whose memory holds `bytes` plus 2 GiB for the CUDA
+// context and the allocator's slack.
+std::vector<int> gpus_that_fit(double bytes) {
+  std::vector<int> out;
+  for (int gb : {24, 48, 80}) {
+    if (bytes + 2.0 * (1 << 30) <= gb * 1e9) out.push_back(gb);
+  }
+  return out;
+}
+
 void print_json(const ModelFacts& f) {
   const auto& spec = f.spec;
   nlohmann::ordered_json j;
@@ -120,8 +130,12 @@ void print_json(const ModelFacts& f) {
                              {"gathered", m.gathered},
                              {"activations", m.activations},
                              {"activations_grad_checkpointing", m.activations_checkpointed},
+                             {"activation_terms", m.terms},
+                             {"activation_terms_grad_checkpointing", m.terms_checkpointed},
+                             {"grad_checkpointing", m.checkpointing},
                              {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
-                             {"total_for_config", m.total()}};
+                             {"total_for_config", m.total()},
+                             {"fits_gpus_gb", gpus_that_fit(m.total())}};
   std::cout << j.dump(2) << "\n";
 }
 
@@ -149,6 +163,11 @@ void print_memory(const train::MemoryEstimate& m) {
   row("total for this config", m.total(),
       "(the model's part; add the VAE and text encoder it loads, and on a GPU the CUDA context and allocator "
       "slack, about 1-2 GiB)");
+  const auto fits = gpus_that_fit(m.total());
+  std::cout << fmt::format("  fits GPUs of {} (with 2 GiB for the CUDA context{})\n",
+                           fits.empty() ? std::string("none of 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
+                           m.world_size == 1 && m.zero_stage == 0 ? "; more processes with train.zero_stage split the state"
+                                                                  : "");
 }
 
 void print_text(const ModelFacts& f) {

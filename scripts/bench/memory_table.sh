@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's memory table: `sana-train model --json --world-size W` for upstream's 600M,
 # 1.6B and SANA-1.5 4.8B configs at 512 and 1024 px, each train.zero_stage, AdamW and CAME8bit, at
-# 1, 8 and 64 processes: the state per GPU of the rank that keeps the most, plus the
-# activations of the config's micro-batch (fp32 upper bound, with its
-# grad_checkpointing), and which of 24/48/80 GB GPUs it fits (leaving 2 GiB for the CUDA
-# context and allocator slack; the VAE and text encoder not counted). Prints Markdown.
+# 1, 8 and 64 processes: the state per GPU of the rank that keeps the most (stage 3: with the
+# gathered parameters' bound), plus the activations of the config's micro-batch (fp32 upper
+# bound, with its grad_checkpointing), and the smallest of 24/48/80 GB GPUs it fits (`fits_gpus_gb`:
+# 2 GiB for the CUDA context and allocator slack; the VAE and text encoder not counted).
+# Prints Markdown.
 #   bash scripts/bench/memory_table.sh   (Markdown on stdout)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +22,7 @@ for entry in "${configs[@]}"; do
   what=${entry%%:*} config=${entry#*:}
   for optimizer in AdamW CAME8bit; do
     one=
-    for stage in 0 1 2; do
+    for stage in 0 1 2 3; do
       row="| $what | $optimizer | $stage |"
       for w in 1 8 64; do
         if [ $w = 1 ] && [ -n "$one" ]; then row+=" $one |"; continue; fi  # one process: no stage splits anything
@@ -32,9 +33,9 @@ for entry in "${configs[@]}"; do
         row+=" $(/usr/bin/python3 - "$work/m.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["memory_per_process"]
-gib = (m["weights"] + m["gradients"] + m["optimizer"] + m["ema"]) / 2**30
+gib = (m["weights"] + m["gradients"] + m["optimizer"] + m["ema"] + m["gathered"]) / 2**30
 act = m["total_for_config"] / 2**30 - gib  # the config's activations (its grad_checkpointing)
-fits = [g for g in (24, 48, 80) if (gib + act + 2) * 2**30 <= g * 1e9]
+fits = m["fits_gpus_gb"]
 print(f"{gib:.1f} + {act:.1f} GiB ({'fits ' + str(fits[0]) + ' GB' if fits else 'over 80 GB'})")
 PY
 ) |"

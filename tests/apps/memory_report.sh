@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # work_dir/memory.json, what each rank holds after its first step, against `sana-train model
-# --json`'s estimate of the same config: parameters, gradients (the reducer's flat buckets,
-# alignment gaps included), optimizer state and EMA must be equal to the byte; the
-# activations' peak is measured (peak resident growth on the CPU) and printed beside the
-# estimate. Cases: one process with AdamW and EMA; two processes (`sana-train launch`) with
-# CAME8bit, where the larger weights keep 8-bit moments. Tiny preset, the example photos
+# --json --world-size W`'s estimate of the same config: parameters, gradients (the reducer's
+# flat buckets, alignment gaps included), optimizer state and EMA must be equal to the byte,
+# the gathered parameters (ZeRO 3) within their bound, and the activations' peak (the CPU
+# allocator's count during the first step's forward and backward) within 15% of the
+# estimate at the shape measured, where the gradients exist before the step (stages 0, 1).
+# Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
+# 8-bit moments); ZeRO stages 1 to 3 on 2 and 4, with each rank's share of the state. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -42,13 +44,28 @@ for r in measured:
         bad.append(f"rank {r['rank']} gathered: measured {r['gathered']}, estimated at most {mine['gathered']}")
     if r["activations_peak"] <= 0:
         bad.append(f"rank {r['rank']}: activations not measured ({r['activations_peak']})")
+# The activations at the shape the run measured them (its first step's largest micro-batch),
+# from the estimate's per-sample terms: within 15% where the gradients exist before the step
+# (stages 0 and 1; stage 2 allocates its buckets in the backward, stage 3 gathers too).
+model = json.load(open(sys.argv[2]))
+terms = est["activation_terms_grad_checkpointing" if est["grad_checkpointing"] else "activation_terms"]
+depth = model["spec"]["depth"]
+ratios = []
+for r in measured:
+    n = r["h_tokens"] * r["w_tokens"]
+    expected = (terms["outside"] + terms["outside_per_token"] * n +
+                depth * (terms["block"] + terms["block_per_token"] * n)) * r["micro_batch"]
+    ratios.append(r["activations_peak"] / expected)
+    if est["zero_stage"] <= 1 and not 0.85 <= ratios[-1] <= 1.15:
+        bad.append(f"rank {r['rank']}: activations {r['activations_peak']} B measured, {expected:.0f} B estimated "
+                   f"for {r['micro_batch']} x {n} tokens ({ratios[-1]:.2f}x)")
 for b in bad:
     print(b)
 r = measured[0]
 print(f"{len(measured)} rank(s): parameters {r['parameters']}, gradients {r['gradients']}, optimizer {r['optimizer']} "
       f"({est['optimizer_type']}), EMA {r['ema']} bytes as estimated; gathered {r['gathered']} B (at most "
-      f"{est['ranks'][0]['gathered']:.0f}); activations peak {r['activations_peak']} B "
-      f"measured, {est['activations']:.0f} B estimated")
+      f"{est['ranks'][0]['gathered']:.0f}); activations peak {r['activations_peak']} B measured, "
+      f"{'/'.join(f'{x:.2f}' for x in ratios)} x the estimate at that shape")
 sys.exit(1 if bad else 0)
 EOF
     pass "$name: $(tail -1 "$SCRATCH/$name.cmp")"

@@ -32,5 +32,31 @@ for yaml in "$UPSTREAM"/*/*.yaml; do
 done
 [ "$count" -ge 15 ] || fail "only $count upstream YAMLs found"
 echo "upstream_configs: $count YAMLs printed and built"
+
+# The ZeRO configs act: use_fsdp is stage 3, and SANA-1.5 4.8B (its CAME8bit) fits 80 GB
+# GPUs on 8 of them at stage 3, where with AdamW and an EMA on one without ZeRO it does not.
+dir=$(mktemp -d "$SCRATCH/$TOKEN-case-XXXXXX")
+(cd "$dir" && timeout 60 "$BIN" --config "$UPSTREAM/sana1-5_1024ms/Sana_1600M_1024px_AdamW_fsdp.yaml" --print-config \
+   > fsdp.yaml 2> /dev/null)
+grep -q "^  zero_stage: 3" "$dir/fsdp.yaml" && pass "Sana_1600M_1024px_AdamW_fsdp.yaml: use_fsdp is train.zero_stage 3" ||
+  fail "use_fsdp: true did not set train.zero_stage 3"
+big=$UPSTREAM/sana1-5_1024ms/Sana_4800M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml
+(cd "$dir" && timeout 120 "$BIN" model --config "$big" --train.zero_stage=3 --world-size 8 --json > m3.json 2> /dev/null)
+assert_code $? 0 "4.8B: sana-train model at stage 3 on 8"
+(cd "$dir" && timeout 120 "$BIN" model --config "$big" --train.optimizer.type=AdamW "--train.optimizer.betas=[0.9,0.999]" \
+   "--train.optimizer.eps=[1e-8]" --train.ema_update=true --json > m0.json 2> /dev/null)
+assert_code $? 0 "4.8B: sana-train model with AdamW and EMA on 1"
+if /usr/bin/python3 - "$dir/m3.json" "$dir/m0.json" > "$dir/fits.txt" 2>&1 <<'PY'; then
+import json, sys
+w8, w1 = (json.load(open(f))["memory_per_process"] for f in sys.argv[1:])
+gib = lambda m: m["total_for_config"] / 2**30
+print(f"4.8B: {gib(w8):.1f} GiB per GPU with CAME8bit at stage 3 on 8 (fits {w8['fits_gpus_gb']} GB), "
+      f"{gib(w1):.1f} GiB with AdamW and EMA on one without ZeRO (fits {w1['fits_gpus_gb']} GB)")
+sys.exit(0 if 80 in w8["fits_gpus_gb"] and 80 not in w1["fits_gpus_gb"] else 1)
+PY
+  pass "$(cat "$dir/fits.txt")"
+else
+  fail "the 4.8B estimate: $(cat "$dir/fits.txt")"
+fi
 assert_no_leftovers
 finish

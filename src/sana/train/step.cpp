@@ -56,6 +56,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     }
     count = batch->micro_count;
     runs = runs_for(*batch);
+    out.largest_micro_batch = std::max<int64_t>(out.largest_micro_batch, static_cast<int64_t>(batch->ids.size()));
     out.samples = batch->global_batch;
     guard.add(*batch);
     if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;

@@ -30,6 +30,7 @@ struct StepOutput {
   torch::Tensor loss_sum;
   int64_t samples = 0;            // the step's global batch
   int64_t height = 0, width = 0;  // pixels
+  int64_t largest_micro_batch = 0;  // samples in this rank's largest micro-batch
   StepTimes times;                // data, encoders, forward_backward and allreduce filled
 };
 

@@ -292,7 +292,7 @@ bool Trainer::run_epoch(int64_t epoch) {
   return true;
 }
 
-void Trainer::report_memory(const PeakProbe& activations) {
+void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {
   memory_reported_ = true;
   MemoryUse mine;
   mine.rank = rt_.rank();
@@ -306,6 +306,10 @@ void Trainer::report_memory(const PeakProbe& activations) {
   mine.gathered = zero_->peak_gathered();
   mine.activations_peak = activations.growth();
   mine.activations_source = activations.source();
+  const int64_t cell = spec_.downsample * spec_.patch;
+  mine.micro_batch = step.largest_micro_batch;
+  mine.h_tokens = step.height / cell;
+  mine.w_tokens = step.width / cell;
   log::info("{}", mine.line());
   const auto all = rt_.all_gather("memory", mine.json());  // collective
   if (!main_rank_) return;
@@ -325,6 +329,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
   auto out = step_->run(loader, epoch, step, *guard_, scale);
+  if (!memory_reported_) peak.end();
   zero_->step_done();
   StepVerdict verdict;
   double grad_norm = 0;
@@ -340,7 +345,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     applied = update(verdict, grad_norm, lr, scale);
   }
 
-  if (!memory_reported_) report_memory(peak);
+  if (!memory_reported_) report_memory(peak, out);
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};

@@ -68,8 +68,8 @@ class Trainer {
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
   // After this process's first step: what each rank holds (report/memory_use.h), gathered
   // (a collective) and written to work_dir/memory.json by rank 0. `activations`: the
-  // peak's rise during the step's forward and backward.
-  void report_memory(const PeakProbe& activations);
+  // peak's rise during the step's forward and backward (`step`).
+  void report_memory(const PeakProbe& activations, const StepOutput& step);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   // `grad_square_part`: this rank's part of the squared gradient norm (ZeRO 2), else 0.

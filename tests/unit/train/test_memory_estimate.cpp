@@ -38,12 +38,14 @@ void check_against_measurement(const config::Config& cfg) {
   REQUIRE(e.tokens == (e.height / cell) * (e.width / cell));
   REQUIRE(e.tokens > 128);  // beyond the token counts the estimate measured at
   const double measured =
-      train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 0);
+      train::step_peak_bytes(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 0);
   INFO("estimate " << e.activations << " bytes, measured " << measured << " at " << e.height << "x" << e.width
                    << " x " << e.micro_batch);
   CHECK(e.activations == Approx(measured).epsilon(0.10));
-  const double kept = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
-  CHECK(kept < e.activations_checkpointed);  // the estimate adds the block recomputed in the backward
+  const double kept = train::step_peak_bytes(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
+  // The recompute's block included; extrapolated from 64 and 128 tokens, where the
+  // per-sample terms dominate (the caption case: 15% under at 4480 tokens).
+  CHECK(e.activations_checkpointed == Approx(kept).epsilon(0.20));
   CHECK(e.activations_checkpointed < 0.75 * e.activations);
 }
 
@@ -124,12 +126,13 @@ TEST_CASE("train.gc_step: checkpointing every other block keeps what the estimat
   const auto spec = train::model_spec_for(cfg);
   const int64_t cell = spec.downsample * spec.patch;
   const auto e = every_other;
-  const double measured = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 2);
-  const double all = train::held_after_forward(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
-  INFO("every other block: estimate " << e.activations_checkpointed << " bytes, measured after the forward "
-       << measured << " (every block " << all << ")");
+  const double measured = train::step_peak_bytes(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 2);
+  const double all = train::step_peak_bytes(spec, spec.depth, e.height / cell, e.width / cell, e.micro_batch, 1);
+  INFO("every other block: estimate " << e.activations_checkpointed << " bytes, measured over the forward and "
+       << "backward " << measured << " (every block " << all << ")");
   CHECK(measured > all);
-  // The estimate adds the one block the backward recomputes at a time.
+  // An upper bound: the sum of the checkpointed blocks' peak and the other blocks'
+  // activations, which the backward frees before it recomputes the first blocks.
   CHECK(measured < e.activations_checkpointed);
   CHECK(e.activations_checkpointed < 1.5 * measured);
 }

@@ -1,7 +1,5 @@
 #include "sana/train/report/memory_estimate.h"
 
-#include <c10/core/CPUAllocator.h>
-
 #include <algorithm>
 #include <cmath>
 #include <atomic>
@@ -19,89 +17,19 @@
 #include "sana/torch_compat.h"
 #include "sana/train/component_options.h"
 #include "sana/train/optim.h"
+#include "sana/train/report/counting_allocator.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
 
 namespace {
 
-// The CPU allocator, counting the bytes it holds (installed for one measurement). Some
-// kernels take raw memory from it (raw_allocate: the context must be the data pointer and
-// the deleter a plain function), so what each block holds is found by its address.
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  // LibTorch 2.3 made allocate() non-const and added copy_data().
-#if SANA_TORCH_AT_LEAST(2, 3)
-  c10::DataPtr allocate(size_t n) override { return counted(n); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-#else
-  c10::DataPtr allocate(size_t n) const override { return counted(n); }
-#endif
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  int64_t held() const { return held_->load(); }
-
- private:
-  // A tensor may outlive the allocator (a cache somewhere): the count it returns to does not.
-  using Count = std::shared_ptr<std::atomic<int64_t>>;
-  struct Held {
-    c10::DataPtr inner;
-    size_t bytes;
-    Count count;
-  };
-  struct Live {
-    std::mutex mutex;
-    std::unordered_map<void*, Held> blocks;
-  };
-  static Live& live() {
-    static Live l;
-    return l;
-  }
-  c10::DataPtr counted(size_t n) const {
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    if (data != nullptr) {
-      *held_ += static_cast<int64_t>(n);
-      std::lock_guard<std::mutex> lock(live().mutex);
-      live().blocks.emplace(data, Held{std::move(inner), n, held_});
-    }
-    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
-  }
-  static void release(void* data) {
-    if (data == nullptr) return;
-    Held gone;
-    {
-      std::lock_guard<std::mutex> lock(live().mutex);
-      auto it = live().blocks.find(data);
-      if (it == live().blocks.end()) return;
-      gone = std::move(it->second);
-      live().blocks.erase(it);
-    }
-    *gone.count -= static_cast<int64_t>(gone.bytes);
-  }  // `gone.inner` frees the block here, outside the lock
-  c10::Allocator* inner_;
-  Count held_ = std::make_shared<std::atomic<int64_t>>(0);
-};
-
-// Installs a counting allocator for its lifetime; the default one comes back after, at a
-// higher priority (c10 only replaces an allocator with one of the same or higher priority).
-class CountingScope {
- public:
-  CountingScope() : counter_(c10::GetDefaultCPUAllocator()) { c10::SetCPUAllocator(&counter_, ++priority_); }
-  ~CountingScope() { c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), ++priority_); }
-  CountingScope(const CountingScope&) = delete;
-  CountingScope& operator=(const CountingScope&) = delete;
-  int64_t held() const { return counter_.held(); }
-
- private:
-  CountingAllocator counter_;
-  static inline uint8_t priority_ = 10;
-};
-
-// Bytes `count` holds after one forward (graph kept) of `batch` samples of h x w tokens,
-// every `checkpoint_every`-th block checkpointed (0: none).
-double forward_bytes(model::SanaMS& net, const CountingScope& count, int64_t h_tokens, int64_t w_tokens,
-                     int64_t batch, int64_t checkpoint_every) {
+// The most bytes `count` held above its start during one forward and backward of `batch`
+// samples of h x w tokens, every `checkpoint_every`-th block checkpointed (0: none). The
+// gradients exist before (as the reducer's buckets do in a run), so the backward
+// accumulates into them.
+double step_bytes(model::SanaMS& net, CountingScope& count, int64_t h_tokens, int64_t w_tokens, int64_t batch,
+                  int64_t checkpoint_every) {
   const auto& spec = net->spec();
   torch::NoGradGuard setup;  // only the forward below records a graph
   const auto x = torch::randn({batch, spec.in_channels, h_tokens * spec.patch, w_tokens * spec.patch});
@@ -114,10 +42,15 @@ double forward_bytes(model::SanaMS& net, const CountingScope& count, int64_t h_t
     cond.y = torch::zeros({batch}, torch::kInt64);
   }
   net->set_grad_checkpointing(checkpoint_every > 0, checkpoint_every);
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
   const int64_t before = count.held();
-  torch::AutoGradMode grad(true);
-  const torch::Tensor out = net->forward(x, t, cond);
-  return static_cast<double>(count.held() - before);
+  count.reset_peak();
+  {
+    torch::AutoGradMode grad(true);
+    const auto target = torch::randn_like(x);
+    (net->forward(x, t, cond) - target).square().mean().backward();
+  }
+  return static_cast<double>(count.peak() - before);
 }
 
 model::SanaMS build(model::ModelSpec spec, int64_t depth) {
@@ -128,8 +61,10 @@ model::SanaMS build(model::ModelSpec spec, int64_t depth) {
   return net;
 }
 
-// Saved activations of one sample: per image token and per sample (the caption's tokens,
-// the timestep, linear attention's key-value state), outside the blocks and per block.
+// The memory a step's forward and backward need above the state, for one sample: per image
+// token and per sample (the caption's tokens, the timestep, linear attention's key-value
+// state), outside the blocks and per block: the activations kept for the backward and the
+// backward's working memory at its peak.
 struct PerSample {
   double outside = 0, outside_per_token = 0, block = 0, block_per_token = 0;
   double bytes(int64_t depth, int64_t tokens, int64_t batch) const {
@@ -148,8 +83,8 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
   for (int64_t depth : {1, 2}) {
     auto net = build(spec, depth);
     for (int kept : {0, 1}) {
-      at[kept][depth - 1][0] = forward_bytes(net, count, side, side, 1, kept);
-      at[kept][depth - 1][1] = forward_bytes(net, count, side, 2 * side, 1, kept);
+      at[kept][depth - 1][0] = step_bytes(net, count, side, side, 1, kept);
+      at[kept][depth - 1][1] = step_bytes(net, count, side, 2 * side, 1, kept);
     }
   }
   const auto terms = [&](const double (&a)[2][2]) {
@@ -166,11 +101,11 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
 
 }  // namespace
 
-double held_after_forward(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens,
-                          int64_t batch, int64_t checkpoint_every) {
-  CountingScope count;
+double step_peak_bytes(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens, int64_t batch,
+                       int64_t checkpoint_every) {
   auto net = build(spec, depth);
-  return forward_bytes(net, count, h_tokens, w_tokens, batch, checkpoint_every);
+  CountingScope count;
+  return step_bytes(net, count, h_tokens, w_tokens, batch, checkpoint_every);
 }
 
 double MemoryEstimate::activations_for_config() const {
@@ -281,13 +216,17 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size) {
             spec.name);
   const auto [plain, kept] = measure(spec);
   e.activations = plain.bytes(spec.depth, e.tokens, e.micro_batch);
-  // train.gc_step: every gc_step-th block keeps only its inputs, the others all their
-  // activations; the backward recomputes one block at a time, with all its activations.
-  PerSample one_block = plain;
-  one_block.outside = one_block.outside_per_token = 0;
+  // train.gc_step: every gc_step-th block keeps only its inputs (the recompute of one block
+  // at a time is in `kept`'s outside terms), the others all their activations.
+  PerSample plain_blocks = plain;
+  plain_blocks.outside = plain_blocks.outside_per_token = 0;
   const int64_t checkpointed = (spec.depth + cfg.train.gc_step - 1) / cfg.train.gc_step;
   e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
-                               one_block.bytes(spec.depth - checkpointed + 1, e.tokens, e.micro_batch);
+                               plain_blocks.bytes(spec.depth - checkpointed, e.tokens, e.micro_batch);
+  e.terms = {{"outside", plain.outside}, {"outside_per_token", plain.outside_per_token}, {"block", plain.block},
+             {"block_per_token", plain.block_per_token}};
+  e.terms_checkpointed = {{"outside", kept.outside}, {"outside_per_token", kept.outside_per_token},
+                          {"block", kept.block}, {"block_per_token", kept.block_per_token}};
   return e;
 }
 

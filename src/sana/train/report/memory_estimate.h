@@ -1,16 +1,17 @@
 // How much device memory one training process needs for a config, before launching:
 // weights, gradients, optimizer state and EMA counted from the model's parameter shapes
-// (the optimizer's own rule for which tensors keep factored statistics), and the
-// activations that autograd keeps for the backward pass measured, not modelled: the
-// model is built at depth 1 and 2 on the CPU, one forward at a small bucket is run under
-// a counting allocator at two token counts, and the bytes held after it (per image token
-// and per sample, per block and outside the blocks) are scaled to the config's depth,
-// largest bucket and micro-batch. With gradient
-// checkpointing the blocks keep only their inputs, and one block's activations are
-// recomputed at a time during the backward.
+// (the optimizer's own rule for which tensors keep factored statistics), split over the
+// ranks as train.zero_stage splits them, and the memory a step's forward and backward need
+// measured, not modelled: the model is built at depth 1 and 2 on the CPU, one forward and
+// backward at a small bucket is run under a counting allocator (counting_allocator.h) at
+// two token counts, and the peak above the start (per image token and per sample, per block
+// and outside the blocks) is scaled to the config's depth, largest bucket and micro-batch.
+// With gradient checkpointing the blocks keep only their inputs, and one block's
+// activations are recomputed at a time during the backward.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,14 @@ struct MemoryEstimate {
   std::vector<RankState> ranks;
   std::string optimizer_name;
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
-  double activations = 0;               // bytes kept for the backward, fp32
-  double activations_checkpointed = 0;  // the same with train.grad_checkpointing (and its gc_step)
+  // The rise of memory during a step's forward and backward, fp32 (the activations kept for
+  // the backward and the backward's working memory at its peak), and the same with
+  // train.grad_checkpointing (and its gc_step).
+  double activations = 0;
+  double activations_checkpointed = 0;
+  // What they are made of, per sample (bytes): outside the blocks and per block, each also
+  // per image token; so any bucket and micro-batch can be estimated (the tests do).
+  std::map<std::string, double> terms, terms_checkpointed;
   bool checkpointing = false;           // the config's train.grad_checkpointing
   // The config trains under bf16/fp16 autocast on CUDA: most saved activations are half as
   // large there. Not measured (CPU autocast keeps other tensors than CUDA's): the fp32
@@ -53,10 +60,10 @@ struct MemoryEstimate {
 // SpecError / UsageError for a config whose model cannot be built.
 MemoryEstimate estimate_memory(const config::Config& cfg, int world_size = 1);
 
-// The measurement itself: bytes the CPU allocator holds after one forward (graph kept) of
-// `batch` samples of h x w tokens through `spec` cut to `depth` blocks, with every
-// `checkpoint_every`-th block checkpointed (0: none).
-double held_after_forward(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens,
-                          int64_t batch, int64_t checkpoint_every);
+// The measurement itself: the most bytes the CPU allocator held above its start during one
+// forward and backward of `batch` samples of h x w tokens through `spec` cut to `depth`
+// blocks (gradients allocated before), every `checkpoint_every`-th block checkpointed (0: none).
+double step_peak_bytes(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens, int64_t batch,
+                       int64_t checkpoint_every);
 
 }  // namespace sana::train

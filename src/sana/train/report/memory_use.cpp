@@ -2,41 +2,16 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "sana/util/error.h"
 
 namespace sana::train {
 
 namespace {
-
-// A field of /proc/self/status in bytes ("VmRSS:    1234 kB"); -1 when missing.
-int64_t proc_status_bytes(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) != 0) continue;
-    std::istringstream rest(line.substr(prefix.size()));
-    int64_t kb = -1;
-    rest >> kb;
-    return kb < 0 ? -1 : kb * 1024;
-  }
-  return -1;
-}
-
-// Resets VmHWM to the current resident size (Linux 4.0+); false where not allowed.
-bool reset_peak_resident() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
-}
 
 std::string gib(int64_t bytes) { return fmt::format("{:.3f} GiB", static_cast<double>(bytes) / (1 << 30)); }
 
@@ -50,7 +25,10 @@ std::string MemoryUse::json() const {
                         {"ema", ema},
                         {"gathered", gathered},
                         {"activations_peak", activations_peak},
-                        {"activations_source", activations_source}}
+                        {"activations_source", activations_source},
+                        {"micro_batch", micro_batch},
+                        {"h_tokens", h_tokens},
+                        {"w_tokens", w_tokens}}
       .dump();
 }
 
@@ -65,6 +43,9 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
   m.gathered = j.at("gathered").get<int64_t>();
   m.activations_peak = j.at("activations_peak").get<int64_t>();
   m.activations_source = j.at("activations_source").get<std::string>();
+  m.micro_batch = j.value("micro_batch", int64_t{0});
+  m.h_tokens = j.value("h_tokens", int64_t{0});
+  m.w_tokens = j.value("w_tokens", int64_t{0});
   return m;
 }
 
@@ -86,26 +67,32 @@ int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
   return n;
 }
 
+PeakProbe::PeakProbe(torch::Device device) : device_(device) {}
+PeakProbe::~PeakProbe() = default;
+
 void PeakProbe::begin() {
+  growth_ = -1;
   if (device_.is_cuda()) {
     reset_cuda_peak(device_.index());
     at_begin_ = cuda_allocated_bytes(device_.index());
-    reset_ = at_begin_ >= 0;
     return;
   }
-  reset_ = reset_peak_resident();
-  at_begin_ = proc_status_bytes("VmRSS");
+  counting_ = std::make_unique<CountingScope>();  // counts what is allocated from now on
+  at_begin_ = 0;
 }
 
-int64_t PeakProbe::growth() const {
-  if (!reset_ || at_begin_ < 0) return -1;
-  const int64_t peak = device_.is_cuda() ? cuda_peak_bytes(device_.index()) : proc_status_bytes("VmHWM");
-  return peak < 0 ? -1 : std::max<int64_t>(0, peak - at_begin_);
+void PeakProbe::end() {
+  if (device_.is_cuda()) {
+    const int64_t peak = cuda_peak_bytes(device_.index());
+    growth_ = peak < 0 || at_begin_ < 0 ? -1 : std::max<int64_t>(0, peak - at_begin_);
+    return;
+  }
+  if (!counting_) return;
+  growth_ = counting_->peak();
+  counting_.reset();
 }
 
-const char* PeakProbe::source() const {
-  return device_.is_cuda() ? "cuda allocator peak" : "peak resident size (VmHWM)";
-}
+const char* PeakProbe::source() const { return device_.is_cuda() ? "cuda allocator peak" : "cpu allocator peak"; }
 
 void write_memory_json(const std::string& path, const std::vector<MemoryUse>& ranks) {
   nlohmann::json j;
