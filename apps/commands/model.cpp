@@ -45,9 +45,9 @@ struct ModelFacts {
   std::optional<train::MemoryEstimate> memory;  // without --no-memory
 };
 
-ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size) {
+ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations) {
   ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}};
-  if (memory) f.memory = train::estimate_memory(cfg, world_size);
+  if (memory) f.memory = train::estimate_memory(cfg, world_size, activations);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -212,11 +212,13 @@ class Model : public ConfigSubcommand {
     cli_->add_option("--world-size", world_size_, "processes the memory estimate is for (train.zero_stage splits "
                                                   "the state over them; default 1)")
         ->check(CLI::Range(1, 1 << 20));
+    cli_->add_flag("--no-activations", no_activations_,
+                   "the memory estimate without the activations (their measurement takes seconds): the state only");
     cli_->add_flag("--no-memory", no_memory_,
                    "skip the memory estimate (it builds the model at depth 1 and 2 on the CPU: seconds for 1.6B)");
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto facts = facts_of(cfg, !no_memory_, world_size_);
+    const auto facts = facts_of(cfg, !no_memory_, world_size_, !no_activations_);
     if (json_) {
       print_json(facts);
     } else {
@@ -229,6 +231,7 @@ class Model : public ConfigSubcommand {
   bool json_ = false;
   bool no_memory_ = false;
   int world_size_ = 1;
+  bool no_activations_ = false;
 };
 
 }  // namespace

@@ -20,6 +20,9 @@ echo "| model, px | optimizer | stage | W=1 | W=8 | W=64 |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for entry in "${configs[@]}"; do
   what=${entry%%:*} config=${entry#*:}
+  # The activations once per config (they depend on neither the stage nor the optimizer).
+  "$bin" model --config "$config" --json "--work_dir=$work/w" > "$work/a.json" 2> /dev/null
+  act=$(/usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["memory_per_process"]; print(m["total_for_config"]-m["weights"]-m["gradients"]-m["optimizer"]-m["ema"])' "$work/a.json")
   for optimizer in AdamW CAME8bit; do
     one=
     for stage in 0 1 2 3; do
@@ -28,14 +31,14 @@ for entry in "${configs[@]}"; do
         if [ $w = 1 ] && [ -n "$one" ]; then row+=" $one |"; continue; fi  # one process: no stage splits anything
         [ $optimizer = AdamW ] && hyper=("--train.optimizer.betas=[0.9,0.999]" "--train.optimizer.eps=[1e-8]") ||
           hyper=("--train.optimizer.betas=[0.9,0.999,0.9999]" "--train.optimizer.eps=[1e-30,1e-16]")
-        "$bin" model --config "$config" --train.optimizer.type=$optimizer "${hyper[@]}" --train.zero_stage=$stage --json \
+        "$bin" model --config "$config" --train.optimizer.type=$optimizer "${hyper[@]}" --train.zero_stage=$stage --json --no-activations \
           --world-size $w "--work_dir=$work/w" > "$work/m.json" 2> /dev/null
-        row+=" $(/usr/bin/python3 - "$work/m.json" <<'PY'
+        row+=" $(/usr/bin/python3 - "$work/m.json" "$act" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["memory_per_process"]
 gib = (m["weights"] + m["gradients"] + m["optimizer"] + m["ema"] + m["gathered"]) / 2**30
-act = m["total_for_config"] / 2**30 - gib  # the config's activations (its grad_checkpointing)
-fits = m["fits_gpus_gb"]
+act = float(sys.argv[2]) / 2**30  # the config's activations (its grad_checkpointing)
+fits = [g for g in (24, 48, 80) if (gib + act + 2) * 2**30 <= g * 1e9]  # as sana-train model's fits_gpus_gb
 print(f"{gib:.1f} + {act:.1f} GiB ({'fits ' + str(fits[0]) + ' GB' if fits else 'over 80 GB'})")
 PY
 ) |"

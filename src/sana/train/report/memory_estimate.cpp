@@ -178,7 +178,7 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const config::Config& cfg, int world_size) {
+MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool activations) {
   MemoryEstimate e;
   const auto spec = model_spec_for(cfg);
   e.world_size = world_size;
@@ -212,6 +212,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size) {
   e.micro_batch = cfg.train.micro_batch_size;
   e.checkpointing = cfg.train.grad_checkpointing;
   e.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  if (!activations) return e;  // the state only: activations 0
   log::info("memory estimate: measuring {}'s activations on the CPU at depth 1 and 2 (seconds for the largest presets)",
             spec.name);
   const auto [plain, kept] = measure(spec);

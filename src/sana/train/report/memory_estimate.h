@@ -56,9 +56,10 @@ struct MemoryEstimate {
   double activations_for_config() const;
 };
 
-// On `world_size` processes (train.zero_stage splits the state over them). Throws
-// SpecError / UsageError for a config whose model cannot be built.
-MemoryEstimate estimate_memory(const config::Config& cfg, int world_size = 1);
+// On `world_size` processes (train.zero_stage splits the state over them); without
+// `activations` their measurement is skipped (they stay 0). Throws SpecError / UsageError
+// for a config whose model cannot be built.
+MemoryEstimate estimate_memory(const config::Config& cfg, int world_size = 1, bool activations = true);
 
 // The measurement itself: the most bytes the CPU allocator held above its start during one
 // forward and backward of `batch` samples of h x w tokens through `spec` cut to `depth`
