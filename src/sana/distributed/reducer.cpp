@@ -341,11 +341,7 @@ void BucketedReducer::add_gradient(size_t k) {
 
 void BucketedReducer::launch(size_t i) {
   auto& b = buckets_[i];
-  if (!shard_) {
-    b.works.push_back(rt_.all_reduce_async(b.flat));
-    return;
-  }
-  if (!b.flat.defined()) allocate(i);  // no parameter of it got a gradient: zeros, still sent
+  if (!b.flat.defined()) allocate(i);  // sharded: no parameter of it got a gradient; zeros, still sent
   if (!reduce_to_owners_) {
     b.works.push_back(rt_.all_reduce_async(b.flat));
     return;

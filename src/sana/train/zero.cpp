@@ -113,22 +113,29 @@ void GatheredParameters::gather(size_t unit) {
   torch::NoGradGuard no_grad;
   for (const auto& [i, s] : unit_segments_[unit]) {
     auto& seg = segs_[i][s];
-    if (seg.refs++ > 0) continue;
-    if (seg.owner != rt_.rank()) {
-      take_memory(seg.data);
-      gathered_ += storage_bytes(seg.data);
-      peak_ = std::max(peak_, gathered_);
-    }
-    rt_.broadcast(seg.data, seg.owner);  // collective: every rank gathers the same units in the same order
+    if (seg.refs++ == 0) acquire(seg, true);  // collective: every rank gathers the same units in the same order
   }
+}
+
+void GatheredParameters::acquire(Segment& seg, bool fill) {
+  if (seg.owner != rt_.rank()) {
+    take_memory(seg.data);
+    gathered_ += storage_bytes(seg.data);
+    peak_ = std::max(peak_, gathered_);
+  }
+  if (fill) rt_.broadcast(seg.data, seg.owner);  // collective
+}
+
+void GatheredParameters::drop(Segment& seg) {
+  if (seg.owner == rt_.rank()) return;
+  drop_memory(seg.data);
+  gathered_ -= storage_bytes(seg.data);
 }
 
 void GatheredParameters::release(size_t unit) {
   for (const auto& [i, s] : unit_segments_[unit]) {
     auto& seg = segs_[i][s];
-    if (--seg.refs > 0 || seg.owner == rt_.rank()) continue;
-    drop_memory(seg.data);
-    gathered_ -= storage_bytes(seg.data);
+    if (--seg.refs == 0) drop(seg);
   }
 }
 
@@ -184,14 +191,7 @@ void GatheredParameters::gather_all(bool fill) {
   step_done();
   torch::NoGradGuard no_grad;
   for (auto& bucket : segs_) {
-    for (auto& seg : bucket) {
-      if (seg.owner != rt_.rank()) {
-        take_memory(seg.data);
-        gathered_ += storage_bytes(seg.data);
-        peak_ = std::max(peak_, gathered_);
-      }
-      if (fill) rt_.broadcast(seg.data, seg.owner);  // collective
-    }
+    for (auto& seg : bucket) acquire(seg, fill);
   }
   whole_ = true;
 }
@@ -200,9 +200,7 @@ void GatheredParameters::release_all() {
   for (auto& bucket : segs_) {
     for (auto& seg : bucket) {
       seg.refs = 0;
-      if (seg.owner == rt_.rank()) continue;
-      drop_memory(seg.data);
-      gathered_ -= storage_bytes(seg.data);
+      drop(seg);
     }
   }
   whole_ = false;

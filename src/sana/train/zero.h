@@ -73,6 +73,10 @@ class GatheredParameters : public model::ParamGathering {
   };
   void gather(size_t unit);
   void release(size_t unit);
+  // Another rank's segment gets memory (and, with `fill`, its owner's values: a collective
+  // every rank joins); drop() gives it back. Both keep the gathered bytes' count.
+  void acquire(Segment& seg, bool fill);
+  void drop(Segment& seg);
   dist::Runtime& rt_;
   std::vector<std::vector<Segment>> segs_;
   std::vector<std::vector<std::pair<size_t, size_t>>> unit_segments_;  // per unit: (bucket, segment)
