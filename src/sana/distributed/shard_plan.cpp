@@ -29,7 +29,7 @@ int64_t ShardPlan::largest_share() const {
 }
 
 int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buckets, const std::vector<size_t>& unit_of,
-                       int rank) {
+                       int rank, bool own_too) {
   size_t units = 1;
   for (size_t u : unit_of) units = std::max(units, u + 1);
   // Which of other ranks' segments each unit needs.
@@ -37,7 +37,7 @@ int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buc
   for (size_t i = 0; i < buckets.size(); ++i) {
     for (size_t s = 0; s < plan.segments[i].size(); ++s) {
       const auto& seg = plan.segments[i][s];
-      if (seg.owner == rank) continue;
+      if (seg.owner == rank && !own_too) continue;
       for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
         auto& n = needs[unit_of.at(buckets[i].params[j])];
         if (n.empty() || n.back() != std::make_pair(i, s)) n.emplace_back(i, s);

@@ -45,9 +45,10 @@ struct ShardPlan {
 // through a whole forward and backward; k >= 1 one block) and a unit's segments are held
 // while it runs: unit 0 with one block in the forward, with two neighbours in the backward
 // (the next block is gathered before the last one's parameters all have gradients). A
-// segment shared by several units counts once.
+// segment shared by several units counts once. `own_too`: the rank's own segments count
+// as well (half-precision gathers copy them too).
 int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buckets, const std::vector<size_t>& unit_of,
-                       int rank);
+                       int rank, bool own_too = false);
 
 // Every parameter of `buckets` (param_count of them) owned by one of `world` ranks as
 // above. world 1: rank 0 owns everything, one segment per bucket.

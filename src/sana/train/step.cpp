@@ -189,6 +189,11 @@ bool loss_scaling(const torch::Device& device, config::Precision mixed_precision
   return amp.enabled && amp.dtype == at::kHalf;
 }
 
+at::ScalarType compute_type(const torch::Device& device, config::Precision mixed_precision) {
+  const auto amp = model::autocast_for(device, half_type(mixed_precision));
+  return amp.enabled ? amp.dtype : at::kFloat;
+}
+
 at::ScalarType half_type(config::Precision mixed_precision) {
   switch (mixed_precision) {
     case config::Precision::fp16: return at::kHalf;

@@ -88,5 +88,8 @@ void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm,
 bool loss_scaling(const torch::Device& device, config::Precision mixed_precision);
 // The half type model.mixed_precision names (kHalf, kBFloat16), or kFloat for fp32.
 at::ScalarType half_type(config::Precision mixed_precision);
+// The dtype the forward computes in: the autocast dtype on CUDA, else kFloat (ZeRO stage 3
+// gathers parameters in it).
+at::ScalarType compute_type(const torch::Device& device, config::Precision mixed_precision);
 
 }  // namespace sana::train

@@ -97,7 +97,8 @@ void Trainer::start() {
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   named_ = named_parameters(model_);
   reducer_ = dist::make_reducer(rt_, named_, reducer_options_for(cfg_));
-  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_, *model_);
+  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_, *model_,
+                compute_type(rt_.device(), cfg_.model.mixed_precision));
   optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(zero_->optimizer_buckets());

@@ -49,8 +49,12 @@ struct AccumulatedHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan,
-                                       std::vector<dist::FlatBucket>& flat, const NamedParams& params)
-    : rt_(rt), target_(std::make_shared<HookTarget>()) {
+                                       std::vector<dist::FlatBucket>& flat, const NamedParams& params,
+                                       at::ScalarType compute)
+    : rt_(rt), params_(params), half_(compute != at::kFloat), target_(std::make_shared<HookTarget>()) {
+  if (half_ && compute != at::kBFloat16 && compute != at::kHalf) {
+    throw std::invalid_argument("GatheredParameters: gathers in fp32, bf16 or fp16");
+  }
   torch::NoGradGuard no_grad;
   unit_of_.resize(params.size());
   size_t units = 1;
@@ -71,14 +75,18 @@ GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan&
       std::vector<size_t> units_here;
       for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
         const size_t k = flat[i].layout.params[j];
-        auto& p = params[k].second;
-        p.set_data(mine.data.narrow(0, flat[i].layout.offsets[j] - seg.begin, p.numel()).view(p.sizes()));
+        mine.members.emplace_back(k, flat[i].layout.offsets[j] - seg.begin);
         units_here.push_back(unit_of_[k]);
       }
       std::sort(units_here.begin(), units_here.end());
       units_here.erase(std::unique(units_here.begin(), units_here.end()), units_here.end());
       for (size_t u : units_here) unit_segments_[u].emplace_back(i, s);
+      point(mine, mine.data);
       if (mine.owner != rt.rank()) drop_memory(mine.data);
+      if (half_) {
+        mine.half = torch::empty({seg.numel()}, mine.data.options().dtype(compute));
+        drop_memory(mine.half);
+      }
       segs_.back().push_back(std::move(mine));
     }
     flat[i].params = torch::Tensor();  // the whole bucket goes: each segment has its own memory now
@@ -113,8 +121,46 @@ void GatheredParameters::gather(size_t unit) {
   torch::NoGradGuard no_grad;
   for (const auto& [i, s] : unit_segments_[unit]) {
     auto& seg = segs_[i][s];
-    if (seg.refs++ == 0) acquire(seg, true);  // collective: every rank gathers the same units in the same order
+    if (seg.refs++ == 0) acquire_compute(seg);  // collective: every rank gathers the same units in the same order
   }
+}
+
+void GatheredParameters::point(const Segment& seg, const torch::Tensor& to) {
+  for (const auto& [k, offset] : seg.members) {
+    auto& p = params_[k].second;
+    auto* meta = torch::autograd::impl::get_autograd_meta(p);
+    auto accumulator = meta ? meta->grad_accumulator_.lock() : nullptr;
+    p.set_data(to.narrow(0, offset, p.numel()).view(p.sizes()));
+    if (accumulator && meta->grad_accumulator_.expired()) {
+      // A change of dtype makes set_data() forget the accumulator; the hooks are on it, and
+      // the engine casts the gradients arriving there to its recorded fp32.
+      std::lock_guard<std::mutex> lock(meta->mutex_);
+      meta->grad_accumulator_ = accumulator;
+    }
+  }
+}
+
+void GatheredParameters::acquire_compute(Segment& seg) {
+  if (!half_) {
+    acquire(seg, true);
+    return;
+  }
+  take_memory(seg.half);
+  gathered_ += storage_bytes(seg.half);
+  peak_ = std::max(peak_, gathered_);
+  if (seg.owner == rt_.rank()) seg.half.copy_(seg.data);
+  rt_.broadcast(seg.half, seg.owner);  // collective
+  point(seg, seg.half);
+}
+
+void GatheredParameters::give_back(Segment& seg) {
+  if (!half_) {
+    drop(seg);
+    return;
+  }
+  point(seg, seg.data);
+  drop_memory(seg.half);
+  gathered_ -= storage_bytes(seg.half);
 }
 
 void GatheredParameters::acquire(Segment& seg, bool fill) {
@@ -135,7 +181,7 @@ void GatheredParameters::drop(Segment& seg) {
 void GatheredParameters::release(size_t unit) {
   for (const auto& [i, s] : unit_segments_[unit]) {
     auto& seg = segs_[i][s];
-    if (--seg.refs == 0) drop(seg);
+    if (--seg.refs == 0) give_back(seg);
   }
 }
 
@@ -206,7 +252,8 @@ void GatheredParameters::release_all() {
   whole_ = false;
 }
 
-Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model)
+Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model,
+           at::ScalarType gather_dtype)
     : stage_(stage), rt_(rt), reducer_(reducer), flat_(reducer.flatten_parameters()), model_(model) {
   const auto& plan = reducer.shard_plan();
   owned_index_.assign(params.size(), -1);
@@ -217,7 +264,7 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reduce
     owned_.push_back(params[k]);
   }
   if (stage_ >= 3 && shards_state()) {
-    gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params);
+    gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params, gather_dtype);
     model_.set_param_gathering(gathered_.get());
   }
 }

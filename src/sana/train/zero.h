@@ -40,10 +40,16 @@ using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 // gradient checkpointing) and releases a block, and the parts outside, once every one of
 // their parameters has its gradient. Gathering is one broadcast per segment from its owner,
 // in the same order on every rank (the ranks run the same forwards: TrainStep pads).
+// With a half `compute` dtype (bf16 or fp16 under CUDA autocast, as FSDP's mixed precision)
+// a gathered unit is a half copy on every rank, its owner's included: the owner casts its
+// fp32 segment, broadcasts the half one, and while the unit is gathered its parameters are
+// views of that copy (outside, of the fp32 segments again). Half the bytes gathered and
+// sent, and autograd saves the gathered copy itself, which is given back with the unit:
+// fp32 parameters under autocast are saved as half casts that outlive the gather.
 class GatheredParameters : public model::ParamGathering {
  public:
   GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan, std::vector<dist::FlatBucket>& flat,
-                     const NamedParams& params);
+                     const NamedParams& params, at::ScalarType compute = at::kFloat);
   ~GatheredParameters() override;
   GatheredParameters(const GatheredParameters&) = delete;
   GatheredParameters& operator=(const GatheredParameters&) = delete;
@@ -67,7 +73,9 @@ class GatheredParameters : public model::ParamGathering {
 
  private:
   struct Segment {
-    torch::Tensor data;
+    torch::Tensor data;       // fp32: the owner's master values (no memory elsewhere unless gathered whole)
+    torch::Tensor half;       // half compute: the gathered copy (no memory unless gathered)
+    std::vector<std::pair<size_t, int64_t>> members;  // (parameter, offset in the segment)
     int owner = 0;
     int refs = 0;
   };
@@ -77,7 +85,15 @@ class GatheredParameters : public model::ParamGathering {
   // every rank joins); drop() gives it back. Both keep the gathered bytes' count.
   void acquire(Segment& seg, bool fill);
   void drop(Segment& seg);
+  // A segment for the forward and backward: acquire(seg, true), or its half copy on every
+  // rank with the parameters pointed at it; give_back() undoes either.
+  void acquire_compute(Segment& seg);
+  void give_back(Segment& seg);
+  // The segment's parameters as views of `to` (its fp32 data or its half copy).
+  void point(const Segment& seg, const torch::Tensor& to);
   dist::Runtime& rt_;
+  NamedParams params_;
+  bool half_ = false;
   std::vector<std::vector<Segment>> segs_;
   std::vector<std::vector<std::pair<size_t, size_t>>> unit_segments_;  // per unit: (bucket, segment)
   std::vector<size_t> unit_of_;          // per parameter
@@ -93,8 +109,10 @@ class GatheredParameters : public model::ParamGathering {
 class Zero {
  public:
   // Makes the parameters views of flat buckets (reducer.flatten_parameters()): once per run.
-  // At stage 3 `model` is told to gather its parameters (until the Zero goes).
-  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model);
+  // At stage 3 `model` is told to gather its parameters (until the Zero goes), in
+  // `gather_dtype` (the autocast dtype on CUDA: GatheredParameters).
+  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model,
+       at::ScalarType gather_dtype = at::kFloat);
   ~Zero();
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;

@@ -12,7 +12,7 @@
 
 namespace sana::train {
 
-namespace {
+namespace counting {  // named: CountingScope::Counter holds one (an anonymous type there warns)
 
 // The CPU allocator, counting the bytes it holds (installed for one measurement). Some
 // kernels take raw memory from it (raw_allocate: the context must be the data pointer and
@@ -80,15 +80,15 @@ class CountingAllocator final : public c10::Allocator {
 
 uint8_t g_priority = 10;  // c10 only replaces an allocator with one of the same or higher priority
 
-}  // namespace
+}  // namespace counting
 
 // Installs a counting allocator for its lifetime; the default one comes back after, at a
 // higher priority.
 class CountingScope::Counter {
  public:
-  Counter() : allocator(c10::GetDefaultCPUAllocator()) { c10::SetCPUAllocator(&allocator, ++g_priority); }
-  ~Counter() { c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), ++g_priority); }
-  CountingAllocator allocator;
+  Counter() : allocator(c10::GetDefaultCPUAllocator()) { c10::SetCPUAllocator(&allocator, ++counting::g_priority); }
+  ~Counter() { c10::SetCPUAllocator(c10::GetDefaultCPUAllocator(), ++counting::g_priority); }
+  counting::CountingAllocator allocator;
 };
 
 CountingScope::CountingScope() : counter_(std::make_unique<Counter>()) {}

@@ -151,7 +151,9 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
     st.rank = r;
     const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
     st.weights = stage3 ? owned : flat;  // stage 3: each owned segment its own tensor
-    st.gathered = stage3 ? 4 * static_cast<double>(dist::largest_gather(plan, buckets, units, owner)) : 0;
+    // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
+    const bool half = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+    st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(dist::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
     if (!config::is_came(o.type)) st.optimizer = 2 * owned;  // AdamW's two moments
     for (size_t k = 0; k < params.size(); ++k) {
