@@ -390,18 +390,28 @@ void Runtime::broadcast(torch::Tensor& t, int root) {
   run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors, opts); });
 }
 
-PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
-  if (world_size() == 1) return {};
-  std::vector<torch::Tensor> tensors{t};
-  // No deadline yet: this rank's own backward may still run long after the launch.
-  const int64_t token = FlightRecorder::process().begin(OpFamily::collective, "all-reduce (async)", "",
+namespace {
+
+// Starts `launch`'s collective with a flight-record entry that has no deadline yet: this
+// rank's own work may run long before it waits (Runtime::wait arms it).
+template <typename Launch>
+PendingCollective start_async(const char* name, const torch::Tensor& t, Launch&& launch) {
+  const int64_t token = FlightRecorder::process().begin(OpFamily::collective, name, "",
                                                         static_cast<int64_t>(t.nbytes()), std::chrono::milliseconds(0));
   try {
-    return PendingCollective(backend_->allreduce(tensors), token);
+    return PendingCollective(launch(), token);
   } catch (const std::exception& e) {
     FlightRecorder::process().end(token, short_error(e));
     throw;
   }
+}
+
+}  // namespace
+
+PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
+  if (world_size() == 1) return {};
+  std::vector<torch::Tensor> tensors{t};
+  return start_async("all-reduce (async)", t, [&] { return backend_->allreduce(tensors); });
 }
 
 PendingCollective Runtime::reduce_async(torch::Tensor& t, int root) {
@@ -409,14 +419,15 @@ PendingCollective Runtime::reduce_async(torch::Tensor& t, int root) {
   std::vector<torch::Tensor> tensors{t};
   c10d::ReduceOptions opts;
   opts.rootRank = root;
-  const int64_t token = FlightRecorder::process().begin(OpFamily::collective, "reduce (async)", "",
-                                                        static_cast<int64_t>(t.nbytes()), std::chrono::milliseconds(0));
-  try {
-    return PendingCollective(backend_->reduce(tensors, opts), token);
-  } catch (const std::exception& e) {
-    FlightRecorder::process().end(token, short_error(e));
-    throw;
-  }
+  return start_async("reduce (async)", t, [&] { return backend_->reduce(tensors, opts); });
+}
+
+PendingCollective Runtime::broadcast_async(torch::Tensor& t, int root) {
+  if (world_size() == 1) return {};
+  std::vector<torch::Tensor> tensors{t};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return start_async("broadcast (async)", t, [&] { return backend_->broadcast(tensors, opts); });
 }
 
 void Runtime::wait(PendingCollective& pending, const char* what) {

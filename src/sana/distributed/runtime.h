@@ -121,6 +121,8 @@ class Runtime {
   // started now, waited for with wait() (ZeRO stage 2's gradients, which Gloo in LibTorch
   // 1.13 cannot reduce-scatter).
   PendingCollective reduce_async(torch::Tensor& t, int root);
+  // `root`'s `t` into every rank's, started now (ZeRO stage 3 fetching the next block).
+  PendingCollective broadcast_async(torch::Tensor& t, int root);
   // Waits for `pending` (empty: done), turning a broken collective into PeerFailure.
   void wait(PendingCollective& pending, const char* what);
 

@@ -25,86 +25,12 @@
 #include <vector>
 
 #include "sana/distributed/reducer.h"
+#include "sana/train/gathered_parameters.h"
 #include "sana/model/sana_ms.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {
-
-using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
-
-// ZeRO stage 3's parameters: each segment of the flat parameter buckets its own tensor, the
-// parameters views of it. A segment another rank owns has no memory unless gathered: the
-// forward gathers everything outside the blocks at its start and each block around its
-// forward; the backward gathers each block when it reaches it (or its recompute, under
-// gradient checkpointing) and releases a block, and the parts outside, once every one of
-// their parameters has its gradient. Gathering is one broadcast per segment from its owner,
-// in the same order on every rank (the ranks run the same forwards: TrainStep pads).
-// With a half `compute` dtype (bf16 or fp16 under CUDA autocast, as FSDP's mixed precision)
-// a gathered unit is a half copy on every rank, its owner's included: the owner casts its
-// fp32 segment, broadcasts the half one, and while the unit is gathered its parameters are
-// views of that copy (outside, of the fp32 segments again). Half the bytes gathered and
-// sent, and autograd saves the gathered copy itself, which is given back with the unit:
-// fp32 parameters under autocast are saved as half casts that outlive the gather.
-class GatheredParameters : public model::ParamGathering {
- public:
-  GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan, std::vector<dist::FlatBucket>& flat,
-                     const NamedParams& params, at::ScalarType compute = at::kFloat);
-  ~GatheredParameters() override;
-  GatheredParameters(const GatheredParameters&) = delete;
-  GatheredParameters& operator=(const GatheredParameters&) = delete;
-
-  void forward_begins() override;
-  void block_forward(int64_t block, bool begins) override;
-  void backward_reaches(int64_t block) override;
-  void forward_ends(bool backward_follows) override;
-  // A parameter's gradient has been accumulated (its accumulator's hook).
-  void accumulated(size_t param);
-  // After a step's last backward: whatever is still gathered (parameters that got no
-  // gradient) is released.
-  void step_done();
-  // Every segment gathered (`fill`: with its owner's values; else only allocated, to be
-  // overwritten) until release_all(): previews, checkpoints, the end. A collective.
-  void gather_all(bool fill);
-  void release_all();
-  const torch::Tensor& segment(size_t bucket, size_t s) const { return segs_[bucket][s].data; }
-  int64_t peak_gathered() const { return peak_; }
-  struct HookTarget;  // what the accumulators' hooks reach (cleared when this goes)
-
- private:
-  struct Segment {
-    torch::Tensor data;       // fp32: the owner's master values (no memory elsewhere unless gathered whole)
-    torch::Tensor half;       // half compute: the gathered copy (no memory unless gathered)
-    std::vector<std::pair<size_t, int64_t>> members;  // (parameter, offset in the segment)
-    int owner = 0;
-    int refs = 0;
-  };
-  void gather(size_t unit);
-  void release(size_t unit);
-  // Another rank's segment gets memory (and, with `fill`, its owner's values: a collective
-  // every rank joins); drop() gives it back. Both keep the gathered bytes' count.
-  void acquire(Segment& seg, bool fill);
-  void drop(Segment& seg);
-  // A segment for the forward and backward: acquire(seg, true), or its half copy on every
-  // rank with the parameters pointed at it; give_back() undoes either.
-  void acquire_compute(Segment& seg);
-  void give_back(Segment& seg);
-  // The segment's parameters as views of `to` (its fp32 data or its half copy).
-  void point(const Segment& seg, const torch::Tensor& to);
-  dist::Runtime& rt_;
-  NamedParams params_;
-  bool half_ = false;
-  std::vector<std::vector<Segment>> segs_;
-  std::vector<std::vector<std::pair<size_t, size_t>>> unit_segments_;  // per unit: (bucket, segment)
-  std::vector<size_t> unit_of_;          // per parameter
-  std::vector<int64_t> unit_params_;     // parameters per unit
-  std::vector<int64_t> unit_done_;       // of them with a gradient in this backward
-  std::vector<char> held_;               // per unit: gathered until its backward is done
-  bool whole_ = false;
-  int64_t gathered_ = 0, peak_ = 0;      // bytes of other ranks' segments held
-  std::shared_ptr<HookTarget> target_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-};
 
 class Zero {
  public:
