@@ -6,7 +6,8 @@
 # allocator's count during the first step's forward and backward) within 15% of the
 # estimate at the shape measured, where the gradients exist before the step (stages 0, 1).
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
-# 8-bit moments); ZeRO stages 1 to 3 on 2 and 4, with each rank's share of the state. Tiny preset, the example photos
+# 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
+# or more); ZeRO stages 1 to 3 on 2 and 4, with each rank's share of the state. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -76,6 +77,7 @@ EOF
 
 check adamw_ema 1 --train.optimizer.type=AdamW --train.ema_update=true
 check came8bit_w2 2 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64
+check adamw8bit_s2_w2 2 --train.optimizer.type=AdamW8bit --train.zero_stage=2
 # ZeRO: the same, and each rank's share against one process's whole (stage 0).
 check came_s0 1 --train.optimizer.type=CAME --train.ema_update=true
 check adamw_s1_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1

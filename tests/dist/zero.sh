@@ -6,8 +6,8 @@
 #     count within 1e-6 relative, with AdamW (and EMA) and with CAME on 2, 3 and 4
 #     processes (8 samples in micro-batches of 2: on 3 the ranks run 2, 2 and 1, so stage 3
 #     pads the third); CAME on 2 with gradient checkpointing and previews; CAME8bit at
-#     stage 3 on 4. The EMA weights written at the end (gathered from the ranks) equal
-#     stage 0's.
+#     stage 3 on 4, AdamW8bit at stage 3 on 3. The EMA weights written at the end
+#     (gathered from the ranks) equal stage 0's.
 #  2. A stage-2 checkpoint (gathered to rank 0) resumed at stage 0 on the same processes
 #     continues stage 0's losses within 1e-6.
 #  3. train.deterministic, resumed mid-epoch stage 2 on 4 processes -> stage 0 on 3 ->
@@ -68,7 +68,8 @@ came=(--train.optimizer.type=CAME)
 previews=(--train.grad_checkpointing=true --train.visualize=true --train.eval_sampling_steps=10 --train.preview_steps=2)
 for case in "adamw2 2 1 ${adamw[*]}" "adamw 3 1 ${adamw[*]}" "adamw4 4 1 ${adamw[*]}" \
             "came 2 1 ${came[*]} ${previews[*]}" "came3 3 1 ${came[*]}" "came4 4 1 ${came[*]}" \
-            "came8bit 4 3 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64"; do
+            "came8bit 4 3 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64" \
+            "adamw8bit 3 3 --train.optimizer.type=AdamW8bit"; do
   set -- $case
   name=$1 w=$2 first=$3; shift 3
   for stage in 0 $(seq "$first" 3); do

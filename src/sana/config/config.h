@@ -21,7 +21,7 @@ enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, sd3_mode, uniform };
-enum class OptimizerType { AdamW, CAME, CAME8bit };
+enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit };
 // CAME with or without 8-bit first moments: the same betas, eps and maths.
 inline bool is_came(OptimizerType t) { return t == OptimizerType::CAME || t == OptimizerType::CAME8bit; }
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
@@ -47,7 +47,7 @@ template <> struct Names<VaeType> {
 template <> struct Names<Weighting> {
   static constexpr std::array<std::string_view, 3> values{"logit_normal", "sd3_mode", "uniform"};
 };
-template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 3> values{"AdamW", "CAME", "CAME8bit"}; };
+template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 4> values{"AdamW", "CAME", "CAME8bit", "AdamW8bit"}; };
 template <> struct Names<LrSchedule> {
   static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};
 };
@@ -172,8 +172,11 @@ struct OptimizerConfig {
   std::vector<double> eps;
   // CAME8bit (upstream's CAME8BitWrapper): first moments of 2-D weights and 1x1
   // convolutions with more than min_8bit_size elements as uint8, per block_size rows.
+  // AdamW8bit (bitsandbytes' AdamW8bit, upstream's AdamW8bitWrapper): both moments of
+  // parameters with at least min_8bit_size elements as uint8. -1: the optimizer's default
+  // (CAME8bit 16384, AdamW8bit 4096), filled in by the loader.
   int64_t block_size = 2048;
-  int64_t min_8bit_size = 16384;
+  int64_t min_8bit_size = -1;
 };
 
 struct LrScheduleArgs {

@@ -202,6 +202,23 @@ void describe_reporting(Section& s, TrainConfig& t) {
         "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait");
 }
 
+// train.optimizer: which optimizer, its hyperparameters and its 8-bit state's layout.
+void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
+  Section o(f, "train.optimizer");
+  o.add("type", opt.type, "optimizer").commonly_used();
+  o.add("lr", opt.lr, "peak learning rate").above(0).commonly_used();
+  o.add("weight_decay", opt.weight_decay, "decoupled weight decay").at_least(0);
+  o.add("betas", opt.betas, "AdamW, AdamW8bit: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
+      .at_least(0)
+      .at_most(0.999999999);
+  o.add("eps", opt.eps, "AdamW, AdamW8bit: 1 value; CAME: 2 (default: the optimizer's)").above(0);
+  o.add("block_size", opt.block_size, "CAME8bit: rows per quantization block").at_least(1);
+  o.add("min_8bit_size", opt.min_8bit_size,
+        "CAME8bit: weights with more elements than this keep 8-bit first moments; AdamW8bit: "
+        "parameters with at least this many keep 8-bit moments (default: the optimizer's, 16384 / 4096)")
+      .at_least(0);
+}
+
 void describe_train(std::vector<Field>& f, TrainConfig& t) {
   Section s(f, "train");
   s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
@@ -244,17 +261,7 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .at_least(0)
       .at_most(3);
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
-  Section o(f, "train.optimizer");
-  o.add("type", t.optimizer.type, "optimizer").commonly_used();
-  o.add("lr", t.optimizer.lr, "peak learning rate").above(0).commonly_used();
-  o.add("weight_decay", t.optimizer.weight_decay, "decoupled weight decay").at_least(0);
-  o.add("betas", t.optimizer.betas, "AdamW: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
-      .at_least(0)
-      .at_most(0.999999999);
-  o.add("eps", t.optimizer.eps, "AdamW: 1 value; CAME: 2 (default: the optimizer's)").above(0);
-  o.add("block_size", t.optimizer.block_size, "CAME8bit: rows per quantization block").at_least(1);
-  o.add("min_8bit_size", t.optimizer.min_8bit_size,
-        "CAME8bit: weights with more elements than this keep 8-bit first moments").at_least(0);
+  describe_optimizer(f, t.optimizer);
   s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup");
   Section a(f, "train.lr_schedule_args");
   a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")

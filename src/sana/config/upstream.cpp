@@ -185,6 +185,7 @@ struct ValueName {
 const ValueName kValueNames[] = {
     {"train.optimizer.type", "CAMEWrapper", "CAME", nullptr},
     {"train.optimizer.type", "CAME8BitWrapper", "CAME8bit", nullptr},
+    {"train.optimizer.type", "AdamW8bitWrapper", "AdamW8bit", nullptr},
     {"vae.vae_type", "AutoencoderDC", "dc-ae", nullptr},
     {"scheduler.weighting_scheme", "mode", "uniform",
      "upstream's train.py applies a density only for logit_normal, so 'mode' trains uniform timesteps, as "

@@ -44,6 +44,7 @@ void resolve_defaults(Config& config) {
                                           : std::vector<double>{0.9, 0.999};
   if (opt.eps.empty()) opt.eps = came ? std::vector<double>{1e-30, 1e-16}
                                       : std::vector<double>{1e-10};
+  if (opt.min_8bit_size < 0) opt.min_8bit_size = opt.type == OptimizerType::AdamW8bit ? 4096 : 16384;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "sana/train/adamw8bit.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -313,6 +314,9 @@ std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, cons
   }
   if (o.type == config::OptimizerType::AdamW) {
     return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
+  }
+  if (o.type == config::OptimizerType::AdamW8bit) {
+    return std::make_unique<AdamW8bit>(params, o.betas, o.eps.at(0), o.weight_decay, o.min_8bit_size);
   }
   throw std::invalid_argument(
       fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));

@@ -106,6 +106,13 @@ TEST_CASE("upstream keys act, move or are accepted with a note", "[config][upstr
   CHECK(came8.train.optimizer.betas == std::vector<double>{0.9, 0.999, 0.9999});
   CHECK_FALSE(noted(came8, "train.optimizer.block_size"));
   CHECK_FALSE(noted(came8, "8-bit"));
+  // AdamW8bitWrapper (bitsandbytes' AdamW8bit) acts too, with bitsandbytes' min_8bit_size.
+  const Config adamw8 = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")},
+                                    {{"train.optimizer.type", "AdamW8bitWrapper", ""},
+                                     {"train.optimizer.betas", "[0.9, 0.999]", ""}, {"train.optimizer.eps", "[1e-8]", ""}},
+                                    no_paths(8));
+  CHECK(adamw8.train.optimizer.type == OptimizerType::AdamW8bit);
+  CHECK(adamw8.train.optimizer.min_8bit_size == 4096);
 
   // Upstream's top-level report_to: TensorBoard is the tracker here; wandb becomes it with a note.
   const Config tb = load_config({upstream_yaml("512ms/Sana_600M_img512.yaml")}, {{"report_to", "tensorboard", ""}},

@@ -88,11 +88,13 @@ TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's check
 // AdamW's flat moments are checked end to end (tests/apps/memory_report.sh): its buckets come
 // from the reducer.
 TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included", "[train][memory]") {
-  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit}) {
+  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit, config::OptimizerType::AdamW8bit}) {
     auto cfg = tiny_config();
     cfg.train.optimizer.type = type;
     cfg.train.optimizer.min_8bit_size = 1000;  // the tiny model's larger weights go 8-bit
     cfg.train.optimizer.block_size = 48;
+    cfg.train.optimizer.betas.clear();  // the optimizer's own
+    cfg.train.optimizer.eps.clear();
     config::resolve_defaults(cfg);
     const auto e = train::estimate_memory(cfg);
     model::SanaMS m(train::model_spec_for(cfg));
@@ -112,6 +114,11 @@ TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included"
   const double eight = train::estimate_memory(cfg).optimizer;
   cfg.train.optimizer.type = config::OptimizerType::CAME;
   CHECK(eight < 0.5 * train::estimate_memory(cfg).optimizer);
+  // AdamW8bit: about a quarter of AdamW's 8 bytes an element.
+  cfg.train.optimizer.type = config::OptimizerType::AdamW8bit;
+  const double adamw8 = train::estimate_memory(cfg).optimizer;
+  cfg.train.optimizer.type = config::OptimizerType::AdamW;
+  CHECK(adamw8 < 0.3 * train::estimate_memory(cfg).optimizer);
 }
 
 TEST_CASE("train.gc_step: checkpointing every other block keeps what the estimate says", "[train][memory]") {

@@ -7,10 +7,59 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/util/safetensors.h"
+#include "sana/train/adamw8bit.h"
 #include "sana/train/optim.h"
 #include "test_support.h"
 
 using namespace sana;
+
+namespace {
+
+// A copy of `named` under the optimizer `make(copy)` builds, loaded with `opt`'s state, takes
+// the same step as `opt` on the same gradients: parameters equal to the last bit. Returns
+// the copy (parameters after that step).
+template <typename Make>
+train::NamedParams check_resume(train::Optimizer& opt, train::NamedParams& named, double lr, Make make) {
+  auto copy = named;
+  for (auto& [n, t] : copy) t = t.detach().clone().requires_grad_(true);
+  auto resumed = make(copy);
+  resumed.load_state(opt.state());
+  for (size_t i = 0; i < named.size(); ++i) {
+    const auto g = torch::randn(named[i].second.sizes());
+    named[i].second.mutable_grad() = g.clone();
+    copy[i].second.mutable_grad() = g.clone();
+  }
+  opt.step(lr);
+  resumed.step(lr);
+  for (size_t i = 0; i < named.size(); ++i) CHECK(torch::equal(named[i].second, copy[i].second));
+  return copy;
+}
+
+// Writes the case (tensors and the config as metadata) and runs tests/reference/<script> on
+// it: exit 0 when the reference agrees.
+void check_with_reference(const std::string& script, const NamedTensors& file, const nlohmann::json& config) {
+  sana::test::TempDir dir;
+  const auto path = dir.path("case.safetensors");
+  sana::write_safetensors(path, file, {{"config", config.dump()}});
+  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) + "/tests/reference/" +
+                                         script + " " + path);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}
+
+using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// Small random parameters of `shapes`, each also written to `file` as "p0.<name>".
+train::NamedParams initial_params(const Shapes& shapes, NamedTensors& file) {
+  train::NamedParams named;
+  for (const auto& [name, shape] : shapes) {
+    named.emplace_back(name, (torch::randn(shape) * 0.05).requires_grad_(true));
+    file.emplace_back("p0." + name, named.back().second.detach().clone());
+  }
+  return named;
+}
+
+}  // namespace
 
 TEST_CASE("CAME matches an independent implementation of the paper's algorithm", "[train][optim]") {
   torch::manual_seed(4);
@@ -40,29 +89,20 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
     came.step(lr);
   }
   for (size_t i = 0; i < params.size(); ++i) file.emplace_back("out." + shapes[i].first, params[i].detach());
-  sana::test::TempDir dir;
   const nlohmann::json config = {{"lr", lr}, {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
                                  {"weight_decay", wd}, {"steps", steps}};
-  sana::write_safetensors(dir.path("came.safetensors"), file, {{"config", config.dump()}});
-  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                         "/tests/reference/came.py " + dir.path("came.safetensors"));
-  INFO(r.output);
-  CHECK(r.exit_code == 0);
+  check_with_reference("came.py", file, config);
 }
 
 TEST_CASE("CAME8bit computes what upstream's CAME8BitWrapper computes, in python3-torch", "[train][optim]") {
   torch::manual_seed(5);
   // Two tensors over min_8bit_size (a linear weight, a 1x1 convolution) in chunks of 16
   // rows, one under it, a depthwise convolution and a bias (fp32 as in CAME).
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+  const Shapes shapes = {
       {"linear", {40, 30}}, {"pointwise", {36, 30, 1, 1}}, {"small", {6, 5}}, {"depthwise", {4, 1, 3, 3}},
       {"bias", {7}}};
-  train::NamedParams named;
   NamedTensors file;
-  for (const auto& [name, shape] : shapes) {
-    named.emplace_back(name, (torch::randn(shape) * 0.05).requires_grad_(true));
-    file.emplace_back("p0." + name, named.back().second.detach().clone());
-  }
+  auto named = initial_params(shapes, file);
   const double lr = 0.01, wd = 0.03;
   const train::EightBitState eight_bit{true, 16, 1000};
   train::Came came(named, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd, 1.0, eight_bit);
@@ -90,29 +130,15 @@ TEST_CASE("CAME8bit computes what upstream's CAME8BitWrapper computes, in python
   // of 40 or 30, the step: upstream's ~1 byte per element plus the factored rows/columns.
   CHECK(code_bytes == 1200 + 3 * 8 + 4 * (2 * 40 + 2 * 30) + 8);
   for (size_t i = 0; i < named.size(); ++i) file.emplace_back("out." + shapes[i].first, named[i].second.detach());
-  sana::test::TempDir dir;
   const nlohmann::json config = {{"lr", lr},         {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
                                  {"weight_decay", wd}, {"steps", steps},              {"block_size", 16},
                                  {"min_8bit_size", 1000}};
-  sana::write_safetensors(dir.path("came8bit.safetensors"), file, {{"config", config.dump()}});
-  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                         "/tests/reference/came8bit.py " + dir.path("came8bit.safetensors"));
-  INFO(r.output);
-  CHECK(r.exit_code == 0);
+  check_with_reference("came8bit.py", file, config);
 
   // Its state (8-bit codes included) resumes the same step; CAME's fp32 state converts.
-  auto resumed_params = named;
-  for (auto& [n, t] : resumed_params) t = t.detach().clone().requires_grad_(true);
-  train::Came resumed(resumed_params, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd, 1.0, eight_bit);
-  resumed.load_state(came.state());
-  for (size_t i = 0; i < named.size(); ++i) {
-    const auto g = torch::randn(named[i].second.sizes());
-    named[i].second.mutable_grad() = g.clone();
-    resumed_params[i].second.mutable_grad() = g.clone();
-  }
-  came.step(lr);
-  resumed.step(lr);
-  for (size_t i = 0; i < named.size(); ++i) CHECK(torch::equal(named[i].second, resumed_params[i].second));
+  auto resumed_params = check_resume(came, named, lr, [&](const train::NamedParams& p) {
+    return train::Came(p, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd, 1.0, eight_bit);
+  });
   train::Came fp32(resumed_params, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd);
   fp32.load_state(came.state());
   fp32.step(lr);  // dequantized into an fp32 moment
@@ -122,8 +148,72 @@ TEST_CASE("CAME8bit computes what upstream's CAME8BitWrapper computes, in python
                      [](const auto& e) { return e.first.find(".codes") != std::string::npos; }));
 }
 
+TEST_CASE("AdamW8bit computes what bitsandbytes' AdamW8bit kernel computes, in python3-torch", "[train][optim]") {
+  torch::manual_seed(6);
+  // 8-bit: a weight of 4550 elements (18 blocks of 256, the last short), one of exactly
+  // 4096 whose first block never gets a gradient (absmax 0); fp32: 4095 elements, a bias.
+  const Shapes shapes = {
+      {"linear", {70, 65}}, {"square", {64, 64}}, {"under", {63, 65}}, {"bias", {65}}};
+  NamedTensors file;
+  auto named = initial_params(shapes, file);
+  const double lr = 0.01, wd = 0.03;
+  train::AdamW8bit opt(named, {0.9, 0.999}, 1e-8, wd, 4096);
+  CHECK(opt.quantized(named[1].second));
+  CHECK_FALSE(opt.quantized(named[2].second));
+  // The maps: 256 ascending entries; signed from -0.99296875 with +0 at 127 and 1 at 255.
+  const auto map1 = train::AdamW8bit::dynamic_map(true), map2 = train::AdamW8bit::dynamic_map(false);
+  CHECK(map1[0].item<float>() == -0.99296875f);
+  CHECK(map1[127].item<float>() == 0.0f);
+  CHECK(map2[0].item<float>() == 0.0f);
+  CHECK(map2[255].item<float>() == 1.0f);
+  const int steps = 20;
+  for (int s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < named.size(); ++i) {
+      auto g = torch::randn(named[i].second.sizes()) * (0.01 + 0.1 * (s % 3));
+      if (shapes[i].first == "square") g.view({-1}).narrow(0, 0, 256).zero_();
+      if (shapes[i].first == "linear" && s == 5) g.view({-1})[7] = std::numeric_limits<float>::infinity();
+      named[i].second.mutable_grad() = g;
+      file.emplace_back(fmt::format("g{}.{}", s, shapes[i].first), g.clone());
+    }
+    opt.step(lr);
+  }
+  int64_t bytes = 0, quantized_elements = 0;
+  for (const auto& [name, t] : opt.state()) {
+    const auto slash = name.find('/');
+    const auto param = name.substr(0, slash), what = name.substr(slash + 1);
+    const std::map<std::string, std::string> keys = {
+        {"exp_avg.codes", "s1."}, {"exp_avg_sq.codes", "s2."}, {"exp_avg.absmax", "a1."}, {"exp_avg_sq.absmax", "a2."}};
+    if (keys.count(what)) file.emplace_back(keys.at(what) + param, t.clone());
+    if (what == "exp_avg.codes") quantized_elements += t.numel();
+    if (param == "linear" || param == "square") bytes += t.numel() * t.element_size();
+  }
+  CHECK(quantized_elements == 4550 + 4096);
+  // Two bytes an element, 8 bytes per 256 of them and two step counts: at most ~2.1 bytes.
+  INFO("8-bit state: " << bytes << " bytes for " << quantized_elements << " elements");
+  CHECK(bytes == 2 * (4550 + 4096) + 8 * (18 + 16) + 2 * 8);
+  CHECK(static_cast<double>(bytes) / static_cast<double>(quantized_elements) < 2.1);
+  for (const auto& [name, p] : named) file.emplace_back("out." + name, p.detach().clone());
+  const nlohmann::json config = {{"lr", lr},         {"betas", {0.9, 0.999}}, {"eps", 1e-8},
+                                 {"weight_decay", wd}, {"steps", steps},      {"min_8bit_size", 4096}};
+  check_with_reference("adamw8bit.py", file, config);
+
+  // Its state resumes the same step; an AdamW checkpoint's fp32 moments are quantized.
+  auto resumed_params = check_resume(opt, named, lr, [&](const train::NamedParams& p) {
+    return train::AdamW8bit(p, {0.9, 0.999}, 1e-8, wd, 4096);
+  });
+  train::AdamW fp32(resumed_params, {0.9, 0.999}, 1e-8, wd);
+  fp32.step(lr);
+  train::AdamW8bit converted(resumed_params, {0.9, 0.999}, 1e-8, wd, 4096);
+  converted.load_state(fp32.state());
+  converted.step(lr);
+  const auto st = converted.state();
+  CHECK(std::any_of(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg.codes"; }));
+  CHECK(std::none_of(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg"; }));
+}
+
 TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
-  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit, config::OptimizerType::AdamW}) {
+  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit, config::OptimizerType::AdamW,
+                          config::OptimizerType::AdamW8bit}) {
     torch::manual_seed(1);
     const auto a = torch::randn({64, 16}), target = torch::randn({64, 8});
     auto w = torch::zeros({16, 8}, torch::requires_grad());
@@ -132,7 +222,7 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     o.lr = 0.01;
     o.weight_decay = 0.0;
     const bool came = config::is_came(type);
-    o.min_8bit_size = 64;  // the 16 x 8 weight keeps 8-bit moments under CAME8bit
+    o.min_8bit_size = 64;  // the 16 x 8 weight keeps 8-bit moments under CAME8bit and AdamW8bit
     o.betas = came ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
     o.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
     auto opt = train::make_optimizer(o, {{"w", w}});

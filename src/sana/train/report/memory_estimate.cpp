@@ -16,6 +16,7 @@
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
 #include "sana/train/component_options.h"
+#include "sana/train/adamw8bit.h"
 #include "sana/train/optim.h"
 #include "sana/train/report/counting_allocator.h"
 #include "sana/util/log.h"
@@ -124,7 +125,8 @@ namespace {
 // (distributed/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
 // owned parameters for CAME's state and the EMA (stages 1, 2); AdamW's moments in buckets
 // of the same layout, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
-// 8-bit first moments under CAME8bit), every parameter's int64 step count.
+// 8-bit first moments under CAME8bit), AdamW8bit's per parameter (adamw8bit.h), every
+// parameter's int64 step count.
 std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& meta, int world) {
   std::vector<dist::ParamInfo> infos;
   std::vector<int64_t> numels;
@@ -155,13 +157,18 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
     const bool half = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(dist::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
-    if (!config::is_came(o.type)) st.optimizer = 2 * owned;  // AdamW's two moments
+    const bool adamw8 = o.type == config::OptimizerType::AdamW8bit;
+    if (o.type == config::OptimizerType::AdamW) st.optimizer = 2 * owned;  // two flat moments
     for (size_t k = 0; k < params.size(); ++k) {
       if (plan.owner[k] != owner) continue;
       const auto s = params[k].sizes();
       const auto n = static_cast<double>(params[k].numel());
       st.optimizer += 8;  // the step count
       if (config::ema_enabled(cfg.train)) st.ema += 4 * n;
+      if (adamw8) {  // two moments: uint8 codes and an fp32 absmax per 256 elements, or fp32
+        const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
+        st.optimizer += params[k].numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
+      }
       if (!config::is_came(o.type)) continue;
       if (Came::factored(s)) {
         // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
