@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "sana/distributed/flight_recorder.h"
+#include "sana/distributed/store_value.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -17,8 +18,8 @@ namespace sana::dist {
 
 namespace {
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+using store_value::bytes;
+using store_value::text;
 
 constexpr std::chrono::milliseconds kBeat{500};
 

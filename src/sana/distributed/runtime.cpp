@@ -14,6 +14,7 @@
 #include "sana/distributed/backend_factory.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
+#include "sana/distributed/store_value.h"
 #include "sana/distributed/watched_store.h"
 #include "sana/util/log.h"
 
@@ -21,8 +22,8 @@ namespace sana::dist {
 
 namespace {
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+using store_value::bytes;
+using store_value::text;
 
 std::string hostname() {
   char buf[256] = {};

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "sana/model/diffusers_format.h"
+#include "sana/model/sana_ms.h"
 #include "sana/util/log.h"
 #include "sana/util/safetensors.h"
 
@@ -103,8 +105,43 @@ std::string LoadReport::summary() const {
   return s;
 }
 
+namespace {
+
+// diffusers' names to ours, after checking its config.json against the model's preset; the
+// null caption, which diffusers' transformer has none of, stays the model's own (the run's
+// text encoder makes it).
+LoadReport load_diffusers(torch::nn::Module& model, const TensorMap& tensors, const nlohmann::json& config,
+                          const std::string& path, bool strict) {
+  const auto* sana = dynamic_cast<const SanaMSImpl*>(&model);
+  if (sana != nullptr && config.is_object()) {
+    const auto wrong = config_mismatches(config, sana->spec());
+    if (!wrong.empty()) {
+      throw WeightsError(fmt::format("'{}': its config.json does not describe model.model {}: {} (pick the preset "
+                                     "it was trained as, or the right folder)",
+                                     path, sana->spec().name, fmt::join(wrong, "; ")));
+    }
+  }
+  auto upstream = from_diffusers(tensors);
+  for (const auto& b : model.named_buffers()) {
+    if (b.key() != "y_embedder.y_embedding" || upstream.count(b.key()) != 0) continue;
+    upstream[b.key()] = b.value();
+    log::info("'{}': diffusers' transformer has no null caption (y_embedder.y_embedding); the run's text "
+              "encoder or null-embedding file makes it",
+              path);
+  }
+  return load_tensors(model, upstream, path, strict);
+}
+
+}  // namespace
+
 LoadReport load_weights(torch::nn::Module& model, const std::string& path, bool strict) {
-  return load_tensors(model, read_state_dict(path), path, strict);
+  if (is_diffusers_folder(path)) {
+    const auto files = read_diffusers(path);
+    return load_diffusers(model, files.tensors, files.config, path, strict);
+  }
+  auto tensors = read_state_dict(path);
+  if (is_diffusers_layout(tensors)) return load_diffusers(model, tensors, read_diffusers_config(path), path, strict);
+  return load_tensors(model, tensors, path, strict);
 }
 
 LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, torch::Tensor>& file,

@@ -1,0 +1,271 @@
+#include "sana/model/diffusers_format.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <utility>
+
+#include "sana/model/weights.h"
+#include "sana/util/safetensors.h"
+
+namespace sana::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Renames by prefix, upstream's first: outside the blocks and inside one block.
+const std::vector<std::pair<std::string, std::string>> kTop = {
+    {"x_embedder.proj.", "patch_embed.proj."},
+    {"t_embedder.mlp.0.", "time_embed.emb.timestep_embedder.linear_1."},
+    {"t_embedder.mlp.2.", "time_embed.emb.timestep_embedder.linear_2."},
+    {"t_block.1.", "time_embed.linear."},
+    {"y_embedder.y_proj.fc1.", "caption_projection.linear_1."},
+    {"y_embedder.y_proj.fc2.", "caption_projection.linear_2."},
+    {"attention_y_norm.", "caption_norm."},
+    {"final_layer.linear.", "proj_out."},
+    {"final_layer.scale_shift_table", "scale_shift_table"},
+};
+const std::vector<std::pair<std::string, std::string>> kBlock = {
+    {"scale_shift_table", "scale_shift_table"},
+    {"attn.proj.", "attn1.to_out.0."},
+    {"attn.q_norm.", "attn1.norm_q."},
+    {"attn.k_norm.", "attn1.norm_k."},
+    {"cross_attn.q_linear.", "attn2.to_q."},
+    {"cross_attn.proj.", "attn2.to_out.0."},
+    {"cross_attn.q_norm.", "attn2.norm_q."},
+    {"cross_attn.k_norm.", "attn2.norm_k."},
+    {"mlp.inverted_conv.conv.", "ff.conv_inverted."},
+    {"mlp.depth_conv.conv.", "ff.conv_depth."},
+    {"mlp.point_conv.conv.", "ff.conv_point."},
+};
+// Upstream's tensors diffusers' transformer does not have.
+const std::set<std::string> kNotInDiffusers = {"y_embedder.y_embedding", "pos_embed"};
+const char* const kUpstreamBlocks = "blocks.";
+const char* const kDiffusersBlocks = "transformer_blocks.";
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+// `name` renamed by the first rule whose `from` side is its prefix ("" when none applies).
+std::string rename(const std::vector<std::pair<std::string, std::string>>& rules, const std::string& name,
+                   bool forward) {
+  for (const auto& [up, diff] : rules) {
+    const auto& from = forward ? up : diff;
+    const auto& to = forward ? diff : up;
+    if (starts_with(name, from)) return to + name.substr(from.size());
+  }
+  return "";
+}
+
+// "blocks.12.attn.qkv.weight" -> {"12", "attn.qkv.weight"} (after `prefix`).
+std::pair<std::string, std::string> split_block(const std::string& name, const std::string& prefix) {
+  const auto rest = name.substr(prefix.size());
+  const auto dot = rest.find('.');
+  return {rest.substr(0, dot), dot == std::string::npos ? "" : rest.substr(dot + 1)};
+}
+
+[[noreturn]] void no_rule(const std::string& name, const char* direction) {
+  throw WeightsError(fmt::format(
+      "{}: no {} name for it (diffusers' SanaTransformer2DModel is the caption-conditioned Sana; a "
+      "class-label or unconditioned model has no diffusers layout)",
+      name, direction));
+}
+
+}  // namespace
+
+bool is_diffusers_layout(const TensorMap& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (starts_with(name, kDiffusersBlocks) || starts_with(name, "patch_embed.")) return true;
+  }
+  return false;
+}
+
+TensorMap to_diffusers(const TensorMap& upstream) {
+  TensorMap out;
+  for (const auto& [name, t] : upstream) {
+    if (kNotInDiffusers.count(name) != 0) continue;
+    if (!starts_with(name, kUpstreamBlocks)) {
+      const auto renamed = rename(kTop, name, true);
+      if (renamed.empty()) no_rule(name, "diffusers");
+      out[renamed] = t;
+      continue;
+    }
+    const auto [n, rest] = split_block(name, kUpstreamBlocks);
+    const std::string to = kDiffusersBlocks + n + ".";
+    if (rest == "attn.qkv.weight") {
+      const auto parts = t.chunk(3, 0);
+      out[to + "attn1.to_q.weight"] = parts[0].contiguous();
+      out[to + "attn1.to_k.weight"] = parts[1].contiguous();
+      out[to + "attn1.to_v.weight"] = parts[2].contiguous();
+    } else if (starts_with(rest, "cross_attn.kv_linear.")) {
+      const auto kind = rest.substr(std::string("cross_attn.kv_linear.").size());
+      const auto parts = t.chunk(2, 0);
+      out[to + "attn2.to_k." + kind] = parts[0].contiguous();
+      out[to + "attn2.to_v." + kind] = parts[1].contiguous();
+    } else {
+      const auto renamed = rename(kBlock, rest, true);
+      if (renamed.empty()) no_rule(name, "diffusers");
+      out[to + renamed] = t;
+    }
+  }
+  return out;
+}
+
+TensorMap from_diffusers(const TensorMap& diffusers) {
+  TensorMap out;
+  // Parts of one upstream tensor: "blocks.N.attn.qkv.weight" -> {to_q, to_k, to_v}.
+  std::map<std::string, std::vector<std::pair<std::string, torch::Tensor>>> groups;
+  const auto part_of = [&](const std::string& whole, const std::string& part, const torch::Tensor& t) {
+    groups[whole].emplace_back(part, t);
+  };
+  for (const auto& [name, t] : diffusers) {
+    if (!starts_with(name, kDiffusersBlocks)) {
+      const auto renamed = rename(kTop, name, false);
+      if (renamed.empty()) no_rule(name, "upstream");
+      out[renamed] = t;
+      continue;
+    }
+    const auto [n, rest] = split_block(name, kDiffusersBlocks);
+    const std::string to = kUpstreamBlocks + n + ".";
+    if (rest == "attn1.to_q.weight" || rest == "attn1.to_k.weight" || rest == "attn1.to_v.weight") {
+      part_of(to + "attn.qkv.weight", rest.substr(6, 4), t);
+    } else if (starts_with(rest, "attn2.to_k.") || starts_with(rest, "attn2.to_v.")) {
+      part_of(to + "cross_attn.kv_linear." + rest.substr(11), rest.substr(6, 4), t);
+    } else {
+      const auto renamed = rename(kBlock, rest, false);
+      if (renamed.empty()) no_rule(name, "upstream");
+      out[to + renamed] = t;
+    }
+  }
+  for (auto& [whole, parts] : groups) {
+    const bool qkv = whole.find(".attn.qkv.") != std::string::npos;
+    const std::vector<std::string> order = qkv ? std::vector<std::string>{"to_q", "to_k", "to_v"}
+                                               : std::vector<std::string>{"to_k", "to_v"};
+    std::vector<torch::Tensor> rows;
+    for (const auto& want : order) {
+      const auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == want; });
+      if (it == parts.end()) {
+        throw WeightsError(fmt::format("{}: diffusers' {} is missing (it needs {})", whole, want,
+                                       qkv ? "to_q, to_k and to_v" : "to_k and to_v"));
+      }
+      rows.push_back(it->second);
+    }
+    out[whole] = torch::cat(rows, 0);
+  }
+  return out;
+}
+
+nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size) {
+  const int64_t cross_dim = spec.hidden / spec.cross_heads;
+  nlohmann::json c = {
+      {"_class_name", "SanaTransformer2DModel"},
+      {"in_channels", spec.in_channels},
+      {"out_channels", spec.out_channels},
+      {"num_attention_heads", spec.linear_heads()},
+      {"attention_head_dim", spec.linear_head_dim},
+      {"num_layers", spec.depth},
+      {"num_cross_attention_heads", spec.cross_heads},
+      {"cross_attention_head_dim", cross_dim},
+      {"cross_attention_dim", spec.hidden},
+      {"caption_channels", spec.caption_channels},
+      {"mlp_ratio", spec.mlp_ratio},
+      {"dropout", 0.0},
+      {"attention_bias", false},
+      {"sample_size", image_size / spec.downsample},
+      {"patch_size", spec.patch},
+      {"norm_elementwise_affine", false},
+      {"norm_eps", 1e-6},
+      {"interpolation_scale", nullptr},
+      {"guidance_embeds", false},
+      {"qk_norm", spec.qk_norm ? nlohmann::json("rms_norm_across_heads") : nlohmann::json(nullptr)},
+      {"timestep_scale", 1.0},
+  };
+  if (spec.use_pe) c["interpolation_scale"] = spec.pe_interpolation;
+  return c;
+}
+
+std::vector<std::string> config_mismatches(const nlohmann::json& config, const ModelSpec& spec) {
+  const auto want = diffusers_config(spec, 0);
+  std::vector<std::string> out;
+  for (const char* field : {"num_layers", "num_attention_heads", "attention_head_dim", "num_cross_attention_heads",
+                            "cross_attention_head_dim", "cross_attention_dim", "caption_channels", "patch_size",
+                            "in_channels", "out_channels", "qk_norm"}) {
+    if (!config.contains(field)) continue;  // diffusers' default applies; the tensors' shapes still must fit
+    const auto& got = config.at(field);
+    if (got != want.at(field)) out.push_back(fmt::format("{}: file {}, preset {}", field, got.dump(), want.at(field).dump()));
+  }
+  return out;
+}
+
+namespace {
+
+bool holds_transformer(const fs::path& dir) {
+  return fs::exists(dir / "diffusion_pytorch_model.safetensors") ||
+         fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json");
+}
+
+// A pipeline's folder (Efficient-Large-Model/*_diffusers) holds the transformer in transformer/.
+fs::path transformer_dir(const std::string& path) {
+  const fs::path p(path);
+  if (fs::is_directory(p) && !holds_transformer(p) && holds_transformer(p / "transformer")) return p / "transformer";
+  return p;
+}
+
+}  // namespace
+
+bool is_diffusers_folder(const std::string& path) {
+  return fs::is_directory(path) && holds_transformer(transformer_dir(path));
+}
+
+namespace {
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw WeightsError(fmt::format("{}: not JSON ({})", path.string(), e.what()));
+  }
+}
+
+}  // namespace
+
+nlohmann::json read_diffusers_config(const std::string& path) {
+  const fs::path dir = fs::is_directory(path) ? transformer_dir(path) : fs::path(path).parent_path();
+  return fs::exists(dir / "config.json") ? read_json(dir / "config.json") : nlohmann::json();
+}
+
+DiffusersFiles read_diffusers(const std::string& path) {
+  DiffusersFiles out;
+  const fs::path dir = fs::is_directory(path) ? transformer_dir(path) : fs::path(path).parent_path();
+  out.config = read_diffusers_config(path);
+  std::vector<fs::path> files;
+  if (!fs::is_directory(path)) {  // one file
+    files.push_back(path);
+  } else if (fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json")) {
+    const auto index = read_json(dir / "diffusion_pytorch_model.safetensors.index.json");
+    std::set<std::string> shards;
+    for (const auto& [name, file] : index.at("weight_map").items()) shards.insert(file.get<std::string>());
+    for (const auto& s : shards) files.push_back(dir / s);
+  } else {
+    files.push_back(dir / "diffusion_pytorch_model.safetensors");
+  }
+  for (const auto& f : files) {
+    if (!fs::exists(f)) throw WeightsError(fmt::format("{}: missing (named by the diffusers folder {})", f.string(), dir.string()));
+    try {
+      for (auto& [name, t] : read_safetensors(f.string()).tensors) {
+        if (!out.tensors.emplace(name, t).second) {
+          throw WeightsError(fmt::format("{}: {} is in two shards", dir.string(), name));
+        }
+      }
+    } catch (const SafetensorsError& e) {
+      throw WeightsError(e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace sana::model

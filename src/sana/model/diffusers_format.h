@@ -1,0 +1,57 @@
+// diffusers' layout of a Sana transformer (SanaTransformer2DModel: `transformer/config.json`
+// and `diffusion_pytorch_model*.safetensors`, sharded with an index) and upstream's, which is
+// ours. The names follow diffusers' published conversion rules: a rename everywhere except
+// two row splits, no reshapes (docs/finetune.md lists them):
+//   blocks.N.attn.qkv.weight [3C, C]       <-> transformer_blocks.N.attn1.to_q/to_k/to_v.weight
+//   blocks.N.cross_attn.kv_linear.* [2C..] <-> transformer_blocks.N.attn2.to_k/to_v.*
+// diffusers' transformer has no null caption (y_embedder.y_embedding: the run's encoder
+// makes it, as for any run) and no position table (pos_embed: computed, or none).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sana/model/spec.h"
+
+namespace sana::model {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+// Whether a state dict is in diffusers' names (its blocks are transformer_blocks.N).
+bool is_diffusers_layout(const TensorMap& tensors);
+// Upstream's names to diffusers' (the null caption and pos_embed dropped). Throws
+// WeightsError naming a tensor with no diffusers name (a class-label model's embedding).
+TensorMap to_diffusers(const TensorMap& upstream);
+// diffusers' names to upstream's; throws WeightsError naming a tensor it has no rule for or
+// a to_q/to_k/to_v (to_k/to_v) group with a part missing.
+TensorMap from_diffusers(const TensorMap& diffusers);
+
+// diffusers' config.json for a model of `spec` trained at `image_size` pixels (its latent
+// grid is sample_size; interpolation_scale as diffusers' converter sets it: none below
+// 2048 px).
+nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size);
+// Each field of a diffusers config.json that disagrees with `spec`, as "field: file X,
+// preset Y" (layers, heads, head dims, cross-attention dims, caption channels, patch size,
+// channels, q/k norm).
+std::vector<std::string> config_mismatches(const nlohmann::json& config, const ModelSpec& spec);
+
+// A diffusers transformer on disk: a folder with config.json and
+// diffusion_pytorch_model.safetensors (or its shards and
+// diffusion_pytorch_model.safetensors.index.json), or one such file. Tensors in diffusers'
+// names; `config` null when the folder has none.
+struct DiffusersFiles {
+  TensorMap tensors;
+  nlohmann::json config;
+};
+DiffusersFiles read_diffusers(const std::string& path);
+// The config.json of the diffusers folder `path` is (or whose file it is); null when none.
+nlohmann::json read_diffusers_config(const std::string& path);
+// Whether `path` is a diffusers transformer folder (diffusion_pytorch_model.safetensors or
+// its index inside), or a pipeline's folder with one in transformer/.
+bool is_diffusers_folder(const std::string& path);
+
+}  // namespace sana::model

@@ -1,0 +1,124 @@
+// diffusers' layout of a Sana transformer (model/diffusers_format.h): every preset's names
+// map to diffusers' and back, bit for bit, and an independent python3-torch converter
+// written from diffusers' published rules (tests/reference/diffusers_convert.py) produces
+// the same tensors under the same names.
+#include "catch.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sana/model/diffusers_format.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
+#include "sana/util/safetensors.h"
+#include "test_support.h"
+
+using namespace sana;
+
+namespace {
+
+model::TensorMap tensors_of(model::SanaMS& net) {
+  model::TensorMap out;
+  for (const auto& [name, t] : model::module_tensors(*net)) out[name] = t;
+  return out;
+}
+
+// The preset's spec, with SANA-1.5's q/k norms on the presets that have them upstream.
+model::ModelSpec spec_for(const model::Preset& p) {
+  auto spec = model::preset_spec(p.name);
+  if (p.upstream_params == "SANA-1.5" || p.upstream_params.rfind("SANA-1.5 ", 0) == 0) {
+    spec.qk_norm = spec.cross_norm = true;
+  }
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("every preset's tensors go to diffusers' names and back", "[torch][diffusers]") {
+  int with_norms = 0;
+  for (const auto& preset : model::presets()) {
+    INFO(preset.name);
+    auto spec = spec_for(preset);
+    with_norms += spec.qk_norm ? 1 : 0;
+    // Names and shapes at full depth (no memory): one diffusers name per upstream tensor
+    // but the two splits, and back to the same names and shapes.
+    model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+    const auto upstream = tensors_of(meta);
+    const auto diffusers = model::to_diffusers(upstream);
+    const int64_t extra_per_block = 2 + 1 + 1;  // qkv -> 3 tensors; kv weight -> 2, kv bias -> 2
+    CHECK(static_cast<int64_t>(diffusers.size()) ==
+          static_cast<int64_t>(upstream.size()) - 1 + spec.depth * extra_per_block);  // y_embedding dropped
+    CHECK(diffusers.count("transformer_blocks.0.attn1.to_q.weight") == 1);
+    CHECK(diffusers.at("transformer_blocks.0.attn2.to_v.bias").size(0) == spec.hidden);
+    CHECK(diffusers.count("transformer_blocks.0.attn1.norm_q.weight") == (spec.qk_norm ? 1 : 0));
+    CHECK(diffusers.count("transformer_blocks.0.attn2.norm_k.weight") == (spec.cross_norm ? 1 : 0));
+    CHECK(model::is_diffusers_layout(diffusers));
+    CHECK_FALSE(model::is_diffusers_layout(upstream));
+    // Values: at depth 2 (the names of every block are those of block 0 and 1), bit for bit.
+    spec.depth = 2;
+    model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 7});
+    auto original = tensors_of(net);
+    original.erase("y_embedder.y_embedding");
+    const auto back = model::from_diffusers(model::to_diffusers(original));
+    REQUIRE(back.size() == original.size());
+    for (const auto& [name, t] : original) {
+      INFO(name);
+      REQUIRE(back.count(name) == 1);
+      CHECK(torch::equal(back.at(name), t));
+    }
+  }
+  CHECK(with_norms >= 3);  // SANA-1.5's presets
+}
+
+TEST_CASE("a diffusers folder from an independent converter loads as the upstream file", "[torch][diffusers]") {
+  auto spec = model::preset_spec("SanaMS_tiny_P1_D4");
+  spec.caption_channels = 64;
+  spec.caption_tokens = 8;
+  spec.qk_norm = spec.cross_norm = true;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 11});
+  test::TempDir dir;
+  model::save_weights(*net, dir.path("upstream.safetensors"));
+  std::filesystem::create_directories(dir.path("transformer"));
+  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                   "/tests/reference/diffusers_convert.py " + dir.path("upstream.safetensors") + " " +
+                                   dir.path("transformer/diffusion_pytorch_model.safetensors"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // The same tensors under the same names as ours.
+  const auto theirs = model::read_diffusers(dir.path("transformer")).tensors;
+  auto upstream = tensors_of(net);
+  const auto mine = model::to_diffusers(upstream);
+  REQUIRE(theirs.size() == mine.size());
+  for (const auto& [name, t] : mine) {
+    INFO(name);
+    REQUIRE(theirs.count(name) == 1);
+    CHECK(torch::equal(theirs.at(name), t));
+  }
+  // Loading their folder gives the upstream file's model (the null caption aside: diffusers
+  // has none; the run's encoder makes it).
+  model::SanaMS loaded(spec, model::BuildOptions{torch::kFloat32, false, 99});
+  const auto report = model::load_weights(*loaded, dir.path("transformer"), /*strict=*/true);
+  CHECK(report.clean());
+  for (const auto& [name, t] : tensors_of(loaded)) {
+    INFO(name);
+    if (name == "y_embedder.y_embedding") continue;
+    CHECK(torch::equal(t, upstream.at(name)));
+  }
+  // A config.json that disagrees with the preset is refused, naming each field.
+  nlohmann::json config = model::diffusers_config(spec, 32);
+  config["num_layers"] = 6;
+  config["qk_norm"] = nullptr;
+  std::ofstream(dir.path("transformer/config.json")) << config.dump(2);
+  try {
+    model::load_weights(*loaded, dir.path("transformer"), true);
+    FAIL("a mismatched config.json loaded");
+  } catch (const model::WeightsError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find("num_layers: file 6, preset 4") != std::string::npos);
+    CHECK(what.find("qk_norm: file null, preset \"rms_norm_across_heads\"") != std::string::npos);
+  }
+}
