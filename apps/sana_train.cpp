@@ -98,6 +98,7 @@ struct Commands {
     configured.push_back(app::check_data_command(app));
     configured.push_back(app::model_command(app));
     configured.push_back(app::preview_command(app));
+    configured.push_back(app::export_command(app));
     configured.push_back(app::prepare_features_command(app));
     plain.push_back(app::inspect_command(app));
     plain.push_back(app::report_command(app));

@@ -114,6 +114,7 @@ std::unique_ptr<ConfigCommand> plan_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> check_data_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> model_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> preview_command(CLI::App& app);
+std::unique_ptr<ConfigCommand> export_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> print_config_command(CLI::App& app, const TopLevelOptions& top);
 std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top);

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "sana/model/diffusers_format.h"
+#include "sana/model/export.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/util/safetensors.h"
@@ -121,4 +122,64 @@ TEST_CASE("a diffusers folder from an independent converter loads as the upstrea
     CHECK(what.find("num_layers: file 6, preset 4") != std::string::npos);
     CHECK(what.find("qk_norm: file null, preset \"rms_norm_across_heads\"") != std::string::npos);
   }
+}
+
+TEST_CASE("export writes diffusers' sharded folder and upstream's .pth; both load back bit for bit",
+          "[torch][diffusers]") {
+  auto spec = model::preset_spec("SanaMS_tiny_P1_D4");
+  spec.caption_channels = 64;
+  spec.caption_tokens = 8;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 5});
+  model::TensorMap tensors;
+  for (const auto& [name, t] : model::module_tensors(*net)) tensors[name] = t;
+  test::TempDir dir;
+  // Shards of at most 100 kB: several files and the index, as save_pretrained writes them.
+  const auto files = model::export_diffusers(tensors, spec, 32, dir.path("transformer"), 100'000);
+  INFO(files.size() << " files");
+  CHECK(files.size() > 3);
+  CHECK(std::filesystem::exists(dir.path("transformer/diffusion_pytorch_model.safetensors.index.json")));
+  CHECK(std::filesystem::exists(
+      dir.path("transformer/") + fmt::format("diffusion_pytorch_model-00001-of-{:05d}.safetensors", files.size() - 2)));
+  nlohmann::json config;
+  std::ifstream(dir.path("transformer/config.json")) >> config;
+  CHECK(config.at("_class_name") == "SanaTransformer2DModel");
+  CHECK(config.at("num_layers") == 4);
+  CHECK(config.at("sample_size") == 1);  // 32 px over the latent rate 32
+  CHECK(model::config_mismatches(config, spec).empty());
+  model::SanaMS from_diffusers(spec, model::BuildOptions{torch::kFloat32, false, 6});
+  CHECK(model::load_weights(*from_diffusers, dir.path("transformer"), true).clean());
+  // Upstream's layout: {"state_dict": ...}, read here and by python3-torch's torch.load.
+  model::export_upstream(tensors, dir.path("upstream.pth"));
+  model::SanaMS from_pth(spec, model::BuildOptions{torch::kFloat32, false, 7});
+  CHECK(model::load_weights(*from_pth, dir.path("upstream.pth"), true).clean());
+  const auto diffusers_back = model::module_tensors(*from_diffusers), pth_back = model::module_tensors(*from_pth);
+  for (size_t i = 0; i < pth_back.size(); ++i) {
+    const auto& [name, t] = pth_back[i];
+    INFO(name);
+    CHECK(torch::equal(t, tensors.at(name)));
+    if (name != "y_embedder.y_embedding") CHECK(torch::equal(diffusers_back[i].second, tensors.at(name)));
+  }
+  model::save_weights(*net, dir.path("ours.safetensors"));
+  std::ofstream(dir.path("check.py")) << "import json, struct, sys, torch\n"
+                                         "sd = torch.load(sys.argv[1])['state_dict']\n"
+                                         "raw = open(sys.argv[2], 'rb').read()\n"
+                                         "n = struct.unpack('<Q', raw[:8])[0]\n"
+                                         "head = json.loads(raw[8:8 + n])\n"
+                                         "head.pop('__metadata__', None)\n"
+                                         "ok = sorted(sd) == sorted(head)\n"
+                                         "for k, v in head.items():\n"
+                                         "    s, e = v['data_offsets']\n"
+                                         "    raw_t = bytearray(raw[8 + n + s:8 + n + e])\n"
+                                         "    t = torch.frombuffer(raw_t, dtype=torch.float32).reshape(v['shape'])\n"
+                                         "    ok = ok and torch.equal(sd[k], t)\n"
+                                         "print(len(sd), 'tensors', 'equal' if ok else 'DIFFERENT')\n"
+                                         "sys.exit(0 if ok else 1)\n";
+  const auto r = test::run_command("/usr/bin/python3 " + dir.path("check.py") + " " + dir.path("upstream.pth") + " " +
+                                   dir.path("ours.safetensors"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  // A model that is not caption-conditioned has no diffusers layout.
+  auto unconditional = spec;
+  unconditional.conditioning = model::Conditioning::none;
+  CHECK_THROWS_AS(model::export_diffusers(tensors, unconditional, 32, dir.path("x")), model::WeightsError);
 }

@@ -1,0 +1,94 @@
+// `sana-train export --config C [--from WEIGHTS [--ema]] --format diffusers|upstream --out PATH`:
+// a model's weights in diffusers' layout (a transformer folder SanaPipeline loads) or
+// upstream's (.pth with {"state_dict": ...}), from a weights file (ours, upstream's or
+// diffusers'), a diffusers folder, or a checkpoint folder (its model weights, or with --ema
+// its EMA weights); without --from, the config's initial weights. model/export.h writes
+// them; docs/finetune.md has the names.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "command.h"
+#include "sana/model/export.h"
+#include "sana/model/sana_ms.h"
+#include "sana/model/weights.h"
+#include "sana/train/component_options.h"
+#include "sana/util/log.h"
+
+namespace sana::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class Export : public ConfigSubcommand {
+ public:
+  explicit Export(CLI::App& app)
+      : ConfigSubcommand(app, "export", "write weights in diffusers' or upstream's layout",
+                         {/*required=*/true, /*data=*/false}) {
+    cli_->add_option("--from", from_,
+                     "weights: a file, a diffusers folder, or a checkpoint folder (default: the initial weights)");
+    cli_->add_flag("--ema", ema_, "from a checkpoint folder: its EMA weights");
+    cli_->add_option("--format", format_, "diffusers (a transformer folder) or upstream (a .pth)")
+        ->required()
+        ->check(CLI::IsMember({"diffusers", "upstream"}));
+    cli_->add_option("--out", out_, "the folder (diffusers) or file (upstream) to write")->required();
+  }
+
+  int run(const dist::LaunchEnv&, const config::Config& cfg) override {
+    const auto spec = train::model_spec_for(cfg);
+    model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
+    if (from_.empty()) {
+      log::info("export: no --from: the initial weights (train.seed {})", cfg.train.seed);
+    } else {
+      const auto source = weights_path();
+      const auto report = model::load_weights(*net, source, /*strict=*/true);
+      log::info("export: {} from {}", report.summary(), source);
+    }
+    if (ema_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
+      const auto ema = (fs::path(from_) / "ema.safetensors").string();
+      const auto averaged = model::load_weights(*net, ema, /*strict=*/false);
+      if (!averaged.unexpected.empty() || !averaged.mismatched.empty() ||
+          averaged.loaded != static_cast<int64_t>(net->parameters().size())) {
+        throw model::WeightsError(fmt::format("--ema: {} does not hold this model's parameters: {}", ema, averaged.summary()));
+      }
+      log::info("export: EMA weights, {} from {}", averaged.summary(), ema);
+    }
+    model::TensorMap tensors;
+    for (const auto& [name, t] : model::module_tensors(*net)) tensors[name] = t;
+    if (format_ == "upstream") {
+      model::export_upstream(tensors, out_);
+      std::cout << out_ << "\n";
+    } else {
+      for (const auto& f : model::export_diffusers(tensors, spec, cfg.model.image_size, out_)) std::cout << f << "\n";
+    }
+    log::info("export: {} weights of {} in {}'s layout at {}", tensors.size(), spec.name, format_, out_);
+    return 0;
+  }
+
+ private:
+  // A checkpoint folder (or a finished run's work_dir) holds model.safetensors and
+  // ema.safetensors; anything else is read as it is.
+  std::string weights_path() const {
+    const fs::path from(from_);
+    if (fs::is_directory(from) && fs::exists(from / "model.safetensors")) {
+      if (ema_ && !fs::exists(from / "ema.safetensors")) {
+        throw model::WeightsError(fmt::format("--ema: {} has no ema.safetensors (ckpt.save_ema false?)", from_));
+      }
+      return (from / "model.safetensors").string();
+    }
+    if (ema_) throw model::WeightsError(fmt::format("--ema takes a checkpoint folder or work_dir; {} is not one", from_));
+    return from_;
+  }
+
+  std::string from_, format_, out_;
+  bool ema_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<ConfigCommand> export_command(CLI::App& app) { return std::make_unique<Export>(app); }
+
+}  // namespace sana::app

@@ -1,0 +1,74 @@
+#include "sana/model/export.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sana/model/weights.h"
+#include "sana/util/safetensors.h"
+
+namespace sana::model {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelSpec& spec, int64_t image_size,
+                                          const std::string& dir, int64_t max_shard_bytes) {
+  if (spec.conditioning != Conditioning::caption) {
+    throw WeightsError(fmt::format("{} is {}-conditioned; diffusers' SanaTransformer2DModel is the caption-conditioned "
+                                   "Sana (export --format upstream keeps any model)",
+                                   spec.name, conditioning_name(spec.conditioning)));
+  }
+  const auto diffusers = to_diffusers(tensors);
+  fs::create_directories(dir);
+  // Shards filled in name order, a new one whenever the next tensor would pass the limit
+  // (a tensor over the limit alone), as huggingface_hub's splitter does.
+  std::vector<NamedTensors> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const auto& [name, t] : diffusers) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, t.detach().to(torch::kCPU).contiguous());
+    in_shard += bytes;
+    total += bytes;
+  }
+  std::vector<std::string> written;
+  const std::map<std::string, std::string> meta = {{"format", "pt"}};
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = shards.size() == 1 ? "diffusion_pytorch_model.safetensors"
+                                                : fmt::format("diffusion_pytorch_model-{:05d}-of-{:05d}.safetensors",
+                                                              i + 1, shards.size());
+    write_safetensors((fs::path(dir) / file).string(), shards[i], meta);
+    for (const auto& [name, t] : shards[i]) weight_map[name] = file;
+    written.push_back((fs::path(dir) / file).string());
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    const auto path = fs::path(dir) / "diffusion_pytorch_model.safetensors.index.json";
+    std::ofstream(path) << index.dump(2) << "\n";
+    written.push_back(path.string());
+  }
+  auto config = diffusers_config(spec, image_size);
+  config["_diffusers_version"] = "0.32.0";  // the first release with SanaTransformer2DModel
+  const auto config_path = fs::path(dir) / "config.json";
+  std::ofstream(config_path) << config.dump(2) << "\n";
+  written.push_back(config_path.string());
+  return written;
+}
+
+void export_upstream(const TensorMap& tensors, const std::string& path) {
+  c10::Dict<std::string, torch::Tensor> state;
+  for (const auto& [name, t] : tensors) state.insert(name, t.detach().to(torch::kCPU).contiguous());
+  c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
+  top.insert("state_dict", state);
+  const auto bytes = torch::pickle_save(top);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw WeightsError(fmt::format("cannot write '{}'", path));
+}
+
+}  // namespace sana::model
