@@ -7,7 +7,7 @@
 # estimate at the shape measured, where the gradients exist before the step (stages 0, 1).
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
-# or more); ZeRO stages 1 to 3 on 2 and 4, with each rank's share of the state. Tiny preset, the example photos
+# or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -84,6 +84,8 @@ check adamw_s1_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train
 check adamw_s2_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=2
 check came_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=2
 check adamw_s3_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
+check adamw_s1_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1
+check adamw_s3_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
 # share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
 # (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
 # are owned).
@@ -125,4 +127,6 @@ share adamw_ema adamw_s1_w2 1
 share adamw_ema adamw_s2_w4 2
 share came_s0 came_s2_w2 2
 share adamw_ema adamw_s3_w2 3
+share adamw_ema adamw_s1_w4 1
+share adamw_ema adamw_s3_w4 3
 finish
