@@ -17,7 +17,7 @@ ex --from "$SCRATCH/a.pth" --format diffusers --out "$SCRATCH/transformer"; asse
 ex --from "$SCRATCH/transformer" --format upstream --out "$SCRATCH/b.pth"; assert_code $? 0 "the folder back to a .pth"
 if /usr/bin/python3 - "$SCRATCH/a.pth" "$SCRATCH/b.pth" > "$SCRATCH/cmp.txt" 2>&1 <<'PY'; then
 import sys, torch
-a, b = (torch.load(p)["state_dict"] for p in sys.argv[1:])
+a, b = (torch.load(p, weights_only=True)["state_dict"] for p in sys.argv[1:])  # as PyTorch 2.6 loads by default
 same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
 print(f"{len(a)} tensors, {'all equal' if same else 'DIFFERENT'}")
 sys.exit(0 if same else 1)

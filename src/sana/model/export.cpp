@@ -5,6 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+
 #include "sana/model/weights.h"
 #include "sana/util/safetensors.h"
 
@@ -65,9 +69,22 @@ void export_upstream(const TensorMap& tensors, const std::string& path) {
   for (const auto& [name, t] : tensors) state.insert(name, t.detach().to(torch::kCPU).contiguous());
   c10::impl::GenericDict top(c10::StringType::get(), c10::AnyType::get());
   top.insert("state_dict", state);
-  const auto bytes = torch::pickle_save(top);
+  // torch::pickle_save's archive, without its type tags on dicts (torch.jit._pickle.
+  // restore_type_tag), which torch.load's weights_only mode (PyTorch 2.6's default, and
+  // upstream's find_model calls torch.load plainly) refuses.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler([&](const char* b, size_t n) { pickled.insert(pickled.end(), b, b + n); }, nullptr,
+                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(top);
+  pickler.stop();
   std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) -> size_t {
+    out.write(static_cast<const char*>(b), static_cast<std::streamsize>(n));
+    return out ? n : 0;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
   if (!out) throw WeightsError(fmt::format("cannot write '{}'", path));
 }
 

@@ -148,7 +148,8 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth; both loa
   CHECK(model::config_mismatches(config, spec).empty());
   model::SanaMS from_diffusers(spec, model::BuildOptions{torch::kFloat32, false, 6});
   CHECK(model::load_weights(*from_diffusers, dir.path("transformer"), true).clean());
-  // Upstream's layout: {"state_dict": ...}, read here and by python3-torch's torch.load.
+  // Upstream's layout: {"state_dict": ...}, read here and by python3-torch's torch.load in its
+  // weights_only mode (PyTorch 2.6's default, which refuses torch::pickle_save's type tags).
   model::export_upstream(tensors, dir.path("upstream.pth"));
   model::SanaMS from_pth(spec, model::BuildOptions{torch::kFloat32, false, 7});
   CHECK(model::load_weights(*from_pth, dir.path("upstream.pth"), true).clean());
@@ -161,7 +162,7 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth; both loa
   }
   model::save_weights(*net, dir.path("ours.safetensors"));
   std::ofstream(dir.path("check.py")) << "import json, struct, sys, torch\n"
-                                         "sd = torch.load(sys.argv[1])['state_dict']\n"
+                                         "sd = torch.load(sys.argv[1], weights_only=True)['state_dict']\n"
                                          "raw = open(sys.argv[2], 'rb').read()\n"
                                          "n = struct.unpack('<Q', raw[:8])[0]\n"
                                          "head = json.loads(raw[8:8 + n])\n"
