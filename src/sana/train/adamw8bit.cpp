@@ -76,6 +76,19 @@ torch::Tensor AdamW8bit::nearest_code(const torch::Tensor& x, const torch::Tenso
   return torch::where(torch::isnan(x), torch::zeros_like(k), k);
 }
 
+torch::Tensor AdamW8bit::dequantize(const torch::Tensor& codes, const torch::Tensor& absmax, bool is_signed) {
+  const auto map = dynamic_map(is_signed).to(codes.device());
+  const auto flat = map.index({codes.reshape({-1}).to(torch::kLong)}) * per_element(absmax, codes.numel());
+  return flat.view(codes.sizes());
+}
+
+void AdamW8bit::to_fp32_moments(std::map<std::string, torch::Tensor>& state) {
+  if (state.count("exp_avg.codes") == 0) return;
+  state["exp_avg"] = dequantize(state.at("exp_avg.codes"), state.at("exp_avg.absmax"), true);
+  state["exp_avg_sq"] = dequantize(state.at("exp_avg_sq.codes"), state.at("exp_avg_sq.absmax"), false);
+  for (const char* n : {"exp_avg.codes", "exp_avg.absmax", "exp_avg_sq.codes", "exp_avg_sq.absmax"}) state.erase(n);
+}
+
 void AdamW8bit::step(double lr) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -14,11 +14,13 @@
 //   and a first-moment code whose sign differs from m's moved one step towards m's sign.
 // fp32 moments update as bitsandbytes' 32-bit kernel does (the same formulas, no codes).
 // Checkpoints hold "<param>/exp_avg.codes" (uint8), ".absmax" and the same for exp_avg_sq;
-// fp32 moments of an AdamW checkpoint are quantized on load.
+// fp32 moments of an AdamW checkpoint are quantized on load (and AdamW dequantizes these).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "sana/train/optim.h"
@@ -36,6 +38,10 @@ class AdamW8bit : public StatefulOptimizer {
   static torch::Tensor dynamic_map(bool is_signed);
   // The code of each of `x` (float32) in `map`, as bitsandbytes' quantize_2D chooses it.
   static torch::Tensor nearest_code(const torch::Tensor& x, const torch::Tensor& map);
+  // A moment's fp32 values from its codes (any shape) and per-block absmax.
+  static torch::Tensor dequantize(const torch::Tensor& codes, const torch::Tensor& absmax, bool is_signed);
+  // An AdamW8bit state (one parameter's) as AdamW's fp32 "exp_avg" and "exp_avg_sq", in place.
+  static void to_fp32_moments(std::map<std::string, torch::Tensor>& state);
 
  private:
   void step_8bit(State& s, torch::Tensor& p, const torch::Tensor& g, float lr);

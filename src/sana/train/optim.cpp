@@ -114,6 +114,7 @@ void AdamW::step(double lr) {
 
 void AdamW::load_state(const NamedParams& state) {
   StatefulOptimizer::load_state(state);
+  for (auto& s : state_) AdamW8bit::to_fp32_moments(s.tensors);  // an AdamW8bit checkpoint's moments
   flat_ready_ = false;  // the loaded moments go into the flat tensors at the next step
 }
 

@@ -209,6 +209,18 @@ TEST_CASE("AdamW8bit computes what bitsandbytes' AdamW8bit kernel computes, in p
   const auto st = converted.state();
   CHECK(std::any_of(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg.codes"; }));
   CHECK(std::none_of(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg"; }));
+  // And back: AdamW takes an AdamW8bit checkpoint's moments dequantized.
+  train::AdamW back(resumed_params, {0.9, 0.999}, 1e-8, wd);
+  back.load_state(st);
+  const auto moments = back.state();
+  const auto m = std::find_if(moments.begin(), moments.end(), [](const auto& e) { return e.first == "linear/exp_avg"; });
+  REQUIRE(m != moments.end());
+  const auto codes = std::find_if(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg.codes"; });
+  const auto absmax = std::find_if(st.begin(), st.end(), [](const auto& e) { return e.first == "linear/exp_avg.absmax"; });
+  CHECK(torch::equal(m->second, train::AdamW8bit::dequantize(codes->second, absmax->second, true)));
+  CHECK(m->second.abs().max().item<float>() > 0);
+  back.step(lr);
+  for (const auto& [name, p] : resumed_params) CHECK(torch::isfinite(p).all().item<bool>());
 }
 
 TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
