@@ -1,8 +1,11 @@
 #include "sana/distributed/reducer.h"
 
+#include "sana/distributed/accumulator_hooks.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -15,25 +18,6 @@
 namespace sana::dist {
 
 namespace {
-
-// What the hooks reach; cleared when the reducer goes, since the hooks stay on the
-// parameters' accumulators as long as the parameters live.
-struct HookTarget {
-  std::mutex mutex;
-  Reducer* reducer = nullptr;
-};
-
-struct ReadyHook : public torch::autograd::FunctionPostHook {
-  ReadyHook(std::shared_ptr<HookTarget> target, size_t index) : target_(std::move(target)), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    std::lock_guard<std::mutex> lock(target_->mutex);
-    if (target_->reducer) target_->reducer->add_gradient(index_);
-    return outputs;
-  }
-  std::shared_ptr<HookTarget> target_;
-  size_t index_;
-};
 
 // The overlapped engine: executes compute_buckets()'s assignment with one flat tensor and
 // one asynchronous all-reduce per bucket.
@@ -88,9 +72,8 @@ class BucketedReducer : public Reducer {
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
   std::vector<torch::Tensor> grad_views_;  // per parameter: its shape over its bucket's slice
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooks alive
   std::vector<char> ready_;
-  std::shared_ptr<HookTarget> target_;
+  std::optional<AccumulatorHooks> hooks_;  // add_gradient() as each gradient arrives
   bool overlap_ = true;
   bool average_ = true;
   bool exact_ = false;
@@ -114,7 +97,7 @@ class BucketedReducer : public Reducer {
 
 BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                  const ReducerOptions& opts)
-    : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0), target_(std::make_shared<HookTarget>()),
+    : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0),
       overlap_(opts.overlap),
       average_(opts.average),
       exact_(opts.exact),
@@ -172,19 +155,13 @@ BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string,
     for (size_t i = 0; i < buckets_.size(); ++i) allocate(i);
     bind_gradients();
   }
-  target_->reducer = this;
-  for (size_t k = 0; k < params_.size(); ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[k].second);
-    acc->add_post_hook(std::make_unique<ReadyHook>(target_, k));
-    accumulators_.push_back(std::move(acc));
-  }
+  std::vector<torch::Tensor> tensors;
+  for (const auto& [name, p] : params_) tensors.push_back(p);
+  hooks_.emplace(tensors, [this](size_t k) { add_gradient(k); });
 }
 
 BucketedReducer::~BucketedReducer() {
-  {
-    std::lock_guard<std::mutex> lock(target_->mutex);
-    target_->reducer = nullptr;  // a backward after this one reaches no dangling object
-  }
+  hooks_.reset();  // a backward after this one reaches no dangling object
   for (auto& b : buckets_) {
     for (auto& w : b.works) {
       if (!w) continue;

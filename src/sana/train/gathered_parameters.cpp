@@ -27,28 +27,10 @@ void take_memory(torch::Tensor& t) {
 
 }  // namespace
 
-struct GatheredParameters::HookTarget {
-  std::mutex mutex;
-  GatheredParameters* owner = nullptr;
-};
-
-namespace {
-
-struct AccumulatedHook : public torch::autograd::FunctionPostHook {
-  AccumulatedHook(std::shared_ptr<GatheredParameters::HookTarget> target, size_t index)
-      : target_(std::move(target)), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override;
-  std::shared_ptr<GatheredParameters::HookTarget> target_;
-  size_t index_;
-};
-
-}  // namespace
-
 GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan,
                                        std::vector<dist::FlatBucket>& flat, const NamedParams& params,
                                        at::ScalarType compute)
-    : rt_(rt), params_(params), half_(compute != at::kFloat), target_(std::make_shared<HookTarget>()) {
+    : rt_(rt), params_(params), half_(compute != at::kFloat) {
   if (half_ && compute != at::kBFloat16 && compute != at::kHalf) {
     throw std::invalid_argument("GatheredParameters: gathers in fp32, bf16 or fp16");
   }
@@ -91,29 +73,13 @@ GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan&
   unit_done_.assign(units, 0);
   held_.assign(units, 0);
   forward_.assign(units, 0);
-  target_->owner = this;
-  for (size_t k = 0; k < params.size(); ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator(params[k].second);
-    acc->add_post_hook(std::make_unique<AccumulatedHook>(target_, k));
-    accumulators_.push_back(std::move(acc));
-  }
+  std::vector<torch::Tensor> tensors;
+  for (const auto& [name, p] : params) tensors.push_back(p);
+  hooks_.emplace(tensors, [this](size_t k) { accumulated(k); });
 }
 
-GatheredParameters::~GatheredParameters() {
-  std::lock_guard<std::mutex> lock(target_->mutex);
-  target_->owner = nullptr;
-}
+GatheredParameters::~GatheredParameters() { hooks_.reset(); }
 
-namespace {
-
-torch::autograd::variable_list AccumulatedHook::operator()(const torch::autograd::variable_list& outputs,
-                                                           const torch::autograd::variable_list& /*inputs*/) {
-  std::lock_guard<std::mutex> lock(target_->mutex);
-  if (target_->owner) target_->owner->accumulated(index_);
-  return outputs;
-}
-
-}  // namespace
 
 void GatheredParameters::hold(size_t unit) {
   torch::NoGradGuard no_grad;

@@ -6,10 +6,12 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "sana/distributed/accumulator_hooks.h"
 #include "sana/distributed/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/distributed/shard_plan.h"
@@ -57,7 +59,6 @@ class GatheredParameters : public model::ParamGathering {
   void release_all();
   const torch::Tensor& segment(size_t bucket, size_t s) const { return segs_[bucket][s].data; }
   int64_t peak_gathered() const { return peak_; }
-  struct HookTarget;  // what the accumulators' hooks reach (cleared when this goes)
 
  private:
   struct Segment {
@@ -102,8 +103,7 @@ class GatheredParameters : public model::ParamGathering {
   std::vector<char> forward_;            // per unit: held for the forward (a block: while it or the one before runs)
   bool whole_ = false;
   int64_t gathered_ = 0, peak_ = 0;      // bytes of other ranks' segments held
-  std::shared_ptr<HookTarget> target_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::optional<dist::AccumulatorHooks> hooks_;  // accumulated() as each gradient arrives
 };
 
 }  // namespace sana::train

@@ -145,6 +145,8 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
   for (const auto& b : buckets) flat += 4 * static_cast<double>(b.numel);
   const auto& o = cfg.train.optimizer;
   const EightBitState eight_bit = EightBitState::of(o);
+  // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
+  const bool half = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
   std::vector<RankState> out;
   for (int r = 0; r < world; ++r) {
     const int owner = sharded ? r : 0;
@@ -153,8 +155,6 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
     st.rank = r;
     const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
     st.weights = stage3 ? owned : flat;  // stage 3: each owned segment its own tensor
-    // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
-    const bool half = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(dist::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
     const bool adamw8 = o.type == config::OptimizerType::AdamW8bit;
