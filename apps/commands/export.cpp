@@ -2,8 +2,10 @@
 // a model's weights in diffusers' layout (a transformer folder SanaPipeline loads) or
 // upstream's (.pth with {"state_dict": ...}), from a weights file (ours, upstream's or
 // diffusers'), a diffusers folder, or a checkpoint folder (its model weights, or with --ema
-// its EMA weights); without --from, the config's initial weights. model/export.h writes
-// them; docs/finetune.md has the names.
+// its EMA weights); without --from, the config's initial weights. With --merge-lora,
+// --from names LoRA adapters (a LoRA run's checkpoint folder or work_dir, or a LoRA file in
+// diffusers' naming), folded into the config's base (model.load_from). model/export.h
+// writes them; docs/finetune.md has the names.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -12,9 +14,12 @@
 
 #include "command.h"
 #include "sana/model/export.h"
+#include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/train/component_options.h"
+#include "sana/train/initial_model.h"
+#include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::app {
@@ -31,6 +36,9 @@ class Export : public ConfigSubcommand {
     cli_->add_option("--from", from_,
                      "weights: a file, a diffusers folder, or a checkpoint folder (default: the initial weights)");
     cli_->add_flag("--ema", ema_, "from a checkpoint folder: its EMA weights");
+    cli_->add_flag("--merge-lora", merge_lora_,
+                   "--from names LoRA adapters (a LoRA run's checkpoint or work_dir, or a LoRA file): fold them into "
+                   "the config's base (model.load_from)");
     cli_->add_option("--format", format_, "diffusers (a transformer folder) or upstream (a .pth)")
         ->required()
         ->check(CLI::IsMember({"diffusers", "upstream"}));
@@ -40,14 +48,16 @@ class Export : public ConfigSubcommand {
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     const auto spec = train::model_spec_for(cfg);
     model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
-    if (from_.empty()) {
+    if (merge_lora_) {
+      merge_adapters(cfg, *net);
+    } else if (from_.empty()) {
       log::info("export: no --from: the initial weights (train.seed {})", cfg.train.seed);
     } else {
       const auto source = weights_path();
       const auto report = model::load_weights(*net, source, /*strict=*/true);
       log::info("export: {} from {}", report.summary(), source);
     }
-    if (ema_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
+    if (ema_ && !merge_lora_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
       const auto ema = (fs::path(from_) / "ema.safetensors").string();
       const auto averaged = model::load_weights(*net, ema, /*strict=*/false);
       if (!averaged.unexpected.empty() || !averaged.mismatched.empty() ||
@@ -69,10 +79,39 @@ class Export : public ConfigSubcommand {
   }
 
  private:
+  // The base as the LoRA run had it (model.load_from, else the seed's weights), the adapters
+  // (or their EMA) folded in.
+  void merge_adapters(const config::Config& cfg, model::SanaMSImpl& net) const {
+    const fs::path from(from_);
+    if (from_.empty()) throw UsageError("--merge-lora needs --from: the adapters (a LoRA run's checkpoint, work_dir or file)");
+    const bool folder = fs::is_directory(from);
+    if (folder && !fs::exists(from / "lora.safetensors")) {
+      throw model::WeightsError(fmt::format("--merge-lora: {} has no lora.safetensors (not a LoRA run's folder)", from_));
+    }
+    if (ema_ && !(folder && fs::exists(from / "ema.safetensors"))) {
+      throw model::WeightsError(fmt::format("--ema --merge-lora: {} has no ema.safetensors (train.ema_update off?)", from_));
+    }
+    if (!cfg.model.load_from.empty()) {
+      const auto report = model::load_weights(net, cfg.model.load_from, cfg.model.load_strict);
+      log::info("export: the base, {} from {}", report.summary(), cfg.model.load_from);
+    } else {
+      log::info("export: the base is the initial weights (train.seed {}): model.load_from is empty", cfg.train.seed);
+    }
+    const auto file = folder ? (from / "lora.safetensors").string() : from_;
+    const auto lora = model::read_lora_file(file, ema_ ? (from / "ema.safetensors").string() : "");
+    model::merge_lora_file(net, lora, train::weights_checksum(net), file);
+    log::info("export: {} adapters of rank {} (alpha {:g}){} folded into the base", lora.targets.size(), lora.rank,
+              lora.alpha, ema_ ? ", their EMA," : "");
+  }
+
   // A checkpoint folder (or a finished run's work_dir) holds model.safetensors and
   // ema.safetensors; anything else is read as it is.
   std::string weights_path() const {
     const fs::path from(from_);
+    if (fs::is_directory(from) && fs::exists(from / "lora.safetensors") && !fs::exists(from / "model.safetensors")) {
+      throw UsageError(fmt::format("{} holds LoRA adapters, not a whole model: add --merge-lora to fold them into the "
+                                   "config's base (model.load_from)", from_));
+    }
     if (fs::is_directory(from) && fs::exists(from / "model.safetensors")) {
       if (ema_ && !fs::exists(from / "ema.safetensors")) {
         throw model::WeightsError(fmt::format("--ema: {} has no ema.safetensors (ckpt.save_ema false?)", from_));
@@ -84,7 +123,7 @@ class Export : public ConfigSubcommand {
   }
 
   std::string from_, format_, out_;
-  bool ema_ = false;
+  bool ema_ = false, merge_lora_ = false;
 };
 
 }  // namespace

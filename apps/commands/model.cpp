@@ -118,6 +118,7 @@ void print_json(const ModelFacts& f) {
                      {"ema", r.ema}, {"gathered", r.gathered}});
   }
   j["memory_per_process"] = {{"world_size", m.world_size},
+                             {"trainable_parameters", m.trainable},
                              {"zero_stage", m.zero_stage},
                              {"ranks", ranks},
                              {"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
@@ -148,7 +149,14 @@ void print_memory(const train::MemoryEstimate& m) {
   const auto row = [](const std::string& what, double bytes, const std::string& note = "") {
     std::cout << fmt::format("  {:<38} {:>10}{}\n", what, data::size_text(static_cast<uint64_t>(bytes)), note.empty() ? "" : "  " + note);
   };
-  row(m.gathered > 0 ? "weights (fp32, this rank's share)" : "weights (fp32)", m.weights);
+  if (m.trainable != m.parameters) {
+    std::cout << fmt::format("  train.lora: {} trainable parameters (the adapters; the base's {} frozen): gradients, "
+                             "optimizer state and EMA are theirs alone\n",
+                             thousands(m.trainable), thousands(m.parameters));
+  }
+  row(m.gathered > 0 ? "weights (fp32, this rank's share)" : m.trainable != m.parameters ? "weights (fp32, base and adapters)"
+                                                                                        : "weights (fp32)",
+      m.weights);
   row("gradients (fp32)", m.gradients);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);
   if (m.ema > 0) row("EMA weights", m.ema);

@@ -7,7 +7,8 @@
 # estimate at the shape measured, where the gradients exist before the step (stages 0, 1).
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
-# or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state. Tiny preset, the example photos
+# or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
+# train.lora at stages 0 and 3 on two (the adapters' state alone). Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -86,6 +87,11 @@ check came_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.z
 check adamw_s3_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
 check adamw_s1_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1
 check adamw_s3_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
+# train.lora: the base frozen (whole on every rank), the adapters alone in the buckets, the
+# optimizer and the EMA; at stage 3 the adapters sharded.
+lora=(--train.lora.rank=4 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")
+check lora_w2 2 --train.optimizer.type=AdamW --train.ema_update=true "${lora[@]}"
+check lora_s3_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=3 "${lora[@]}"
 # share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
 # (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
 # are owned).

@@ -8,12 +8,7 @@
 # installable here: its line is checked by reading the event files instead.
 . "$(dirname "$0")/../dist/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$SCRATCH" || exit 1
-mkdir bin && ln -s "$BIN" bin/sana-train
-export PATH=$SCRATCH/bin:$PATH
-bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
-/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
-  { fail "python3-torch could not export the stand-in encoders"; finish; }
+as_a_user
 cat > my_sana.yaml <<EOF
 base: $root/configs/sana_tiny_cpu.yaml
 work_dir: output/my_sana
@@ -27,11 +22,7 @@ train: {max_steps: 40, log_interval: 5, save_model_steps: 1000, eval_sampling_st
 dist: {timeout_s: 60}
 EOF
 
-# The block's commands: comments and blank lines dropped, one command per line.
-sed -n '/<!-- walkthrough:begin -->/,/<!-- walkthrough:end -->/p' "$root/README.md" |
-  sed '1,/^```sh$/d; /^```$/,$d' | grep -vE '^\s*(#|$)' > commands.txt
-n=$(wc -l < commands.txt)
-if [ "$n" -ge 6 ]; then pass "the README's walkthrough has $n commands"; else fail "walkthrough block: $n commands"; cat commands.txt; finish; fi
+readme_commands walkthrough 6
 
 i=0
 while IFS= read -r cmd <&3; do
@@ -48,19 +39,7 @@ while IFS= read -r cmd <&3; do
       ;;
     *launch*)
       # The training run: Ctrl-C once 10 steps are done.
-      setsid bash -c "exec $cmd" > "$log" 2>&1 &
-      pid=$!
-      if wait_for_line output/my_sana/metrics.jsonl '"step":10,' 240; then
-        kill -INT -- "-$pid"
-        if wait_for_exit "$pid" 120; then
-          wait "$pid"
-          assert_code $? 130 "[$i] $cmd, stopped with Ctrl-C (the launcher exits 128 + SIGINT)"
-        else
-          fail "[$i] did not stop within 120 s of Ctrl-C"; kill -KILL -- "-$pid"
-        fi
-      else
-        fail "[$i] $cmd did not reach step 10"; kill -KILL -- "-$pid"; cat "$log"
-      fi
+      stop_at_step "$cmd" output/my_sana/metrics.jsonl 10 "$log" "[$i] $cmd"
       stopped_log=$log
       ;;
     *)

@@ -8,14 +8,7 @@ common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/back
         --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
         --train.micro_batch_size=2 --train.max_steps=20 --dist.threads_per_process=1 --train.ema_update=true
         "--work_dir=$SCRATCH/$TOKEN")  # the token finds this test's processes; a later --work_dir wins
-run() {  # NAME NPROC ARGS... (output in $SCRATCH/NAME.log)
-  local name=$1 n=$2; shift 2
-  timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "--work_dir=$SCRATCH/$name" "$@" \
-    > "$SCRATCH/$name.log" 2>&1
-  local code=$?
-  [ $code -eq 0 ] || tail -20 "$SCRATCH/$name.log"
-  return $code
-}
+run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 for w in 1 2 3 4; do
   run "det$w" "$w" --train.deterministic=true; assert_code $? 0 "20 deterministic steps on $w process(es)"
 done

@@ -109,6 +109,61 @@ start_rank() {
 # Waits for a background pid of this shell and puts its exit code in CODE.
 code_of() { wait "$1"; CODE=$?; }
 
+# launch_named NAME NPROC ARGS...: `sana-train launch` of NPROC processes with the script's
+# `common` arguments and work_dir $SCRATCH/NAME (a later --work_dir in ARGS wins), under a
+# 300 s limit; output in $SCRATCH/NAME.log, whose tail is shown when it fails.
+launch_named() {
+  local name=$1 n=$2; shift 2
+  timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "--work_dir=$SCRATCH/$name" "$@" \
+    > "$SCRATCH/$name.log" 2>&1
+  local code=$?
+  [ $code -eq 0 ] || tail -20 "$SCRATCH/$name.log"
+  return $code
+}
+
+# stop_at_step CMD METRICS STEP LOG WHAT: runs the shell line CMD in its own process group
+# (output in LOG), sends it Ctrl-C (SIGINT to the group) once METRICS has step STEP, and
+# checks that it exits 130 (128 + SIGINT) within 120 s; 240 s to reach the step.
+stop_at_step() {
+  local cmd=$1 metrics=$2 step=$3 log=$4 what=$5
+  setsid bash -c "exec $cmd" > "$log" 2>&1 &
+  local pid=$!
+  if ! wait_for_line "$metrics" "\"step\":$step," 240; then
+    fail "$what did not reach step $step"; kill -KILL -- "-$pid"; cat "$log"; return
+  fi
+  kill -INT -- "-$pid"
+  if wait_for_exit "$pid" 120; then
+    wait "$pid"
+    assert_code $? 130 "$what, stopped with Ctrl-C (the launcher exits 128 + SIGINT)"
+  else
+    fail "$what did not stop within 120 s of Ctrl-C"; kill -KILL -- "-$pid"
+  fi
+}
+
+# readme_commands NAME MIN: the commands of README.md's block between <!-- NAME:begin -->
+# and <!-- NAME:end --> (its ```sh fence; comments and blank lines dropped, one command per
+# line) into commands.txt; the test ends here unless there are at least MIN.
+readme_commands() {
+  local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  sed -n "/<!-- $1:begin -->/,/<!-- $1:end -->/p" "$root/README.md" |
+    sed '1,/^```sh$/d; /^```$/,$d' | grep -vE '^\s*(#|$)' > commands.txt
+  n=$(wc -l < commands.txt)
+  if [ "$n" -ge "$2" ]; then pass "the README's $1 block has $n commands"; else fail "$1 block: $n commands"; cat commands.txt; finish; fi
+}
+
+# as_a_user: for the README walkthroughs, work in $SCRATCH with `sana-train` on PATH, the
+# example photos with captions in my_images/ and the small TorchScript encoders in exports/
+# (the test ends here if either cannot be made).
+as_a_user() {
+  local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  cd "$SCRATCH" || exit 1
+  mkdir bin && ln -s "$BIN" bin/sana-train
+  export PATH=$SCRATCH/bin:$PATH
+  bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
+  /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
+    { fail "python3-torch could not export the stand-in encoders"; finish; }
+}
+
 finish() {
   if [ "$FAILURES" -ne 0 ]; then echo "$FAILURES check(s) failed"; exit 1; fi
   echo "all checks passed"

@@ -19,14 +19,7 @@ config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" --train.visualize=false
         --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
         --train.micro_batch_size=2 --train.max_steps=20 "--work_dir=$SCRATCH/$TOKEN")
-run() {  # NAME NPROC ARGS... (output in $SCRATCH/NAME.log, work_dir $SCRATCH/NAME unless ARGS name another)
-  local name=$1 n=$2; shift 2
-  timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "--work_dir=$SCRATCH/$name" "$@" \
-    > "$SCRATCH/$name.log" 2>&1
-  local code=$?
-  [ $code -eq 0 ] || tail -20 "$SCRATCH/$name.log"
-  return $code
-}
+run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 # compare REFERENCE OTHER WHAT: per-step losses (and the EMA file, when both have one) within 1e-6.
 compare() {
   if /usr/bin/python3 - "$SCRATCH/$1" "$SCRATCH/$2" > "$SCRATCH/$2.cmp" 2>&1 <<'PY'; then
@@ -115,26 +108,7 @@ for f in model.safetensors ema.safetensors; do
     fail "$f of the resumed chain differs from the uninterrupted run's"
   fi
 done
-if /usr/bin/python3 - "$SCRATCH" > "$SCRATCH/ids.log" 2>&1 <<'PY'; then
-import collections, glob, sys
-root = sys.argv[1]
-def epochs(run):
-    seen = collections.defaultdict(list)
-    for f in glob.glob(f"{root}/{run}/ids.rank*.log"):
-        for line in open(f):
-            e, s, *ids = map(int, line.split())
-            seen[e] += ids
-    return seen
-ref, chain = epochs("det-ref"), epochs("chain")
-ok = sorted(ref) == sorted(chain) and len(ref) >= 2
-for e in sorted(ref):
-    c = collections.Counter(chain[e])
-    twice = sum(1 for n in c.values() if n > 1)
-    same = sorted(c) == sorted(ref[e])
-    print(f"epoch {e + 1}: {len(c)} samples, {twice} twice, {'the' if same else 'NOT the'} uninterrupted run's")
-    ok = ok and same and twice == 0
-sys.exit(0 if ok else 1)
-PY
+if /usr/bin/python3 "$(dirname "$0")/same_samples.py" "$SCRATCH" det-ref chain > "$SCRATCH/ids.log" 2>&1; then
   pass "every sample once per epoch across the chain: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
 else
   fail "samples lost or repeated across the chain"; cat "$SCRATCH/ids.log"

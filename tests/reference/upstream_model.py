@@ -212,6 +212,19 @@ class SanaMS(nn.Module):
         return x.reshape(b, c, h * self.p, w * self.p)
 
 
+def model_of_case(tensors, spec):
+    """SanaMS in float64 with a case file's weights ("w.<name>"), loaded strictly: upstream's
+    names and shapes, every one."""
+    weights = {k[2:]: v.double() for k, v in tensors.items() if k.startswith("w.")}
+    spec["in_channels"] = tensors["in.x"].shape[1]
+    spec["qk_norm"] = "blocks.0.attn.q_norm.weight" in weights
+    spec["cross_norm"] = "blocks.0.cross_attn.q_norm.weight" in weights
+    tokens, caption_channels = weights["y_embedder.y_embedding"].shape
+    model = SanaMS(spec, caption_channels, tokens, 1.0).double()
+    model.load_state_dict(weights, strict=True)
+    return model
+
+
 def check(path):
     tensors, meta = read_safetensors(path)
     spec = json.loads(meta["spec"])
@@ -219,13 +232,7 @@ def check(path):
     if spec["conditioning"] != "caption":
         print(f"{name}: skipped (upstream's SanaMS has no class conditioning)")
         return 0.0
-    weights = {k[2:]: v.double() for k, v in tensors.items() if k.startswith("w.")}
-    spec["in_channels"] = tensors["in.x"].shape[1]
-    spec["qk_norm"] = "blocks.0.attn.q_norm.weight" in weights
-    spec["cross_norm"] = "blocks.0.cross_attn.q_norm.weight" in weights
-    tokens, caption_channels = weights["y_embedder.y_embedding"].shape
-    model = SanaMS(spec, caption_channels, tokens, 1.0).double()
-    model.load_state_dict(weights, strict=True)  # upstream's names and shapes, every one
+    model = model_of_case(tensors, spec)
     with torch.no_grad():
         pred = model(tensors["in.x"].double(), tensors["in.t"].double(), tensors["in.y"].double(),
                      tensors["in.mask"], tensors["in.drop"].long())

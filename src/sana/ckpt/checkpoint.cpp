@@ -180,7 +180,9 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
       if (!state.tensors) continue;
       const std::string file = tensor_file(part);
       stage(file.c_str());
-      write_safetensors((tmp / file).string(), *state.tensors, {{"checkpoint", name}});
+      auto metadata = state.metadata;
+      metadata["checkpoint"] = name;
+      write_safetensors((tmp / file).string(), *state.tensors, metadata);
       fsync_path(tmp / file);
       snap.state.checksums[file] = file_checksum(tmp / file);
     }
@@ -273,7 +275,7 @@ Snapshot read_checkpoint(const std::string& dir) {
     check_sum(dir, file, hash_hex(std::string_view(bytes.data(), bytes.size())), snap.state);
     if (path.extension() != ".safetensors") continue;
     try {
-      snap.parts.push_back({path.stem().string(), {nullptr, parse_safetensors(bytes, path.string()).tensors}});
+      snap.parts.push_back({path.stem().string(), {nullptr, parse_safetensors(bytes, path.string()).tensors, {}}});
     } catch (const SafetensorsError& e) {
       throw CheckpointError(e.what());
     }

@@ -28,6 +28,7 @@ enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
 enum class TimestepGrid { integer, continuous };
 enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
+enum class LoraInit { gaussian, kaiming };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
 
@@ -58,6 +59,7 @@ template <> struct Names<TimestepGrid> {
   static constexpr std::array<std::string_view, 2> values{"integer", "continuous"};
 };
 template <> struct Names<PreviewOn> { static constexpr std::array<std::string_view, 2> values{"shared", "rank0"}; };
+template <> struct Names<LoraInit> { static constexpr std::array<std::string_view, 2> values{"gaussian", "kaiming"}; };
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
 template <> struct Names<DeviceKind> {
   static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
@@ -187,6 +189,17 @@ struct LrScheduleArgs {
   double num_cycles = 0.5;   // cosine: half-waves over the run (0.5 = one decay to 0)
 };
 
+// train.lora (model/lora.h): low-rank adapters on a frozen base, as PEFT's LoRA; rank 0 = off.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 0;  // the update is scaled by alpha / rank; 0: alpha = rank (scale 1)
+  double dropout = 0;  // on the adapters' input while training (PEFT's lora_dropout)
+  // diffusers' module names, matched as PEFT matches a list: the whole name or its last
+  // dot-separated parts (to_q matches transformer_blocks.3.attn1.to_q and attn2.to_q).
+  std::vector<std::string> target_modules = {"to_k", "to_q", "to_v"};  // diffusers' script's default
+  LoraInit init = LoraInit::gaussian;  // B = 0; A normal(0, 1/rank) or PEFT's default uniform
+};
+
 struct TrainConfig {
   int64_t seed = 42;
   // Where upstream's train.py keeps the empty prompt's features
@@ -239,6 +252,7 @@ struct TrainConfig {
   int64_t preview_every_epochs = 0;  // previews at the end of every N-th epoch too
   PreviewOn preview_on = PreviewOn::shared;  // shared: buckets spread over ranks; rank0: rank 0 alone
   int64_t max_nonfinite = 5;
+  LoraConfig lora;
 };
 
 struct DistConfig {
@@ -320,5 +334,7 @@ std::string null_embed_file(const Config& cfg);
 
 // Whether the EMA copy is kept.
 inline bool ema_enabled(const TrainConfig& t) { return t.ema_update && t.ema_rate > 0; }
+// Whether the run trains LoRA adapters on a frozen base (train.lora.rank > 0).
+inline bool lora_enabled(const TrainConfig& t) { return t.lora.rank > 0; }
 
 }  // namespace sana::config

@@ -219,6 +219,22 @@ void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
       .at_least(0);
 }
 
+void describe_lora(std::vector<Field>& f, LoraConfig& l) {
+  Section s(f, "train.lora");
+  s.add("rank", l.rank,
+        "0 = off (every weight trains); else LoRA of this rank on a frozen base (docs/finetune.md)")
+      .at_least(0)
+      .at_most(4096);
+  s.add("alpha", l.alpha, "the update is scaled by alpha / rank; 0 = rank (scale 1)").at_least(0);
+  s.add("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)")
+      .at_least(0)
+      .at_most(0.99);
+  s.add("target_modules", l.target_modules,
+        "diffusers' module names adapted, matched as PEFT matches (to_q, attn2.to_v, ff.conv_inverted, "
+        "to_out.0, proj_out, ...)");
+  s.add("init", l.init, "B starts at 0; A from a normal(0, 1/rank) (gaussian) or PEFT's default (kaiming)");
+}
+
 void describe_train(std::vector<Field>& f, TrainConfig& t) {
   Section s(f, "train");
   s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
@@ -287,6 +303,7 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   describe_reporting(s, t);
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
+  describe_lora(f, t.lora);
 }
 
 void describe_dist(std::vector<Field>& f, DistConfig& d) {

@@ -91,7 +91,7 @@ const Rule kRules[] = {
     {"train.auto_lr.base_batch_size", nullptr, "the base batch is 256, as upstream's", "256"},
     {"train.eval_batch_size", nullptr, "no evaluation set is read", nullptr},
     {"train.use_flash_attn", nullptr, "self-attention is linear; cross-attention uses LibTorch's kernel", nullptr},
-    {"train.lora_rank", nullptr, "no LoRA: every weight trains", nullptr},
+    {"train.lora_rank", nullptr, "upstream's train.py trains no LoRA; train.lora.rank turns it on here", nullptr},
     {"train.mask_type", nullptr, "no token masking", "null"},
     {"train.mask_loss_coef", nullptr, "no token masking", "0"},
     {"train.load_mask_index", nullptr, "no token masking", "false"},

@@ -447,7 +447,7 @@ void BucketedReducer::set_exact_scales(const std::vector<int64_t>& scales) {
 
 }  // namespace
 
-PartState Reducer::save_state() const { return {{{"exact_scales", exact_scales()}}, std::nullopt}; }
+PartState Reducer::save_state() const { return {{{"exact_scales", exact_scales()}}, std::nullopt, {}}; }
 
 void Reducer::restore_state(const PartState* saved, const std::string& /*source*/) {
   if (saved != nullptr && saved->json.contains("exact_scales")) {

@@ -42,6 +42,11 @@ const std::vector<std::pair<std::string, std::string>> kBlock = {
     {"mlp.depth_conv.conv.", "ff.conv_depth."},
     {"mlp.point_conv.conv.", "ff.conv_point."},
 };
+// The two fused layers diffusers splits by rows, in row order.
+const std::vector<std::pair<std::string, std::vector<std::string>>> kSplits = {
+    {"attn.qkv", {"attn1.to_q", "attn1.to_k", "attn1.to_v"}},
+    {"cross_attn.kv_linear", {"attn2.to_k", "attn2.to_v"}},
+};
 // Upstream's tensors diffusers' transformer does not have.
 const std::set<std::string> kNotInDiffusers = {"y_embedder.y_embedding", "pos_embed"};
 const char* const kUpstreamBlocks = "blocks.";
@@ -65,6 +70,17 @@ std::pair<std::string, std::string> split_block(const std::string& name, const s
   const auto rest = name.substr(prefix.size());
   const auto dot = rest.find('.');
   return {rest.substr(0, dot), dot == std::string::npos ? "" : rest.substr(dot + 1)};
+}
+
+// "attn1.to_k.weight" -> {"attn.qkv.weight", "attn1.to_k"}: the fused upstream tensor a
+// diffusers block tensor is rows of, and which part; {"", ""} for any other.
+std::pair<std::string, std::string> split_part(const std::string& rest) {
+  for (const auto& [fused, names] : kSplits) {
+    for (const auto& part : names) {
+      if (starts_with(rest, part + ".")) return {fused + rest.substr(part.size()), part};
+    }
+  }
+  return {"", ""};
 }
 
 [[noreturn]] void no_rule(const std::string& name, const char* direction) {
@@ -95,16 +111,13 @@ TensorMap to_diffusers(const TensorMap& upstream) {
     }
     const auto [n, rest] = split_block(name, kUpstreamBlocks);
     const std::string to = kDiffusersBlocks + n + ".";
-    if (rest == "attn.qkv.weight") {
-      const auto parts = t.chunk(3, 0);
-      out[to + "attn1.to_q.weight"] = parts[0].contiguous();
-      out[to + "attn1.to_k.weight"] = parts[1].contiguous();
-      out[to + "attn1.to_v.weight"] = parts[2].contiguous();
-    } else if (starts_with(rest, "cross_attn.kv_linear.")) {
-      const auto kind = rest.substr(std::string("cross_attn.kv_linear.").size());
-      const auto parts = t.chunk(2, 0);
-      out[to + "attn2.to_k." + kind] = parts[0].contiguous();
-      out[to + "attn2.to_v." + kind] = parts[1].contiguous();
+    const auto split = std::find_if(kSplits.begin(), kSplits.end(),
+                                    [&](const auto& rule) { return starts_with(rest, rule.first + "."); });
+    if (split != kSplits.end()) {
+      const auto kind = rest.substr(split->first.size());  // ".weight" / ".bias"
+      const auto& names = split->second;
+      const auto parts = t.chunk(static_cast<int64_t>(names.size()), 0);
+      for (size_t i = 0; i < names.size(); ++i) out[to + names[i] + kind] = parts[i].contiguous();
     } else {
       const auto renamed = rename(kBlock, rest, true);
       if (renamed.empty()) no_rule(name, "diffusers");
@@ -112,6 +125,27 @@ TensorMap to_diffusers(const TensorMap& upstream) {
     }
   }
   return out;
+}
+
+std::vector<DiffusersModule> diffusers_modules(const std::string& module) {
+  if (!starts_with(module, kUpstreamBlocks)) {
+    const auto renamed = rename(kTop, module + ".", true);
+    if (renamed.empty()) no_rule(module, "diffusers");
+    return {{renamed.substr(0, renamed.size() - 1), 0, 1}};
+  }
+  const auto [n, rest] = split_block(module, kUpstreamBlocks);
+  const std::string to = kDiffusersBlocks + n + ".";
+  for (const auto& [fused, names] : kSplits) {
+    if (rest != fused) continue;
+    std::vector<DiffusersModule> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+      out.push_back({to + names[i], static_cast<int64_t>(i), static_cast<int64_t>(names.size())});
+    }
+    return out;
+  }
+  const auto renamed = rename(kBlock, rest + ".", true);
+  if (renamed.empty()) no_rule(module, "diffusers");
+  return {{to + renamed.substr(0, renamed.size() - 1), 0, 1}};
 }
 
 TensorMap from_diffusers(const TensorMap& diffusers) {
@@ -130,10 +164,9 @@ TensorMap from_diffusers(const TensorMap& diffusers) {
     }
     const auto [n, rest] = split_block(name, kDiffusersBlocks);
     const std::string to = kUpstreamBlocks + n + ".";
-    if (rest == "attn1.to_q.weight" || rest == "attn1.to_k.weight" || rest == "attn1.to_v.weight") {
-      part_of(to + "attn.qkv.weight", rest.substr(6, 4), t);
-    } else if (starts_with(rest, "attn2.to_k.") || starts_with(rest, "attn2.to_v.")) {
-      part_of(to + "cross_attn.kv_linear." + rest.substr(11), rest.substr(6, 4), t);
+    const auto [fused, part] = split_part(rest);
+    if (!fused.empty()) {
+      part_of(to + fused, part, t);
     } else {
       const auto renamed = rename(kBlock, rest, false);
       if (renamed.empty()) no_rule(name, "upstream");
@@ -141,15 +174,15 @@ TensorMap from_diffusers(const TensorMap& diffusers) {
     }
   }
   for (auto& [whole, parts] : groups) {
-    const bool qkv = whole.find(".attn.qkv.") != std::string::npos;
-    const std::vector<std::string> order = qkv ? std::vector<std::string>{"to_q", "to_k", "to_v"}
-                                               : std::vector<std::string>{"to_k", "to_v"};
+    const auto rule = std::find_if(kSplits.begin(), kSplits.end(), [&](const auto& r) {
+      return whole.find("." + r.first + ".") != std::string::npos;
+    });
     std::vector<torch::Tensor> rows;
-    for (const auto& want : order) {
+    for (const auto& want : rule->second) {
       const auto it = std::find_if(parts.begin(), parts.end(), [&](const auto& p) { return p.first == want; });
       if (it == parts.end()) {
         throw WeightsError(fmt::format("{}: diffusers' {} is missing (it needs {})", whole, want,
-                                       qkv ? "to_q, to_k and to_v" : "to_k and to_v"));
+                                       fmt::join(rule->second, ", ")));
       }
       rows.push_back(it->second);
     }

@@ -12,8 +12,6 @@ namespace sana::model {
 
 namespace {
 
-thread_local FlopTrace* g_trace = nullptr;
-
 torch::Tensor make(at::IntArrayRef shape, const torch::TensorOptions& options) {
   return torch::empty(shape, options);
 }
@@ -29,58 +27,6 @@ torch::Tensor layer_norm(const torch::Tensor& x) {
 }
 
 }  // namespace
-
-// --- FLOP tracing -----------------------------------------------------------------------
-
-FlopTrace::FlopTrace() : outer_(g_trace) { g_trace = this; }
-FlopTrace::~FlopTrace() { g_trace = outer_; }
-void FlopTrace::add(double flops) {
-  for (FlopTrace* t = g_trace; t != nullptr; t = t->outer_) t->flops_ += flops;
-}
-
-// --- Layers -----------------------------------------------------------------------------
-
-LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& o) {
-  weight = register_parameter("weight", make({out, in}, o));
-  if (with_bias) bias = register_parameter("bias", make({out}, o));
-}
-
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
-  return torch::linear(x, weight, bias);
-}
-
-Conv2dImpl::Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_,
-                       int64_t groups_, bool with_bias, const torch::TensorOptions& o)
-    : stride(stride_), padding(padding_), groups(groups_) {
-  weight = register_parameter("weight", make({out, in / groups_, kernel, kernel}, o));
-  if (with_bias) bias = register_parameter("bias", make({out}, o));
-}
-
-torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
-  auto y = torch::conv2d(x, weight, bias, stride, padding, 1, groups);
-  if (g_trace) {
-    FlopTrace::add(2.0 * static_cast<double>(y.numel()) *
-                   static_cast<double>(weight.size(1) * weight.size(2) * weight.size(3)));
-  }
-  return y;
-}
-
-RMSNormImpl::RMSNormImpl(int64_t dim, double scale, double eps_, const torch::TensorOptions& o)
-    : eps(eps_) {
-  weight = register_parameter("weight", make({dim}, o));
-  if (!o.device().is_meta()) {
-    torch::NoGradGuard no_grad;
-    weight.fill_(scale);
-  }
-}
-
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const auto xf = x.to(x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
-  const auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
-  // As upstream's norms.RMSNorm: the weight multiplies in fp32, then the cast.
-  return (normed * weight).to(x.scalar_type());
-}
 
 // --- Attention --------------------------------------------------------------------------
 
@@ -110,7 +56,7 @@ torch::Tensor LiteLAImpl::attend(const torch::Tensor& q_in, const torch::Tensor&
   const auto v_pad = torch::constant_pad_nd(v, {0, 0, 0, 1}, 1.0);  // [B, h, d+1, N]
   const auto vk = torch::matmul(v_pad, k.transpose(-1, -2));      // [B, h, d+1, d]
   auto out = torch::matmul(vk, q);                                 // [B, h, d+1, N]
-  if (g_trace) {
+  if (FlopTrace::active()) {
     const double n = static_cast<double>(q.size(-1)), d = static_cast<double>(q.size(-2));
     FlopTrace::add(4.0 * static_cast<double>(q.size(0) * q.size(1)) * (d + 1) * d * n);
   }
@@ -165,7 +111,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   if (bias.defined()) scores = scores + bias;
   const auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, h, N, hd]
-  if (g_trace) FlopTrace::add(4.0 * static_cast<double>(B * N * L * C));
+  if (FlopTrace::active()) FlopTrace::add(4.0 * static_cast<double>(B * N * L * C));
   return proj->forward(out.transpose(1, 2).reshape({B, N, C}));
 }
 
@@ -201,6 +147,18 @@ SanaMSBlockImpl::SanaMSBlockImpl(const ModelSpec& s, const torch::TensorOptions&
   }
   mlp = register_module("mlp", GLUMBConv(s.hidden, s.mlp_hidden(), o));
   scale_shift_table = register_parameter("scale_shift_table", make({6, s.hidden}, o));
+}
+
+std::vector<torch::Tensor> SanaMSBlockImpl::differentiable() const {
+  auto out = parameters();
+  for (const auto& m : modules(/*include_self=*/false)) {
+    std::shared_ptr<const LayerAdapter> adapter;
+    if (const auto* linear = m->as<LinearImpl>()) adapter = linear->adapter;
+    if (const auto* conv = m->as<Conv2dImpl>()) adapter = conv->adapter;
+    if (!adapter) continue;
+    for (const auto& t : adapter->tensors()) out.push_back(t);
+  }
+  return out;
 }
 
 torch::Tensor SanaMSBlockImpl::forward(const torch::Tensor& x_in, const torch::Tensor& y,
@@ -274,7 +232,7 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     if (has_y) want(y, 2);
     want(t0, 3);
     size_t pos = 7;
-    for (const auto& p : block->parameters()) want(p, pos++);
+    for (const auto& p : block->differentiable()) want(p, pos++);
     if (inputs.empty()) return result;
     const auto g = torch::autograd::grad({out}, inputs, {grads[0]}, false, false, true);
     for (size_t i = 0; i < g.size(); ++i) result[slot[i]] = g[i];
@@ -443,7 +401,7 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
     const int64_t k = index++;
     if (gathering_) gathering_->block_forward(k, true);
     if (checkpoint && k % checkpoint_every_ == 0) {
-      const auto params = block->parameters();
+      const auto params = block->differentiable();
       x = CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
                                  bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
                                  at::TensorList(params))[0];
@@ -465,9 +423,10 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
 }
 
 size_t gathering_unit(const std::string& name) {
-  static const std::string prefix = "blocks.";
-  if (name.rfind(prefix, 0) != 0) return 0;
-  return static_cast<size_t>(std::stoll(name.substr(prefix.size()))) + 1;
+  for (const std::string prefix : {"blocks.", "transformer.transformer_blocks."}) {
+    if (name.rfind(prefix, 0) == 0) return static_cast<size_t>(std::stoll(name.substr(prefix.size()))) + 1;
+  }
+  return 0;
 }
 
 torch::Tensor SanaMSImpl::pos_embed(int64_t h, int64_t w, const torch::Tensor& like) {

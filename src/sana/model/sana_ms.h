@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,10 +31,21 @@ class FlopTrace {
   FlopTrace& operator=(const FlopTrace&) = delete;
   double flops() const { return flops_; }
   static void add(double flops);
+  static bool active();  // a trace lives on this thread
 
  private:
   double flops_ = 0;
   FlopTrace* outer_;
+};
+
+// A trainable addition to a frozen layer's output (model/lora.h's low-rank adapters): the
+// layer returns its own output plus delta(x); the adapter is not a registered module, so
+// the model's parameters and state dict stay the base's.
+class LayerAdapter {
+ public:
+  virtual ~LayerAdapter() = default;
+  virtual torch::Tensor delta(const torch::Tensor& x, bool training) const = 0;
+  virtual std::vector<torch::Tensor> tensors() const = 0;  // what it trains
 };
 
 class LinearImpl : public torch::nn::Module {
@@ -41,6 +53,7 @@ class LinearImpl : public torch::nn::Module {
   LinearImpl(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;
+  std::shared_ptr<const LayerAdapter> adapter;  // null: none
 };
 TORCH_MODULE(Linear);
 
@@ -51,6 +64,7 @@ class Conv2dImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;
   int64_t stride, padding, groups;
+  std::shared_ptr<const LayerAdapter> adapter;  // null: none
 };
 TORCH_MODULE(Conv2d);
 
@@ -123,6 +137,9 @@ class SanaMSBlockImpl : public torch::nn::Module {
   CrossAttention cross_attn{nullptr};
   GLUMBConv mlp{nullptr};
   torch::Tensor scale_shift_table;  // [6, C]
+  // What a backward through the block differentiates besides its inputs: its parameters,
+  // then its layers' adapters' tensors (gradient checkpointing recomputes with them).
+  std::vector<torch::Tensor> differentiable() const;
 };
 TORCH_MODULE(SanaMSBlock);
 
@@ -214,8 +231,8 @@ class ParamGathering {
   virtual void forward_ends(bool backward_follows) = 0;
 };
 
-// The ParamGathering unit of a parameter by its name: block k's ("blocks.<k>.") is k + 1,
-// everything else 0.
+// The ParamGathering unit of a parameter by its name: block k's ("blocks.<k>.", or an
+// adapter's "transformer.transformer_blocks.<k>.") is k + 1, everything else 0.
 size_t gathering_unit(const std::string& parameter_name);
 
 class SanaMSImpl : public torch::nn::Module {

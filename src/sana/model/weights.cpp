@@ -185,7 +185,7 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
 PartState ModuleState::save_state() const {
   auto tensors = module_tensors(module_);
   for (auto& [name, t] : tensors) t = t.detach().to(torch::kCPU).clone();
-  return {nullptr, std::move(tensors)};
+  return {nullptr, std::move(tensors), {}};
 }
 
 void ModuleState::restore_state(const PartState* saved, const std::string& source) {

@@ -228,4 +228,16 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
   return o;
 }
 
+model::LoraOptions lora_options_for(const config::Config& cfg) {
+  const auto& c = cfg.train.lora;
+  model::LoraOptions o;
+  o.rank = c.rank;
+  o.alpha = c.alpha;
+  o.dropout = c.dropout;
+  o.targets = c.target_modules;
+  o.gaussian = c.init == config::LoraInit::gaussian;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  return o;
+}
+
 }  // namespace sana::train

@@ -12,6 +12,7 @@
 #include "sana/distributed/options.h"
 #include "sana/model/encoder_options.h"
 #include "sana/model/growth_options.h"
+#include "sana/model/lora_options.h"
 #include "sana/model/spec.h"
 
 namespace sana::train {
@@ -46,6 +47,8 @@ model::VaeOptions vae_options_for(const config::Config& cfg);
 model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg);
 // The model_growth section and train.seed (source "" when there is no growth).
 model::GrowthOptions growth_options_for(const config::Config& cfg);
+// train.lora and train.seed (the adapters' initial values).
+model::LoraOptions lora_options_for(const config::Config& cfg);
 
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg);
 

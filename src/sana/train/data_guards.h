@@ -56,7 +56,7 @@ class BadSampleGuard : public Stateful {
   }
   std::string state_name() const override { return "bad_samples"; }
   PartState save_state() const override {
-    return {{{"bad_samples", total_bad_}, {"samples_read", total_reads_}}, std::nullopt};
+    return {{{"bad_samples", total_bad_}, {"samples_read", total_reads_}}, std::nullopt, {}};
   }
   void restore_state(const PartState* saved, const std::string& /*source*/) override {
     if (saved == nullptr) return;

@@ -51,7 +51,7 @@ void Ema::restore(const NamedTensors& saved, const std::string& source) {
   }
 }
 
-PartState Ema::save_state() const { return {nullptr, checkpointed_ ? capture() : NamedTensors{}}; }
+PartState Ema::save_state() const { return {nullptr, checkpointed_ ? capture() : NamedTensors{}, {}}; }
 
 void Ema::restore_state(const PartState* saved, const std::string& source) {
   restore(PartState::tensors_of(saved), source);

@@ -22,7 +22,7 @@ PartState LossScaler::save_state() const {
   return {{{"loss_scale", state_.scale},
            {"loss_scale_clean_steps", state_.clean_in_a_row},
            {"overflow_steps", state_.overflows}},
-          std::nullopt};
+          std::nullopt, {}};
 }
 
 void LossScaler::restore_state(const PartState* saved, const std::string& /*source*/) {

@@ -16,7 +16,7 @@ PartState Optimizer::save_state() const {
   if (checkpointed_) {
     for (const auto& [n, v] : state()) cpu.emplace_back(n, v.to(torch::kCPU).clone());
   }
-  return {nullptr, std::move(cpu)};
+  return {nullptr, std::move(cpu), {}};
 }
 
 void Optimizer::restore_state(const PartState* saved, const std::string& source) {

@@ -55,7 +55,7 @@ class NonfinitePolicy : public Stateful {
   int64_t capture() const { return skipped_; }
   void restore(int64_t skipped) { skipped_ = skipped; }
   std::string state_name() const override { return "nonfinite"; }
-  PartState save_state() const override { return {{{"skipped_steps", skipped_}}, std::nullopt}; }
+  PartState save_state() const override { return {{{"skipped_steps", skipped_}}, std::nullopt, {}}; }
   void restore_state(const PartState* saved, const std::string& /*source*/) override {
     if (saved != nullptr) skipped_ = saved->json.value("skipped_steps", int64_t{0});
   }

@@ -40,12 +40,6 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
-NamedParams named_parameters(model::SanaMS& net) {
-  NamedParams named;
-  for (const auto& p : net->named_parameters()) named.emplace_back(p.key(), p.value());
-  return named;
-}
-
 data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
   auto o = loader_options_for(cfg);
   o.rank = rank;
@@ -95,9 +89,9 @@ void Trainer::start() {
   spec_ = model_spec_for(cfg_);
   model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
-  named_ = named_parameters(model_);
-  reducer_ = dist::make_reducer(rt_, named_, reducer_options_for(cfg_));
-  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, named_, *reducer_, *model_,
+  trainable_.emplace(cfg_, model_, rt_);  // collective under train.lora: the adapters agreed
+  reducer_ = dist::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
+  zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, trainable_->parameters(), *reducer_, *model_,
                 compute_type(rt_.device(), cfg_.model.mixed_precision));
   optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
@@ -128,8 +122,7 @@ void Trainer::start() {
 // What a checkpoint holds besides the run's position: one line per part (its name is the
 // part's own: model.safetensors, ema.safetensors, optimizer.safetensors, and JSON).
 void Trainer::register_checkpointed_parts() {
-  weights_.emplace(*model_, "model");
-  checkpointer_->add(weights_part_.emplace(*weights_, *zero_));
+  checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
   checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
   checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
   checkpointer_->add(*reducer_);
@@ -262,11 +255,11 @@ void Trainer::log_start() const {
                              : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
                                                                                        : "unconditional";
   log::info("{}: {:.2f} M parameters, {}, {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
-            "optimizer {}, {} gradient buckets{}",
+            "optimizer {}, {} gradient buckets{}{}",
             spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
             batch_text(*dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
-            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic));
+            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic), trainable_->describe());
 }
 
 void Trainer::run() {
@@ -298,7 +291,7 @@ void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step
   MemoryUse mine;
   mine.rank = rt_.rank();
   std::vector<torch::Tensor> params, state;
-  for (const auto& p : model_->parameters()) params.push_back(p);
+  params = trainable_->all_tensors();  // the base and its adapters
   for (const auto& [name, t] : optimizer_->state()) state.push_back(t);
   mine.parameters = bytes_of(params);
   mine.gradients = bytes_of(reducer_->flat_gradients());
@@ -458,26 +451,24 @@ void Trainer::finish() {
   const int64_t global_step = position_.global_step;
   Zero::Whole whole(*zero_);  // stage 3: previews, the check and the weights see the whole model
   if (cfg_.train.visualize) previews_->render(global_step, "end of training");
-  const auto sums = rt_.all_gather("final weights checksum", weights_checksum(*model_));
+  const auto sums = rt_.all_gather("final weights checksum", trainable_->checksum());
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
     throw dist::Disagreement(fmt::format("parameters differ between ranks after step {}: checksums {}", global_step,
                                          fmt::join(sums, ", ")));
   }
   const int world = rt_.world_size();
   log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
+  trainable_->check_base();
   previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
-  if (main_rank_) {
-    const auto path = (fs::path(cfg_.work_dir) / "model.safetensors").string();
-    model::save_weights(*model_, path, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
-    log::info("weights: {}", path);
-  }
+  if (main_rank_) trainable_->write_final(cfg_.work_dir, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
   if (config::ema_enabled(cfg_.train)) {
     auto ema = zero_->shards_state() ? gather_to_writer(rt_, "EMA weights", ema_->capture(), main_rank_)
                                      : (main_rank_ ? ema_->capture() : NamedTensors{});  // collective
     zero_->sort_by_parameter(ema);
     if (main_rank_) {
-      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema,
-                        {{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
+      auto metadata = trainable_->file_metadata();
+      metadata.insert({{"model", spec_.name}, {"ema_rate", fmt::format("{}", ema_->rate())}});
+      write_safetensors((fs::path(cfg_.work_dir) / "ema.safetensors").string(), ema, metadata);
     }
   }
   metrics_->finish(global_step, nonfinite_->skipped() + scaler_->overflows(), stopped_);

@@ -34,6 +34,7 @@
 #include "sana/train/step.h"
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
+#include "sana/train/trainable.h"
 #include "sana/train/zero.h"
 
 namespace sana::train {
@@ -91,7 +92,7 @@ class Trainer {
   model::ModelSpec spec_;
   model::SanaMS model_{nullptr};
   Encoders encoders_;
-  NamedParams named_;
+  std::optional<Trainable> trainable_;  // what the run trains: the model, or adapters on it (train.lora)
   std::unique_ptr<dist::Reducer> reducer_;
   std::optional<Zero> zero_;  // what this rank keeps (train.zero_stage)
   std::unique_ptr<Optimizer> optimizer_;
@@ -102,8 +103,7 @@ class Trainer {
   std::optional<LossScaler> scaler_;
   std::optional<TrainStep> step_;
   std::optional<Previews> previews_;
-  std::optional<model::ModuleState> weights_;  // the model's parameters and buffers in checkpoints
-  std::optional<WholeModelPart> weights_part_;  // ... gathered whole at ZeRO stage 3
+  std::optional<WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   // Where the run stands.

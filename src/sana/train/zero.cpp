@@ -189,7 +189,7 @@ std::optional<PartState> ShardedPart::gather_state(bool writer) const {
   auto all = gather_to_writer(rt_, "checkpoint " + state_name(), PartState::tensors_of(&mine), writer);
   if (!writer) return std::nullopt;
   zero_.sort_by_parameter(all);
-  return PartState{mine.json, std::move(all)};
+  return PartState{mine.json, std::move(all), mine.metadata};
 }
 
 std::optional<PartState> WholeModelPart::gather_state(bool writer) const {
@@ -208,7 +208,7 @@ void ShardedPart::restore_state(const PartState* saved, const std::string& sourc
     inner_.restore_state(saved, source);
     return;
   }
-  PartState mine{saved->json, NamedTensors{}};
+  PartState mine{saved->json, NamedTensors{}, {}};
   for (const auto& [name, t] : all) {
     if (zero_.owns(name.substr(0, name.find('/')))) mine.tensors->emplace_back(name, t);
   }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,7 @@ namespace sana {
 struct PartState {
   nlohmann::json json;                  // null: the part keeps nothing as JSON
   std::optional<NamedTensors> tensors;  // a value, even empty: the checkpoint has <name>.safetensors
+  std::map<std::string, std::string> metadata;  // more of that file's metadata (diffusers' LoRA settings)
 
   // The tensors a checkpoint holds of a part (`saved` may be null): none when it has none.
   static const NamedTensors& tensors_of(const PartState* saved) {

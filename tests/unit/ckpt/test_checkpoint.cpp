@@ -28,9 +28,9 @@ ckpt::Snapshot snapshot(int64_t step) {
   const NamedTensors ema = {{"blocks.0.attn.qkv.weight", torch::randn({6, 2})}};
   const NamedTensors optimizer = {{"blocks.0.attn.qkv.weight/step", torch::tensor({step}, torch::kInt64)},
                                   {"blocks.0.attn.qkv.weight/exp_avg", torch::randn({6, 2})}};
-  s.parts = {{"model", {nullptr, model}}, {"ema", {nullptr, ema}}, {"optimizer", {nullptr, optimizer}},
+  s.parts = {{"model", {nullptr, model, {}}}, {"ema", {nullptr, ema, {}}}, {"optimizer", {nullptr, optimizer, {}}},
              // an fp16 run's scaler: JSON alone, no file
-             {"loss_scaler", {{{"loss_scale", 8192.0}, {"loss_scale_clean_steps", step + 7}, {"overflow_steps", 3}}, {}}}};
+             {"loss_scaler", {{{"loss_scale", 8192.0}, {"loss_scale_clean_steps", step + 7}, {"overflow_steps", 3}}, {}, {}}}};
   s.state.global_step = step;
   s.state.epoch = step / 10;
   s.state.step_in_epoch = step % 10;

@@ -199,7 +199,7 @@ class Counter : public Stateful {
   int64_t count = 0;
   torch::Tensor values = torch::zeros({3});
   std::string state_name() const override { return "counter"; }
-  PartState save_state() const override { return {{{"count", count}}, NamedTensors{{"values", values.clone()}}}; }
+  PartState save_state() const override { return {{{"count", count}}, NamedTensors{{"values", values.clone()}}, {}}; }
   void restore_state(const PartState* saved, const std::string& source) override {
     if (saved == nullptr) throw std::runtime_error("no counter in " + source);
     count = saved->json.at("count");
@@ -251,7 +251,7 @@ class Weights : public Stateful {
  public:
   torch::Tensor w = torch::zeros({2});
   std::string state_name() const override { return "model"; }
-  PartState save_state() const override { return {nullptr, NamedTensors{{"w", w.clone()}}}; }
+  PartState save_state() const override { return {nullptr, NamedTensors{{"w", w.clone()}}, {}}; }
   void restore_state(const PartState*, const std::string&) override {}
 };
 

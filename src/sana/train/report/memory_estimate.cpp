@@ -12,6 +12,7 @@
 #include "sana/data/dataset.h"
 #include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/shard_plan.h"
+#include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
@@ -127,15 +128,18 @@ namespace {
 // of the same layout, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
 // 8-bit first moments under CAME8bit), AdamW8bit's per parameter (adamw8bit.h), every
 // parameter's int64 step count.
-std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& meta, int world) {
+// Under train.lora `trained` are the adapters and `frozen` the base's bytes, which every
+// rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
+std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams& trained, double frozen, int world) {
   std::vector<dist::ParamInfo> infos;
   std::vector<int64_t> numels;
   std::vector<size_t> units;
-  const auto params = meta->parameters();
-  for (const auto& item : meta->named_parameters()) {
-    infos.push_back({item.key(), item.value().numel(), 4, static_cast<int>(torch::kFloat32)});
-    numels.push_back(item.value().numel());
-    units.push_back(model::gathering_unit(item.key()));
+  std::vector<torch::Tensor> params;
+  for (const auto& [name, t] : trained) {
+    infos.push_back({name, t.numel(), 4, static_cast<int>(torch::kFloat32)});
+    numels.push_back(t.numel());
+    units.push_back(model::gathering_unit(name));
+    params.push_back(t);
   }
   const auto opts = reducer_options_for(cfg);
   const auto buckets = dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
@@ -154,7 +158,7 @@ std::vector<RankState> state_bytes(const config::Config& cfg, model::SanaMS& met
     RankState st;
     st.rank = r;
     const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
-    st.weights = stage3 ? owned : flat;  // stage 3: each owned segment its own tensor
+    st.weights = (stage3 ? owned : flat) + frozen;  // stage 3: each owned segment its own tensor
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(dist::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
     const bool adamw8 = o.type == config::OptimizerType::AdamW8bit;
@@ -196,7 +200,16 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
     e.optimizer_name = std::string(config::name_of(cfg.train.optimizer.type));
-    e.ranks = state_bytes(cfg, meta, world_size);
+    if (config::lora_enabled(cfg.train)) {  // the adapters train; the base is frozen
+      const model::Lora lora(*meta, lora_options_for(cfg), "");
+      e.trainable = lora.parameter_count();
+      e.ranks = state_bytes(cfg, lora.parameters(), 4 * static_cast<double>(e.parameters), world_size);
+    } else {
+      NamedParams all;
+      for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
+      e.trainable = e.parameters;
+      e.ranks = state_bytes(cfg, all, 0, world_size);
+    }
     const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
       return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <
            b.weights + b.gradients + b.optimizer + b.ema + b.gathered;

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The README's "Fine-tune released Sana weights with LoRA": every command of its block
+# (between <!-- lora-walkthrough:begin --> and <!-- lora-walkthrough:end -->) runs as written,
+# in order, with `sana-train` on PATH and a tiny stand-in my_lora.yaml (the tiny preset with
+# captions from the small TorchScript text encoder, LoRA on the README's targets). The
+# download is replaced by a tiny caption model's initial weights exported as a diffusers
+# pipeline folder (`sana-train export --format diffusers` to its transformer/). The training
+# launch is stopped with Ctrl-C once it has taken 10 steps; the resume must pick up there on
+# 1 process and reach max_steps. Then, in python3-torch: lora.safetensors fits the diffusers
+# transformer module by module as PEFT needs (lora_A [r, in], lora_B [out, r]) with its
+# settings in the metadata, and the merged export's weights are the base's plus
+# B A alpha / r exactly where adapted and the base's elsewhere.
+. "$(dirname "$0")/../dist/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+as_a_user
+cat > my_lora.yaml <<EOF
+base: $root/configs/sana_tiny_cpu.yaml
+work_dir: output/my_lora
+data: {data_dir: [my_images], random_flip: false}
+model: {load_from: output/pretrained_models/Sana_1600M_1024px_diffusers}
+text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
+train: {max_steps: 30, log_interval: 5, save_model_steps: 1000, visualize: false, optimizer: {lr: 3.0e-3},
+        lora: {rank: 4, alpha: 8, target_modules: [to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]}}
+dist: {timeout_s: 60}
+EOF
+
+readme_commands lora-walkthrough 5
+
+i=0
+while IFS= read -r cmd <&3; do
+  i=$((i + 1))
+  log=$SCRATCH/cmd$i.log
+  case "$cmd" in
+    huggingface-cli\ download\ *)
+      dir=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')
+      timeout 120 sana-train export --config my_lora.yaml --model.load_from= --format diffusers --out "$dir/transformer" \
+        > "$log" 2>&1
+      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $dir"
+      base=$dir/transformer
+      ;;
+    *launch*--resume_from*|sana-train\ model\ *|sana-train\ export\ *)
+      timeout 300 bash -c "$cmd" > "$log" 2>&1
+      assert_code $? 0 "[$i] $cmd"
+      ;;
+    *launch*)
+      stop_at_step "$cmd" output/my_lora/metrics.jsonl 10 "$log" "[$i] $cmd"
+      ;;
+    *)
+      fail "[$i] a command this test does not know how to check: $cmd"
+      ;;
+  esac
+done 3< commands.txt
+
+assert_contains cmd2.log "trainable parameters (the adapters" "sana-train model tells the adapters' share"
+assert_contains cmd3.log "model.load_from:" "the run loaded the diffusers folder"
+assert_contains cmd4.log "resumed from" "the 1-process run resumed"
+assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
+assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
+steps=$(grep -o '"step":[0-9]*' output/my_lora/metrics.jsonl | sort -u | wc -l)
+if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
+if /usr/bin/python3 - "${base:-none}" output/my_lora/lora.safetensors output/my_lora/merged > check.txt 2>&1 <<'PY'; then
+import json, struct, sys
+import torch
+def read(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    out = {}
+    for k, v in head.items():
+        s, e = v["data_offsets"]
+        out[k] = torch.frombuffer(bytearray(raw[8 + n + s:8 + n + e]), dtype=torch.float32).reshape(v["shape"])
+    return out, meta
+base, _ = read(sys.argv[1] + "/diffusion_pytorch_model.safetensors")
+lora, meta = read(sys.argv[2])
+merged, _ = read(sys.argv[3] + "/diffusion_pytorch_model.safetensors")
+config = json.loads(meta["lora_adapter_metadata"])
+r, alpha = config["transformer.r"], config["transformer.lora_alpha"]
+bad, modules, worst = [], 0, 0.0
+adapted = set()
+for key in sorted(lora):
+    if not key.endswith(".lora_A.weight"):
+        continue
+    module = key[len("transformer."):-len(".lora_A.weight")]
+    adapted.add(module + ".weight")
+    a, b = lora[key], lora[key.replace("lora_A", "lora_B")]
+    w = base.get(module + ".weight")
+    if w is None or a.shape[0] != r or a.shape[1:] != w.shape[1:] or b.shape[0] != w.shape[0] or b.shape[1] != r:
+        bad.append(f"{module}: A {list(a.shape)}, B {list(b.shape)}, weight {None if w is None else list(w.shape)}")
+        continue
+    modules += 1
+    delta = (b.flatten(1).double() @ a.flatten(1).double()).reshape(w.shape) * alpha / r
+    want = w.double() + delta
+    worst = max(worst, ((merged[module + ".weight"].double() - want).abs().max() / want.abs().max()).item())
+untouched = [k for k in base if k not in adapted]
+same = sorted(base) == sorted(merged) and all(torch.equal(base[k], merged[k]) for k in untouched)
+print(f"{modules} adapters fit the diffusers transformer (r {r}, lora_alpha {alpha}); merged = base + B A alpha/r "
+      f"within {worst:.2g}; the {len(untouched)} other tensors {'unchanged' if same else 'CHANGED'}")
+for x in bad[:5]:
+    print(x)
+sys.exit(0 if not bad and modules == 40 and worst <= 1e-6 and same and r == 4 and alpha == 8 else 1)
+PY
+  pass "$(cat check.txt)"
+else
+  fail "the LoRA file or the merged export: $(cat check.txt)"
+fi
+assert_no_leftovers
+finish

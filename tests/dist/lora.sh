@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# train.lora (issue 29, docs/finetune.md): low-rank adapters on a frozen base, on the tiny
+# preset and the test photos. The base is the preset's initial weights exported to
+# upstream's .pth (sana-train export), loaded with model.load_from.
+#  1. 50 steps on 2 processes: the loss falls; the base's checksum at the end equals the one
+#     at start-up; lora.safetensors has, for every block, the adapters diffusers names for
+#     the targets (transformer.transformer_blocks.N.attn1.to_q.lora_A.weight [r, in], ...),
+#     with the rank and alpha in its metadata.
+#  2. 25 steps on 2 processes, resumed on 1 to step 50: each epoch trains the samples of the
+#     uninterrupted run, each once.
+#  3. ZeRO stage 3 on 2 processes (the adapters sharded): 20 losses equal stage 0's.
+#  4. A resume against other base weights is refused (exit 2), naming both checksums.
+# Every run under `timeout` in this test's scratch folder.
+. "$(dirname "$0")/lib.sh"
+config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
+common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" --train.visualize=false
+        --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
+        --train.micro_batch_size=2 --train.max_steps=50 --train.optimizer.lr=3e-3 --train.seed=3
+        "--model.load_from=$SCRATCH/base.pth" --train.lora.rank=4
+        "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")
+run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
+timeout 120 "$BIN" export --config "$config" --format upstream --out "$SCRATCH/base.pth" > "$SCRATCH/export.log" 2>&1
+assert_code $? 0 "the tiny preset's initial weights exported as the base"
+
+# 1. The reference run.
+export SANA_TEST_LOG_IDS=1
+run ref 2; assert_code $? 0 "50 LoRA steps on 2 processes"
+start_sum=$(grep -o "train.lora: the base (checksum [0-9a-f]*)" "$SCRATCH/ref.log" | grep -o "[0-9a-f]\{16\}")
+assert_contains "$SCRATCH/ref.log" "the base weights are unchanged (checksum $start_sum)" \
+  "the base's checksum after 50 steps equals start-up's ($start_sum)"
+if /usr/bin/python3 - "$SCRATCH/ref" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
+import json, struct, sys
+root = sys.argv[1]
+steps = [json.loads(l) for l in open(f"{root}/metrics.jsonl") if '"loss"' in l]
+losses = [s["loss"] for s in steps if "loss" in s]
+first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+raw = open(f"{root}/lora.safetensors", "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+head = json.loads(raw[8:8 + n])
+meta = head.pop("__metadata__")
+config = json.loads(meta["lora_adapter_metadata"])
+# diffusers' names: transformer.transformer_blocks.N.<module>.lora_A.weight [r, in], lora_B [out, r]
+# (1x1 convolutions [r, in, 1, 1] / [out, r, 1, 1]); hidden 128, GLUMBConv 2.5 x 128 = 320.
+want = {}
+for b in range(4):
+    p = f"transformer.transformer_blocks.{b}."
+    for m in ("attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0"):
+        want[p + m + ".lora_A.weight"], want[p + m + ".lora_B.weight"] = [4, 128], [128, 4]
+    want[p + "ff.conv_inverted.lora_A.weight"], want[p + "ff.conv_inverted.lora_B.weight"] = [4, 128, 1, 1], [640, 4, 1, 1]
+    want[p + "ff.conv_point.lora_A.weight"], want[p + "ff.conv_point.lora_B.weight"] = [4, 320, 1, 1], [128, 4, 1, 1]
+got = {k: v["shape"] for k, v in head.items()}
+print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10); {len(got)} tensors, "
+      f"{'as diffusers names them' if got == want else 'NOT as diffusers names them'}; "
+      f"r {config.get('transformer.r')}, lora_alpha {config.get('transformer.lora_alpha')}")
+if got != want:
+    print("missing", sorted(set(want) - set(got))[:4], "unexpected", sorted(set(got) - set(want))[:4],
+          "shapes", [(k, got[k], want[k]) for k in want if k in got and got[k] != want[k]][:4])
+sys.exit(0 if got == want and last < first * 0.97 and len(losses) == 50 and config["transformer.r"] == 4 and
+         config["transformer.lora_alpha"] == 4 else 1)
+PY
+  pass "$(cat "$SCRATCH/ref.check")"
+else
+  fail "the LoRA run's loss or file: $(cat "$SCRATCH/ref.check")"
+fi
+
+# 2. Stop at 25 on 2 processes, resume on 1.
+x=(--work_dir="$SCRATCH/chain" --resume_from=latest)
+run chain2 2 "${x[@]}" --train.max_steps=25; assert_code $? 0 "25 LoRA steps on 2 processes"
+run chain1 1 "${x[@]}"; assert_code $? 0 "resumed on 1 process to step 50"
+unset SANA_TEST_LOG_IDS
+assert_contains "$SCRATCH/chain1.log" "resumed from" "the 1-process run resumed the 2-process checkpoint"
+if /usr/bin/python3 "$(dirname "$0")/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
+  pass "every sample once per epoch, 2 processes then 1: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
+else
+  fail "samples lost or repeated across the resume"; cat "$SCRATCH/ids.log"
+fi
+
+# 3. The adapters sharded at stage 3: the same losses as stage 0.
+run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 LoRA steps at ZeRO stage 3"
+if /usr/bin/python3 - "$SCRATCH/ref/metrics.jsonl" "$SCRATCH/zero3/metrics.jsonl" > "$SCRATCH/zero3.cmp" 2>&1 <<'PY'; then
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a[:20], b))
+print(f"{len(b)} losses, max relative difference {worst:.3g}")
+sys.exit(0 if len(b) == 20 and worst <= 1e-6 else 1)
+PY
+  pass "stage 3 vs stage 0: $(cat "$SCRATCH/zero3.cmp")"
+else
+  fail "stage 3's losses differ from stage 0's: $(cat "$SCRATCH/zero3.cmp")"
+fi
+
+# 4. Other base weights: refused, both checksums named.
+timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
+  > "$SCRATCH/export2.log" 2>&1
+run other 1 "--model.load_from=$SCRATCH/other.pth" "${x[@]}" --train.max_steps=60
+assert_code $? 2 "resuming the adapters on other base weights"
+assert_contains "$SCRATCH/other.log" "checksum $start_sum" "the refusal names the checkpoint's base checksum"
+assert_contains "$SCRATCH/other.log" "Resume with the base it was trained on" "and says what to do"
+finish
