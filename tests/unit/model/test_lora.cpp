@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/model/export.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
@@ -169,24 +170,49 @@ TEST_CASE("LoRA targets match as PEFT matches a list, and what cannot be adapted
   CHECK_THROWS_WITH(Lora(*model, options({"to_q", "attn2.to_k"}), "base"), Catch::Contains("'attn2.to_k'"));
 }
 
-TEST_CASE("merged adapters give the adapted model's output", "[model][lora]") {
+TEST_CASE("merged adapters give the adapted model's output, through a LoRA file and a diffusers export too",
+          "[model][lora]") {
   auto spec = sana::test::small_spec();
   spec.qk_norm = true;
-  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 8});
+  const BuildOptions build{torch::kFloat32, false, 8};
+  SanaMS model(spec, build);
+  const auto base_sum = "base";
   const auto in = inputs_for(spec, torch::kFloat32);
   torch::NoGradGuard no_grad;
   const auto base = run(model, in);
+  sana::test::TempDir dir;
   torch::Tensor adapted;
   {
-    Lora lora(*model, options(kEveryKind, 4, 8), "base");
+    Lora lora(*model, options(kEveryKind, 4, 8), base_sum);
     nudge(b_only(lora), 9, 0.05);
     adapted = run(model, in);
+    const auto state = lora.save_state();  // what a run writes as lora.safetensors
+    sana::write_safetensors(dir.path("lora.safetensors"), *state.tensors, state.metadata);
     lora.merge_into_base();
   }
   const auto merged = run(model, in);  // the base alone, its weights now W + B A * alpha / r
   INFO("merged vs adapted " << lora_rel_diff(merged, adapted) << ", adapted vs base " << lora_rel_diff(adapted, base));
   CHECK(lora_rel_diff(merged, adapted) <= 1e-5);
   CHECK(lora_rel_diff(adapted, base) > 1e-3);
+
+  // As `sana-train export --merge-lora --format diffusers` does it: the file onto a fresh
+  // base, exported, and that folder loaded as released weights are.
+  SanaMS fresh(spec, build), loaded(spec, BuildOptions{torch::kFloat32, false, 99});
+  const auto file = read_lora_file(dir.path("lora.safetensors"));
+  CHECK(file.rank == 4);
+  CHECK(file.alpha == 8);
+  CHECK(file.base_checksum == base_sum);
+  CHECK_THROWS_WITH(merge_lora_file(*fresh, file, "other", "lora.safetensors"),
+                    Catch::Contains("checksum base") && Catch::Contains("checksum other"));
+  merge_lora_file(*fresh, file, base_sum, "lora.safetensors");
+  TensorMap tensors;
+  for (const auto& [name, t] : module_tensors(*fresh)) tensors[name] = t;
+  export_diffusers(tensors, spec, 16, dir.path("merged"));
+  load_weights(*loaded, dir.path("merged"));
+  loaded->caption_embedder->y_embedding.copy_(fresh->caption_embedder->y_embedding);  // not in diffusers' files
+  const auto exported = run(loaded, in);
+  INFO("exported vs adapted " << lora_rel_diff(exported, adapted));
+  CHECK(lora_rel_diff(exported, adapted) <= 1e-5);
 }
 
 TEST_CASE("a LoRA checkpoint part restores onto its base only, naming both checksums", "[model][lora]") {
