@@ -150,6 +150,29 @@ TEST_CASE("LoRA adapters start as the base model exactly and carry diffusers' na
   CHECK(torch::equal(run(model, in), base));  // the adapters leave with the Lora
 }
 
+TEST_CASE("gradient checkpointing recomputes blocks with their adapters: the same gradients", "[model][lora]") {
+  const auto spec = sana::test::small_spec();
+  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 12});
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  Lora lora(*model, options({"to_q", "to_k", "to_out.0", "conv_inverted", "proj_out"}), "base");
+  nudge(b_only(lora), 13, 0.05);
+  const auto in = inputs_for(spec, torch::kFloat32);
+  std::vector<torch::Tensor> plain, checkpointed;
+  for (const bool on : {false, true}) {
+    model->set_grad_checkpointing(on);
+    model->train();
+    for (const auto& [name, t] : lora.parameters()) t.mutable_grad() = torch::Tensor();
+    (run(model, in) - in.target).pow(2).mean().backward();
+    for (const auto& [name, t] : lora.parameters()) (on ? checkpointed : plain).push_back(t.grad().clone());
+  }
+  REQUIRE(plain.size() == checkpointed.size());
+  for (size_t k = 0; k < plain.size(); ++k) {
+    INFO(lora.parameters()[k].first);
+    CHECK(torch::allclose(plain[k], checkpointed[k], 1e-5, 1e-7));
+    CHECK(plain[k].abs().sum().item<double>() > 0);  // every adapter received a gradient
+  }
+}
+
 TEST_CASE("LoRA targets match as PEFT matches a list, and what cannot be adapted is refused", "[model][lora]") {
   CHECK(lora_targets("transformer_blocks.3.attn1.to_q", {"to_q"}));
   CHECK(lora_targets("transformer_blocks.3.attn1.to_q", {"attn1.to_q"}));
