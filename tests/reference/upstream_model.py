@@ -12,8 +12,14 @@ its attn_matmul, MultiHeadCrossAttention on the scaled_dot_product_attention pat
 of ConvLayers, T2IFinalLayer, TimestepEmbedder, CaptionEmbedder with its forced token drop,
 PatchEmbedMS, RMSNorm from norms.py, t2i_modulate, unpatchify), loads the case's weights
 strictly (a name or shape that differs from upstream's modules fails here), and runs it in
-float64. Class-label cases are skipped: upstream's SanaMS conditions on captions only.
+float64. Class-label cases are skipped: upstream's SanaMS conditions on captions only. A case
+whose spec has "control_blocks" is upstream's SanaMSControlNet (sana_multi_scale_controlnet.py:
+ControlSanaMSBlock's copied_block, before_proj and after_proj, the injection of its forward),
+fed the control latent "in.control".
 Prints the largest relative difference per case; exits 1 above 1e-5.
+
+       upstream_model.py --save-init SPEC_JSON CAPTION_CHANNELS TOKENS OUT.safetensors
+writes the state dict of those modules (see save_init).
 
        upstream_model.py --count HIDDEN HEADS PATCH QK_NORM CROSS_NORM DEPTH...
 prints, one line per DEPTH, the parameter count of SanaMS built from these modules for a
@@ -22,6 +28,7 @@ registry preset
 models of depth 1 and 2 are built, and the count follows as base + DEPTH x per block, so
 that a 4.8 B model is counted without 19 GB of memory.
 """
+import copy
 import json
 import math
 import sys
@@ -189,10 +196,9 @@ class SanaMS(nn.Module):
         self.final_layer.linear = nn.Linear(c, p * p * spec["out_channels"])
         self.final_layer.scale_shift_table = nn.Parameter(torch.zeros(2, c))
 
-    def forward(self, x, timestep, y, mask, force_drop_ids):
-        b = x.shape[0]
+    def embed(self, x, timestep, y, force_drop_ids):
+        """The tokens, t, t0 and the caption tokens, as SanaMS.forward makes them."""
         timestep = timestep.long().to(torch.float32)  # SanaMS.forward: integer timesteps
-        h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
         x = self.x_embedder.proj(x).flatten(2).transpose(1, 2)  # PatchEmbedMS
         t = self.t_embedder.mlp(timestep_embedding(timestep, 256).to(x.dtype))
         t0 = self.t_block(t)
@@ -200,9 +206,17 @@ class SanaMS(nn.Module):
         drop_ids = force_drop_ids == 1  # CaptionEmbedder.token_drop
         y = torch.where(drop_ids[:, None, None, None], self.y_embedder.y_embedding, y)
         y = self.y_embedder.y_proj.fc2(F.gelu(self.y_embedder.y_proj.fc1(y), approximate="tanh"))
-        y = self.attention_y_norm(y).squeeze(1)
+        return x, t, t0, self.attention_y_norm(y).squeeze(1)
+
+    def forward(self, x, timestep, y, mask, force_drop_ids):
+        h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
+        x, t, t0, y = self.embed(x, timestep, y, force_drop_ids)
         for block in self.blocks:
             x = block(x, y, t0, mask, (h, w))
+        return self.final(x, t, h, w)
+
+    def final(self, x, t, h, w):
+        b = x.shape[0]
         shift, scale = (self.final_layer.scale_shift_table[None] + t[:, None]).chunk(2, dim=1)  # T2IFinalLayer
         x = F.layer_norm(x, (x.shape[-1],), eps=1e-6)
         x = self.final_layer.linear(t2i_modulate(x, shift, scale))
@@ -210,6 +224,48 @@ class SanaMS(nn.Module):
         x = x.reshape(b, h, w, self.p, self.p, c)
         x = torch.einsum("nhwpqc->nchpwq", x)
         return x.reshape(b, c, h * self.p, w * self.p)
+
+
+class ControlSanaMSBlock(nn.Module):  # sana_multi_scale_controlnet.ControlSanaMSBlock
+    def __init__(self, base_block, block_index, c):
+        super().__init__()
+        self.copied_block = copy.deepcopy(base_block)
+        self.block_index = block_index
+        if block_index == 0:
+            self.before_proj = nn.Linear(c, c)
+            nn.init.zeros_(self.before_proj.weight)
+            nn.init.zeros_(self.before_proj.bias)
+        self.after_proj = nn.Linear(c, c)
+        nn.init.zeros_(self.after_proj.weight)
+        nn.init.zeros_(self.after_proj.bias)
+
+    def forward(self, x, y, t, mask, hw, control_signal):
+        if self.block_index == 0:
+            control_signal = self.before_proj(control_signal)
+            control_signal = self.copied_block(x + control_signal, y, t, mask, hw)
+        else:
+            control_signal = self.copied_block(control_signal, y, t, mask, hw)
+        return control_signal, self.after_proj(control_signal)
+
+
+class SanaMSControlNet(SanaMS):  # sana_multi_scale_controlnet.SanaMSControlNet, use_pe false
+    def __init__(self, spec, caption_channels, tokens, y_norm_scale, copy_blocks_num):
+        super().__init__(spec, caption_channels, tokens, y_norm_scale)
+        self.copy_blocks_num = copy_blocks_num
+        self.controlnet = nn.ModuleList(
+            [ControlSanaMSBlock(self.blocks[i], i, spec["hidden"]) for i in range(copy_blocks_num)])
+
+    def forward(self, x, timestep, y, mask, force_drop_ids, control):
+        h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
+        x, t, t0, y = self.embed(x, timestep, y, force_drop_ids)
+        control_signal = self.x_embedder.proj(control).flatten(2).transpose(1, 2)  # forward_controlnet
+        x = self.blocks[0](x, y, t0, mask, (h, w))
+        for i in range(1, self.copy_blocks_num + 1):
+            control_signal, skip = self.controlnet[i - 1](x, y, t0, mask, (h, w), control_signal)
+            x = self.blocks[i](x + skip, y, t0, mask, (h, w))
+        for i in range(self.copy_blocks_num + 1, len(self.blocks)):
+            x = self.blocks[i](x, y, t0, mask, (h, w))
+        return self.final(x, t, h, w)
 
 
 def model_of_case(tensors, spec):
@@ -220,7 +276,9 @@ def model_of_case(tensors, spec):
     spec["qk_norm"] = "blocks.0.attn.q_norm.weight" in weights
     spec["cross_norm"] = "blocks.0.cross_attn.q_norm.weight" in weights
     tokens, caption_channels = weights["y_embedder.y_embedding"].shape
-    model = SanaMS(spec, caption_channels, tokens, 1.0).double()
+    copies = spec.get("control_blocks", 0)
+    model = (SanaMSControlNet(spec, caption_channels, tokens, 1.0, copies) if copies
+             else SanaMS(spec, caption_channels, tokens, 1.0)).double()
     model.load_state_dict(weights, strict=True)
     return model
 
@@ -233,9 +291,10 @@ def check(path):
         print(f"{name}: skipped (upstream's SanaMS has no class conditioning)")
         return 0.0
     model = model_of_case(tensors, spec)
+    control = (tensors["in.control"].double(),) if "in.control" in tensors else ()
     with torch.no_grad():
         pred = model(tensors["in.x"].double(), tensors["in.t"].double(), tensors["in.y"].double(),
-                     tensors["in.mask"], tensors["in.drop"].long())
+                     tensors["in.mask"], tensors["in.drop"].long(), *control)
     ours = tensors["out.pred"].double()
     worst = ((pred - ours).abs().max() / ours.abs().max()).item()
     print(f"{name}: max relative difference {worst:.3g}")
@@ -253,7 +312,27 @@ def count(hidden, heads, patch, qk_norm, cross_norm, depths):
         print(one + (depth - 1) * (two - one))
 
 
+def save_init(spec_json, caption_channels, tokens, out):
+    """Upstream's modules for `spec_json` (control_blocks: SanaMSControlNet) with PyTorch's
+    default initialisation, their state_dict written as safetensors in upstream's names: a
+    checkpoint in upstream's layout that the C++ model must load with nothing missing or left."""
+    from diffusers_convert import write
+    spec = json.loads(spec_json)
+    spec.setdefault("in_channels", 3)
+    copies = spec.get("control_blocks", 0)
+    torch.manual_seed(0)
+    model = (SanaMSControlNet(spec, caption_channels, tokens, 1.0, copies) if copies
+             else SanaMS(spec, caption_channels, tokens, 1.0))
+    for p in model.parameters():  # away from the zero projections, so that values are told apart
+        p.data.add_(torch.randn_like(p) * 0.01)
+    write(out, dict(model.state_dict()))
+    print(f"{len(model.state_dict())} tensors")
+
+
 def main():
+    if sys.argv[1:2] == ["--save-init"]:
+        save_init(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        return
     if sys.argv[1:2] == ["--count"]:
         h, n, p, q, c = sys.argv[2:7]
         count(int(h), int(n), int(p), q == "true", c == "true", [int(d) for d in sys.argv[7:]])

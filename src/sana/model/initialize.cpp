@@ -21,6 +21,7 @@ void SanaMSImpl::initialize(uint64_t seed) {
     t.copy_(torch::empty(t.sizes(), t.options().device(torch::kCPU)).normal_(0, std, gen));
   };
   for (auto& item : named_modules("", /*include_self=*/false)) {
+    if (item.key().rfind("controlnet.", 0) == 0) continue;  // copied from the blocks below
     if (auto* lin = item.value()->as<LinearImpl>()) {
       const double fan_in = static_cast<double>(lin->weight.size(1));
       const double fan_out = static_cast<double>(lin->weight.size(0));
@@ -50,6 +51,7 @@ void SanaMSImpl::initialize(uint64_t seed) {
     normal(caption_embedder->y_embedding, 1.0 / std::sqrt(static_cast<double>(spec_.caption_channels)));
   }
   if (label_embedder) normal(label_embedder->embedding_table->weight, 0.02);
+  copy_control_blocks();  // ControlNet: no draws of its own, so the base is the plain model's
 }
 
 }  // namespace sana::model

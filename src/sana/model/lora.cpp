@@ -31,6 +31,7 @@ struct Site {
 std::vector<Site> sites_of(SanaMSImpl& model) {
   std::vector<Site> out;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (item.key().rfind("controlnet.", 0) == 0) continue;  // a ControlNet's own blocks are not the base's
     if (auto* linear = item.value()->as<LinearImpl>()) {
       out.push_back({item.key(), linear->weight, false, 1, 0, 1, &linear->adapter});
     } else if (auto* conv = item.value()->as<Conv2dImpl>()) {

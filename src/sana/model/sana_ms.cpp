@@ -354,6 +354,10 @@ SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spe
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < spec.depth; ++i) blocks->push_back(SanaMSBlock(spec, o));
   final_layer = register_module("final_layer", FinalLayer(spec, o));
+  if (spec.control_blocks > 0) {
+    controlnet = register_module("controlnet", torch::nn::ModuleList());
+    for (int64_t i = 0; i < spec.control_blocks; ++i) controlnet->push_back(ControlSanaMSBlock(spec, i, o));
+  }
   if (!options.meta) initialize(options.seed);
 }
 
@@ -395,19 +399,23 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const auto t0 = t_block->forward(t);
   const auto [y, bias] = embed_condition(cond, B);
   const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();
+  // ControlNet: the control latent's tokens through the base's patch embedding (no position
+  // embedding, as upstream's forward_controlnet without rope), then the copied blocks.
+  const bool control = controlnet && cond.control.defined();
+  torch::Tensor ctl = control ? x_embedder->forward(cond.control.to(dtype)) : torch::Tensor();
   int64_t index = 0;
   for (auto& m : *blocks) {
     auto* block = m->as<SanaMSBlockImpl>();
     const int64_t k = index++;
-    if (gathering_) gathering_->block_forward(k, true);
-    if (checkpoint && k % checkpoint_every_ == 0) {
-      const auto params = block->differentiable();
-      x = CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
-                                 bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
-                                 at::TensorList(params))[0];
-    } else {
-      x = block->forward(x, y, t0, bias, h, w);
+    if (control && k >= 1 && k <= spec_.control_blocks) {
+      auto* cb = controlnet[static_cast<size_t>(k - 1)]->as<ControlSanaMSBlockImpl>();
+      const bool every = checkpoint && (k - 1) % checkpoint_every_ == 0;
+      ctl = run_block(cb->copied_block.get(), cb->before_proj ? x + cb->before_proj->forward(ctl) : ctl, y, t0, bias, h, w,
+                    every);
+      x = x + cb->after_proj->forward(ctl) * cond.control_scale;
     }
+    if (gathering_) gathering_->block_forward(k, true);
+    x = run_block(block, x, y, t0, bias, h, w, checkpoint && k % checkpoint_every_ == 0);
     if (gathering_) {
       gathering_->block_forward(k, false);
       if (x.requires_grad()) {
@@ -420,6 +428,16 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   if (gathering_) gathering_->forward_ends(x.requires_grad());
   const int64_t c = spec_.out_channels;
   return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
+}
+
+torch::Tensor SanaMSImpl::run_block(SanaMSBlockImpl* block, const torch::Tensor& x, const torch::Tensor& y,
+                                    const torch::Tensor& t0, const torch::Tensor& bias, int64_t h, int64_t w,
+                                    bool checkpoint) {
+  if (!checkpoint) return block->forward(x, y, t0, bias, h, w);
+  const auto params = block->differentiable();
+  return CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
+                                bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
+                                at::TensorList(params))[0];
 }
 
 size_t gathering_unit(const std::string& name) {

@@ -148,6 +148,10 @@ struct Condition {
   torch::Tensor y;     // caption: [B, L, caption_channels] features; class: [B] int64 labels
   torch::Tensor mask;  // caption: [B, L], nonzero for real tokens (optional)
   torch::Tensor drop;  // [B] bool: use the null caption / null class (optional)
+  // ControlNet models: the control latent, [B, in_channels, H, W] like x (undefined: the
+  // base model alone), and the weight of the control blocks' outputs (1 as trained).
+  torch::Tensor control;
+  double control_scale = 1.0;
 };
 
 struct BuildOptions {
@@ -217,6 +221,20 @@ class FinalLayerImpl : public torch::nn::Module {  // final_layer
 };
 TORCH_MODULE(FinalLayer);
 
+// Upstream's ControlSanaMSBlock: a copy of base block `index` (copied_block) whose output,
+// through a zero-initialised linear (after_proj), is added to the next base block's input;
+// the first also takes the control latent's tokens through a zero-initialised before_proj,
+// added to the base stream after block 0.
+class ControlSanaMSBlockImpl : public torch::nn::Module {
+ public:
+  ControlSanaMSBlockImpl(const ModelSpec& spec, int64_t index, const torch::TensorOptions& options);
+  SanaMSBlock copied_block{nullptr};
+  Linear before_proj{nullptr};  // the first only
+  Linear after_proj{nullptr};
+  int64_t index;
+};
+TORCH_MODULE(ControlSanaMSBlock);
+
 // Where a run whose parameters live on other ranks (train/zero.h, ZeRO stage 3) gathers
 // them: the forward announces itself and each block, and the backward each block it
 // reaches (the gradient of the block's output is ready; the block's backward comes next).
@@ -270,9 +288,17 @@ class SanaMSImpl : public torch::nn::Module {
   RMSNorm attention_y_norm{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   FinalLayer final_layer{nullptr};
+  torch::nn::ModuleList controlnet{nullptr};  // spec.control_blocks > 0: ControlSanaMSBlocks
+
+  // ControlNet's start, as upstream's initialize_all_and_copy_from_base: each copied block
+  // takes its base block's weights, before_proj and after_proj are zero.
+  void copy_control_blocks();
 
  private:
   void initialize(uint64_t seed);
+  // Block `block` on x (checkpointed when `checkpoint`).
+  torch::Tensor run_block(SanaMSBlockImpl* block, const torch::Tensor& x, const torch::Tensor& y,
+                          const torch::Tensor& t0, const torch::Tensor& bias, int64_t h, int64_t w, bool checkpoint);
   // model.use_pe's embedding for an h x w grid, in `like`'s device and dtype, [1, h*w, C].
   torch::Tensor pos_embed(int64_t h, int64_t w, const torch::Tensor& like);
   ModelSpec spec_;

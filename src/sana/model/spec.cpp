@@ -28,17 +28,22 @@ const std::vector<Preset>& presets() {
   // Upstream's registry (diffusion/model/nets/sana_multi_scale.py) for the first five;
   // the rest are ours, small enough for CPUs and for timing checkpoints.
   static const std::vector<Preset> all = {
-      {"SanaMS_600M_P1_D28", 1152, 28, 16, 1, false, "about 0.6 B (Sana-0.6B: 590 M)"},
-      {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (a comment in upstream's registry, also pasted on the P2 preset)"},
+      {"SanaMS_600M_P1_D28", 1152, 28, 16, 1, false, "about 0.6 B (Sana-0.6B: 590 M)", 0},
+      {"SanaMS_1600M_P1_D20", 2240, 20, 20, 1, false, "1648.48 M (a comment in upstream's registry, also pasted on the P2 preset)", 0},
       // SANA-1.5's deeper models at the 1.6B width (model growth starts them from the D20).
-      {"SanaMS_2400M_P1_D30", 2240, 30, 20, 1, false, "SANA-1.5"},
-      {"SanaMS_3200M_P1_D40", 2240, 40, 20, 1, false, "SANA-1.5"},
-      {"SanaMS_4800M_P1_D60", 2240, 60, 20, 1, false, "SANA-1.5 (\"60 layers, 4800M\" in upstream's registry)"},
-      {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, ""},
-      {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, ""},
-      {"SanaMS_tiny_P1_D4", 128, 4, 4, 1, true, "upstream's 32 px latent grid at CPU size"},
-      {"SanaMS_tiny_P2_D4", 128, 4, 4, 2, true, ""},
-      {"SanaMS_tiny_P4_D4", 128, 4, 4, 4, true, ""},
+      {"SanaMS_2400M_P1_D30", 2240, 30, 20, 1, false, "SANA-1.5", 0},
+      {"SanaMS_3200M_P1_D40", 2240, 40, 20, 1, false, "SANA-1.5", 0},
+      {"SanaMS_4800M_P1_D60", 2240, 60, 20, 1, false, "SANA-1.5 (\"60 layers, 4800M\" in upstream's registry)", 0},
+      {"SanaMS_100M_P2_D12", 768, 12, 12, 2, true, "", 0},
+      {"SanaMS_small_P2_D8", 256, 8, 8, 2, true, "", 0},
+      {"SanaMS_tiny_P1_D4", 128, 4, 4, 1, true, "upstream's 32 px latent grid at CPU size", 0},
+      {"SanaMS_tiny_P2_D4", 128, 4, 4, 2, true, "", 0},
+      {"SanaMS_tiny_P4_D4", 128, 4, 4, 4, true, "", 0},
+      // Upstream's ControlNet (sana_multi_scale_controlnet.py): the base plus copies of its
+      // first 7 blocks; and a CPU-sized one with 2.
+      {"SanaMSControlNet_600M_P1_D28", 1152, 28, 16, 1, false, "the 600M base and 7 ControlNet blocks", 7},
+      {"SanaMSControlNet_1600M_P1_D20", 2240, 20, 20, 1, false, "the 1.6B base and 7 ControlNet blocks", 7},
+      {"SanaMSControlNet_tiny_P2_D4", 128, 4, 4, 2, true, "", 2},
   };
   return all;
 }
@@ -53,6 +58,7 @@ ModelSpec preset_spec(const std::string& name) {
   s.depth = it->depth;
   s.cross_heads = it->cross_heads;
   s.patch = it->patch;
+  s.control_blocks = it->control_blocks;
   return s;
 }
 
@@ -61,6 +67,10 @@ void check_spec(const ModelSpec& s) {
     throw SpecError("model.linear_head_dim", fmt::format(
         "{} does not divide the width {} of {}; use a divisor such as 32",
         s.linear_head_dim, s.hidden, s.name));
+  }
+  if (s.control_blocks < 0 || s.control_blocks >= s.depth) {
+    throw SpecError("model.model", fmt::format("{} ControlNet blocks need a deeper model than {} blocks ({})",
+                                               s.control_blocks, s.depth, s.name));
   }
   if (s.mlp_hidden() < 1) {
     throw SpecError("model.mlp_ratio", fmt::format("{} gives no feed-forward channels", s.mlp_ratio));
@@ -87,6 +97,10 @@ Flops forward_flops(const ModelSpec& s, int64_t height_px, int64_t width_px) {
   f.per_block = block;
   double total = block * static_cast<double>(s.depth);
   total += 2 * n * (static_cast<double>(s.in_channels) * pp) * c;  // patch embedding
+  if (s.control_blocks > 0) {  // the copied blocks, the control latent's embedding, before/after_proj
+    total += block * static_cast<double>(s.control_blocks) + 2 * n * (static_cast<double>(s.in_channels) * pp) * c +
+             2 * n * c * c * static_cast<double>(s.control_blocks + 1);
+  }
   total += 2 * (256 * c + c * c) + 2 * c * 6 * c;                  // t_embedder, t_block
   if (s.conditioning == Conditioning::caption) {
     total += 2 * l * (static_cast<double>(s.caption_channels) * c + c * c);  // y_proj

@@ -46,6 +46,9 @@ struct ModelSpec {
   bool fp32_attention = true;    // linear attention in fp32 with autocast off (as upstream)
   bool integer_timesteps = true; // truncate timesteps to integers, as upstream's forward (timestep_grid)
   double class_dropout_prob = 0.0;
+  // ControlNet (upstream's SanaMSControlNet, copy_blocks_num): copies of the first blocks
+  // fed a control latent, each one's output added to the next base block's input; 0 = none.
+  int64_t control_blocks = 0;
 
   int64_t mlp_hidden() const { return static_cast<int64_t>(static_cast<double>(hidden) * mlp_ratio); }
   int64_t linear_heads() const { return hidden / linear_head_dim; }
@@ -57,6 +60,7 @@ struct Preset {
   int64_t hidden, depth, cross_heads, patch;
   bool cpu_sized;  // made for CPUs (pixel space works); not an upstream model
   std::string upstream_params;  // what upstream reports, "" for our own presets
+  int64_t control_blocks;       // ControlNet presets: upstream's copy_blocks_num (7); 0 otherwise
 };
 const std::vector<Preset>& presets();
 

@@ -7,6 +7,7 @@
 
 #include "sana/train/component_options.h"
 #include "sana/train/initial_model.h"
+#include "sana/util/error.h"
 #include "sana/util/hash.h"
 #include "sana/util/log.h"
 #include "sana/util/safetensors.h"
@@ -14,6 +15,13 @@
 namespace sana::train {
 
 Trainable::Trainable(const config::Config& cfg, model::SanaMS model, dist::Runtime& rt) : model_(std::move(model)) {
+  if (model_->spec().control_blocks > 0) {
+    throw UsageError(fmt::format("model.model: {} is a ControlNet; training one (the base frozen, the control blocks "
+                                 "trained on control maps from the loader) is not built yet. `sana-train model` and "
+                                 "model.load_from take it; train its base preset meanwhile",
+                                 model_->spec().name),
+                     "config error");
+  }
   if (!config::lora_enabled(cfg.train)) {
     for (const auto& p : model_->named_parameters()) named_.emplace_back(p.key(), p.value());
     weights_.emplace(*model_, "model");

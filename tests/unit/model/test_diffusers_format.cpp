@@ -41,6 +41,7 @@ model::ModelSpec spec_for(const model::Preset& p) {
 TEST_CASE("every preset's tensors go to diffusers' names and back", "[torch][diffusers]") {
   int with_norms = 0;
   for (const auto& preset : model::presets()) {
+    if (preset.control_blocks > 0) continue;  // diffusers' Sana ControlNet is a model of its own
     INFO(preset.name);
     auto spec = spec_for(preset);
     with_norms += spec.qk_norm ? 1 : 0;

@@ -109,7 +109,9 @@ TEST_CASE("every preset builds on the meta device with upstream's shapes and cou
                              + (spec.caption_channels * C + C) + (C * C + C)  // y_proj
                              + C                                            // attention_y_norm
                              + spec.depth * per_block
-                             + (C * P * P * spec.out_channels + P * P * spec.out_channels) + 2 * C;
+                             + (C * P * P * spec.out_channels + P * P * spec.out_channels) + 2 * C
+                             // ControlNet: the copied blocks, after_proj each, before_proj once
+                             + spec.control_blocks * (per_block + C * C + C) + (spec.control_blocks > 0 ? C * C + C : 0);
     INFO(preset.name);
     CHECK(model->parameter_count() == expected);
     int64_t sum = 0;
@@ -365,12 +367,12 @@ TEST_CASE("conditioning: padding, dropout to the null caption, class labels", "[
 
   auto cspec = small_spec(Conditioning::class_label);
   SanaMS cmodel(cspec);
-  Condition labels{torch::tensor({4, 0}, torch::kInt64), {}, torch::tensor({true, false})};
-  Condition null{torch::tensor({5, 0}, torch::kInt64), {}, {}};
+  Condition labels{torch::tensor({4, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0};
+  Condition null{torch::tensor({5, 0}, torch::kInt64), {}, {}, {}, 1.0};
   CHECK_THROWS_WITH(cmodel->forward(x, t, null), Catch::Contains("outside [0, 5)"));
-  Condition minus{torch::tensor({-1, 0}, torch::kInt64), {}, {}};
+  Condition minus{torch::tensor({-1, 0}, torch::kInt64), {}, {}, {}, 1.0};
   CHECK_THROWS_WITH(cmodel->forward(x, t, minus), Catch::Contains("without a label"));
-  Condition other{torch::tensor({1, 0}, torch::kInt64), {}, torch::tensor({true, false})};
+  Condition other{torch::tensor({1, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0};
   CHECK(torch::equal(cmodel->forward(x, t, labels), cmodel->forward(x, t, other)));
 }
 
@@ -476,7 +478,7 @@ TEST_CASE("upstream's presets, SANA-1.5's included, have the parameter counts of
     std::vector<std::string> names;
     std::vector<int64_t> ours;
     for (const auto& preset : presets()) {
-      if (preset.cpu_sized || preset.hidden != 2240) continue;
+      if (preset.cpu_sized || preset.hidden != 2240 || preset.control_blocks > 0) continue;
       sana::config::Config cfg;
       cfg.model.model = preset.name;
       cfg.model.qk_norm = cfg.model.cross_norm = norms;

@@ -57,6 +57,7 @@ double step_bytes(model::SanaMS& net, CountingScope& count, int64_t h_tokens, in
 
 model::SanaMS build(model::ModelSpec spec, int64_t depth) {
   spec.depth = depth;
+  spec.control_blocks = 0;  // a ControlNet's copied blocks count as blocks (estimate_memory)
   torch::NoGradGuard no_grad;
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 0});
   net->train();
@@ -238,14 +239,17 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
   log::info("memory estimate: measuring {}'s activations on the CPU at depth 1 and 2 (seconds for the largest presets)",
             spec.name);
   const auto [plain, kept] = measure(spec);
-  e.activations = plain.bytes(spec.depth, e.tokens, e.micro_batch);
+  // The blocks a step runs: a ControlNet's copies too, each kept like a base block.
+  const int64_t blocks_run = spec.depth + spec.control_blocks;
+  e.activations = plain.bytes(blocks_run, e.tokens, e.micro_batch);
   // train.gc_step: every gc_step-th block keeps only its inputs (the recompute of one block
   // at a time is in `kept`'s outside terms), the others all their activations.
   PerSample plain_blocks = plain;
   plain_blocks.outside = plain_blocks.outside_per_token = 0;
-  const int64_t checkpointed = (spec.depth + cfg.train.gc_step - 1) / cfg.train.gc_step;
+  const auto every = [&](int64_t n) { return (n + cfg.train.gc_step - 1) / cfg.train.gc_step; };
+  const int64_t checkpointed = every(spec.depth) + every(spec.control_blocks);
   e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
-                               plain_blocks.bytes(spec.depth - checkpointed, e.tokens, e.micro_batch);
+                               plain_blocks.bytes(blocks_run - checkpointed, e.tokens, e.micro_batch);
   e.terms = {{"outside", plain.outside}, {"outside_per_token", plain.outside_per_token}, {"block", plain.block},
              {"block_per_token", plain.block_per_token}};
   e.terms_checkpointed = {{"outside", kept.outside}, {"outside_per_token", kept.outside_per_token},
