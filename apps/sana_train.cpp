@@ -20,6 +20,7 @@
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher.h"
 #include "sana/train/config_checks.h"
+#include "sana/train/trainable.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -150,6 +151,7 @@ dist::LaunchEnv launch_environment(FailureOutput& failures) {
 
 int main(int argc, char** argv) {
   register_checks();  // what config validation needs from model/ and data/ (presets, buckets)
+  sana::train::register_lora_check();  // train.lora's targets against the model
   dist::FlightRecorder::install_sigusr1();  // kill -USR1 writes the flight record, never kills
   // A write to the socket of a rank that died must fail with EPIPE, which the backend turns
   // into "another rank failed" (exit 3), instead of killing this rank with SIGPIPE (141).

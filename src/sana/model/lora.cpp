@@ -130,10 +130,10 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
         if (lora_targets(m.name, {t})) used.insert(t);
       }
       if (site.groups != 1) {
-        throw UsageError(fmt::format("train.lora.target_modules selects {}, a grouped (depthwise) convolution: LoRA "
-                                     "adapts Linear layers and ungrouped convolutions only; leave it out",
-                                     m.name),
-                         "config error");
+        throw SpecError("train.lora.target_modules",
+                        fmt::format("selects {}, a grouped (depthwise) convolution: LoRA adapts Linear layers and "
+                                    "ungrouped convolutions only; leave it out",
+                                    m.name));
       }
       if (!layer) {
         layer = std::make_shared<Layer>();
@@ -172,11 +172,10 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
     for (const auto& n : adaptable_modules(model)) {
       if (n.rfind("transformer_blocks.", 0) != 0 || n.rfind("transformer_blocks.0.", 0) == 0) names.push_back(n);
     }
-    throw UsageError(fmt::format("train.lora.target_modules: '{}' selects no layer LoRA can adapt in {} (names are "
-                                 "diffusers', matched whole or as a suffix after a dot); the layers are {} and the "
-                                 "same in every block",
-                                 t, model.spec().name, fmt::join(names, ", ")),
-                     "config error");
+    throw SpecError("train.lora.target_modules",
+                    fmt::format("'{}' selects no layer LoRA can adapt in {} (names are diffusers', matched whole or as "
+                                "a suffix after a dot); the layers are {} and the same in every block",
+                                t, model.spec().name, fmt::join(names, ", ")));
   }
 }
 

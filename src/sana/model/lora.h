@@ -37,8 +37,8 @@ std::vector<std::string> adaptable_modules(SanaMSImpl& model);
 class Lora : public Stateful {
  public:
   // Adds adapters to the layers `options.targets` select, on the layers' device (meta
-  // included). Throws UsageError (key train.lora.target_modules) for a target that selects
-  // nothing or only a layer LoRA cannot adapt. `base_checksum` identifies the base in
+  // included). Throws SpecError (key train.lora.target_modules) for a target that selects
+  // nothing or a layer LoRA cannot adapt. `base_checksum` identifies the base in
   // checkpoints. The adapters stay on the model until this object goes.
   Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_checksum);
   ~Lora() override;

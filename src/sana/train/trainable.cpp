@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "sana/config/checks.h"
 #include "sana/train/component_options.h"
 #include "sana/train/initial_model.h"
 #include "sana/util/error.h"
@@ -94,6 +95,24 @@ std::string Trainable::describe() const {
                      "{} trainable parameters",
                      lora_->base_checksum(), o.rank, o.scale(), lora_->parameters().size() / 2,
                      fmt::join(o.targets, ", "), lora_->parameter_count());
+}
+
+void register_lora_check() {
+  config::register_check("train.lora targets", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (!config::lora_enabled(cfg.train)) return;
+    model::ModelSpec spec;
+    try {
+      spec = model_spec_for(cfg);
+    } catch (const model::SpecError&) {
+      return;  // the model's own check names it
+    }
+    model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+    try {
+      const model::Lora lora(*meta, lora_options_for(cfg), "");
+    } catch (const model::SpecError& e) {
+      issues.fail(e.key(), e.message());
+    }
+  });
 }
 
 }  // namespace sana::train

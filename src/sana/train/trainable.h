@@ -56,4 +56,9 @@ class Trainable {
   std::vector<std::pair<std::string, torch::Tensor>> named_;
 };
 
+// Registers the config check of train.lora (config/checks.h): every target must select a
+// layer LoRA can adapt in the config's model (built on the meta device), so a mistake exits
+// 2 naming the key before anything starts. Call once at start-up, as register_checks().
+void register_lora_check();
+
 }  // namespace sana::train
