@@ -58,19 +58,12 @@ assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
 assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
 steps=$(grep -o '"step":[0-9]*' output/my_lora/metrics.jsonl | sort -u | wc -l)
 if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
-if /usr/bin/python3 - "${base:-none}" output/my_lora/lora.safetensors output/my_lora/merged > check.txt 2>&1 <<'PY'; then
-import json, struct, sys
+if /usr/bin/python3 - "${base:-none}" output/my_lora/lora.safetensors output/my_lora/merged "$root/tests/reference" \
+     > check.txt 2>&1 <<'PY'; then
+import json, sys
 import torch
-def read(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + n])
-    meta = head.pop("__metadata__", {})
-    out = {}
-    for k, v in head.items():
-        s, e = v["data_offsets"]
-        out[k] = torch.frombuffer(bytearray(raw[8 + n + s:8 + n + e]), dtype=torch.float32).reshape(v["shape"])
-    return out, meta
+sys.path.insert(0, sys.argv[4])
+from sana_reference import read_safetensors as read  # (tensors, metadata)
 base, _ = read(sys.argv[1] + "/diffusion_pytorch_model.safetensors")
 lora, meta = read(sys.argv[2])
 merged, _ = read(sys.argv[3] + "/diffusion_pytorch_model.safetensors")

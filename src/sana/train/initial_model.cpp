@@ -10,15 +10,21 @@ namespace sana::train {
 
 // A hash of every parameter's name, shape and bytes, in order: equal on every rank
 // exactly when the weights are bitwise equal.
-std::string weights_checksum(const torch::nn::Module& model) {
+std::string tensors_checksum(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
   Hasher h;
-  for (const auto& p : model.named_parameters()) {
-    h.update(p.key());
-    const auto t = p.value().detach().to(torch::kCPU).contiguous();
+  for (const auto& [name, value] : tensors) {
+    h.update(name);
+    const auto t = value.detach().to(torch::kCPU).contiguous();
     for (int64_t d : t.sizes()) h.update_value(d);
     h.update(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
   }
   return h.hex();
+}
+
+std::string weights_checksum(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& p : model.named_parameters()) named.emplace_back(p.key(), p.value());
+  return tensors_checksum(named);
 }
 
 model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt) {

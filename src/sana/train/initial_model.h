@@ -7,6 +7,8 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sana/config/config.h"
 #include "sana/distributed/runtime.h"
@@ -20,5 +22,7 @@ model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelS
 // A hash of every parameter's name, shape and bytes, in order: equal on every rank exactly
 // when the weights are bitwise equal (start-up and the end of a run compare it).
 std::string weights_checksum(const torch::nn::Module& model);
+// The same hash over named tensors in the given order (a module's parameters, adapters).
+std::string tensors_checksum(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
 }  // namespace sana::train

@@ -42,14 +42,7 @@ Stateful& Trainable::checkpoint_part() {
 
 std::string Trainable::checksum() const {
   if (!lora_) return weights_checksum(*model_);
-  Hasher h;
-  h.update(weights_checksum(*model_));
-  for (const auto& [name, t] : lora_->parameters()) {
-    const auto c = t.detach().to(torch::kCPU).contiguous();
-    h.update(name);
-    h.update(c.data_ptr(), static_cast<size_t>(c.nbytes()));
-  }
-  return h.hex();
+  return Hasher().update(weights_checksum(*model_)).update(tensors_checksum(lora_->parameters())).hex();
 }
 
 void Trainable::check_base() const {
