@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "command.h"
+#include "sana/model/controlnet.h"
 #include "sana/model/export.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
@@ -21,6 +22,7 @@
 #include "sana/train/initial_model.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
+#include "sana/util/safetensors.h"
 
 namespace sana::app {
 
@@ -47,9 +49,18 @@ class Export : public ConfigSubcommand {
 
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     const auto spec = train::model_spec_for(cfg);
+    if (spec.control_blocks > 0 && format_ == "diffusers") {
+      throw UsageError(fmt::format("--format diffusers: {} is a ControlNet in upstream's layout, which diffusers' "
+                                   "SanaControlNetModel does not share; --format upstream writes what upstream's "
+                                   "SanaControlNetPipeline loads",
+                                   spec.name));
+    }
     model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
     if (merge_lora_) {
       merge_adapters(cfg, *net);
+    } else if (spec.control_blocks > 0 && fs::exists(fs::path(from_) / "controlnet.safetensors") &&
+               !fs::exists(fs::path(from_) / "model.safetensors")) {
+      control_checkpoint(cfg, *net);
     } else if (from_.empty()) {
       log::info("export: no --from: the initial weights (train.seed {})", cfg.train.seed);
     } else {
@@ -60,8 +71,11 @@ class Export : public ConfigSubcommand {
     if (ema_ && !merge_lora_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
       const auto ema = (fs::path(from_) / "ema.safetensors").string();
       const auto averaged = model::load_weights(*net, ema, /*strict=*/false);
+      // A ControlNet's EMA holds what trained: its control blocks.
+      const auto trained = spec.control_blocks > 0 ? net->parameters().size() - model::base_parameters(*net).size()
+                                                   : net->parameters().size();
       if (!averaged.unexpected.empty() || !averaged.mismatched.empty() ||
-          averaged.loaded != static_cast<int64_t>(net->parameters().size())) {
+          averaged.loaded != static_cast<int64_t>(trained)) {
         throw model::WeightsError(fmt::format("--ema: {} does not hold this model's parameters: {}", ema, averaged.summary()));
       }
       log::info("export: EMA weights, {} from {}", averaged.summary(), ema);
@@ -102,6 +116,31 @@ class Export : public ConfigSubcommand {
     model::merge_lora_file(net, lora, train::weights_checksum(net), file);
     log::info("export: {} adapters of rank {} (alpha {:g}){} folded into the base", lora.targets.size(), lora.rank,
               lora.alpha, ema_ ? ", their EMA," : "");
+  }
+
+  // A ControlNet run's checkpoint: the base as the run had it (model.load_from, else the
+  // seed's weights), then the checkpoint's control blocks.
+  void control_checkpoint(const config::Config& cfg, model::SanaMSImpl& net) const {
+    if (!cfg.model.load_from.empty()) {
+      const auto report = model::load_controlnet_weights(net, cfg.model.load_from, cfg.model.load_strict);
+      log::info("export: the base, {} from {}", report.summary(), cfg.model.load_from);
+    } else {
+      log::info("export: the base is the initial weights (train.seed {}): model.load_from is empty", cfg.train.seed);
+    }
+    const auto file = (fs::path(from_) / "controlnet.safetensors").string();
+    const auto tensors = read_safetensors(file);
+    const auto base = tensors.metadata.find("base_checksum");
+    const auto ours = train::tensors_checksum(model::base_parameters(net));
+    if (base != tensors.metadata.end() && base->second != ours) {
+      throw model::WeightsError(fmt::format("{} trained on a base with checksum {}; the config's base (model.load_from) "
+                                            "has checksum {}: export with the config the run trained",
+                                            file, base->second, ours));
+    }
+    std::map<std::string, torch::Tensor> control(tensors.tensors.begin(), tensors.tensors.end());
+    for (const auto& [name, t] : model::base_parameters(net)) control.emplace(name, t);
+    for (const auto& b : net.named_buffers()) control.emplace(b.key(), b.value());
+    const auto report = model::load_tensors(net, control, file, /*strict=*/true);
+    log::info("export: the control blocks, {} from {}", report.summary(), file);
   }
 
   // A checkpoint folder (or a finished run's work_dir) holds model.safetensors and

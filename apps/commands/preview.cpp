@@ -38,7 +38,7 @@ class Preview : public ConfigSubcommand {
     }
     const auto encoders = train::load_encoders(cfg, torch::kCPU, train::EncoderUse::previews, spec.conditioning);
     if (!weights_.empty()) train::use_empty_prompt(net, encoders, config::null_embed_file(cfg));
-    const auto o = train::preview_setup(cfg, torch::kCPU, encoders, spec.conditioning);
+    const auto o = train::preview_setup(cfg, torch::kCPU, encoders, spec);
     const std::string dir = out_.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : out_;
     const auto start = std::chrono::steady_clock::now();
     const auto paths = train::render_previews(net, train::preview_buckets_for(cfg), o, dir, "preview");

@@ -121,6 +121,24 @@ launch_named() {
   return $code
 }
 
+# resume_on_one WHAT STOP MAX: the script's run (its `common` arguments, work_dir
+# $SCRATCH/chain) stopped at step STOP on 2 processes, then resumed on 1 to step MAX; every
+# epoch must train the samples of the uninterrupted $SCRATCH/ref, each once (both with
+# SANA_TEST_LOG_IDS=1, which this unsets). WHAT names the run in the checks.
+resume_on_one() {
+  local what=$1 stop=$2 max=$3
+  local chain=(--work_dir="$SCRATCH/chain" --resume_from=latest)
+  launch_named chain2 2 "${chain[@]}" --train.max_steps="$stop"; assert_code $? 0 "$stop $what steps on 2 processes"
+  launch_named chain1 1 "${chain[@]}" --train.max_steps="$max"; assert_code $? 0 "resumed on 1 process to step $max"
+  unset SANA_TEST_LOG_IDS
+  assert_contains "$SCRATCH/chain1.log" "resumed from" "the 1-process run resumed the 2-process checkpoint"
+  if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
+    pass "every sample once per epoch, 2 processes then 1: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
+  else
+    fail "samples lost or repeated across the resume"; cat "$SCRATCH/ids.log"
+  fi
+}
+
 # stop_at_step CMD METRICS STEP LOG WHAT: runs the shell line CMD in its own process group
 # (output in LOG), sends it Ctrl-C (SIGINT to the group) once METRICS has step STEP, and
 # checks that it exits 130 (128 + SIGINT) within 120 s; 240 s to reach the step.

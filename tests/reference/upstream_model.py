@@ -312,6 +312,20 @@ def count(hidden, heads, patch, qk_norm, cross_norm, depths):
         print(one + (depth - 1) * (two - one))
 
 
+def count_control(hidden, heads, depth, copies):
+    """SanaMSControlNet's parameters at `depth` with `copies` control blocks, from upstream's
+    modules built at (depth, copies) = (1, 1), (2, 1), (2, 2): every block, and every control
+    block after the first (the one with before_proj), adds the same count."""
+    def built(d, c):
+        spec = {"hidden": hidden, "depth": d, "cross_heads": heads, "patch": 1, "in_channels": 32,
+                "out_channels": 32, "linear_head_dim": 32, "mlp_hidden": int(hidden * 2.5), "norm_eps": 1e-5,
+                "qk_norm": False, "cross_norm": False}
+        return sum(p.numel() for p in SanaMSControlNet(spec, 2304, 300, 1.0, c).parameters())
+    first = built(1, 1)
+    block, copy = built(2, 1) - first, built(2, 2) - built(2, 1)
+    print(first + (depth - 1) * block + (copies - 1) * copy)
+
+
 def save_init(spec_json, caption_channels, tokens, out):
     """Upstream's modules for `spec_json` (control_blocks: SanaMSControlNet) with PyTorch's
     default initialisation, their state_dict written as safetensors in upstream's names: a
@@ -332,6 +346,9 @@ def save_init(spec_json, caption_channels, tokens, out):
 def main():
     if sys.argv[1:2] == ["--save-init"]:
         save_init(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        return
+    if sys.argv[1:2] == ["--count-control"]:
+        count_control(*(int(a) for a in sys.argv[2:6]))
         return
     if sys.argv[1:2] == ["--count"]:
         h, n, p, q, c = sys.argv[2:7]

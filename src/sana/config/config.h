@@ -28,6 +28,7 @@ enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
 enum class TimestepGrid { integer, continuous };
 enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
+enum class ControlSignal { canny, scribble, hed };
 enum class LoraInit { gaussian, kaiming };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
@@ -59,6 +60,9 @@ template <> struct Names<TimestepGrid> {
   static constexpr std::array<std::string_view, 2> values{"integer", "continuous"};
 };
 template <> struct Names<PreviewOn> { static constexpr std::array<std::string_view, 2> values{"shared", "rank0"}; };
+template <> struct Names<ControlSignal> {
+  static constexpr std::array<std::string_view, 3> values{"canny", "scribble", "hed"};
+};
 template <> struct Names<LoraInit> { static constexpr std::array<std::string_view, 2> values{"gaussian", "kaiming"}; };
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
 template <> struct Names<DeviceKind> {
@@ -255,6 +259,18 @@ struct TrainConfig {
   LoraConfig lora;
 };
 
+// controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet
+// preset trains on, made by the loader from each sample's bucket image, and its previews.
+struct ControlNetConfig {
+  ControlSignal control_signal_type = ControlSignal::canny;  // upstream's default: scribble (HED)
+  int64_t canny_low_threshold = 100;   // cv::Canny's thresholds (ControlNet's canny annotator's)
+  int64_t canny_high_threshold = 200;
+  // Control images the previews use (upstream's name: any kind of map); empty: the control
+  // maps of the dataset's first samples.
+  std::vector<std::string> validation_scribble_maps;
+  double conditioning_scale = 1.0;  // previews: the weight of the control's injection
+};
+
 struct DistConfig {
   Backend backend = Backend::automatic;  // auto | gloo | nccl
   DeviceKind device = DeviceKind::automatic;  // auto | cpu | cuda
@@ -313,6 +329,7 @@ struct Config {
   DdpConfig ddp;
   CkptConfig ckpt;
   ModelGrowthConfig model_growth;
+  ControlNetConfig controlnet;
 };
 
 // Micro-steps per optimizer step on `world_size` processes when the global batch splits

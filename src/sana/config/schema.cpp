@@ -354,6 +354,21 @@ void describe_model_growth(std::vector<Field>& f, ModelGrowthConfig& g) {
   p.add("scale_others", g.init_params.scale_others, "constant: std of the new blocks' other weights").at_least(0);
 }
 
+void describe_controlnet(std::vector<Field>& f, ControlNetConfig& c) {
+  Section s(f, "controlnet");
+  s.add("control_signal_type", c.control_signal_type,
+        "ControlNet presets: the control map the loader makes from each image (canny: OpenCV's edges; scribble, "
+        "hed: upstream's HED maps, not built yet)");
+  s.add("canny_low_threshold", c.canny_low_threshold, "canny: the lower hysteresis threshold").at_least(0).at_most(1000);
+  s.add("canny_high_threshold", c.canny_high_threshold, "canny: the upper hysteresis threshold")
+      .at_least(0)
+      .at_most(1000);
+  s.add("validation_scribble_maps", c.validation_scribble_maps,
+        "control images for the previews (maps, not photos); none: the maps of the dataset's first samples");
+  s.add("conditioning_scale", c.conditioning_scale, "previews: the weight of the control's injection (1 = as trained)")
+      .at_least(0);
+}
+
 void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {
   Section s(f, "ckpt");
   s.add("keep_last_n", c.keep_last_n, "checkpoints kept; 0 keeps all").at_least(0);
@@ -406,6 +421,7 @@ std::vector<Field> fields_of(Config& c) {
   describe_ddp(f, c.ddp);
   describe_ckpt(f, c.ckpt);
   describe_model_growth(f, c.model_growth);
+  describe_controlnet(f, c.controlnet);
   return f;
 }
 

@@ -28,7 +28,6 @@ constexpr const char* kInference = "an inference option; previews use train.prev
 constexpr const char* kDistill = "a consistency-distillation option that upstream's train.py does not read";
 constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
 constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/metrics.jsonl and TensorBoard";
-constexpr const char* kSprint = "ControlNet training is not part of sana-train yet";
 constexpr const char* kLadd = "Sana-Sprint / LADD training is not supported";
 constexpr const char* kVideo = "SANA-Video training is not supported";
 
@@ -42,7 +41,6 @@ const Rule kRules[] = {
     {"tracker_project_name", nullptr, kTracker, nullptr},
     {"name", nullptr, kTracker, nullptr},
     {"loss_report_name", nullptr, kTracker, nullptr},
-    {"controlnet", nullptr, kSprint, nullptr},
     {"model_growth.extra", nullptr, "unused upstream too", nullptr},
     // data
     {"data.buckets_file", nullptr, "buckets come from data.aspect_ratio_type", nullptr},

@@ -218,6 +218,7 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
     b.latents = torch::empty({n, opts_.latent_channels, h / f, w / f}, options);
   } else {
     b.images = torch::empty({n, 3, h, w}, options);
+    if (opts_.control.kind != ControlKind::none) b.control = torch::empty({n, 3, h, w}, options);
   }
   if (opts_.load_text_feat) {
     b.text_feat = torch::zeros({n, opts_.text_length, opts_.text_channels}, options);
@@ -261,7 +262,7 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
           if (opts_.cache) opts_.cache->put(c, d.rgb);
           rgb = d.rgb;
         }
-        to_chw_normalized(rgb, b.images[i].data_ptr<float>(), flip);
+        place_image(rgb, flip, i, b);
       }
       if (opts_.load_text_feat) {
         TextFeatures feat;
@@ -280,6 +281,12 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
     b.captions.push_back(caption_of(used));
   }
   return b;
+}
+
+void Loader::place_image(const cv::Mat& rgb, bool flip, int64_t row, Batch& b) const {
+  to_chw_normalized(rgb, b.images[row].data_ptr<float>(), flip);
+  // The map of the unflipped bucket image, mirrored with it.
+  if (b.control.defined()) to_chw_normalized(control_map(rgb, opts_.control), b.control[row].data_ptr<float>(), flip);
 }
 
 std::string Loader::caption_of(SampleId id) const {

@@ -37,6 +37,7 @@ struct Batch {
   int bucket = 0;
   torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
   torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
+  torch::Tensor control;              // [micro, 3, h, w] float32 in [-1, 1]: the images' control maps
   torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), padded with the last token
   torch::Tensor text_mask;            // [micro, L] 1 for tokens to attend to
   std::vector<SampleId> ids;          // as planned
@@ -137,6 +138,9 @@ class Loader {
   // The caption sample `id` trains on this epoch: like its flip, a pure function of
   // (seed, epoch, sample), whatever the worker or world size (data/sample_meta.h).
   std::string caption_of(SampleId id) const;
+  // A decoded bucket image (unflipped, as decoded and cached) into row `row` of the batch,
+  // flipped or not, and its control map when the batch carries them.
+  void place_image(const cv::Mat& rgb, bool flip, int64_t row, Batch& b) const;
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "sana/data/control_maps.h"
 #include "sana/data/decode.h"
 #include "sana/data/sample_cache.h"
 #include "sana/data/sample_meta.h"
@@ -23,6 +24,8 @@ struct LoaderOptions {
   bool whole_micro_batches = false;  // train.deterministic: shares of whole micro-batches (rank_share_whole)
   uint64_t seed = 0;
   DecodeOptions decode;
+  // ControlNet runs: each batch carries the control maps of its images (Batch::control).
+  ControlMapOptions control;
   // Which of a sample's captions each batch carries, drawn per (seed, epoch, sample).
   CaptionChoice caption;
   std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)

@@ -242,37 +242,13 @@ void Lora::restore_state(const PartState* saved, const std::string& source) {
         "weights, set model.load_from to its model.safetensors and start in a new work_dir (or resume_from: none)",
         source));
   }
-  const auto saved_base = saved->json.is_object() ? saved->json.value("base_checksum", "") : "";
-  if (saved_base != base_checksum_) {
-    throw WeightsError(fmt::format(
-        "{} trained its adapters on base weights with checksum {}; this run's base (model.load_from) has checksum "
-        "{}. Resume with the base it was trained on, or start a new run",
-        source, saved_base.empty() ? "(none recorded)" : saved_base, base_checksum_));
-  }
+  check_saved_base(*saved, base_checksum_, "adapters", source);
   load({saved->tensors->begin(), saved->tensors->end()}, source);
 }
 
 void Lora::load(const std::map<std::string, torch::Tensor>& by_name, const std::string& source) {
-  std::vector<std::string> missing, mismatched;
-  for (const auto& [name, t] : params_) {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) {
-      missing.push_back(name);
-    } else if (it->second.sizes() != t.sizes()) {
-      mismatched.push_back(fmt::format("{}: file {}, run {}", name, fmt::join(it->second.sizes(), "x"),
-                                       fmt::join(t.sizes(), "x")));
-    }
-  }
-  const int64_t unexpected = static_cast<int64_t>(by_name.size()) - static_cast<int64_t>(params_.size() - missing.size());
-  if (!missing.empty() || !mismatched.empty() || unexpected != 0) {
-    throw WeightsError(fmt::format(
-        "{}: its adapters do not fit these ({} missing{}{}, {} others in the file): use the rank and "
-        "target_modules (train.lora) they were trained with",
-        source, missing.size(), missing.empty() ? "" : ", e.g. " + missing.front(),
-        mismatched.empty() ? "" : "; " + mismatched.front(), unexpected));
-  }
-  torch::NoGradGuard no_grad;
-  for (auto& [name, t] : params_) t.copy_(by_name.at(name));
+  copy_exactly(params_, by_name, source, "adapters",
+               "use the rank and target_modules (train.lora) they were trained with");
 }
 
 LoraFile read_lora_file(const std::string& path, const std::string& ema_tensors) {

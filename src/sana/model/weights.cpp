@@ -1,6 +1,7 @@
 #include "sana/model/weights.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/serialize.h>
 
 #include <fstream>
@@ -180,6 +181,39 @@ LoadReport load_tensors(torch::nn::Module& model, const std::map<std::string, to
     ++report.loaded;
   }
   return report;
+}
+
+void check_saved_base(const PartState& saved, const std::string& base_checksum, const std::string& what,
+                      const std::string& source) {
+  const auto saved_base = saved.json.is_object() ? saved.json.value("base_checksum", "") : "";
+  if (saved_base == base_checksum) return;
+  throw WeightsError(fmt::format(
+      "{} trained its {} on base weights with checksum {}; this run's base (model.load_from) has checksum {}. "
+      "Resume with the base it was trained on, or start a new run",
+      source, what, saved_base.empty() ? "(none recorded)" : saved_base, base_checksum));
+}
+
+void copy_exactly(const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                  const std::map<std::string, torch::Tensor>& by_name, const std::string& source,
+                  const std::string& what, const std::string& hint) {
+  std::vector<std::string> missing, mismatched;
+  for (const auto& [name, t] : params) {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      missing.push_back(name);
+    } else if (it->second.sizes() != t.sizes()) {
+      mismatched.push_back(fmt::format("{}: file {}, run {}", name, fmt::join(it->second.sizes(), "x"),
+                                       fmt::join(t.sizes(), "x")));
+    }
+  }
+  const int64_t unexpected = static_cast<int64_t>(by_name.size()) - static_cast<int64_t>(params.size() - missing.size());
+  if (!missing.empty() || !mismatched.empty() || unexpected != 0) {
+    throw WeightsError(fmt::format("{}: its {} do not fit these ({} missing{}{}, {} others in the file): {}", source,
+                                   what, missing.size(), missing.empty() ? "" : ", e.g. " + missing.front(),
+                                   mismatched.empty() ? "" : "; " + mismatched.front(), unexpected, hint));
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : params) t.copy_(by_name.at(name));
 }
 
 PartState ModuleState::save_state() const {

@@ -63,6 +63,18 @@ class ModuleState : public Stateful {
   std::string name_;
 };
 
+// Parts trained on a frozen base (LoRA adapters, a ControlNet's control blocks; their
+// checkpoints record the base's checksum).
+// A saved part restores only onto the base it trained on: a WeightsError naming both
+// checksums unless `saved`'s JSON records `base_checksum`. `what`: "adapters", ...
+void check_saved_base(const PartState& saved, const std::string& base_checksum, const std::string& what,
+                      const std::string& source);
+// Copies each of `params` from `by_name`, which must hold exactly them in the same shapes;
+// else a WeightsError naming `source` and `what` that ends with `hint` (what to do).
+void copy_exactly(const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                  const std::map<std::string, torch::Tensor>& by_name, const std::string& source,
+                  const std::string& what, const std::string& hint);
+
 // name -> tensor from a .safetensors file or a torch.save'd state dict (.pt/.pth/.bin).
 std::map<std::string, torch::Tensor> read_state_dict(const std::string& path);
 

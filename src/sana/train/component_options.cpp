@@ -1,5 +1,7 @@
 #include "sana/train/component_options.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <stdexcept>
@@ -7,6 +9,7 @@
 #include <filesystem>
 
 #include "sana/data/decode.h"
+#include "sana/util/error.h"
 
 namespace sana::train {
 
@@ -94,6 +97,32 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   o.load_text_feat = cfg.data.load_text_feat;
   o.text_length = cfg.text_encoder.model_max_length;
   o.text_channels = cfg.text_encoder.caption_channels;
+  if (model_spec_for(cfg).control_blocks > 0) o.control = control_map_options_for(cfg);
+  return o;
+}
+
+data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
+  const auto& c = cfg.controlnet;
+  if (cfg.data.load_vae_feat) {
+    throw UsageError("data.load_vae_feat: a ControlNet trains on control maps made from the images, and "
+                     "prepare-features writes no control latents yet; train from the images (load_vae_feat false)",
+                     "config error");
+  }
+  if (c.control_signal_type != config::ControlSignal::canny) {
+    throw UsageError(fmt::format("controlnet.control_signal_type: {} maps need upstream's HED edge network, which the "
+                                 "loader does not run yet; use canny",
+                                 config::name_of(c.control_signal_type)),
+                     "config error");
+  }
+  if (c.canny_low_threshold > c.canny_high_threshold) {
+    throw UsageError(fmt::format("controlnet.canny_low_threshold ({}) is above canny_high_threshold ({})",
+                                 c.canny_low_threshold, c.canny_high_threshold),
+                     "config error");
+  }
+  data::ControlMapOptions o;
+  o.kind = data::ControlKind::canny;
+  o.canny_low = static_cast<double>(c.canny_low_threshold);
+  o.canny_high = static_cast<double>(c.canny_high_threshold);
   return o;
 }
 

@@ -1,5 +1,6 @@
 #include "sana/train/initial_model.h"
 
+#include "sana/model/controlnet.h"
 #include "sana/model/growth.h"
 #include "sana/model/weights.h"
 #include "sana/train/component_options.h"
@@ -35,7 +36,9 @@ model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelS
     log::info("model_growth ({}): {} from {}", cfg.model_growth.init_strategy, report.summary(), growth.source);
   }
   if (!cfg.model.load_from.empty()) {
-    const auto report = model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
+    const auto report = spec.control_blocks > 0
+                            ? model::load_controlnet_weights(*net, cfg.model.load_from, cfg.model.load_strict)
+                            : model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
     if (report.clean()) {
       log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
     } else {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "sana/config/config.h"
+#include "sana/data/control_maps.h"
+#include "sana/data/decode.h"
 #include "sana/model/sana_ms.h"
 
 namespace sana::train {
@@ -31,6 +33,15 @@ struct PreviewOptions {
   // with mask [N, L] (caption models; default: the null caption, i.e. unconditional).
   std::vector<int64_t> classes;
   torch::Tensor caption_features, caption_mask;
+  // ControlNet: image i is sampled under the control made from control_images[i % count]
+  // at each bucket's size (decoded, resized to cover and centre-cropped as training's
+  // images): a map as it is (controlnet.validation_scribble_maps; control_maps.kind none)
+  // or a photo's map (the dataset's first samples). None: the base alone samples.
+  std::vector<std::string> control_images;
+  data::ControlMapOptions control_maps;
+  data::DecodeOptions control_decode;
+  std::function<torch::Tensor(const torch::Tensor&)> encode;  // the maps through the VAE (empty: pixels)
+  double control_scale = 1.0;  // controlnet.conditioning_scale
   // Called after every model evaluation (progress for whoever waits on the previews).
   std::function<void()> on_step;
 };
@@ -44,7 +55,8 @@ struct PreviewBucket {
 PreviewOptions preview_options_for(const config::Config& cfg);
 std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg);
 
-// Samples `images` images of each bucket; returns them as [N, 3, H, W] in [-1, 1].
+// Samples `images` images of each bucket; returns them as [N, 3, H, W] in [-1, 1], or for a
+// ControlNet with control images [2N, 3, H, W]: each control map followed by its sample.
 std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
                                            const PreviewOptions& options);
 
@@ -53,7 +65,12 @@ std::vector<std::string> render_previews(model::SanaMS& model, const std::vector
                                          const PreviewOptions& options, const std::string& dir,
                                          const std::string& stem);
 
-// A grid of images [N, 3, H, W] in [-1, 1], written as PNG (2-pixel gaps).
-void write_grid_png(const torch::Tensor& images, const std::string& path);
+// A grid of images [N, 3, H, W] in [-1, 1], written as PNG (2-pixel gaps), `cols` images to
+// a row (0: a near-square grid).
+void write_grid_png(const torch::Tensor& images, const std::string& path, int64_t cols = 0);
+
+// The control maps of `options` for n images at one bucket size: [n, 3, H, W] in [-1, 1].
+// Throws std::runtime_error naming a control image that cannot be read.
+torch::Tensor preview_controls(const PreviewOptions& options, int64_t n, int64_t height, int64_t width);
 
 }  // namespace sana::train

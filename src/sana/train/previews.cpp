@@ -2,19 +2,56 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
 #include "sana/data/image_header.h"
 #include "sana/model/weights.h"
+#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
 
+namespace {
+
+// A ControlNet's preview controls: the validation maps, else the maps of the dataset's first
+// samples, each checked readable now rather than at the first preview.
+void control_setup(const config::Config& cfg, const data::Dataset* dataset, PreviewOptions& o) {
+  o.control_scale = cfg.controlnet.conditioning_scale;
+  o.control_decode = decode_options_for(cfg);
+  if (!cfg.controlnet.validation_scribble_maps.empty()) {
+    o.control_images = cfg.controlnet.validation_scribble_maps;
+    try {
+      preview_controls(o, static_cast<int64_t>(o.control_images.size()), 64, 64);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(fmt::format("controlnet.validation_scribble_maps: {}", e.what()), "config error");
+    }
+  } else if (dataset != nullptr) {  // the first samples that decode
+    o.control_maps = control_map_options_for(cfg);
+    const auto& index = dataset->index();
+    for (uint64_t i = 0; i < index.size() && o.control_images.size() < static_cast<size_t>(o.images); ++i) {
+      const std::string path(index.text(i).path);
+      if (data::decode_to_bucket(path, 64, 64, false, o.control_decode).ok()) o.control_images.push_back(path);
+    }
+  }
+  if (o.control_images.empty()) {
+    log::warn_shared("a ControlNet without controlnet.validation_scribble_maps or readable samples: previews sample "
+                     "without control");
+    return;
+  }
+  log::info("previews: {} control image{} ({}), conditioning scale {:g}", o.control_images.size(),
+            o.control_images.size() == 1 ? "" : "s",
+            o.control_maps.kind == data::ControlKind::none ? "maps as they are" : o.control_maps.describe(),
+            o.control_scale);
+}
+
+}  // namespace
+
 PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
-                                        model::Conditioning conditioning) {
+                             const model::ModelSpec& spec, const data::Dataset* dataset) {
   auto o = preview_options_for(cfg);
   o.device = device;
   if (encoders.vae && encoders.vae->can_decode()) {
@@ -23,13 +60,18 @@ PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, co
   } else if (encoders.vae) {
     log::warn_shared("vae.vae_pretrained has no decode(): previews show latent channels 0-2");
   }
-  if (conditioning == model::Conditioning::caption) {
+  if (encoders.vae) {
+    auto vae = encoders.vae;
+    o.encode = [vae](const torch::Tensor& x) { return vae->encode(x); };
+  }
+  if (spec.conditioning == model::Conditioning::caption) {
     if (encoders.text && !cfg.train.validation_prompts.empty()) {
       std::tie(o.caption_features, o.caption_mask) = encoders.text->encode(cfg.train.validation_prompts);
     } else {
       log::warn_shared("no text encoder or train.validation_prompts: caption previews use the null caption");
     }
   }
+  if (spec.control_blocks > 0) control_setup(cfg, dataset, o);
   return o;
 }
 
@@ -43,9 +85,10 @@ std::string preview_reason(const config::TrainConfig& t, int64_t global_step, in
   return "";
 }
 
-Previews::Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders)
+Previews::Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders,
+                   const data::Dataset& dataset)
     : cfg_(cfg), rt_(rt), model_(model), buckets_(preview_buckets_for(cfg)) {
-  if (cfg.train.visualize) options_ = preview_setup(cfg, rt.device(), encoders, model->spec().conditioning);
+  if (cfg.train.visualize) options_ = preview_setup(cfg, rt.device(), encoders, model->spec(), &dataset);
 }
 
 void Previews::maybe_render(int64_t global_step, int64_t total_steps, bool epoch_end, int64_t epoch) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sana/config/config.h"
+#include "sana/data/dataset.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/preview_images.h"
@@ -18,9 +19,11 @@
 namespace sana::train {
 
 // The preview options for this config on `device`: decoding through the VAE when it can,
-// the validation prompts encoded once for a caption model (warnings say what is missing).
+// the validation prompts encoded once for a caption model, a ControlNet's control images
+// (controlnet.validation_scribble_maps, else the maps of `dataset`'s first samples when
+// there is one); warnings say what is missing.
 PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
-                                        model::Conditioning conditioning);
+                             const model::ModelSpec& spec, const data::Dataset* dataset = nullptr);
 
 // Why previews are due after the step that made `global_step` steps, or "" (the end of
 // training renders separately).
@@ -29,7 +32,8 @@ std::string preview_reason(const config::TrainConfig& t, int64_t global_step, in
 
 class Previews {
  public:
-  Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders);
+  Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders,
+           const data::Dataset& dataset);
   void maybe_render(int64_t global_step, int64_t total_steps, bool epoch_end, int64_t epoch);
   // Every rank calls it at the same step.
   void render(int64_t global_step, const std::string& why);

@@ -123,12 +123,16 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   }
   const auto on_device = feed_.to_device({cfg_.data.load_vae_feat ? batch.latents : batch.images,
                                           copy_text ? batch.text_feat : torch::Tensor(),
-                                          copy_text ? batch.text_mask : torch::Tensor(), labels});
+                                          copy_text ? batch.text_mask : torch::Tensor(), labels, batch.control});
   torch::Tensor x0 = on_device[0];
+  // ControlNet: the control maps enter the model as the images do (upstream's pipeline
+  // VAE-encodes the control image with the run's autoencoder and scale factor).
+  torch::Tensor control = on_device[4];
   if (encoders_.vae) {
     compute.pause();
     PhaseTimer encoding(times.encoders);
     x0 = encoders_.vae->encode(x0);
+    if (control.defined()) control = encoders_.vae->encode(control);
     encoding.pause();
     compute.resume();
   }
@@ -143,6 +147,7 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   }
   compute.resume();
   cond.drop = fb.dropped;
+  cond.control = control;
   model::AutocastGuard autocast(amp_);
   return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) * weight;
 }

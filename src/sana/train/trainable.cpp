@@ -17,11 +17,9 @@ namespace sana::train {
 
 Trainable::Trainable(const config::Config& cfg, model::SanaMS model, dist::Runtime& rt) : model_(std::move(model)) {
   if (model_->spec().control_blocks > 0) {
-    throw UsageError(fmt::format("model.model: {} is a ControlNet; training one (the base frozen, the control blocks "
-                                 "trained on control maps from the loader) is not built yet. `sana-train model` and "
-                                 "model.load_from take it; train its base preset meanwhile",
-                                 model_->spec().name),
-                     "config error");
+    control_ = std::make_unique<model::ControlNetState>(*model_, tensors_checksum(model::base_parameters(*model_)));
+    named_ = control_->parameters();
+    return;
   }
   if (!config::lora_enabled(cfg.train)) {
     for (const auto& p : model_->named_parameters()) named_.emplace_back(p.key(), p.value());
@@ -37,6 +35,7 @@ Trainable::Trainable(const config::Config& cfg, model::SanaMS model, dist::Runti
 
 Stateful& Trainable::checkpoint_part() {
   if (lora_) return *lora_;
+  if (control_) return *control_;
   return *weights_;
 }
 
@@ -45,19 +44,34 @@ std::string Trainable::checksum() const {
   return Hasher().update(weights_checksum(*model_)).update(tensors_checksum(lora_->parameters())).hex();
 }
 
+std::string Trainable::base_checksum_now() const {
+  if (lora_) return weights_checksum(*model_);
+  if (control_) return tensors_checksum(model::base_parameters(*model_));
+  return "";
+}
+
+std::string Trainable::frozen_base_checksum() const {
+  if (lora_) return lora_->base_checksum();
+  if (control_) return control_->base_checksum();
+  return "";
+}
+
 void Trainable::check_base() const {
-  if (!lora_) return;
-  const auto base = weights_checksum(*model_);
-  if (base != lora_->base_checksum()) {
-    throw std::logic_error(fmt::format("train.lora: the frozen base changed during training (checksum {} -> {})",
-                                       lora_->base_checksum(), base));
+  if (!lora_ && !control_) return;
+  const auto base = base_checksum_now();
+  const std::string what = lora_ ? "train.lora" : "ControlNet";
+  if (base != frozen_base_checksum()) {
+    throw std::logic_error(fmt::format("{}: the frozen base changed during training (checksum {} -> {})", what,
+                                       frozen_base_checksum(), base));
   }
-  log::info("train.lora: the base weights are unchanged (checksum {}); only the adapters trained", base);
+  log::info("{}: the base weights are unchanged (checksum {}); only the {} trained", what, base,
+            lora_ ? "adapters" : "control blocks");
 }
 
 void Trainable::write_final(const std::string& work_dir, std::map<std::string, std::string> metadata) const {
   if (!lora_) {
     const auto path = (std::filesystem::path(work_dir) / "model.safetensors").string();
+    if (control_) metadata["base_checksum"] = control_->base_checksum();
     model::save_weights(*model_, path, metadata);
     log::info("weights: {}", path);
     return;
@@ -70,7 +84,9 @@ void Trainable::write_final(const std::string& work_dir, std::map<std::string, s
 }
 
 std::map<std::string, std::string> Trainable::file_metadata() const {
-  return lora_ ? lora_->file_metadata() : std::map<std::string, std::string>{};
+  if (lora_) return lora_->file_metadata();
+  if (control_) return {{"base_checksum", control_->base_checksum()}};
+  return {};
 }
 
 std::vector<torch::Tensor> Trainable::all_tensors() const {
@@ -82,6 +98,10 @@ std::vector<torch::Tensor> Trainable::all_tensors() const {
 }
 
 std::string Trainable::describe() const {
+  if (control_) {
+    return fmt::format("; ControlNet: the base (checksum {}) frozen, {} control blocks trained, {} trainable parameters",
+                       control_->base_checksum(), model_->spec().control_blocks, control_->parameter_count());
+  }
   if (!lora_) return "";
   const auto& o = lora_->options();
   return fmt::format("; train.lora: the base (checksum {}) frozen, rank {} (scale {:g}) adapters on {} modules ({}), "
@@ -98,6 +118,12 @@ void register_lora_check() {
       spec = model_spec_for(cfg);
     } catch (const model::SpecError&) {
       return;  // the model's own check names it
+    }
+    if (spec.control_blocks > 0) {
+      issues.fail("train.lora.rank", fmt::format("{} is a ControlNet: its base is frozen and its control blocks train "
+                                                 "whole, without adapters; set train.lora.rank to 0",
+                                                 spec.name));
+      return;
     }
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     try {

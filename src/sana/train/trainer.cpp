@@ -87,6 +87,7 @@ void Trainer::start() {
   dataset_.emplace(open_dataset(cfg_, rt_));         // collective: rank 0 indexes, all agree on it
   cache_ = open_sample_cache(cfg_, *dataset_, rt_);  // collective: one cache per node, its name shared
   spec_ = model_spec_for(cfg_);
+  if (spec_.control_blocks > 0) control_map_options_for(cfg_);  // what the loader cannot make: exit 2 now
   model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   trainable_.emplace(cfg_, model_, rt_);  // collective under train.lora: the adapters agreed
@@ -101,7 +102,7 @@ void Trainer::start() {
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
   step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world);
-  previews_.emplace(cfg_, rt_, model_, encoders_);
+  previews_.emplace(cfg_, rt_, model_, encoders_, *dataset_);
   checkpointer_.emplace(cfg_, main_rank_);
   register_checkpointed_parts();
 

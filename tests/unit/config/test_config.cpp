@@ -216,7 +216,9 @@ TEST_CASE("every name of every enumerated option loads, prints back, and nothing
 }
 
 TEST_CASE("the shipped configs load and print", "[config][print]") {
-  for (const char* name : {"sana_tiny_cpu.yaml", "Sana_600M_img512.yaml", "Sana_1600M_img1024.yaml"}) {
+  for (const char* name : {"sana_tiny_cpu.yaml", "Sana_600M_img512.yaml", "Sana_1600M_img1024.yaml",
+                           "Sana_600M_img512_lora.yaml", "Sana_1600M_img1024_lora.yaml",
+                           "Sana_1600M_img1024_controlnet.yaml"}) {
     INFO(name);
     const Config c = load_config({std::string(SANA_SOURCE_DIR) + "/configs/" + name}, {}, no_paths());
     CHECK_FALSE(to_yaml(c).empty());
@@ -226,6 +228,10 @@ TEST_CASE("the shipped configs load and print", "[config][print]") {
   CHECK(big.model.model == "SanaMS_1600M_P1_D20");
   CHECK(big.train.optimizer.type == OptimizerType::CAME);  // inherited from the 600M config
   CHECK(big.data.aspect_ratio_type == "ASPECT_RATIO_1024");
+  const Config control =
+      load_config({std::string(SANA_SOURCE_DIR) + "/configs/Sana_1600M_img1024_controlnet.yaml"}, {}, no_paths());
+  CHECK(control.model.model == "SanaMSControlNet_1600M_P1_D20");
+  CHECK(control.controlnet.control_signal_type == ControlSignal::canny);
 }
 
 TEST_CASE("errors name the key, the file position and what to do", "[config][errors]") {

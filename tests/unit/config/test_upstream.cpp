@@ -34,6 +34,9 @@ TEST_CASE("every upstream sana_config YAML loads unchanged", "[config][upstream]
       "sana1-5_1024ms/Sana_1600M_1024px_allqknorm_bf16_lr2e5.yaml",
       "sana1-5_1024ms/Sana_3200M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml",
       "sana1-5_1024ms/Sana_4800M_1024px_came8bit_grow_constant_allqknorm_bf16_lr2e5.yaml",
+      // configs/sana_controlnet_config/
+      "controlnet/Sana_600M_img1024_controlnet.yaml",
+      "controlnet/Sana_1600M_1024px_controlnet_bf16.yaml",
   };
   for (const char* name : files) {
     INFO(name);
@@ -214,4 +217,14 @@ TEST_CASE("upstream's model_growth section acts: the options the grower takes", 
   CHECK(mentions(issues_of(dir, "model_growth: {init_strategy: stretch}\n"), "model_growth.init_strategy", "stretch"));
   CHECK(mentions(issues_of(dir, "model: {load_from: a.pth}\nmodel_growth: {pretrained_ckpt_path: b.pth}\n"),
                  "model_growth.pretrained_ckpt_path", "model.load_from are both set"));
+}
+
+TEST_CASE("upstream's ControlNet YAMLs load: the preset and its control signal", "[config][upstream][controlnet]") {
+  for (const char* name : {"controlnet/Sana_600M_img1024_controlnet.yaml", "controlnet/Sana_1600M_1024px_controlnet_bf16.yaml"}) {
+    INFO(name);
+    const Config c = load_config({upstream_yaml(name)}, {}, no_paths());
+    CHECK(c.controlnet.control_signal_type == ControlSignal::scribble);
+    CHECK(sana::train::model_spec_for(c).control_blocks == 7);  // upstream's copy_blocks_num
+    CHECK(noted(c, "data.type"));  // SanaWebDatasetMSControl: the dataset kind follows data_dir
+  }
 }

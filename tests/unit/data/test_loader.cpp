@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <opencv2/imgproc.hpp>
 #include <set>
 
 #include "sana/data/loader.h"
@@ -288,4 +290,64 @@ TEST_CASE("a kept sample cache of other data or settings is started afresh", "[l
   SampleCache grown(path, bigger, 8, /*kept=*/true);  // another size: started afresh too
   CHECK(grown.ready_at_open() == 0);
   CHECK(grown.bytes() == SampleCache::bytes_needed(bigger));
+}
+
+// ControlNet runs: each batch carries its images' control maps, made from the bucket image
+// the loader decoded (OpenCV's Canny on it, mirrored with the sample's flip).
+TEST_CASE("control maps are OpenCV's canny of each bucket image, the same on any process count", "[loader][control]") {
+  Fixture fx;
+  const auto plan = fx.dataset->plan(1);
+  auto with_control = [&](int workers, int rank, int world, int64_t micro) {
+    auto o = fx.options(workers, rank, world, micro);
+    o.control.kind = ControlKind::canny;
+    o.control.canny_low = 100;
+    o.control.canny_high = 200;
+    return o;
+  };
+  Loader whole(*fx.dataset, plan, with_control(2, 0, 1, 4));
+  Loader r0(*fx.dataset, plan, with_control(1, 0, 2, 1));
+  Loader r1(*fx.dataset, plan, with_control(2, 1, 2, 1));
+  std::map<SampleId, torch::Tensor> on_one, on_two;
+  int flipped = 0, edges = 0;
+  for (auto& b : drain(whole)) {
+    REQUIRE(b.control.defined());
+    REQUIRE(b.control.sizes() == b.images.sizes());
+    const auto& bucket = fx.dataset->buckets().bucket(b.bucket);
+    for (size_t i = 0; i < b.decoded_ids.size(); ++i) {
+      const SampleId id = b.decoded_ids[i];
+      on_one[id] = b.control[static_cast<int64_t>(i)];
+      // The bucket image as training sees it, through OpenCV directly.
+      DecodeOptions decode;
+      decode.filter = filter_for_table(fx.dataset->buckets().table_of(b.bucket).name());
+      const auto d =
+          decode_to_bucket(std::string(fx.dataset->index().text(id).path), bucket.height, bucket.width, false, decode);
+      REQUIRE(d.ok());
+      cv::Mat canny;
+      cv::Canny(d.rgb, canny, 100, 200);
+      auto expected = torch::from_blob(canny.data, {canny.rows, canny.cols}, torch::kUInt8).to(torch::kFloat32) / 127.5 - 1;
+      // The image's flip, read from the image itself: its map is mirrored with it.
+      std::vector<float> pixels(static_cast<size_t>(3 * bucket.height * bucket.width));
+      to_chw_normalized(d.rgb, pixels.data());
+      const auto plain = torch::from_blob(pixels.data(), b.images[static_cast<int64_t>(i)].sizes(), torch::kFloat32);
+      if (!torch::equal(plain, b.images[static_cast<int64_t>(i)])) {
+        REQUIRE(torch::equal(plain.flip({2}), b.images[static_cast<int64_t>(i)]));
+        expected = expected.flip({1});
+        ++flipped;
+      }
+      for (int64_t c = 0; c < 3; ++c) CHECK(torch::equal(b.control[static_cast<int64_t>(i)][c], expected));
+      edges += cv::countNonZero(canny) > 0 ? 1 : 0;
+    }
+  }
+  for (auto* loader : {&r0, &r1}) {
+    for (auto& b : drain(*loader)) {
+      for (size_t i = 0; i < b.decoded_ids.size(); ++i) on_two[b.decoded_ids[i]] = b.control[static_cast<int64_t>(i)];
+    }
+  }
+  CHECK(flipped > 0);  // the flips were exercised
+  CHECK(edges > 4);    // and the photos have edges
+  REQUIRE(on_one.size() == on_two.size());
+  for (const auto& [id, map] : on_one) {
+    INFO("sample " << id);
+    CHECK(torch::equal(map, on_two.at(id)));
+  }
 }

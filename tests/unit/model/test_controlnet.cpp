@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/model/controlnet.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
+#include "sana/train/component_options.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
 #include "test_support.h"
@@ -117,6 +119,25 @@ TEST_CASE("every ControlNet preset has upstream's copy_blocks_num and builds", "
   }
 }
 
+TEST_CASE("the ControlNet presets have the parameter counts of upstream's SanaMSControlNet", "[model][reference]") {
+  // tests/reference/upstream_model.py --count-control builds upstream's SanaMSControlNet
+  // (modules shaped as sana_multi_scale_controlnet.py's) and counts its parameters.
+  const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/upstream_model.py";
+  for (const char* name : {"SanaMSControlNet_600M_P1_D28", "SanaMSControlNet_1600M_P1_D20"}) {
+    INFO(name);
+    sana::config::Config cfg;  // upstream's YAMLs: 32 latent channels, gemma's 2304 x 300 captions
+    cfg.model.model = name;
+    cfg.data.load_vae_feat = cfg.data.load_text_feat = true;
+    const auto spec = sana::train::model_spec_for(cfg);
+    SanaMS model(spec, BuildOptions{torch::kFloat32, true, 0});
+    const auto r = sana::test::run_command(fmt::format("/usr/bin/python3 {} --count-control {} {} {} {}", script,
+                                                       spec.hidden, spec.cross_heads, spec.depth, spec.control_blocks));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(std::stoll(r.output) == model->parameter_count());
+  }
+}
+
 // Hidden from the default run ([.]); ctest runs it as part of "reference.model".
 TEST_CASE("the ControlNet forward equals upstream's SanaMSControlNet, and the names load both ways", "[.reference]") {
   sana::test::TempDir dir;
@@ -164,4 +185,58 @@ TEST_CASE("the ControlNet forward equals upstream's SanaMSControlNet, and the na
   const auto file = sana::read_safetensors(dir.path("upstream.safetensors"));
   CHECK(torch::equal(ours->named_parameters()["controlnet.2.after_proj.weight"],
                      file.get("controlnet.2.after_proj.weight")));
+}
+
+TEST_CASE("a ControlNet starts from a base model's file and keeps its control blocks across a resume",
+          "[model][controlnet]") {
+  sana::test::TempDir dir;
+  auto spec = control_spec();
+  auto base_spec = spec;
+  base_spec.control_blocks = 0;
+  SanaMS base(base_spec, BuildOptions{torch::kFloat32, false, 11});
+  const auto base_file = dir.path("base.safetensors");
+  save_weights(*base, base_file);
+  SanaMS net(spec, BuildOptions{torch::kFloat32, false, 3});  // another seed: everything comes from the file
+  const auto report = load_controlnet_weights(*net, base_file, /*strict=*/true);
+  CHECK(report.clean());
+  const auto loaded = net->named_parameters();
+  for (const auto& p : base->named_parameters()) CHECK(torch::equal(loaded[p.key()], p.value()));
+  for (int64_t i = 0; i < spec.control_blocks; ++i) {  // upstream's initialize_all_and_copy_from_base
+    const auto copy = net->controlnet[static_cast<size_t>(i)]->named_parameters();
+    for (const auto& p : base->blocks[static_cast<size_t>(i)]->named_parameters()) {
+      CHECK(torch::equal(copy["copied_block." + p.key()], p.value()));
+    }
+    CHECK(copy["after_proj.weight"].abs().sum().item<double>() == 0);
+  }
+  // A file with the control blocks loads them as they are.
+  {
+    torch::NoGradGuard no_grad;
+    loaded["controlnet.0.after_proj.weight"].fill_(0.5);
+  }
+  const auto control_file = dir.path("controlnet.safetensors");
+  save_weights(*net, control_file);
+  SanaMS again(spec, BuildOptions{torch::kFloat32, false, 3});
+  CHECK(load_controlnet_weights(*again, control_file, true).clean());
+  CHECK(again->named_parameters()["controlnet.0.after_proj.weight"].eq(0.5).all().item<bool>());
+
+  // Training: the base is frozen, the control blocks are the state, tied to the base's checksum.
+  ControlNetState state(*net, "base-sum");
+  int64_t control = 0;
+  for (const auto& p : net->named_parameters()) {
+    CHECK(p.value().requires_grad() == is_control_parameter(p.key()));
+    control += is_control_parameter(p.key()) ? 1 : 0;
+  }
+  CHECK(static_cast<int64_t>(state.parameters().size()) == control);
+  const auto saved = state.save_state();
+  CHECK(saved.metadata.at("base_checksum") == "base-sum");
+  ControlNetState fresh(*again, "base-sum");
+  {
+    torch::NoGradGuard no_grad;
+    again->named_parameters()["controlnet.0.after_proj.weight"].zero_();
+  }
+  fresh.restore_state(&saved, "checkpoint");
+  CHECK(again->named_parameters()["controlnet.0.after_proj.weight"].eq(0.5).all().item<bool>());
+  ControlNetState other_base(*again, "another-base");
+  CHECK_THROWS_AS(other_base.restore_state(&saved, "checkpoint"), WeightsError);
+  CHECK_THROWS_AS(fresh.restore_state(nullptr, "checkpoint"), WeightsError);
 }

@@ -12,6 +12,7 @@
 #include "sana/data/dataset.h"
 #include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/shard_plan.h"
+#include "sana/model/controlnet.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
@@ -205,6 +206,12 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
       const model::Lora lora(*meta, lora_options_for(cfg), "");
       e.trainable = lora.parameter_count();
       e.ranks = state_bytes(cfg, lora.parameters(), 4 * static_cast<double>(e.parameters), world_size);
+      e.trained = "the adapters";
+    } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
+      const model::ControlNetState control(*meta, "");
+      e.trainable = control.parameter_count();
+      e.ranks = state_bytes(cfg, control.parameters(), 4 * static_cast<double>(e.parameters - e.trainable), world_size);
+      e.trained = "the control blocks";
     } else {
       NamedParams all;
       for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());

@@ -31,7 +31,8 @@ struct RankState {
 
 struct MemoryEstimate {
   int64_t parameters = 0;
-  int64_t trainable = 0;  // under train.lora the adapters' elements, else `parameters`
+  int64_t trainable = 0;  // under train.lora the adapters' elements, a ControlNet's control blocks', else `parameters`
+  std::string trained;    // what trains when not everything: "the adapters", "the control blocks"
   int world_size = 1;
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# ControlNet training (issue 30, docs/controlnet.md): the tiny ControlNet preset on the test
+# photos with canny maps the loader makes; its base is the plain tiny preset's initial
+# weights exported to upstream's .pth (sana-train export), loaded with model.load_from.
+#  1. 40 steps on 2 processes: the loss falls; the base's checksum at the end equals the one
+#     at start-up, and in python3-torch every base tensor of the final model.safetensors
+#     equals base.pth's while the control blocks moved; the previews put each control map
+#     (black and white only) beside its sample (colours).
+#  2. 20 steps on 2 processes, resumed on 1 to step 40: each epoch trains the samples of the
+#     uninterrupted run, each once.
+#  3. The checkpoint exported in upstream's layout (a .pth of {"state_dict": ...}) holds the
+#     whole ControlNet under upstream's names, the trained control blocks included.
+#  4. A resume against other base weights is refused (exit 2), naming both checksums.
+# Every run under `timeout` in this test's scratch folder.
+. "$(dirname "$0")/lib.sh"
+config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
+common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]"
+        --model.model=SanaMSControlNet_tiny_P2_D4 "--model.load_from=$SCRATCH/base.pth" --train.visualize=false
+        --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
+        --train.micro_batch_size=2 --train.max_steps=40 --train.optimizer.lr=3e-3 --train.seed=3)
+run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
+timeout 120 "$BIN" export --config "$config" --format upstream --out "$SCRATCH/base.pth" > "$SCRATCH/export.log" 2>&1
+assert_code $? 0 "the plain tiny preset's initial weights exported as the base"
+
+# 1. The reference run, with previews at the end.
+export SANA_TEST_LOG_IDS=1
+run ref 2 --train.visualize=true --train.eval_sampling_steps=1000 --train.preview_steps=4 --train.preview_images=2
+assert_code $? 0 "40 ControlNet steps on 2 processes"
+assert_contains "$SCRATCH/ref.log" "the 2 control blocks start as copies" "the control blocks started from the base's"
+start_sum=$(grep -o "ControlNet: the base (checksum [0-9a-f]*)" "$SCRATCH/ref.log" | grep -o "[0-9a-f]\{16\}")
+assert_contains "$SCRATCH/ref.log" "the base weights are unchanged (checksum $start_sum)" \
+  "the base's checksum after 40 steps equals start-up's ($start_sum)"
+if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
+import json, sys
+import numpy as np
+import torch
+from PIL import Image
+root = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from sana_reference import read_safetensors
+steps = [json.loads(l) for l in open(f"{root}/ref/metrics.jsonl") if '"loss"' in l]
+losses = [s["loss"] for s in steps]
+first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+base = torch.load(f"{root}/base.pth", map_location="cpu")["state_dict"]
+final, _ = read_safetensors(f"{root}/ref/model.safetensors")
+control = sorted(k for k in final if k.startswith("controlnet."))
+same = all(torch.equal(final[k], base[k]) for k in base if k in final)
+covered = sorted(k for k in final if not k.startswith("controlnet.")) == sorted(k for k in base if k in final)
+moved = sum(not torch.equal(final[k], torch.zeros_like(final[k])) for k in control if "after_proj" in k)
+# The 32x32 grid: 2 rows of [control map | sample], 2-pixel gaps.
+grid = np.asarray(Image.open(f"{root}/ref/previews/step000040_32x32.png").convert("RGB")).astype(int)
+maps, samples = grid[:, :32], grid[:, 34:]
+binary = set(np.unique(maps)) <= {0, 255}
+print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10); {len(control)} control tensors, "
+      f"base tensors {'all equal to base.pth' if same and covered else 'CHANGED'}, {moved} after_proj moved from 0; "
+      f"preview {grid.shape[1]}x{grid.shape[0]}: maps {'black and white' if binary else 'NOT binary'}, "
+      f"samples {len(np.unique(samples))} levels")
+sys.exit(0 if len(losses) == 40 and last < first * 0.9 and same and covered and moved > 0 and binary and
+         grid.shape[:2] == (66, 66) and len(np.unique(samples)) > 2 else 1)
+PY
+  pass "$(cat "$SCRATCH/ref.check")"
+else
+  fail "the ControlNet run's loss, weights or previews: $(cat "$SCRATCH/ref.check")"
+fi
+
+# 2. Stop at 20 on 2 processes, resume on 1.
+resume_on_one ControlNet 20 40
+x=(--work_dir="$SCRATCH/chain" --resume_from=latest)
+
+# 3. The checkpoint (control blocks and the base's checksum) in upstream's layout.
+ckpt=$(ls -d "$SCRATCH"/chain/checkpoints/step_* | tail -1)
+timeout 120 "$BIN" export "${common[@]}" --from "$ckpt" --format upstream --out "$SCRATCH/controlnet.pth" \
+  > "$SCRATCH/export3.log" 2>&1
+assert_code $? 0 "the ControlNet checkpoint exported in upstream's layout"
+if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/pth.check" 2>&1 <<'PY'; then
+import sys
+import torch
+root = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from sana_reference import read_safetensors
+pth = torch.load(f"{root}/controlnet.pth", map_location="cpu")["state_dict"]
+final, _ = read_safetensors(f"{root}/chain/model.safetensors")
+same = sorted(pth) == sorted(final) and all(torch.equal(pth[k], final[k]) for k in final)
+print(f"{len(pth)} tensors, {sum(k.startswith('controlnet.') for k in pth)} under controlnet.*, "
+      f"{'equal to the run' if same else 'NOT the run'}'s model.safetensors")
+sys.exit(0 if same and "controlnet.0.before_proj.weight" in pth else 1)
+PY
+  pass "$(cat "$SCRATCH/pth.check")"
+else
+  fail "the exported .pth: $(cat "$SCRATCH/pth.check")"
+fi
+
+# 4. Other base weights: refused, both checksums named.
+timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
+  > "$SCRATCH/export4.log" 2>&1
+run other 1 "--model.load_from=$SCRATCH/other.pth" "${x[@]}" --train.max_steps=50
+assert_code $? 2 "resuming the control blocks on other base weights"
+assert_contains "$SCRATCH/other.log" "checksum $start_sum" "the refusal names the checkpoint's base checksum"
+assert_contains "$SCRATCH/other.log" "Resume with the base it was trained on" "and says what to do"
+finish
