@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -78,10 +80,16 @@ void export_upstream(const TensorMap& tensors, const std::string& path) {
   pickler.protocol();
   pickler.pushIValue(top);
   pickler.stop();
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   std::ofstream out(path, std::ios::binary);
+  if (!out) throw WeightsError(fmt::format("cannot write '{}': {}", path, ec ? ec.message() : std::strerror(errno)));
+  // A failed write is told after the archive ends, never to the stream writer: it would
+  // throw, and its destructor would throw again while unwinding (std::terminate).
   caffe2::serialize::PyTorchStreamWriter writer([&](const void* b, size_t n) -> size_t {
     out.write(static_cast<const char*>(b), static_cast<std::streamsize>(n));
-    return out ? n : 0;
+    return n;
   });
   torch::jit::writeArchiveAndTensors("data", pickled.data(), pickled.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();

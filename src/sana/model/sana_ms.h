@@ -250,7 +250,8 @@ class ParamGathering {
 };
 
 // The ParamGathering unit of a parameter by its name: block k's ("blocks.<k>.", or an
-// adapter's "transformer.transformer_blocks.<k>.") is k + 1, everything else 0.
+// adapter's "transformer.transformer_blocks.<k>.") is k + 1, everything else 0 (a
+// ControlNet's control blocks too: they run between base blocks, gathered throughout).
 size_t gathering_unit(const std::string& parameter_name);
 
 class SanaMSImpl : public torch::nn::Module {

@@ -185,8 +185,8 @@ void GatheredParameters::fetch_for_forward(size_t unit) {
 }
 
 void GatheredParameters::block_forward(int64_t block, bool begins) {
-  if (whole_) return;
   const auto unit = static_cast<size_t>(block) + 1;
+  if (whole_ || unit >= unit_segments_.size()) return;  // past the last block with a trained parameter
   if (begins) {
     fetch_for_forward(unit);
     ready(unit);
@@ -199,7 +199,7 @@ void GatheredParameters::block_forward(int64_t block, bool begins) {
 
 void GatheredParameters::backward_reaches(int64_t block) {
   const auto unit = static_cast<size_t>(block) + 1;
-  if (whole_) return;
+  if (whole_ || unit >= unit_segments_.size()) return;  // past the last block with a trained parameter
   if (!held_[unit]) {
     hold(unit);
     held_[unit] = 1;

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The README's "Train a ControlNet": every command of its block (between
+# <!-- controlnet-walkthrough:begin --> and <!-- controlnet-walkthrough:end -->) runs as
+# written, in order, with `sana-train` on PATH and a tiny stand-in my_controlnet.yaml (the
+# tiny ControlNet preset with the small TorchScript VAE, whose encoder also takes the canny
+# maps, and text encoder). The download is replaced by the plain tiny caption model's
+# initial weights exported in upstream's .pth layout at the file's place. The training
+# launch is stopped with Ctrl-C once it has taken 10 steps; the resume must pick up there on
+# 1 process and reach max_steps. Then, in python3-torch: the exported .pth holds the run's
+# whole ControlNet under upstream's names, and its base is the downloaded file's, unchanged.
+. "$(dirname "$0")/../dist/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+as_a_user
+cat > my_controlnet.yaml <<EOF
+base: $root/configs/sana_tiny_cpu.yaml
+work_dir: output/my_controlnet
+data: {data_dir: [my_images]}
+model: {model: SanaMSControlNet_tiny_P2_D4,
+        load_from: output/pretrained_models/Sana_1600M_1024px_BF16/checkpoint/Sana_1600M_1024px_BF16.pth}
+vae: {vae_type: torchscript, vae_pretrained: exports/vae.pt, vae_latent_dim: 4, vae_downsample_rate: 4}
+text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
+train: {max_steps: 30, log_interval: 5, save_model_steps: 1000, eval_sampling_steps: 1000, preview_steps: 4,
+        preview_images: 2, optimizer: {lr: 3.0e-3}}
+controlnet: {control_signal_type: canny}
+dist: {timeout_s: 60}
+EOF
+
+readme_commands controlnet-walkthrough 5
+
+i=0
+while IFS= read -r cmd <&3; do
+  i=$((i + 1))
+  log=$SCRATCH/cmd$i.log
+  case "$cmd" in
+    huggingface-cli\ download\ *)
+      file=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')/$(echo "$cmd" | awk '{print $4}')
+      timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
+        --format upstream --out "$file" > "$log" 2>&1
+      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model in upstream's .pth layout at $file"
+      base=$file
+      ;;
+    *launch*--resume_from*|sana-train\ model\ *|sana-train\ export\ *)
+      timeout 300 bash -c "$cmd" > "$log" 2>&1
+      assert_code $? 0 "[$i] $cmd"
+      ;;
+    *launch*)
+      stop_at_step "$cmd" output/my_controlnet/metrics.jsonl 10 "$log" "[$i] $cmd"
+      ;;
+    *)
+      fail "[$i] a command this test does not know how to check: $cmd"
+      ;;
+  esac
+done 3< commands.txt
+
+assert_contains cmd2.log "trainable parameters (the control blocks" "sana-train model tells the control blocks' share"
+assert_contains cmd3.log "control blocks start as copies" "the run started the control blocks from the base"
+assert_contains cmd4.log "resumed from" "the 1-process run resumed"
+assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
+assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
+steps=$(grep -o '"step":[0-9]*' output/my_controlnet/metrics.jsonl | sort -u | wc -l)
+if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
+if /usr/bin/python3 - "${base:-none}" output/my_controlnet "$root/tests/reference" > check.txt 2>&1 <<'PY'; then
+import glob, sys
+import numpy as np
+import torch
+from PIL import Image
+sys.path.insert(0, sys.argv[3])
+from sana_reference import read_safetensors as read  # (tensors, metadata)
+base = torch.load(sys.argv[1], map_location="cpu")["state_dict"]
+run, meta = read(sys.argv[2] + "/model.safetensors")
+pth = torch.load(sys.argv[2] + "/controlnet.pth", map_location="cpu")["state_dict"]
+control = [k for k in pth if k.startswith("controlnet.")]
+same_run = sorted(pth) == sorted(run) and all(torch.equal(pth[k], run[k]) for k in run)
+# The null caption (a buffer) becomes the text encoder's empty prompt at start-up, as upstream's train.py does.
+changed = [k for k in base if k in pth and not torch.equal(pth[k], base[k]) and k != "y_embedder.y_embedding"]
+same_base = not changed and sorted(set(pth) - set(control)) == sorted(k for k in base if k in pth)
+grids = sorted(glob.glob(sys.argv[2] + "/previews/step000030_*.png"))
+# Each grid: a row per sample, [control map | sample]; the maps are canny edges, 0 or 255.
+pixels = [np.asarray(Image.open(g).convert("RGB")) for g in grids]
+binary = all(set(np.unique(p[:, : p.shape[1] // 2 - 1])) <= {0, 255} for p in pixels)
+print(f"controlnet.pth: {len(pth)} tensors, {len(control)} under controlnet.*, "
+      f"{'the run' if same_run else 'NOT the run'}'s weights; the base {'as downloaded' if same_base else 'CHANGED'} "
+      f"(checksum {meta.get('base_checksum')}); {len(grids)} preview grids, control maps "
+      f"{'black and white' if binary else 'NOT binary'} beside the samples")
+print("changed:", changed[:5]) if changed else None
+sys.exit(0 if same_run and same_base and control and len(grids) == 3 and binary else 1)
+PY
+  pass "$(cat check.txt)"
+else
+  fail "the exported ControlNet or the previews: $(cat check.txt)"
+fi
+assert_no_leftovers
+finish
