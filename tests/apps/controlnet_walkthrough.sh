@@ -39,15 +39,8 @@ while IFS= read -r cmd <&3; do
       assert_code $? 0 "[$i] the download's stand-in: a tiny caption model in upstream's .pth layout at $file"
       base=$file
       ;;
-    *launch*--resume_from*|sana-train\ model\ *|sana-train\ export\ *)
-      timeout 300 bash -c "$cmd" > "$log" 2>&1
-      assert_code $? 0 "[$i] $cmd"
-      ;;
-    *launch*)
-      stop_at_step "$cmd" output/my_controlnet/metrics.jsonl 10 "$log" "[$i] $cmd"
-      ;;
     *)
-      fail "[$i] a command this test does not know how to check: $cmd"
+      walkthrough_command "$i" "$cmd" output/my_controlnet/metrics.jsonl
       ;;
   esac
 done 3< commands.txt

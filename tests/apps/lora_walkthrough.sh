@@ -38,15 +38,8 @@ while IFS= read -r cmd <&3; do
       assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $dir"
       base=$dir/transformer
       ;;
-    *launch*--resume_from*|sana-train\ model\ *|sana-train\ export\ *)
-      timeout 300 bash -c "$cmd" > "$log" 2>&1
-      assert_code $? 0 "[$i] $cmd"
-      ;;
-    *launch*)
-      stop_at_step "$cmd" output/my_lora/metrics.jsonl 10 "$log" "[$i] $cmd"
-      ;;
     *)
-      fail "[$i] a command this test does not know how to check: $cmd"
+      walkthrough_command "$i" "$cmd" output/my_lora/metrics.jsonl
       ;;
   esac
 done 3< commands.txt

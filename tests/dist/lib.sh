@@ -139,6 +139,44 @@ resume_on_one() {
   fi
 }
 
+# same_losses A B N WHAT: runs $SCRATCH/A and $SCRATCH/B logged the same first N losses
+# (metrics.jsonl) within 1e-6 relative, and B logged exactly N.
+same_losses() {
+  local a=$1 b=$2 n=$3 what=$4
+  if /usr/bin/python3 - "$SCRATCH/$a/metrics.jsonl" "$SCRATCH/$b/metrics.jsonl" "$n" > "$SCRATCH/$b.cmp" 2>&1 <<'PY'; then
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
+n = int(sys.argv[3])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a[:n], b))
+print(f"{len(b)} losses, max relative difference {worst:.3g}")
+sys.exit(0 if len(b) == n and worst <= 1e-6 else 1)
+PY
+    pass "$what: $(cat "$SCRATCH/$b.cmp")"
+  else
+    fail "$what: the losses differ: $(cat "$SCRATCH/$b.cmp")"
+  fi
+}
+
+# walkthrough_command I CMD METRICS: a README walkthrough's command I as a user runs it (in
+# the current folder, output in $SCRATCH/cmdI.log): a first launch is stopped with Ctrl-C
+# once METRICS has step 10 (its checkpoint is what the resume picks up); a resume, `sana-train
+# model` and `sana-train export` must exit 0 within 300 s; anything else fails the test.
+walkthrough_command() {
+  local i=$1 cmd=$2 metrics=$3 log=$SCRATCH/cmd$1.log
+  case "$cmd" in
+    *launch*--resume_from*|sana-train\ model\ *|sana-train\ export\ *)
+      timeout 300 bash -c "$cmd" > "$log" 2>&1
+      assert_code $? 0 "[$i] $cmd"
+      ;;
+    *launch*)
+      stop_at_step "$cmd" "$metrics" 10 "$log" "[$i] $cmd"
+      ;;
+    *)
+      fail "[$i] a command this test does not know how to check: $cmd"
+      ;;
+  esac
+}
+
 # stop_at_step CMD METRICS STEP LOG WHAT: runs the shell line CMD in its own process group
 # (output in LOG), sends it Ctrl-C (SIGINT to the group) once METRICS has step STEP, and
 # checks that it exits 130 (128 + SIGINT) within 120 s; 240 s to reach the step.

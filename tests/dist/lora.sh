@@ -69,17 +69,7 @@ x=(--work_dir="$SCRATCH/chain" --resume_from=latest)
 
 # 3. The adapters sharded at stage 3: the same losses as stage 0.
 run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 LoRA steps at ZeRO stage 3"
-if /usr/bin/python3 - "$SCRATCH/ref/metrics.jsonl" "$SCRATCH/zero3/metrics.jsonl" > "$SCRATCH/zero3.cmp" 2>&1 <<'PY'; then
-import json, sys
-a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
-worst = max(abs(x - y) / abs(x) for x, y in zip(a[:20], b))
-print(f"{len(b)} losses, max relative difference {worst:.3g}")
-sys.exit(0 if len(b) == 20 and worst <= 1e-6 else 1)
-PY
-  pass "stage 3 vs stage 0: $(cat "$SCRATCH/zero3.cmp")"
-else
-  fail "stage 3's losses differ from stage 0's: $(cat "$SCRATCH/zero3.cmp")"
-fi
+same_losses ref zero3 20 "stage 3 vs stage 0"
 
 # 4. Other base weights: refused, both checksums named.
 timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
