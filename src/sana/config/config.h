@@ -28,7 +28,7 @@ enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
 enum class TimestepGrid { integer, continuous };
 enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
-enum class ControlSignal { canny, scribble, hed };
+enum class ControlSignal { canny, scribble, hed, dataset };
 enum class LoraInit { gaussian, kaiming };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
@@ -61,7 +61,7 @@ template <> struct Names<TimestepGrid> {
 };
 template <> struct Names<PreviewOn> { static constexpr std::array<std::string_view, 2> values{"shared", "rank0"}; };
 template <> struct Names<ControlSignal> {
-  static constexpr std::array<std::string_view, 3> values{"canny", "scribble", "hed"};
+  static constexpr std::array<std::string_view, 4> values{"canny", "scribble", "hed", "dataset"};
 };
 template <> struct Names<LoraInit> { static constexpr std::array<std::string_view, 2> values{"gaussian", "kaiming"}; };
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
@@ -262,7 +262,9 @@ struct TrainConfig {
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet
 // preset trains on, made by the loader from each sample's bucket image, and its previews.
 struct ControlNetConfig {
-  ControlSignal control_signal_type = ControlSignal::canny;  // upstream's default: scribble (HED)
+  // canny: made from each image; dataset: each sample's control image (its JSONL/CSV
+  // `control` field). Upstream's default: scribble (HED).
+  ControlSignal control_signal_type = ControlSignal::canny;
   int64_t canny_low_threshold = 100;   // cv::Canny's thresholds (ControlNet's canny annotator's)
   int64_t canny_high_threshold = 200;
   // Control images the previews use (upstream's name: any kind of map); empty: the control

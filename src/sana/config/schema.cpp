@@ -357,8 +357,8 @@ void describe_model_growth(std::vector<Field>& f, ModelGrowthConfig& g) {
 void describe_controlnet(std::vector<Field>& f, ControlNetConfig& c) {
   Section s(f, "controlnet");
   s.add("control_signal_type", c.control_signal_type,
-        "ControlNet presets: the control map the loader makes from each image (canny: OpenCV's edges; scribble, "
-        "hed: upstream's HED maps, not built yet)");
+        "ControlNet presets: the control map of each sample (canny: OpenCV's edges of its image; dataset: the "
+        "control image its JSONL/CSV `control` field names; scribble, hed: upstream's HED maps, not built yet)");
   s.add("canny_low_threshold", c.canny_low_threshold, "canny: the lower hysteresis threshold").at_least(0).at_most(1000);
   s.add("canny_high_threshold", c.canny_high_threshold, "canny: the upper hysteresis threshold")
       .at_least(0)

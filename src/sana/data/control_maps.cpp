@@ -11,6 +11,7 @@ std::string ControlMapOptions::describe() const {
   switch (kind) {
     case ControlKind::none: return "none";
     case ControlKind::canny: return fmt::format("canny {:g}/{:g}", canny_low, canny_high);
+    case ControlKind::dataset: return "the dataset's control images";
   }
   return "?";
 }
@@ -24,9 +25,10 @@ cv::Mat control_map(const cv::Mat& rgb, const ControlMapOptions& options) {
       cv::cvtColor(edges, out, cv::COLOR_GRAY2RGB);
       return out;
     }
-    case ControlKind::none: break;
+    case ControlKind::none:
+    case ControlKind::dataset: break;
   }
-  throw std::invalid_argument("control_map: no control kind");
+  throw std::invalid_argument("control_map: " + options.describe() + " are not made from the image");
 }
 
 }  // namespace sana::data

@@ -9,7 +9,9 @@
 
 namespace sana::data {
 
-enum class ControlKind { none, canny };
+// canny: made from the image; dataset: the control image the sample's metadata names (its
+// JSONL/CSV `control` field; the loader reads it, control_map() does not apply).
+enum class ControlKind { none, canny, dataset };
 
 struct ControlMapOptions {
   ControlKind kind = ControlKind::none;

@@ -11,6 +11,7 @@
 
 #include "sana/data/dataset_index.h"
 #include "sana/data/index_builder.h"
+#include "sana/data/sample_meta.h"
 #include "sana/data/index_fields.h"
 #include "sana/data/index_wids.h"
 #include "sana/util/text.h"
@@ -201,6 +202,7 @@ class JsonlSource : public RowSource {
       row.label = parse_label(json_text(j, {"label", "class", "class_id"}), where);
       row.latent = resolve(base_, json_text(j, {"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, json_text(j, {"text_feat", "text_feat_path", "caption_feature"}));
+      row.meta = meta_with_control(resolve(base_, json_text(j, {"control", "control_image", "conditioning_image"})));
       check_row_paths(row, where);
       return true;
     }
@@ -299,6 +301,7 @@ class CsvSource : public RowSource {
       row.label = parse_label(get({"label", "class", "class_id"}), where);
       row.latent = resolve(base_, get({"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, get({"text_feat", "text_feat_path", "caption_feature"}));
+      row.meta = meta_with_control(resolve(base_, get({"control", "control_image", "conditioning_image"})));
       check_row_paths(row, where);
       return true;
     }

@@ -262,7 +262,8 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
           if (opts_.cache) opts_.cache->put(c, d.rgb);
           rgb = d.rgb;
         }
-        place_image(rgb, flip, i, b);
+        const std::string bad = place_image(c, rgb, flip, i, b, decode, guard);
+        if (!bad.empty()) return bad;
       }
       if (opts_.load_text_feat) {
         TextFeatures feat;
@@ -283,10 +284,25 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
   return b;
 }
 
-void Loader::place_image(const cv::Mat& rgb, bool flip, int64_t row, Batch& b) const {
+std::string Loader::place_image(SampleId id, const cv::Mat& rgb, bool flip, int64_t row, Batch& b,
+                                const DecodeOptions& decode, WorkerGuard& guard) const {
+  if (b.control.defined()) {
+    cv::Mat map;
+    if (opts_.control.kind == ControlKind::dataset) {  // the sample's own control image, at the image's bucket
+      const std::string path = control_image(dataset_.index().text(id).meta);
+      if (path.empty()) return "no control image: its metadata has no control field";
+      const auto d = outside(guard, [path, h = rgb.rows, w = rgb.cols, decode] {
+        return decode_to_bucket(path, h, w, false, decode);
+      });
+      if (!d.ok()) return fmt::format("control image '{}': {}: {}", path, reason_name(d.bad), d.detail);
+      map = d.rgb;
+    } else {
+      map = control_map(rgb, opts_.control);  // of the unflipped bucket image
+    }
+    to_chw_normalized(map, b.control[row].data_ptr<float>(), flip);  // mirrored with the image
+  }
   to_chw_normalized(rgb, b.images[row].data_ptr<float>(), flip);
-  // The map of the unflipped bucket image, mirrored with it.
-  if (b.control.defined()) to_chw_normalized(control_map(rgb, opts_.control), b.control[row].data_ptr<float>(), flip);
+  return "";
 }
 
 std::string Loader::caption_of(SampleId id) const {

@@ -138,9 +138,11 @@ class Loader {
   // The caption sample `id` trains on this epoch: like its flip, a pure function of
   // (seed, epoch, sample), whatever the worker or world size (data/sample_meta.h).
   std::string caption_of(SampleId id) const;
-  // A decoded bucket image (unflipped, as decoded and cached) into row `row` of the batch,
-  // flipped or not, and its control map when the batch carries them.
-  void place_image(const cv::Mat& rgb, bool flip, int64_t row, Batch& b) const;
+  // Sample `id`'s decoded bucket image (unflipped, as decoded and cached) into row `row` of
+  // the batch, flipped or not, and its control map when the batch carries them: made from
+  // the image, or the sample's control image (ControlKind::dataset). "" or why not.
+  std::string place_image(SampleId id, const cv::Mat& rgb, bool flip, int64_t row, Batch& b,
+                          const DecodeOptions& decode, WorkerGuard& guard) const;
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
 

@@ -58,6 +58,16 @@ std::string SampleFilter::describe() const {
   return fmt::format("hq_only {} del_img_clip_thr {}", hq_only, min_clip_score);
 }
 
+std::string meta_with_control(const std::string& path) {
+  return path.empty() ? "" : Json{{"control", path}}.dump();
+}
+
+std::string control_image(std::string_view meta) {
+  const Json j = parse_meta(meta);
+  const auto c = j.find("control");
+  return c != j.end() && c->is_string() ? c->get<std::string>() : "";
+}
+
 const char* SampleFilter::drops(std::string_view meta) const {
   const Json j = parse_meta(meta);
   if (hq_only) {

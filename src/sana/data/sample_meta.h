@@ -18,6 +18,11 @@
 
 namespace sana::data {
 
+// A ControlNet's control image for a sample (its JSONL/CSV `control` field, a path), kept in
+// its metadata: the metadata holding `path` ("" for none), and the path a metadata holds.
+std::string meta_with_control(const std::string& path);
+std::string control_image(std::string_view meta);
+
 // The files beside each shard that indexing reads (so part of the index's cache key).
 struct CaptionSources {
   std::vector<std::string> caption_suffixes;    // data.external_caption_suffixes

@@ -108,9 +108,14 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
                      "prepare-features writes no control latents yet; train from the images (load_vae_feat false)",
                      "config error");
   }
+  data::ControlMapOptions o;
+  if (c.control_signal_type == config::ControlSignal::dataset) {
+    o.kind = data::ControlKind::dataset;
+    return o;
+  }
   if (c.control_signal_type != config::ControlSignal::canny) {
     throw UsageError(fmt::format("controlnet.control_signal_type: {} maps need upstream's HED edge network, which the "
-                                 "loader does not run yet; use canny",
+                                 "loader does not run yet; use canny, or dataset with the maps made beforehand",
                                  config::name_of(c.control_signal_type)),
                      "config error");
   }
@@ -119,7 +124,6 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
                                  c.canny_low_threshold, c.canny_high_threshold),
                      "config error");
   }
-  data::ControlMapOptions o;
   o.kind = data::ControlKind::canny;
   o.canny_low = static_cast<double>(c.canny_low_threshold);
   o.canny_high = static_cast<double>(c.canny_high_threshold);

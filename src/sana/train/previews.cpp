@@ -29,12 +29,16 @@ void control_setup(const config::Config& cfg, const data::Dataset* dataset, Prev
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("controlnet.validation_scribble_maps: {}", e.what()), "config error");
     }
-  } else if (dataset != nullptr) {  // the first samples that decode
+  } else if (dataset != nullptr) {  // the first samples whose image (or control image) decodes
     o.control_maps = control_map_options_for(cfg);
+    const bool theirs = o.control_maps.kind == data::ControlKind::dataset;
+    if (theirs) o.control_maps.kind = data::ControlKind::none;  // maps already
     const auto& index = dataset->index();
     for (uint64_t i = 0; i < index.size() && o.control_images.size() < static_cast<size_t>(o.images); ++i) {
-      const std::string path(index.text(i).path);
-      if (data::decode_to_bucket(path, 64, 64, false, o.control_decode).ok()) o.control_images.push_back(path);
+      const std::string path = theirs ? data::control_image(index.text(i).meta) : std::string(index.text(i).path);
+      if (!path.empty() && data::decode_to_bucket(path, 64, 64, false, o.control_decode).ok()) {
+        o.control_images.push_back(path);
+      }
     }
   }
   if (o.control_images.empty()) {

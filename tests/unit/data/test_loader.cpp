@@ -1,6 +1,7 @@
 // The loader on real photos plus bad files: plan order, contents independent of the
 // number of workers, every rank's slice, substitutes from the same bucket, clean stops.
 #include "catch.h"
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -17,6 +18,34 @@ using namespace sana::data;
 using sana::test::TempDir;
 
 namespace {
+
+// 32-px generated buckets in steps of 8, padded tails, seed 5.
+DatasetOptions small_buckets(const std::string& source, const std::string& index_dir, int64_t global_batch) {
+  DatasetOptions d;
+  d.sources = {source};
+  d.index_dir = index_dir;
+  d.buckets.base_sizes = {32};
+  d.buckets.aspect_ratio_type = "generated";
+  d.buckets.bucket_step = 8;
+  d.tail = TailPolicy::pad;
+  d.batch.global_batch = global_batch;
+  d.seed = 5;
+  return d;
+}
+
+// Random flips, seed 5, a small queue.
+LoaderOptions loader_options(int workers, int rank = 0, int world = 1, int64_t micro = 2) {
+  LoaderOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.micro_batch = micro;
+  o.workers = workers;
+  o.prefetch = 3;
+  o.random_flip = true;
+  o.seed = 5;
+  o.wait_timeout_s = 60;
+  return o;
+}
 
 struct Fixture {
   TempDir dir;
@@ -39,28 +68,12 @@ struct Fixture {
     std::ifstream in(aqua, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     dir.write("images/cut.jpg", bytes.substr(0, bytes.size() / 3));
-    dataset_options.sources = {images.string()};
-    dataset_options.index_dir = dir.path("work/index");
-    dataset_options.buckets.base_sizes = {32};
-    dataset_options.buckets.aspect_ratio_type = "generated";
-    dataset_options.buckets.bucket_step = 8;
-    dataset_options.tail = TailPolicy::pad;
-    dataset_options.batch.global_batch = 4;
-    dataset_options.seed = 5;
+    dataset_options = small_buckets(images.string(), dir.path("work/index"), 4);
     dataset = std::make_unique<Dataset>(Dataset::open(dataset_options));
   }
 
   LoaderOptions options(int workers, int rank = 0, int world = 1, int64_t micro = 2) const {
-    LoaderOptions o;
-    o.rank = rank;
-    o.world_size = world;
-    o.micro_batch = micro;
-    o.workers = workers;
-    o.prefetch = 3;
-    o.random_flip = true;
-    o.seed = 5;
-    o.wait_timeout_s = 60;
-    return o;
+    return loader_options(workers, rank, world, micro);
   }
 };
 
@@ -350,4 +363,60 @@ TEST_CASE("control maps are OpenCV's canny of each bucket image, the same on any
     INFO("sample " << id);
     CHECK(torch::equal(map, on_two.at(id)));
   }
+}
+
+// control_signal_type: dataset: each sample's control image is the file its JSONL `control`
+// field names, resized and cropped to the image's bucket and flipped with it; a sample
+// without one is a bad sample, replaced as any other.
+TEST_CASE("the dataset's control images come with their samples, at their bucket, flipped with them",
+          "[loader][control]") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path mate("/usr/share/backgrounds/mate/nature");
+  const std::vector<std::string> photos = {"Aqua.jpg", "FreshFlower.jpg", "Garden.jpg", "GreenMeadow.jpg",
+                                           "LadyBird.jpg", "Wood.jpg", "YellowFlower.jpg", "Storm.jpg"};
+  std::string jsonl;
+  for (size_t i = 0; i < photos.size(); ++i) {
+    // Each photo's "control" is the next photo: told apart from the image itself.
+    const std::string control = i + 1 < photos.size() ? (mate / photos[(i + 1) % photos.size()]).string() : "";
+    jsonl += fmt::format("{{\"path\": \"{}\", \"caption\": \"c{}\"{}}}\n", (mate / photos[i]).string(), i,
+                         control.empty() ? "" : fmt::format(", \"control\": \"{}\"", control));
+  }
+  const auto dataset = Dataset::open(small_buckets(dir.write("meta.jsonl", jsonl), dir.path("index"), 2));
+  const auto plan = dataset.plan(0);
+  auto o = loader_options(2);
+  o.control.kind = ControlKind::dataset;
+  Loader loader(dataset, plan, o);
+  int flipped = 0, checked = 0;
+  while (auto b = loader.next()) {
+    const auto& bucket = dataset.buckets().bucket(b->bucket);
+    DecodeOptions decode;
+    decode.filter = filter_for_table(dataset.buckets().table_of(b->bucket).name());
+    for (size_t i = 0; i < b->decoded_ids.size(); ++i) {
+      const auto row = static_cast<int64_t>(i);
+      const SampleId id = b->decoded_ids[i];
+      const std::string control = control_image(dataset.index().text(id).meta);
+      REQUIRE_FALSE(control.empty());  // the one without is never trained
+      const auto image = decode_to_bucket(std::string(dataset.index().text(id).path), bucket.height, bucket.width,
+                                          false, decode);
+      const auto map = decode_to_bucket(control, bucket.height, bucket.width, false, decode);
+      REQUIRE((image.ok() && map.ok()));
+      std::vector<float> a(static_cast<size_t>(3 * bucket.height * bucket.width)), c(a.size());
+      to_chw_normalized(image.rgb, a.data());
+      to_chw_normalized(map.rgb, c.data());
+      auto want_image = torch::from_blob(a.data(), b->images[row].sizes(), torch::kFloat32);
+      auto want_control = torch::from_blob(c.data(), b->images[row].sizes(), torch::kFloat32);
+      if (!torch::equal(want_image, b->images[row])) {  // flipped: the control with it
+        want_image = want_image.flip({2});
+        want_control = want_control.flip({2});
+        ++flipped;
+      }
+      CHECK(torch::equal(want_image, b->images[row]));
+      CHECK(torch::equal(want_control, b->control[row]));
+      ++checked;
+    }
+  }
+  CHECK(checked >= static_cast<int>(photos.size()) - 1);
+  CHECK(flipped > 0);
+  CHECK(loader.bad_counts().by_reason.count("no control image") == 1);
 }
