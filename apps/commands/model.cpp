@@ -16,6 +16,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
 #include "sana/train/report/memory_estimate.h"
+#include "sana/train/trainable.h"
 
 namespace sana::app {
 
@@ -32,6 +33,8 @@ std::string thousands(int64_t n) {
 
 struct BucketSize {
   int64_t base, height, width;
+  model::Flops forward;  // per sample
+  double train = 0;      // per sample: train::train_flops, what the run trains decides it
 };
 
 // What the command shows, gathered once for either format.
@@ -56,8 +59,12 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
   for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
-    for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back({table.base(), b.height, b.width});
-    for (const auto& b : table.buckets()) f.all_buckets.push_back({table.base(), b.height, b.width});
+    const auto size = [&](const data::Bucket& b) {
+      const auto forward = model::forward_flops(f.spec, b.height, b.width);
+      return BucketSize{table.base(), b.height, b.width, forward, train::train_flops(cfg, f.spec, forward)};
+    };
+    for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back(size(b));
+    for (const auto& b : table.buckets()) f.all_buckets.push_back(size(b));
   }
   return f;
 }
@@ -95,13 +102,12 @@ void print_json(const ModelFacts& f) {
   const auto flops_of = [&](const std::vector<BucketSize>& buckets) {
     auto out = nlohmann::json::array();
     for (const auto& b : buckets) {
-      const auto flops = model::forward_flops(spec, b.height, b.width);
       out.push_back({{"base", b.base},
                      {"height", b.height},
                      {"width", b.width},
-                     {"tokens", flops.tokens},
-                     {"forward", flops.total},
-                     {"train", 3 * flops.total}});
+                     {"tokens", b.forward.tokens},
+                     {"forward", b.forward.total},
+                     {"train", b.train}});
     }
     return out;
   };
@@ -202,14 +208,14 @@ void print_text(const ModelFacts& f) {
   std::cout << fmt::format("  {:<18} {:>15}  ({:.3f} B)\n", "total", thousands(f.total),
                            static_cast<double>(f.total) / 1e9);
   if (!f.upstream_params.empty()) std::cout << fmt::format("  upstream reports   {}\n", f.upstream_params);
-  std::cout << "\nFLOPs per sample (2 x multiply-adds; a training step is about 3 x forward):\n";
+  std::cout << "\nFLOPs per sample (2 x multiply-adds; train: the forward, the backward, and the weight gradients "
+               "of what trains: 3 x forward for a whole model, less on a frozen base):\n";
   std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14}  {:>14}\n", "base", "bucket", "tokens", "forward GFLOP",
                            "train GFLOP");
   for (const auto& b : f.buckets) {
-    const auto flops = model::forward_flops(spec, b.height, b.width);
     std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14.2f}  {:>14.2f}\n", b.base,
-                             fmt::format("{}x{}", b.height, b.width), flops.tokens, flops.total / 1e9,
-                             3 * flops.total / 1e9);
+                             fmt::format("{}x{}", b.height, b.width), b.forward.tokens, b.forward.total / 1e9,
+                             b.train / 1e9);
   }
   if (f.memory) print_memory(*f.memory);
 }

@@ -20,8 +20,8 @@ if /usr/bin/python3 "$reader" "$dir" 20 10 20 > "$SCRATCH/read.log" 2>&1; then
 else
   fail "the event file does not read back"; cat "$SCRATCH/read.log"
 fi
-# The model TFLOP/s per process in metrics.jsonl is the model's training FLOPs (3 x the
-# forward that `sana-train model --json` counts) over the step's time and the 2 processes.
+# The model TFLOP/s per process in metrics.jsonl is the model's training FLOPs ("train" that
+# `sana-train model --json` counts: 3 x forward here) over the step's time and the 2 processes.
 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
 if /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" > "$SCRATCH/flops.log" 2>&1 <<'PY'
 import json, sys

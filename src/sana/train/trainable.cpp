@@ -110,6 +110,11 @@ std::string Trainable::describe() const {
                      fmt::join(o.targets, ", "), lora_->parameter_count());
 }
 
+double train_flops(const config::Config& cfg, const model::ModelSpec& spec, const model::Flops& forward) {
+  if (spec.control_blocks > 0) return 2 * forward.total + static_cast<double>(spec.control_blocks) * forward.per_block;
+  return (config::lora_enabled(cfg.train) ? 2 : 3) * forward.total;
+}
+
 void register_lora_check() {
   config::register_check("train.lora targets", [](const config::Config& cfg, config::IssueSink& issues) {
     if (!config::lora_enabled(cfg.train)) return;

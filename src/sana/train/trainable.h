@@ -66,6 +66,12 @@ class Trainable {
   std::vector<std::pair<std::string, torch::Tensor>> named_;
 };
 
+// FLOPs of one training sample: the forward, the backward's input gradients through it, and
+// the weight gradients of what trains. A whole model: 3 x forward. A frozen base adds no
+// weight gradients: under train.lora 2 x forward (the adapters' few FLOPs left out), a
+// ControlNet 2 x forward plus its control blocks' forward once more.
+double train_flops(const config::Config& cfg, const model::ModelSpec& spec, const model::Flops& forward);
+
 // Registers the config check of train.lora (config/checks.h): every target must select a
 // layer LoRA can adapt in the config's model (built on the meta device), so a mistake exits
 // 2 naming the key before anything starts. Call once at start-up, as register_checks().

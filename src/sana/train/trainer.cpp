@@ -365,7 +365,8 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   record.skipped = !applied;
   record.samples = out.samples;
   record.bad_samples = guard_->capture().first;
-  record.train_flops = 3 * model::forward_flops(spec_, out.height, out.width).total * static_cast<double>(out.samples);
+  record.train_flops = train_flops(cfg_, spec_, model::forward_flops(spec_, out.height, out.width)) *
+                       static_cast<double>(out.samples);
   metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
   StepTimes saving;
