@@ -6,6 +6,8 @@ Usage: make_torchscript_encoders.py DIR
   DIR/vae_wrong.pt  encode() gives 3 channels (a wrong export)
   DIR/vae_scaled.pt vae.pt carrying its own scaling_factor 0.3 (as DC-AE's cfg.scaling_factor)
   DIR/text.pt       forward(prompts: List[str]) -> (features [N, 6, 8], mask [N, 6])
+  DIR/hed.pt        forward(x [1, 3, H, W], RGB 0-255) -> five side outputs [1, 1, H/2^i, W/2^i],
+                    as upstream's HED network (a tiny stand-in with random weights)
 """
 import os
 import sys
@@ -54,6 +56,30 @@ class Text(torch.nn.Module):
         return self.table(ids), mask
 
 
+class Hed(torch.nn.Module):
+    """Upstream's ControlNetHED_Apache2 in shape (five VGG-like stages, a 1x1 projection to one
+    channel after each, max-pooling between them), 4 channels wide instead of 64 to 512."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.norm = torch.nn.Parameter(torch.full((1, 3, 1, 1), 128.0))
+        self.stages = torch.nn.ModuleList([torch.nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1) for i in range(5)])
+        self.projections = torch.nn.ModuleList([torch.nn.Conv2d(4, 1, 1) for _ in range(5)])
+        for conv in self.stages:  # edges: weights that answer to local contrast
+            torch.nn.init.normal_(conv.weight, std=0.05)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = x - self.norm
+        sides: List[torch.Tensor] = []
+        for i, (stage, projection) in enumerate(zip(self.stages, self.projections)):
+            if i > 0:
+                h = torch.nn.functional.max_pool2d(h, kernel_size=2, stride=2)
+            h = torch.relu(stage(h))
+            sides.append(projection(h))
+        return sides[0], sides[1], sides[2], sides[3], sides[4]
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -61,6 +87,7 @@ def main():
     torch.jit.script(Vae(3)).save(os.path.join(out, "vae_wrong.pt"))
     torch.jit.script(ScaledVae(4, 0.3)).save(os.path.join(out, "vae_scaled.pt"))
     torch.jit.script(Text()).save(os.path.join(out, "text.pt"))
+    torch.jit.script(Hed()).save(os.path.join(out, "hed.pt"))
     return 0
 
 

@@ -262,11 +262,14 @@ struct TrainConfig {
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet
 // preset trains on, made by the loader from each sample's bucket image, and its previews.
 struct ControlNetConfig {
-  // canny: made from each image; dataset: each sample's control image (its JSONL/CSV
-  // `control` field). Upstream's default: scribble (HED).
+  // canny: made from each image; scribble, hed: upstream's HED maps of it; dataset: each
+  // sample's control image (its JSONL/CSV `control` field). Upstream's default: scribble.
   ControlSignal control_signal_type = ControlSignal::canny;
   int64_t canny_low_threshold = 100;   // cv::Canny's thresholds (ControlNet's canny annotator's)
   int64_t canny_high_threshold = 200;
+  std::string hed_model;               // scribble, hed: upstream's HED network as TorchScript
+  int64_t detect_resolution = 512;     // scribble, hed: the network's short side (upstream's)
+  int64_t scribble_thickness = -1;     // 0-24; -1: drawn per sample and epoch (upstream's training)
   // Control images the previews use (upstream's name: any kind of map); empty: the control
   // maps of the dataset's first samples.
   std::vector<std::string> validation_scribble_maps;

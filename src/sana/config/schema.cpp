@@ -357,12 +357,23 @@ void describe_model_growth(std::vector<Field>& f, ModelGrowthConfig& g) {
 void describe_controlnet(std::vector<Field>& f, ControlNetConfig& c) {
   Section s(f, "controlnet");
   s.add("control_signal_type", c.control_signal_type,
-        "ControlNet presets: the control map of each sample (canny: OpenCV's edges of its image; dataset: the "
-        "control image its JSONL/CSV `control` field names; scribble, hed: upstream's HED maps, not built yet)");
+        "ControlNet presets: the control map of each sample (canny: OpenCV's edges of its image; scribble, hed: "
+        "upstream's HED scribbles or soft edges of it, with controlnet.hed_model; dataset: the control image its "
+        "JSONL/CSV `control` field names)");
   s.add("canny_low_threshold", c.canny_low_threshold, "canny: the lower hysteresis threshold").at_least(0).at_most(1000);
   s.add("canny_high_threshold", c.canny_high_threshold, "canny: the upper hysteresis threshold")
       .at_least(0)
       .at_most(1000);
+  s.add("hed_model", c.hed_model,
+        "scribble, hed: upstream's HED network (lllyasviel's ControlNetHED.pth) exported to TorchScript by "
+        "scripts/export_hed.py");
+  s.add("detect_resolution", c.detect_resolution, "scribble, hed: the short side the network sees (upstream's 512)")
+      .at_least(64)
+      .at_most(4096);
+  s.add("scribble_thickness", c.scribble_thickness,
+        "scribble: line thickness 0-24; -1 draws it per sample and epoch from 0-24, as upstream's get_scribble_map")
+      .at_least(-1)
+      .at_most(24);
   s.add("validation_scribble_maps", c.validation_scribble_maps,
         "control images for the previews (maps, not photos); none: the maps of the dataset's first samples");
   s.add("conditioning_scale", c.conditioning_scale, "previews: the weight of the control's injection (1 = as trained)")

@@ -296,8 +296,14 @@ std::string Loader::place_image(SampleId id, const cv::Mat& rgb, bool flip, int6
       });
       if (!d.ok()) return fmt::format("control image '{}': {}: {}", path, reason_name(d.bad), d.detail);
       map = d.rgb;
-    } else {
-      map = control_map(rgb, opts_.control);  // of the unflipped bucket image
+    } else {  // of the unflipped bucket image; a scribble's thickness drawn as the flip is
+      int thickness = opts_.control.thickness;
+      if (opts_.control.kind == ControlKind::scribble && thickness < 0) {
+        util::RandomStream draw(util::stream_key("sample.scribble_thickness",
+                                                 {opts_.seed, static_cast<uint64_t>(plan_.epoch()), id}));
+        thickness = static_cast<int>(draw.below(25));  // upstream's random.randint(0, 24)
+      }
+      map = control_map(rgb, opts_.control, thickness);
     }
     to_chw_normalized(map, b.control[row].data_ptr<float>(), flip);  // mirrored with the image
   }

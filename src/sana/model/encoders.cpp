@@ -167,4 +167,40 @@ std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::checked(std::pair<tor
   return {features, mask.to(torch::kInt64)};
 }
 
+std::shared_ptr<FrozenHed> FrozenHed::load(const std::string& path) {
+  auto hed = std::make_shared<FrozenHed>();
+  hed->path_ = path;
+  hed->module_ = load_frozen(path, "controlnet.hed_model", torch::kCPU);
+  (void)hed->edges(torch::zeros({64, 64, 3}, torch::kUInt8));
+  return hed;
+}
+
+torch::Tensor FrozenHed::edges(const torch::Tensor& rgb) {
+  const int64_t h = rgb.size(0), w = rgb.size(1);
+  std::lock_guard<std::mutex> lock(mutex_);
+  c10::InferenceMode inference;
+  const auto x = rgb.permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32);
+  const auto out = module_.forward({x});
+  std::vector<torch::Tensor> sides;
+  if (out.isTuple()) {
+    for (const auto& v : out.toTupleRef().elements()) sides.push_back(v.toTensor());
+  } else if (out.isList()) {
+    for (const auto& v : out.toList()) sides.push_back(v.get().toTensor());
+  }
+  if (sides.empty() || sides.front().dim() != 4 || sides.front().size(1) != 1) {
+    throw EncoderError(fmt::format("controlnet.hed_model: '{}' does not return HED's side outputs (a tuple of "
+                                   "[1, 1, h, w] maps); export it with scripts/export_hed.py",
+                                   path_));
+  }
+  auto sum = torch::zeros({1, 1, h, w}, torch::kFloat64);
+  for (const auto& side : sides) {
+    sum += torch::nn::functional::interpolate(
+               side.to(torch::kFloat32),
+               torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{h, w}).mode(torch::kBilinear).align_corners(false))
+               .to(torch::kFloat64);
+  }
+  const auto edge = torch::sigmoid(sum / static_cast<double>(sides.size()));
+  return (edge * 255.0).clamp(0, 255).to(torch::kUInt8)[0][0].contiguous();
+}
+
 }  // namespace sana::model

@@ -16,6 +16,8 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -66,6 +68,25 @@ class FrozenTextEncoder {
   std::shared_ptr<CaptionTokenizer> tokenizer_;
   TextEncoderOptions cfg_;
   torch::Device device_ = torch::kCPU;
+};
+
+// Upstream's HED edge network for ControlNet's scribble and HED maps (ControlNetHED_Apache2
+// with lllyasviel's ControlNetHED.pth, exported with TorchScript by scripts/export_hed.py):
+// forward(x [1, 3, H, W], RGB 0-255) returns its five side outputs [1, 1, h_i, w_i].
+// edges() is upstream's HEDdetector: each output resized bilinearly to H x W, their mean
+// through a sigmoid, x 255, truncated to 8 bits. On the CPU (the loader's workers call it;
+// one call at a time).
+class FrozenHed {
+ public:
+  // Loads controlnet.hed_model and checks it on a 64 x 64 image.
+  static std::shared_ptr<FrozenHed> load(const std::string& path);
+  // [H, W, 3] uint8 RGB -> [H, W] uint8 edges.
+  torch::Tensor edges(const torch::Tensor& rgb);
+
+ private:
+  torch::jit::Module module_;
+  std::string path_;
+  std::mutex mutex_;
 };
 
 }  // namespace sana::model

@@ -97,7 +97,6 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   o.load_text_feat = cfg.data.load_text_feat;
   o.text_length = cfg.text_encoder.model_max_length;
   o.text_channels = cfg.text_encoder.caption_channels;
-  if (model_spec_for(cfg).control_blocks > 0) o.control = control_map_options_for(cfg);
   return o;
 }
 
@@ -113,11 +112,18 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
     o.kind = data::ControlKind::dataset;
     return o;
   }
-  if (c.control_signal_type != config::ControlSignal::canny) {
-    throw UsageError(fmt::format("controlnet.control_signal_type: {} maps need upstream's HED edge network, which the "
-                                 "loader does not run yet; use canny, or dataset with the maps made beforehand",
-                                 config::name_of(c.control_signal_type)),
-                     "config error");
+  if (c.control_signal_type == config::ControlSignal::scribble || c.control_signal_type == config::ControlSignal::hed) {
+    if (c.hed_model.empty()) {
+      throw UsageError(fmt::format("controlnet.control_signal_type: {} maps need upstream's HED network: export "
+                                   "lllyasviel's ControlNetHED.pth with scripts/export_hed.py and set "
+                                   "controlnet.hed_model to it (or use canny, or dataset with maps made beforehand)",
+                                   config::name_of(c.control_signal_type)),
+                       "config error");
+    }
+    o.kind = c.control_signal_type == config::ControlSignal::hed ? data::ControlKind::hed : data::ControlKind::scribble;
+    o.detect_resolution = static_cast<int>(c.detect_resolution);
+    o.thickness = static_cast<int>(c.scribble_thickness);
+    return o;  // the edge network itself: train::control_maps_for
   }
   if (c.canny_low_threshold > c.canny_high_threshold) {
     throw UsageError(fmt::format("controlnet.canny_low_threshold ({}) is above canny_high_threshold ({})",

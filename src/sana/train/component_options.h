@@ -27,11 +27,12 @@ data::BatchSpec batch_spec_for(const config::Config& cfg);
 data::DatasetOptions dataset_options_for(const config::Config& cfg);
 // data.interpolation, data.jpeg_reduced_decode, data.exif_orientation.
 data::DecodeOptions decode_options_for(const config::Config& cfg);
-// Workers, prefetch, decoding and features, a ControlNet's control maps; rank, world size,
-// micro-batch, flips and pinning are the caller's.
+// Workers, prefetch, decoding and features; rank, world size, micro-batch, flips, pinning
+// and a ControlNet's control maps (train::control_maps_for) are the caller's.
 data::LoaderOptions loader_options_for(const config::Config& cfg);
-// The controlnet section for the loader. Throws UsageError (exit 2) for what it cannot make
-// yet: HED maps (scribble, hed) and control latents (data.load_vae_feat).
+// The controlnet section for the loader, without the HED network (train::control_maps_for
+// adds it). Throws UsageError (exit 2) for HED maps without controlnet.hed_model and for
+// control latents (data.load_vae_feat), which nothing makes yet.
 data::ControlMapOptions control_map_options_for(const config::Config& cfg);
 // The trainer's gradient engine: gradients summed, not averaged (each micro-batch's loss
 // is already weighted by its share of the global batch); ddp.bucket_cap_mb; exact with

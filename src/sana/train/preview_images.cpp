@@ -160,7 +160,10 @@ torch::Tensor preview_controls(const PreviewOptions& o, int64_t n, int64_t heigh
     if (!d.ok()) {
       throw std::runtime_error(fmt::format("preview control image '{}': {}: {}", path, data::reason_name(d.bad), d.detail));
     }
-    const cv::Mat map = o.control_maps.kind == data::ControlKind::none ? d.rgb : data::control_map(d.rgb, o.control_maps);
+    // A scribble's thickness: the config's, else the pipeline's default 2.
+    const int thickness = o.control_maps.thickness < 0 ? 2 : o.control_maps.thickness;
+    const cv::Mat map = o.control_maps.kind == data::ControlKind::none ? d.rgb
+                                                                       : data::control_map(d.rgb, o.control_maps, thickness);
     data::to_chw_normalized(map, maps[i].data_ptr<float>());
   }
   return maps;

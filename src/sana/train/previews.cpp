@@ -19,7 +19,8 @@ namespace {
 
 // A ControlNet's preview controls: the validation maps, else the maps of the dataset's first
 // samples, each checked readable now rather than at the first preview.
-void control_setup(const config::Config& cfg, const data::Dataset* dataset, PreviewOptions& o) {
+void control_setup(const config::Config& cfg, const Encoders& encoders, const data::Dataset* dataset,
+                   PreviewOptions& o) {
   o.control_scale = cfg.controlnet.conditioning_scale;
   o.control_decode = decode_options_for(cfg);
   if (!cfg.controlnet.validation_scribble_maps.empty()) {
@@ -30,7 +31,7 @@ void control_setup(const config::Config& cfg, const data::Dataset* dataset, Prev
       throw UsageError(fmt::format("controlnet.validation_scribble_maps: {}", e.what()), "config error");
     }
   } else if (dataset != nullptr) {  // the first samples whose image (or control image) decodes
-    o.control_maps = control_map_options_for(cfg);
+    o.control_maps = control_maps_for(cfg, encoders);
     const bool theirs = o.control_maps.kind == data::ControlKind::dataset;
     if (theirs) o.control_maps.kind = data::ControlKind::none;  // maps already
     const auto& index = dataset->index();
@@ -75,7 +76,7 @@ PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, co
       log::warn_shared("no text encoder or train.validation_prompts: caption previews use the null caption");
     }
   }
-  if (spec.control_blocks > 0) control_setup(cfg, dataset, o);
+  if (spec.control_blocks > 0) control_setup(cfg, encoders, dataset, o);
   return o;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -25,7 +26,27 @@ Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderU
   if (config::uses_text_encoder(cfg.text_encoder) && wanted) {
     e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(text_encoder_options_for(cfg), device));
   }
+  const auto signal = cfg.controlnet.control_signal_type;
+  if ((signal == config::ControlSignal::scribble || signal == config::ControlSignal::hed) &&
+      !cfg.controlnet.hed_model.empty() && model_spec_for(cfg).control_blocks > 0) {
+    e.hed = model::FrozenHed::load(cfg.controlnet.hed_model);
+  }
   return e;
+}
+
+data::ControlMapOptions control_maps_for(const config::Config& cfg, const Encoders& encoders) {
+  auto o = control_map_options_for(cfg);
+  if (o.kind != data::ControlKind::scribble && o.kind != data::ControlKind::hed) return o;
+  if (!encoders.hed) throw std::logic_error("control_maps_for: the HED network was not loaded");
+  o.edges = [hed = encoders.hed](const cv::Mat& image) {
+    const cv::Mat rgb = image.isContinuous() ? image : image.clone();
+    const auto edges = hed->edges(torch::from_blob(const_cast<uchar*>(rgb.ptr<uchar>()), {rgb.rows, rgb.cols, 3},
+                                                   torch::kUInt8));
+    cv::Mat out(rgb.rows, rgb.cols, CV_8U);
+    std::memcpy(out.data, edges.data_ptr<uint8_t>(), static_cast<size_t>(rgb.rows) * static_cast<size_t>(rgb.cols));
+    return out;
+  };
+  return o;
 }
 
 bool use_empty_prompt(model::SanaMS& model, const Encoders& encoders, const std::string& null_embed_file) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sana/config/config.h"
+#include "sana/data/control_maps.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 
@@ -16,6 +17,7 @@ namespace sana::train {
 struct Encoders {
   std::shared_ptr<model::FrozenVae> vae;
   std::shared_ptr<model::FrozenTextEncoder> text;
+  std::shared_ptr<model::FrozenHed> hed;  // a ControlNet on scribble or HED maps
 };
 
 // What the encoders are loaded for: training loads none whose features are pre-computed
@@ -27,6 +29,10 @@ enum class EncoderUse { training, previews };
 // "torchscript") that `use` needs, on `device`.
 Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
                        model::Conditioning conditioning);
+
+// A ControlNet's control maps (control_map_options_for) with the HED network of `encoders`
+// for scribble and HED maps.
+data::ControlMapOptions control_maps_for(const config::Config& cfg, const Encoders& encoders);
 
 // As upstream before training (from scratch: its train.py writes the empty prompt's
 // features and sana.py loads them) and on loading weights: the null caption (y_embedding,

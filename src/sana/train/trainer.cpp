@@ -40,8 +40,10 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
 
-data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory) {
+data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory,
+                                   const data::ControlMapOptions& control) {
   auto o = loader_options_for(cfg);
+  o.control = control;
   o.rank = rank;
   o.world_size = world;
   o.pin_memory = pin_memory;
@@ -90,6 +92,7 @@ void Trainer::start() {
   if (spec_.control_blocks > 0) control_map_options_for(cfg_);  // what the loader cannot make: exit 2 now
   model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
+  if (spec_.control_blocks > 0) control_maps_ = control_maps_for(cfg_, encoders_);
   trainable_.emplace(cfg_, model_, rt_);  // collective under train.lora: the adapters agreed
   reducer_ = dist::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
   zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, trainable_->parameters(), *reducer_, *model_,
@@ -275,7 +278,7 @@ bool Trainer::run_epoch(int64_t epoch) {
   const auto plan = epoch_plan(epoch);
   agree_on_epoch_plan(rt_, plan);
   const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
-  auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned());
+  auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned(), control_maps_);
   options.cache = cache_;
   data::Loader loader(*dataset_, plan, options, first_step);
   metrics_->begin_interval(loader.wait_seconds());

@@ -92,6 +92,7 @@ class Trainer {
   model::ModelSpec spec_;
   model::SanaMS model_{nullptr};
   Encoders encoders_;
+  data::ControlMapOptions control_maps_;  // a ControlNet's (kind none otherwise)
   std::optional<Trainable> trainable_;  // what the run trains: the model, or adapters on it (train.lora)
   std::unique_ptr<dist::Reducer> reducer_;
   std::optional<Zero> zero_;  // what this rank keeps (train.zero_stage)

@@ -1,89 +1,18 @@
 // The loader on real photos plus bad files: plan order, contents independent of the
 // number of workers, every rank's slice, substitutes from the same bucket, clean stops.
 #include "catch.h"
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <opencv2/imgproc.hpp>
 #include <set>
 
+#include "loader_fixture.h"
 #include "sana/data/loader.h"
 #include "test_support.h"
 
-using namespace sana::data;
-using sana::test::TempDir;
-
-namespace {
-
-// 32-px generated buckets in steps of 8, padded tails, seed 5.
-DatasetOptions small_buckets(const std::string& source, const std::string& index_dir, int64_t global_batch) {
-  DatasetOptions d;
-  d.sources = {source};
-  d.index_dir = index_dir;
-  d.buckets.base_sizes = {32};
-  d.buckets.aspect_ratio_type = "generated";
-  d.buckets.bucket_step = 8;
-  d.tail = TailPolicy::pad;
-  d.batch.global_batch = global_batch;
-  d.seed = 5;
-  return d;
-}
-
-// Random flips, seed 5, a small queue.
-LoaderOptions loader_options(int workers, int rank = 0, int world = 1, int64_t micro = 2) {
-  LoaderOptions o;
-  o.rank = rank;
-  o.world_size = world;
-  o.micro_batch = micro;
-  o.workers = workers;
-  o.prefetch = 3;
-  o.random_flip = true;
-  o.seed = 5;
-  o.wait_timeout_s = 60;
-  return o;
-}
-
-struct Fixture {
-  TempDir dir;
-  DatasetOptions dataset_options;
-  std::unique_ptr<Dataset> dataset;
-
-  Fixture() {
-    namespace fs = std::filesystem;
-    const fs::path images = dir.path("images");
-    fs::create_directories(images);
-    for (const char* f : {"nature/Aqua.jpg", "nature/FreshFlower.jpg", "nature/Garden.jpg",
-                          "nature/GreenMeadow.jpg", "nature/LadyBird.jpg", "nature/Wood.jpg",
-                          "nature/YellowFlower.jpg", "nature/Storm.jpg", "abstract/Spring.png",
-                          "desktop/GreenTraditional.jpg"}) {
-      fs::copy_file(fs::path("/usr/share/backgrounds/mate") / f, images / fs::path(f).filename());
-    }
-    dir.write("images/zero.jpg", "");
-    dir.write("images/words.png", "this is text, not a PNG");
-    const std::string aqua = dir.path("images/Aqua.jpg");
-    std::ifstream in(aqua, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    dir.write("images/cut.jpg", bytes.substr(0, bytes.size() / 3));
-    dataset_options = small_buckets(images.string(), dir.path("work/index"), 4);
-    dataset = std::make_unique<Dataset>(Dataset::open(dataset_options));
-  }
-
-  LoaderOptions options(int workers, int rank = 0, int world = 1, int64_t micro = 2) const {
-    return loader_options(workers, rank, world, micro);
-  }
-};
-
-std::vector<Batch> drain(Loader& loader) {
-  std::vector<Batch> out;
-  while (auto b = loader.next()) out.push_back(std::move(*b));
-  return out;
-}
-
-}  // namespace
+using namespace sana::test;
 
 TEST_CASE("batches follow the plan and do not depend on the number of workers", "[loader]") {
   Fixture fx;
@@ -303,120 +232,4 @@ TEST_CASE("a kept sample cache of other data or settings is started afresh", "[l
   SampleCache grown(path, bigger, 8, /*kept=*/true);  // another size: started afresh too
   CHECK(grown.ready_at_open() == 0);
   CHECK(grown.bytes() == SampleCache::bytes_needed(bigger));
-}
-
-// ControlNet runs: each batch carries its images' control maps, made from the bucket image
-// the loader decoded (OpenCV's Canny on it, mirrored with the sample's flip).
-TEST_CASE("control maps are OpenCV's canny of each bucket image, the same on any process count", "[loader][control]") {
-  Fixture fx;
-  const auto plan = fx.dataset->plan(1);
-  auto with_control = [&](int workers, int rank, int world, int64_t micro) {
-    auto o = fx.options(workers, rank, world, micro);
-    o.control.kind = ControlKind::canny;
-    o.control.canny_low = 100;
-    o.control.canny_high = 200;
-    return o;
-  };
-  Loader whole(*fx.dataset, plan, with_control(2, 0, 1, 4));
-  Loader r0(*fx.dataset, plan, with_control(1, 0, 2, 1));
-  Loader r1(*fx.dataset, plan, with_control(2, 1, 2, 1));
-  std::map<SampleId, torch::Tensor> on_one, on_two;
-  int flipped = 0, edges = 0;
-  for (auto& b : drain(whole)) {
-    REQUIRE(b.control.defined());
-    REQUIRE(b.control.sizes() == b.images.sizes());
-    const auto& bucket = fx.dataset->buckets().bucket(b.bucket);
-    for (size_t i = 0; i < b.decoded_ids.size(); ++i) {
-      const SampleId id = b.decoded_ids[i];
-      on_one[id] = b.control[static_cast<int64_t>(i)];
-      // The bucket image as training sees it, through OpenCV directly.
-      DecodeOptions decode;
-      decode.filter = filter_for_table(fx.dataset->buckets().table_of(b.bucket).name());
-      const auto d =
-          decode_to_bucket(std::string(fx.dataset->index().text(id).path), bucket.height, bucket.width, false, decode);
-      REQUIRE(d.ok());
-      cv::Mat canny;
-      cv::Canny(d.rgb, canny, 100, 200);
-      auto expected = torch::from_blob(canny.data, {canny.rows, canny.cols}, torch::kUInt8).to(torch::kFloat32) / 127.5 - 1;
-      // The image's flip, read from the image itself: its map is mirrored with it.
-      std::vector<float> pixels(static_cast<size_t>(3 * bucket.height * bucket.width));
-      to_chw_normalized(d.rgb, pixels.data());
-      const auto plain = torch::from_blob(pixels.data(), b.images[static_cast<int64_t>(i)].sizes(), torch::kFloat32);
-      if (!torch::equal(plain, b.images[static_cast<int64_t>(i)])) {
-        REQUIRE(torch::equal(plain.flip({2}), b.images[static_cast<int64_t>(i)]));
-        expected = expected.flip({1});
-        ++flipped;
-      }
-      for (int64_t c = 0; c < 3; ++c) CHECK(torch::equal(b.control[static_cast<int64_t>(i)][c], expected));
-      edges += cv::countNonZero(canny) > 0 ? 1 : 0;
-    }
-  }
-  for (auto* loader : {&r0, &r1}) {
-    for (auto& b : drain(*loader)) {
-      for (size_t i = 0; i < b.decoded_ids.size(); ++i) on_two[b.decoded_ids[i]] = b.control[static_cast<int64_t>(i)];
-    }
-  }
-  CHECK(flipped > 0);  // the flips were exercised
-  CHECK(edges > 4);    // and the photos have edges
-  REQUIRE(on_one.size() == on_two.size());
-  for (const auto& [id, map] : on_one) {
-    INFO("sample " << id);
-    CHECK(torch::equal(map, on_two.at(id)));
-  }
-}
-
-// control_signal_type: dataset: each sample's control image is the file its JSONL `control`
-// field names, resized and cropped to the image's bucket and flipped with it; a sample
-// without one is a bad sample, replaced as any other.
-TEST_CASE("the dataset's control images come with their samples, at their bucket, flipped with them",
-          "[loader][control]") {
-  namespace fs = std::filesystem;
-  TempDir dir;
-  const fs::path mate("/usr/share/backgrounds/mate/nature");
-  const std::vector<std::string> photos = {"Aqua.jpg", "FreshFlower.jpg", "Garden.jpg", "GreenMeadow.jpg",
-                                           "LadyBird.jpg", "Wood.jpg", "YellowFlower.jpg", "Storm.jpg"};
-  std::string jsonl;
-  for (size_t i = 0; i < photos.size(); ++i) {
-    // Each photo's "control" is the next photo: told apart from the image itself.
-    const std::string control = i + 1 < photos.size() ? (mate / photos[(i + 1) % photos.size()]).string() : "";
-    jsonl += fmt::format("{{\"path\": \"{}\", \"caption\": \"c{}\"{}}}\n", (mate / photos[i]).string(), i,
-                         control.empty() ? "" : fmt::format(", \"control\": \"{}\"", control));
-  }
-  const auto dataset = Dataset::open(small_buckets(dir.write("meta.jsonl", jsonl), dir.path("index"), 2));
-  const auto plan = dataset.plan(0);
-  auto o = loader_options(2);
-  o.control.kind = ControlKind::dataset;
-  Loader loader(dataset, plan, o);
-  int flipped = 0, checked = 0;
-  while (auto b = loader.next()) {
-    const auto& bucket = dataset.buckets().bucket(b->bucket);
-    DecodeOptions decode;
-    decode.filter = filter_for_table(dataset.buckets().table_of(b->bucket).name());
-    for (size_t i = 0; i < b->decoded_ids.size(); ++i) {
-      const auto row = static_cast<int64_t>(i);
-      const SampleId id = b->decoded_ids[i];
-      const std::string control = control_image(dataset.index().text(id).meta);
-      REQUIRE_FALSE(control.empty());  // the one without is never trained
-      const auto image = decode_to_bucket(std::string(dataset.index().text(id).path), bucket.height, bucket.width,
-                                          false, decode);
-      const auto map = decode_to_bucket(control, bucket.height, bucket.width, false, decode);
-      REQUIRE((image.ok() && map.ok()));
-      std::vector<float> a(static_cast<size_t>(3 * bucket.height * bucket.width)), c(a.size());
-      to_chw_normalized(image.rgb, a.data());
-      to_chw_normalized(map.rgb, c.data());
-      auto want_image = torch::from_blob(a.data(), b->images[row].sizes(), torch::kFloat32);
-      auto want_control = torch::from_blob(c.data(), b->images[row].sizes(), torch::kFloat32);
-      if (!torch::equal(want_image, b->images[row])) {  // flipped: the control with it
-        want_image = want_image.flip({2});
-        want_control = want_control.flip({2});
-        ++flipped;
-      }
-      CHECK(torch::equal(want_image, b->images[row]));
-      CHECK(torch::equal(want_control, b->control[row]));
-      ++checked;
-    }
-  }
-  CHECK(checked >= static_cast<int>(photos.size()) - 1);
-  CHECK(flipped > 0);
-  CHECK(loader.bad_counts().by_reason.count("no control image") == 1);
 }
