@@ -12,6 +12,8 @@
 #     whole ControlNet under upstream's names, the trained control blocks included.
 #  4. ZeRO stage 3 on 2 processes (the control blocks sharded): 20 losses equal stage 0's.
 #  5. A resume against other base weights is refused (exit 2), naming both checksums.
+#  6. prepare-features writes control latents (the canny maps through a small TorchScript
+#     VAE); training on them gives the losses of encoding online.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -95,6 +97,29 @@ fi
 #    losses as stage 0.
 run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 ControlNet steps at ZeRO stage 3"
 same_losses ref zero3 20 "stage 3 vs stage 0"
+
+# 6 (first, while the scratch folder is small). Control latents: prepare-features with the
+#    small TorchScript VAE encodes each sample's canny map beside its image; 10 steps on the
+#    features (data.load_vae_feat) give the losses of 10 steps that encode both online.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+  fail "python3-torch could not export the stand-in VAE"
+vae=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
+     --vae.vae_downsample_rate=4 --data.random_flip=false --model.load_from= --train.max_steps=10)
+timeout 240 "$BIN" launch --nproc-per-node 2 -- prepare-features "${common[@]}" "${vae[@]}" "--work_dir=$SCRATCH/prep" \
+  "--out=$SCRATCH/features" > "$SCRATCH/prep.log" 2>&1
+assert_code $? 0 "prepare-features on 2 processes: latents and control latents"
+latents=$(find "$SCRATCH/features/latents" -name '*.npy' | wc -l)
+controls=$(find "$SCRATCH/features/control" -name '*.npy' | wc -l)
+if [ "$latents" -gt 0 ] && [ "$controls" -eq "$latents" ] && grep -q '"control_latent"' "$SCRATCH/features/meta.jsonl"; then
+  pass "$controls control latents beside $latents latents, named in meta.jsonl"
+else
+  fail "$controls control latents, $latents latents"; tail -5 "$SCRATCH/prep.log"
+fi
+run online 2 "${vae[@]}"; assert_code $? 0 "10 steps encoding images and canny maps online"
+run offline 2 "${vae[@]}" --data.load_vae_feat=true "--data.data_dir=[$SCRATCH/features/meta.jsonl]"
+assert_code $? 0 "10 steps on the precomputed latents and control latents"
+same_losses online offline 10 "precomputed control latents vs encoded online"
 
 # 5. Other base weights: refused, both checksums named.
 timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \

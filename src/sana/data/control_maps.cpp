@@ -19,6 +19,7 @@ std::string ControlMapOptions::describe() const {
       return fmt::format("HED scribbles at {} px, thickness {}", detect_resolution,
                          thickness < 0 ? std::string("0-24 per sample") : std::to_string(thickness));
     case ControlKind::dataset: return "the dataset's control images";
+    case ControlKind::latents: return "precomputed control latents";
   }
   return "?";
 }
@@ -78,7 +79,8 @@ cv::Mat control_map(const cv::Mat& rgb, const ControlMapOptions& options, int th
       return out;
     }
     case ControlKind::none:
-    case ControlKind::dataset: break;
+    case ControlKind::dataset:
+    case ControlKind::latents: break;
   }
   throw std::invalid_argument("control_map: " + options.describe() + " are not made from the image");
 }

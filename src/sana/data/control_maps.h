@@ -14,8 +14,9 @@ namespace sana::data {
 // canny: OpenCV's edges of the image. hed, scribble: upstream's HED edges (soft), or its
 // scribble map of them (tools/controlnet/utils.py get_scribble_map). dataset: the control
 // image the sample's metadata names (its JSONL/CSV `control` field; the loader reads it,
-// control_map() does not apply).
-enum class ControlKind { none, canny, hed, scribble, dataset };
+// control_map() does not apply). latents: with precomputed latents, the control latent the
+// metadata names (`control_latent`, as prepare-features writes it).
+enum class ControlKind { none, canny, hed, scribble, dataset, latents };
 
 struct ControlMapOptions {
   ControlKind kind = ControlKind::none;

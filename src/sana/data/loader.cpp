@@ -216,6 +216,7 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
   const int64_t f = opts_.latent_downsample;
   if (opts_.load_latents) {
     b.latents = torch::empty({n, opts_.latent_channels, h / f, w / f}, options);
+    if (opts_.control.kind == ControlKind::latents) b.control = torch::empty_like(b.latents);
   } else {
     b.images = torch::empty({n, 3, h, w}, options);
     if (opts_.control.kind != ControlKind::none) b.control = torch::empty({n, 3, h, w}, options);
@@ -233,17 +234,14 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
       const std::string unknown_size = "unreadable header: its size was unknown at indexing";
       if (size_unknown && opts_.load_latents) return unknown_size;
       if (opts_.load_latents) {
-        torch::Tensor lat;
-        const std::string bad = outside(guard, [path = std::string(text.latent), &lat] {
-          return read_feature(path, "latent", lat, [](const std::string& p) { return read_tensor_file(p); });
-        });
+        const std::string bad = read_latent(std::string(text.latent), "latent", b.latents[i], h, w, guard);
         if (!bad.empty()) return bad;
-        if (lat.dim() == 4 && lat.size(0) == 1) lat = lat[0];  // upstream accepts (1, C, h, w)
-        if (lat.sizes() != b.latents[i].sizes()) {
-          return fmt::format("wrong latent shape: {} is not {} for bucket {}x{}",
-                             fmt::join(lat.sizes(), "x"), fmt::join(b.latents[i].sizes(), "x"), h, w);
+        if (b.control.defined()) {  // ControlKind::latents: the sample's control latent, as prepare-features wrote it
+          const std::string path = control_latent(text.meta);
+          if (path.empty()) return std::string("no control latent: its metadata has no control_latent field");
+          const std::string wrong = read_latent(path, "control latent", b.control[i], h, w, guard);
+          if (!wrong.empty()) return wrong;
         }
-        b.latents[i].copy_(lat);
       } else {
         const IndexRecord& r = index.record(c);
         // Flips are a pure function of (seed, epoch, sample): any worker, any world size.
@@ -282,6 +280,22 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
     b.captions.push_back(caption_of(used));
   }
   return b;
+}
+
+std::string Loader::read_latent(const std::string& path, const char* what, torch::Tensor row, int h, int w,
+                                WorkerGuard& guard) const {
+  torch::Tensor lat;
+  const std::string bad = outside(guard, [path, what, &lat] {
+    return read_feature(path, what, lat, [](const std::string& p) { return read_tensor_file(p); });
+  });
+  if (!bad.empty()) return bad;
+  if (lat.dim() == 4 && lat.size(0) == 1) lat = lat[0];  // upstream accepts (1, C, h, w)
+  if (lat.sizes() != row.sizes()) {
+    return fmt::format("wrong {} shape: {} is not {} for bucket {}x{}", what, fmt::join(lat.sizes(), "x"),
+                       fmt::join(row.sizes(), "x"), h, w);
+  }
+  row.copy_(lat);
+  return "";
 }
 
 std::string Loader::place_image(SampleId id, const cv::Mat& rgb, bool flip, int64_t row, Batch& b,

@@ -37,7 +37,7 @@ struct Batch {
   int bucket = 0;
   torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
   torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
-  torch::Tensor control;              // [micro, 3, h, w] float32 in [-1, 1]: the images' control maps
+  torch::Tensor control;              // the images' control maps: [micro, 3, h, w] in [-1, 1], or as latents
   torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), padded with the last token
   torch::Tensor text_mask;            // [micro, L] 1 for tokens to attend to
   std::vector<SampleId> ids;          // as planned
@@ -138,6 +138,10 @@ class Loader {
   // The caption sample `id` trains on this epoch: like its flip, a pure function of
   // (seed, epoch, sample), whatever the worker or world size (data/sample_meta.h).
   std::string caption_of(SampleId id) const;
+  // A latent file (`what`: "latent", "control latent") into `row`, which gives its shape; ""
+  // or why not.
+  std::string read_latent(const std::string& path, const char* what, torch::Tensor row, int h, int w,
+                          WorkerGuard& guard) const;
   // Sample `id`'s decoded bucket image (unflipped, as decoded and cached) into row `row` of
   // the batch, flipped or not, and its control map when the batch carries them: made from
   // the image, or the sample's control image (ControlKind::dataset). "" or why not.

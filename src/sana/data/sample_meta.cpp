@@ -58,15 +58,23 @@ std::string SampleFilter::describe() const {
   return fmt::format("hq_only {} del_img_clip_thr {}", hq_only, min_clip_score);
 }
 
-std::string meta_with_control(const std::string& path) {
-  return path.empty() ? "" : Json{{"control", path}}.dump();
+std::string meta_with_control(const std::string& image, const std::string& latent) {
+  Json j = Json::object();
+  if (!image.empty()) j["control"] = image;
+  if (!latent.empty()) j["control_latent"] = latent;
+  return j.empty() ? "" : j.dump();
 }
 
-std::string control_image(std::string_view meta) {
+namespace {
+std::string meta_path(std::string_view meta, const char* key) {
   const Json j = parse_meta(meta);
-  const auto c = j.find("control");
+  const auto c = j.find(key);
   return c != j.end() && c->is_string() ? c->get<std::string>() : "";
 }
+}  // namespace
+
+std::string control_image(std::string_view meta) { return meta_path(meta, "control"); }
+std::string control_latent(std::string_view meta) { return meta_path(meta, "control_latent"); }
 
 const char* SampleFilter::drops(std::string_view meta) const {
   const Json j = parse_meta(meta);

@@ -18,10 +18,12 @@
 
 namespace sana::data {
 
-// A ControlNet's control image for a sample (its JSONL/CSV `control` field, a path), kept in
-// its metadata: the metadata holding `path` ("" for none), and the path a metadata holds.
-std::string meta_with_control(const std::string& path);
+// A ControlNet's control image for a sample (its JSONL/CSV `control` field, a path) and its
+// precomputed latent (`control_latent`), kept in its metadata: the metadata holding them
+// ("" for neither), and the paths a metadata holds ("" for none).
+std::string meta_with_control(const std::string& image, const std::string& latent);
 std::string control_image(std::string_view meta);
+std::string control_latent(std::string_view meta);
 
 // The files beside each shard that indexing reads (so part of the index's cache key).
 struct CaptionSources {

@@ -102,12 +102,11 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
 
 data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
   const auto& c = cfg.controlnet;
-  if (cfg.data.load_vae_feat) {
-    throw UsageError("data.load_vae_feat: a ControlNet trains on control maps made from the images, and "
-                     "prepare-features writes no control latents yet; train from the images (load_vae_feat false)",
-                     "config error");
-  }
   data::ControlMapOptions o;
+  if (cfg.data.load_vae_feat) {  // the maps were made and encoded by prepare-features
+    o.kind = data::ControlKind::latents;
+    return o;
+  }
   if (c.control_signal_type == config::ControlSignal::dataset) {
     o.kind = data::ControlKind::dataset;
     return o;

@@ -31,8 +31,8 @@ data::DecodeOptions decode_options_for(const config::Config& cfg);
 // and a ControlNet's control maps (train::control_maps_for) are the caller's.
 data::LoaderOptions loader_options_for(const config::Config& cfg);
 // The controlnet section for the loader, without the HED network (train::control_maps_for
-// adds it). Throws UsageError (exit 2) for HED maps without controlnet.hed_model and for
-// control latents (data.load_vae_feat), which nothing makes yet.
+// adds it); with data.load_vae_feat, the control latents prepare-features wrote. Throws
+// UsageError (exit 2) for HED maps without controlnet.hed_model.
 data::ControlMapOptions control_map_options_for(const config::Config& cfg);
 // The trainer's gradient engine: gradients summed, not averaged (each micro-batch's loss
 // is already weighted by its share of the global batch); ddp.bucket_cap_mb; exact with

@@ -21,6 +21,11 @@ namespace {
 // samples, each checked readable now rather than at the first preview.
 void control_setup(const config::Config& cfg, const Encoders& encoders, const data::Dataset* dataset,
                    PreviewOptions& o) {
+  if (config::uses_vae(cfg.vae) && !o.encode) {  // data.load_vae_feat: training loads no VAE
+    log::warn_shared("previews of a ControlNet on precomputed latents sample without control: there is no VAE to "
+                     "encode control maps with");
+    return;
+  }
   o.control_scale = cfg.controlnet.conditioning_scale;
   o.control_decode = decode_options_for(cfg);
   if (!cfg.controlnet.validation_scribble_maps.empty()) {

@@ -42,8 +42,10 @@ using data::SampleId;
 struct Layout {
   fs::path out;
   bool latents = false, text = false;
+  bool control = false;  // a ControlNet's control latents (its control maps through the VAE)
 
   static std::string latent_rel(uint64_t id) { return fmt::format("latents/{:05d}/{:010d}.npy", id / 1000, id); }
+  static std::string control_rel(uint64_t id) { return fmt::format("control/{:05d}/{:010d}.npy", id / 1000, id); }
   static std::string text_rel(uint64_t id) { return fmt::format("text/{:05d}/{:010d}.npz", id / 1000, id); }
   static bool exists(const fs::path& p) {
     struct stat st {};
@@ -51,7 +53,8 @@ struct Layout {
   }
   // Whether every file this run makes for `id` is there (complete: files are renamed into place).
   bool done(uint64_t id) const {
-    return (!latents || exists(out / latent_rel(id))) && (!text || exists(out / text_rel(id)));
+    return (!latents || exists(out / latent_rel(id))) && (!text || exists(out / text_rel(id))) &&
+           (!control || exists(out / control_rel(id)));
   }
 };
 
@@ -74,6 +77,13 @@ nlohmann::ordered_json settings_of(const config::Config& cfg, const data::Datase
     s["vae"]["scale_factor"] = cfg.vae.scale_factor;
     s["vae"]["latent_dim"] = cfg.vae.vae_latent_dim;
     s["vae"]["downsample"] = cfg.vae.vae_downsample_rate;
+  }
+  if (layout.control) {
+    const auto& c = cfg.controlnet;
+    config::Config images = cfg;  // the maps are made from the images, whatever the config trains on
+    images.data.load_vae_feat = false;
+    s["control"] = control_map_options_for(images).describe();
+    if (!c.hed_model.empty()) s["control_hed"] = file_identity(c.hed_model);
   }
   if (layout.text) {
     const auto& t = cfg.text_encoder;
@@ -130,11 +140,12 @@ class FeatureWriter {
       : layout_(layout), enc_(std::move(enc)), device_(device), batch_(batch), rank_(rank) {}
 
   // One sample for the current group; a sample of another bucket ends the group first.
-  void add(SampleId id, int bucket, torch::Tensor image, std::string caption) {
+  void add(SampleId id, int bucket, torch::Tensor image, std::string caption, torch::Tensor control = {}) {
     if (!ids_.empty() && bucket != bucket_) flush();
     bucket_ = bucket;
     ids_.push_back(id);
     if (image.defined()) images_.push_back(std::move(image));
+    if (control.defined()) controls_.push_back(std::move(control));
     captions_.push_back(std::move(caption));
     if (static_cast<int64_t>(ids_.size()) >= batch_) flush();
   }
@@ -142,8 +153,12 @@ class FeatureWriter {
   void flush() {
     if (ids_.empty()) return;
     torch::NoGradGuard no_grad;
-    torch::Tensor latents, features, mask;
-    if (layout_.latents) latents = enc_.vae->encode(torch::cat(images_).to(device_)).to(torch::kCPU, torch::kFloat32).contiguous();
+    torch::Tensor latents, controls, features, mask;
+    const auto encode = [&](const std::vector<torch::Tensor>& images) {
+      return enc_.vae->encode(torch::cat(images).to(device_)).to(torch::kCPU, torch::kFloat32).contiguous();
+    };
+    if (layout_.latents) latents = encode(images_);
+    if (layout_.control) controls = encode(controls_);
     if (layout_.text) {
       std::tie(features, mask) = enc_.text->encode(captions_);
       features = features.to(torch::kCPU, torch::kFloat32).contiguous();
@@ -151,13 +166,15 @@ class FeatureWriter {
     }
     for (size_t i = 0; i < ids_.size(); ++i) {
       const auto n = static_cast<int64_t>(i);
-      if (layout_.latents) write_latent(ids_[i], latents[n].contiguous());
+      if (layout_.latents) write_latent(Layout::latent_rel(ids_[i]), latents[n].contiguous());
+      if (layout_.control) write_latent(Layout::control_rel(ids_[i]), controls[n].contiguous());
       if (layout_.text) write_text(ids_[i], features[n].contiguous(), mask[n].contiguous());
       ++written_;
       kill_for_tests(rank_, written_);
     }
     ids_.clear();
     images_.clear();
+    controls_.clear();
     captions_.clear();
   }
 
@@ -172,8 +189,8 @@ class FeatureWriter {
     }
     data::write_file_atomically(path.string(), bytes);
   }
-  void write_latent(SampleId id, const torch::Tensor& z) {
-    write(Layout::latent_rel(id), data::npy_bytes({"", "<f4", z.sizes().vec(), z.data_ptr(),
+  void write_latent(const std::string& rel, const torch::Tensor& z) {
+    write(rel, data::npy_bytes({"", "<f4", z.sizes().vec(), z.data_ptr(),
                                                    static_cast<size_t>(z.numel()) * sizeof(float)}));
   }
   void write_text(SampleId id, const torch::Tensor& f, const torch::Tensor& m) {
@@ -190,7 +207,7 @@ class FeatureWriter {
   int rank_;
   int bucket_ = -1;
   std::vector<SampleId> ids_;
-  std::vector<torch::Tensor> images_;
+  std::vector<torch::Tensor> images_, controls_;
   std::vector<std::string> captions_;
   fs::path made_dir_;
   int64_t written_ = 0;
@@ -244,7 +261,8 @@ std::vector<SampleId> pending_share(const data::Dataset& ds, const Layout& layou
 // Decodes the share through the training loader (same decode and crop as training, no
 // flip) and encodes it. Bad images are counted and get no files.
 void encode_images(const config::Config& cfg, const data::Dataset& ds, const std::vector<SampleId>& ids,
-                   FeatureWriter& writer, Progress& progress, ShareCounts& counts) {
+                   const data::ControlMapOptions& control, FeatureWriter& writer, Progress& progress,
+                   ShareCounts& counts) {
   std::vector<uint16_t> buckets;
   buckets.reserve(ids.size());
   for (SampleId id : ids) buckets.push_back(ds.bucket_of(id));
@@ -257,6 +275,7 @@ void encode_images(const config::Config& cfg, const data::Dataset& ds, const std
   o.random_flip = false;
   o.load_latents = false;
   o.load_text_feat = false;
+  o.control = control;  // a ControlNet's maps, made as training makes them (epoch 0's draws)
   data::Loader loader(ds, plan, o);
   int64_t seen = 0;
   while (auto b = loader.next()) {
@@ -264,7 +283,7 @@ void encode_images(const config::Config& cfg, const data::Dataset& ds, const std
     if (b->substituted > 0) {
       ++counts.bad;  // the loader has named the file and the reason
     } else {
-      writer.add(b->ids.front(), b->bucket, b->images, b->captions.front());
+      writer.add(b->ids.front(), b->bucket, b->images, b->captions.front(), b->control);
     }
     progress.tick(seen);
   }
@@ -301,6 +320,7 @@ int64_t write_meta(const data::Dataset& ds, const Layout& layout, dist::Runtime&
     row["height"] = rec.height;
     if (rec.label >= 0) row["label"] = rec.label;
     if (layout.latents) row["latent"] = Layout::latent_rel(id);
+    if (layout.control) row["control_latent"] = Layout::control_rel(id);
     if (layout.text) row["text_feat"] = Layout::text_rel(id);
     out << row.dump() << "\n";
     ++rows;
@@ -333,6 +353,7 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
   layout.out = fs::path(opts.out.empty() ? (fs::path(cfg.work_dir) / "features").string() : opts.out);
   layout.latents = config::uses_vae(cfg.vae);
   layout.text = config::uses_text_encoder(cfg.text_encoder);
+  layout.control = layout.latents && model_spec_for(cfg).control_blocks > 0;
   if (!layout.latents && !layout.text) {
     throw UsageError("prepare-features: the config runs no encoder (vae.vae_type is none and text_encoder."
                      "text_encoder_name is none); set vae.vae_type (torchscript or dc-ae) with "
@@ -353,13 +374,14 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
 
   ShareCounts mine;
   const auto ids = pending_share(ds, layout, rt.rank(), rt.world_size(), mine);
-  log::info("prepare-features: {} sample{} for this rank ({} done before), into {}{}{}", ids.size(),
+  log::info("prepare-features: {} sample{} for this rank ({} done before), into {}{}{}{}", ids.size(),
             ids.size() == 1 ? "" : "s", mine.existing, layout.out.string(), layout.latents ? "; latents" : "",
-            layout.text ? "; caption features" : "");
+            layout.control ? "; control latents" : "", layout.text ? "; caption features" : "");
   Progress progress(static_cast<int64_t>(ids.size()), rt);
   FeatureWriter writer(layout, enc, rt.device(), std::max<int64_t>(1, opts.batch_size), rt.rank());
   if (!ids.empty() && layout.latents) {
-    encode_images(source, ds, ids, writer, progress, mine);
+    encode_images(source, ds, ids, layout.control ? control_maps_for(source, enc) : data::ControlMapOptions{}, writer,
+                  progress, mine);
   } else if (!ids.empty()) {
     encode_captions(ds, ids, writer, progress);
   }
