@@ -4,10 +4,11 @@
 # written, in order, with `sana-train` on PATH and a tiny stand-in my_controlnet.yaml (the
 # tiny ControlNet preset with the small TorchScript VAE, whose encoder also takes the canny
 # maps, and text encoder). The download is replaced by the plain tiny caption model's
-# initial weights exported in upstream's .pth layout at the file's place. The training
+# initial weights exported as a diffusers pipeline folder (its transformer/). The training
 # launch is stopped with Ctrl-C once it has taken 10 steps; the resume must pick up there on
 # 1 process and reach max_steps. Then, in python3-torch: the exported .pth holds the run's
-# whole ControlNet under upstream's names, and its base is the downloaded file's, unchanged.
+# whole ControlNet under upstream's names, and its base is the download's (read through
+# `sana-train export` into upstream's names), unchanged.
 . "$(dirname "$0")/../dist/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 as_a_user
@@ -16,7 +17,7 @@ base: $root/configs/sana_tiny_cpu.yaml
 work_dir: output/my_controlnet
 data: {data_dir: [my_images]}
 model: {model: SanaMSControlNet_tiny_P2_D4,
-        load_from: output/pretrained_models/Sana_1600M_1024px_BF16/checkpoint/Sana_1600M_1024px_BF16.pth}
+        load_from: output/pretrained_models/Sana_1600M_1024px_diffusers}
 vae: {vae_type: torchscript, vae_pretrained: exports/vae.pt, vae_latent_dim: 4, vae_downsample_rate: 4}
 text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
 train: {max_steps: 30, log_interval: 5, save_model_steps: 1000, eval_sampling_steps: 1000, preview_steps: 4,
@@ -33,11 +34,14 @@ while IFS= read -r cmd <&3; do
   log=$SCRATCH/cmd$i.log
   case "$cmd" in
     huggingface-cli\ download\ *)
-      file=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')/$(echo "$cmd" | awk '{print $4}')
+      dir=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')
       timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
-        --format upstream --out "$file" > "$log" 2>&1
-      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model in upstream's .pth layout at $file"
-      base=$file
+        --format diffusers --out "$dir/transformer" > "$log" 2>&1
+      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $dir"
+      # The base in upstream's names, for the check below.
+      timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
+        --from "$dir" --format upstream --out base.pth > "$log.base" 2>&1
+      base=base.pth
       ;;
     *)
       walkthrough_command "$i" "$cmd" output/my_controlnet/metrics.jsonl
