@@ -35,6 +35,12 @@ class CheckData : public ConfigSubcommand {
     data::CheckDataOptions o;
     o.dataset = train::dataset_options_for(cfg);
     o.loader = train::loader_options_for(cfg);
+    // A ControlNet's control images or latents from the data are read too: one missing or
+    // broken is a bad sample, as in training. (Maps made from the image need no check.)
+    if (spec.control_blocks > 0 &&
+        (cfg.data.load_vae_feat || cfg.controlnet.control_signal_type == config::ControlSignal::dataset)) {
+      o.loader.control = train::control_map_options_for(cfg);
+    }
     o.limit = limit_;
     o.fill_cache = fill_cache_;
     o.disk_cache = train::disk_cache_options_for(cfg);

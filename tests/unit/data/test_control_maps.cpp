@@ -11,6 +11,7 @@
 #include <set>
 
 #include "loader_fixture.h"
+#include "sana/data/check_data.h"
 #include "sana/model/encoders.h"
 #include "sana/train/run_encoders.h"
 #include "sana/util/safetensors.h"
@@ -132,6 +133,14 @@ TEST_CASE("the dataset's control images come with their samples, at their bucket
   CHECK(checked >= static_cast<int>(photos.size()) - 1);
   CHECK(flipped > 0);
   CHECK(loader.bad_counts().by_reason.count("no control image") == 1);
+  // check-data reads them too: the sample without one is counted bad.
+  CheckDataOptions check;
+  check.dataset = small_buckets(dir.path("meta.jsonl"), dir.path("index"), 2);
+  check.loader = loader_options(2);
+  check.loader.control.kind = ControlKind::dataset;
+  const auto checked_data = check_data(check);
+  CHECK(checked_data.bad_by_reason.count("no control image") == 1);
+  CHECK(checked_data.substituted == 1);
 }
 
 namespace {
