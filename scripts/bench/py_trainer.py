@@ -37,6 +37,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", required=True, help="TSV: path, height, width")
     p.add_argument("--preset", default="SanaMS_tiny_P2_D4", choices=sorted(PRESETS))
+    p.add_argument("--peer", default="mirror", choices=["mirror", "upstream"],
+                   help="the model: sana_torch.py (a transcription of ours) or upstream_peer.py (upstream's classes)")
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--epochs", type=int, default=2)
@@ -145,7 +147,12 @@ def main():
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, **loader_kw)
 
     torch.manual_seed(args.seed)
-    model = torch.nn.parallel.DistributedDataParallel(SanaMS(*PRESETS[args.preset]))
+    if args.peer == "upstream":
+        from upstream_peer import SanaMS as UpstreamSanaMS
+        net = UpstreamSanaMS(*PRESETS[args.preset])
+    else:
+        net = SanaMS(*PRESETS[args.preset])
+    model = torch.nn.parallel.DistributedDataParallel(net)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=args.eps,
                             weight_decay=args.weight_decay)
     torch.manual_seed(args.seed * 1000 + rank + 1)  # per-rank noise and timesteps
