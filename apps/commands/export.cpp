@@ -127,20 +127,14 @@ class Export : public ConfigSubcommand {
     } else {
       log::info("export: the base is the initial weights (train.seed {}): model.load_from is empty", cfg.train.seed);
     }
+    // Restored as a resume restores them: onto the base they trained on, every block exactly.
     const auto file = (fs::path(from_) / "controlnet.safetensors").string();
-    const auto tensors = read_safetensors(file);
-    const auto base = tensors.metadata.find("base_checksum");
-    const auto ours = train::tensors_checksum(model::base_parameters(net));
-    if (base != tensors.metadata.end() && base->second != ours) {
-      throw model::WeightsError(fmt::format("{} trained on a base with checksum {}; the config's base (model.load_from) "
-                                            "has checksum {}: export with the config the run trained",
-                                            file, base->second, ours));
-    }
-    std::map<std::string, torch::Tensor> control(tensors.tensors.begin(), tensors.tensors.end());
-    for (const auto& [name, t] : model::base_parameters(net)) control.emplace(name, t);
-    for (const auto& b : net.named_buffers()) control.emplace(b.key(), b.value());
-    const auto report = model::load_tensors(net, control, file, /*strict=*/true);
-    log::info("export: the control blocks, {} from {}", report.summary(), file);
+    auto tensors = read_safetensors(file);
+    PartState saved;
+    saved.json = {{"base_checksum", tensors.metadata.count("base_checksum") ? tensors.metadata.at("base_checksum") : ""}};
+    saved.tensors = std::move(tensors.tensors);
+    model::ControlNetState(net, train::tensors_checksum(model::base_parameters(net))).restore_state(&saved, file);
+    log::info("export: the control blocks from {}", file);
   }
 
   // A checkpoint folder (or a finished run's work_dir) holds model.safetensors and

@@ -155,16 +155,14 @@ void print_memory(const train::MemoryEstimate& m) {
   const auto row = [](const std::string& what, double bytes, const std::string& note = "") {
     std::cout << fmt::format("  {:<38} {:>10}{}\n", what, data::size_text(static_cast<uint64_t>(bytes)), note.empty() ? "" : "  " + note);
   };
-  if (m.trainable != m.parameters) {
-    std::cout << fmt::format("  {} trainable parameters ({}; the base's {} frozen): gradients, optimizer state and "
-                             "EMA are theirs alone\n",
-                             thousands(m.trainable), m.trained,
-                             thousands(m.trained == "the adapters" ? m.parameters : m.parameters - m.trainable));
+  if (!m.trained.empty()) {
+    std::cout << fmt::format("  {} trainable parameters (the {}; the base's {} frozen): gradients, optimizer state "
+                             "and EMA are theirs alone\n",
+                             thousands(m.trainable), m.trained, thousands(m.frozen));
   }
-  row(m.gathered > 0                    ? "weights (fp32, this rank's share)"
-      : m.trained == "the adapters"     ? "weights (fp32, base and adapters)"
-      : m.trainable != m.parameters     ? "weights (fp32, base and control blocks)"
-                                        : "weights (fp32)",
+  row(m.gathered > 0        ? "weights (fp32, this rank's share)"
+      : m.trained.empty()   ? "weights (fp32)"
+                            : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);
   row("gradients (fp32)", m.gradients);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);

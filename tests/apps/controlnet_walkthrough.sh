@@ -28,26 +28,12 @@ EOF
 
 readme_commands controlnet-walkthrough 5
 
-i=0
-while IFS= read -r cmd <&3; do
-  i=$((i + 1))
-  log=$SCRATCH/cmd$i.log
-  case "$cmd" in
-    huggingface-cli\ download\ *)
-      dir=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')
-      timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
-        --format diffusers --out "$dir/transformer" > "$log" 2>&1
-      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $dir"
-      # The base in upstream's names, for the check below.
-      timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
-        --from "$dir" --format upstream --out base.pth > "$log.base" 2>&1
-      base=base.pth
-      ;;
-    *)
-      walkthrough_command "$i" "$cmd" output/my_controlnet/metrics.jsonl
-      ;;
-  esac
-done 3< commands.txt
+walkthrough_commands output/my_controlnet/metrics.jsonl my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4
+# The downloaded base in upstream's names, for the check below.
+timeout 120 sana-train export --config my_controlnet.yaml --model.model=SanaMS_tiny_P2_D4 --model.load_from= \
+  --from "$download_dir" --format upstream --out base.pth > "$SCRATCH/base.log" 2>&1
+assert_code $? 0 "the download's base exported in upstream's names"
+base=base.pth
 
 assert_contains cmd2.log "trainable parameters (the control blocks" "sana-train model tells the control blocks' share"
 assert_contains cmd3.log "control blocks start as copies" "the run started the control blocks from the base"

@@ -26,23 +26,8 @@ EOF
 
 readme_commands lora-walkthrough 5
 
-i=0
-while IFS= read -r cmd <&3; do
-  i=$((i + 1))
-  log=$SCRATCH/cmd$i.log
-  case "$cmd" in
-    huggingface-cli\ download\ *)
-      dir=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')
-      timeout 120 sana-train export --config my_lora.yaml --model.load_from= --format diffusers --out "$dir/transformer" \
-        > "$log" 2>&1
-      assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $dir"
-      base=$dir/transformer
-      ;;
-    *)
-      walkthrough_command "$i" "$cmd" output/my_lora/metrics.jsonl
-      ;;
-  esac
-done 3< commands.txt
+walkthrough_commands output/my_lora/metrics.jsonl my_lora.yaml
+base=$download_dir/transformer
 
 assert_contains cmd2.log "trainable parameters (the adapters" "sana-train model tells the adapters' share"
 assert_contains cmd3.log "model.load_from:" "the run loaded the diffusers folder"

@@ -68,7 +68,6 @@ fi
 
 # 2. Stop at 20 on 2 processes, resume on 1.
 resume_on_one ControlNet 20 40
-x=(--work_dir="$SCRATCH/chain" --resume_from=latest)
 
 # 3. The checkpoint (control blocks and the base's checksum) in upstream's layout.
 ckpt=$(ls -d "$SCRATCH"/chain/checkpoints/step_* | tail -1)
@@ -122,10 +121,5 @@ assert_code $? 0 "10 steps on the precomputed latents and control latents"
 same_losses online offline 10 "precomputed control latents vs encoded online"
 
 # 5. Other base weights: refused, both checksums named.
-timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
-  > "$SCRATCH/export4.log" 2>&1
-run other 1 "--model.load_from=$SCRATCH/other.pth" "${x[@]}" --train.max_steps=50
-assert_code $? 2 "resuming the control blocks on other base weights"
-assert_contains "$SCRATCH/other.log" "checksum $start_sum" "the refusal names the checkpoint's base checksum"
-assert_contains "$SCRATCH/other.log" "Resume with the base it was trained on" "and says what to do"
+refuses_other_base "control blocks" 50
 finish

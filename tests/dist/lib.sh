@@ -177,6 +177,44 @@ walkthrough_command() {
   esac
 }
 
+# walkthrough_commands METRICS CONFIG [ARGS...]: a README walkthrough's commands.txt
+# (readme_commands) run in order as a user runs them. A `huggingface-cli download ...
+# --local-dir DIR` of a diffusers pipeline is replaced by CONFIG's model (with ARGS) at its
+# initial weights exported as DIR/transformer, and sets download_dir=DIR; every other
+# command goes to walkthrough_command with METRICS.
+walkthrough_commands() {
+  local metrics=$1 config=$2 i=0 cmd
+  shift 2
+  while IFS= read -r cmd <&3; do
+    i=$((i + 1))
+    case "$cmd" in
+      huggingface-cli\ download\ *)
+        download_dir=$(echo "$cmd" | sed -E 's/.*--local-dir +([^ ]+).*/\1/')
+        timeout 120 sana-train export --config "$config" "$@" --model.load_from= --format diffusers \
+          --out "$download_dir/transformer" > "$SCRATCH/cmd$i.log" 2>&1
+        assert_code $? 0 "[$i] the download's stand-in: a tiny caption model as a diffusers pipeline folder at $download_dir"
+        ;;
+      *)
+        walkthrough_command "$i" "$cmd" "$metrics"
+        ;;
+    esac
+  done 3< commands.txt
+}
+
+# refuses_other_base WHAT MAX: the script's run resumed from $SCRATCH/chain on other base
+# weights (the config's initial weights at train.seed 9, exported) to step MAX is refused,
+# exit 2, naming the checkpoint's base checksum $start_sum and what to do.
+refuses_other_base() {
+  local what=$1 max=$2
+  timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
+    > "$SCRATCH/export_other.log" 2>&1
+  launch_named other 1 "--model.load_from=$SCRATCH/other.pth" --work_dir="$SCRATCH/chain" --resume_from=latest \
+    --train.max_steps="$max"
+  assert_code $? 2 "resuming the $what on other base weights"
+  assert_contains "$SCRATCH/other.log" "checksum $start_sum" "the refusal names the checkpoint's base checksum"
+  assert_contains "$SCRATCH/other.log" "Resume with the base it was trained on" "and says what to do"
+}
+
 # stop_at_step CMD METRICS STEP LOG WHAT: runs the shell line CMD in its own process group
 # (output in LOG), sends it Ctrl-C (SIGINT to the group) once METRICS has step STEP, and
 # checks that it exits 130 (128 + SIGINT) within 120 s; 240 s to reach the step.

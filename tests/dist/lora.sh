@@ -65,17 +65,11 @@ fi
 
 # 2. Stop at 25 on 2 processes, resume on 1.
 resume_on_one LoRA 25 50
-x=(--work_dir="$SCRATCH/chain" --resume_from=latest)
 
 # 3. The adapters sharded at stage 3: the same losses as stage 0.
 run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 LoRA steps at ZeRO stage 3"
 same_losses ref zero3 20 "stage 3 vs stage 0"
 
 # 4. Other base weights: refused, both checksums named.
-timeout 120 "$BIN" export --config "$config" --train.seed=9 --format upstream --out "$SCRATCH/other.pth" \
-  > "$SCRATCH/export2.log" 2>&1
-run other 1 "--model.load_from=$SCRATCH/other.pth" "${x[@]}" --train.max_steps=60
-assert_code $? 2 "resuming the adapters on other base weights"
-assert_contains "$SCRATCH/other.log" "checksum $start_sum" "the refusal names the checkpoint's base checksum"
-assert_contains "$SCRATCH/other.log" "Resume with the base it was trained on" "and says what to do"
+refuses_other_base "adapters" 60
 finish

@@ -206,12 +206,14 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
       const model::Lora lora(*meta, lora_options_for(cfg), "");
       e.trainable = lora.parameter_count();
       e.ranks = state_bytes(cfg, lora.parameters(), 4 * static_cast<double>(e.parameters), world_size);
-      e.trained = "the adapters";
+      e.trained = "adapters";
+      e.frozen = e.parameters;
     } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
       const model::ControlNetState control(*meta, "");
       e.trainable = control.parameter_count();
       e.ranks = state_bytes(cfg, control.parameters(), 4 * static_cast<double>(e.parameters - e.trainable), world_size);
-      e.trained = "the control blocks";
+      e.trained = "control blocks";
+      e.frozen = e.parameters - e.trainable;
     } else {
       NamedParams all;
       for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());

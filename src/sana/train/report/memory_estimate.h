@@ -32,7 +32,8 @@ struct RankState {
 struct MemoryEstimate {
   int64_t parameters = 0;
   int64_t trainable = 0;  // under train.lora the adapters' elements, a ControlNet's control blocks', else `parameters`
-  std::string trained;    // what trains when not everything: "the adapters", "the control blocks"
+  std::string trained;    // "" when every parameter trains, else "adapters" or "control blocks"
+  int64_t frozen = 0;     // the frozen base's elements
   int world_size = 1;
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
