@@ -6,7 +6,8 @@
 // the median step of each, samples/s, and the share of the all-reduce hidden behind backward.
 //   sana-train launch --nproc-per-node 2 -- build/apps/bench_ddp [PRESET] [STEPS] [SIDE] [BATCH]
 // BENCH_PROFILE=FILE: rank 0 records its last step with torch's autograd profiler (a Chrome
-// trace; scripts/bench/profile_ops.py sums it per operator).
+// trace; scripts/bench/profile_ops.py sums it per operator). BENCH_PROFILE_SHAPES=FILE:
+// rank 0's last step per operator and input shapes (self time, calls), a sorted table.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +15,9 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "sana/config/loader.h"
@@ -24,6 +28,91 @@
 #include "sana/train/optim.h"
 
 using namespace sana;
+
+namespace {
+
+// Self time of every operator by its input shapes and caller, from RecordFunction callbacks: each
+// thread keeps a stack of the operators it is in, and a finished one's time is taken off
+// its caller's self time.
+class ShapeProfile {
+ public:
+  ShapeProfile() {
+    handle_ = at::addGlobalCallback(
+        at::RecordFunctionCallback(&ShapeProfile::enter, &ShapeProfile::leave).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  }
+  ~ShapeProfile() { at::removeCallback(handle_); }
+  void write(const std::string& path) const {
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(totals().begin(), totals().end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    std::ofstream out(path);
+    for (const auto& [key, v] : rows) out << fmt::format("{:10.3f} ms {:6d} calls  {}\n", v.first / 1e3, v.second, key);
+  }
+
+ private:
+  struct Mark : at::ObserverContext {};
+  struct Frame {
+    std::string key;
+    std::chrono::steady_clock::time_point start;
+    double children_us = 0;
+  };
+  static std::map<std::string, std::pair<double, int64_t>>& totals() {
+    static std::map<std::string, std::pair<double, int64_t>> t;
+    return t;
+  }
+  static std::vector<Frame>& stack() {
+    thread_local std::vector<Frame> s;
+    return s;
+  }
+  static std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
+    std::string key = fn.name();
+    for (const auto& input : fn.inputs()) {
+      if (input.isTensor() && input.toTensor().defined()) key += fmt::format(" [{}]", fmt::join(input.toTensor().sizes(), ","));
+    }
+    if (!stack().empty()) key += "  < " + stack().back().key.substr(0, stack().back().key.find(' '));
+    stack().push_back({key, std::chrono::steady_clock::now()});
+    return std::make_unique<Mark>();
+  }
+  static void leave(const at::RecordFunction&, at::ObserverContext*) {
+    auto& s = stack();
+    if (s.empty()) return;
+    const auto f = s.back();
+    s.pop_back();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f.start).count();
+    if (!s.empty()) s.back().children_us += us;
+    static std::mutex m;
+    std::lock_guard<std::mutex> lock(m);
+    auto& t = totals()[f.key];
+    t.first += us - f.children_us;
+    t.second += 1;
+  }
+  at::CallbackHandle handle_;
+};
+
+// The profiles BENCH_PROFILE and BENCH_PROFILE_SHAPES ask for, of rank 0's last step:
+// recording while this lives, written when it ends.
+class LastStepProfiles {
+ public:
+  explicit LastStepProfiles(bool last) {
+    if (!last) return;
+    if (const char* path = std::getenv("BENCH_PROFILE")) {
+      trace_ = std::make_unique<torch::autograd::profiler::RecordProfile>(path);
+    }
+    if (const char* path = std::getenv("BENCH_PROFILE_SHAPES")) {
+      shapes_ = std::make_unique<ShapeProfile>();
+      shapes_path_ = path;
+    }
+  }
+  ~LastStepProfiles() {
+    if (shapes_) shapes_->write(shapes_path_);
+  }
+
+ private:
+  std::unique_ptr<torch::autograd::profiler::RecordProfile> trace_;
+  std::unique_ptr<ShapeProfile> shapes_;
+  std::string shapes_path_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::string preset = argc > 1 ? argv[1] : "SanaMS_small_P2_D8";
@@ -62,11 +151,7 @@ int main(int argc, char** argv) {
       // Only one engine may react to the hooks in a step: the other is told not to sync.
       (overlap ? *plain : *overlapped).begin_backward(false);
       rt->barrier();
-      std::unique_ptr<torch::autograd::profiler::RecordProfile> profile;
-      const char* profile_path = std::getenv("BENCH_PROFILE");
-      if (profile_path != nullptr && rt->rank() == 0 && s == 2 * steps + 1) {
-        profile = std::make_unique<torch::autograd::profiler::RecordProfile>(profile_path);
-      }
+      const LastStepProfiles profiles(rt->rank() == 0 && s == 2 * steps + 1);
       const auto start = std::chrono::steady_clock::now();
       sync.begin_backward(true);
       net->forward(x, t).pow(2).mean().backward();

@@ -3,7 +3,8 @@
 BENCH_PROFILE=FILE with build/apps/bench_ddp, built by cmake --build build --target
 bench_ddp) per operator: self time (an operator's time minus the operators it called),
 calls, share. With --python PRESET SIDE BATCH it prints the
-same table for the PyTorch model (sana_torch.py, one thread) next to it.
+same table for a PyTorch step of the same shapes (forward, backward, AdamW; one thread) next
+to it: upstream_peer.py's model (upstream's classes) by default, --peer mirror for sana_torch.py.
   /usr/bin/python3 scripts/bench/profile_ops.py TRACE [--top 25] [--python SanaMS_tiny_P2_D4 64 8]
 """
 import argparse
@@ -47,7 +48,7 @@ def table(title, totals, top):
         print(f"  {name:<40} {us / 1e3:9.2f} ms {calls:6d} calls {100 * us / total:5.1f}%")
 
 
-def python_profile(preset, side, batch):
+def python_profile(preset, side, batch, peer):
     # One thread for OpenBLAS too (it reads these when torch loads it; torch's own setting
     # does not reach it): else its matrix products run on every core and look cheaper.
     os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
@@ -55,13 +56,21 @@ def python_profile(preset, side, batch):
     from torch.profiler import profile, ProfilerActivity
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from sana_torch import PRESETS, SanaMS
+    if peer == "upstream":
+        from upstream_peer import SanaMS
     torch.set_num_threads(1)
     model = SanaMS(*PRESETS[preset])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-10)
     x, t = torch.randn(batch, 3, side, side), torch.rand(batch) * 1000
+
+    def step():  # as bench_ddp's step: forward, backward, AdamW
+        model(x, t).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
     for _ in range(2):
-        model(x, t).pow(2).mean().backward()
+        step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        model(x, t).pow(2).mean().backward()
+        step()
     return {e.key: [e.self_cpu_time_total, e.count] for e in prof.key_averages()}
 
 
@@ -70,12 +79,14 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--python", nargs=3, metavar=("PRESET", "SIDE", "BATCH"))
+    ap.add_argument("--peer", default="upstream", choices=["upstream", "mirror"],
+                    help="the Python model: upstream_peer.py (upstream's classes) or sana_torch.py")
     a = ap.parse_args()
     data = json.load(open(a.trace))
     events = data["traceEvents"] if isinstance(data, dict) else data
     table("LibTorch (trace)", self_times(events), a.top)
     if a.python:
-        table("PyTorch (torch.profiler)", python_profile(a.python[0], int(a.python[1]), int(a.python[2])), a.top)
+        table("PyTorch (torch.profiler)", python_profile(a.python[0], int(a.python[1]), int(a.python[2]), a.peer), a.top)
 
 
 if __name__ == "__main__":

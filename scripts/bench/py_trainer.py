@@ -37,8 +37,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--samples", required=True, help="TSV: path, height, width")
     p.add_argument("--preset", default="SanaMS_tiny_P2_D4", choices=sorted(PRESETS))
-    p.add_argument("--peer", default="mirror", choices=["mirror", "upstream"],
-                   help="the model: sana_torch.py (a transcription of ours) or upstream_peer.py (upstream's classes)")
+    p.add_argument("--peer", default="upstream", choices=["upstream", "mirror"],
+                   help="the model: upstream_peer.py (upstream's classes) or sana_torch.py (a compact transcription)")
     p.add_argument("--global-batch", type=int, default=8)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--epochs", type=int, default=2)
@@ -162,7 +162,7 @@ def main():
         if args.max_steps and global_step >= args.max_steps:
             break
         dataset.epoch = sampler.epoch = epoch  # workers are created anew per epoch, so they see it
-        step_times, waits, loss_sum = [], 0.0, 0.0
+        step_times, step_ends, waits, loss_sum = [], [], 0.0, 0.0
         epoch_start = time.perf_counter()
         it = iter(loader)  # starts the workers: counted as data wait of the first step
         while not (args.max_steps and global_step >= args.max_steps):
@@ -194,6 +194,7 @@ def main():
             opt.zero_grad(set_to_none=True)
             global_step += 1
             step_times.append(time.perf_counter() - step_start)
+            step_ends.append(time.perf_counter() - epoch_start)
         del it  # shuts the workers down
         seconds = time.perf_counter() - epoch_start
 
@@ -211,7 +212,7 @@ def main():
             "data_wait_fraction": waits / seconds if seconds > 0 else 0.0,
             "median_step_s": statistics.median(step_times) if step_times else 0.0,
             "loss": total[0].item() / total[1].item() if total[1] > 0 else float("nan"),
-            "step_times": step_times,
+            "step_times": step_times, "step_ends": step_ends,
         }
         summary.append(entry)
         if rank == 0:

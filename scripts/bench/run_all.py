@@ -3,10 +3,13 @@
 
 Every row is the median of RUNS runs (with min and max), the trainer and its reference
 alternating run by run so that drift on the machine hits both alike:
-  compute    sana-train vs an independent PyTorch DDP trainer (py_trainer.py) of the same
-             model, batch and threads on small 64x64 PNGs (one bucket): samples/s from the
-             median step after 2 warm-up steps, our overhead (the step minus forward+backward,
-             all-reduce and optimizer) and achieved training FLOP/s per core
+  compute    sana-train vs an independent PyTorch DDP trainer (py_trainer.py --peer upstream:
+             the model built from upstream's own classes, upstream_peer.py) of the same
+             model, batch and threads on small 64x64 PNGs (one bucket), one process on one
+             core and on all, and one process per core: samples/s from the median per-step
+             wall time (differences of consecutive step ends) after 2 warm-up steps, our
+             overhead (the step minus forward+backward, all-reduce and optimizer) and
+             achieved training FLOP/s per core
   e2e        the same two trainers on real photos in multi-scale buckets (the example
              wallpapers), epoch 1 and epochs >= 2; ours with and without data.cache memory
   decode, allreduce, index, checkpoint, faults   the other benchmarks' reports, verbatim
@@ -88,7 +91,23 @@ def train_gflop(work, size):
     raise RuntimeError("no FLOP figure for %dx%d in:\n%s" % (size, size, out))
 
 
-def compute_bound(quick, runs):
+def step_seconds(ends, warmup=2):
+    """Per-step wall time from the clock at each step's end (time_s): the differences of
+    consecutive ends, the first `warmup` steps left out."""
+    return [b - a for a, b in zip(ends[warmup - 1:], ends[warmup:])]
+
+
+def compute_rows():
+    """(processes, threads per process) of the compute rows: one process on one core and on
+    all cores, and one process per core."""
+    rows = []
+    for row in ((1, 1), (1, CORES), (CORES, 1) if CORES > 1 else (1, 1)):
+        if row not in rows:
+            rows.append(row)
+    return rows
+
+
+def compute_bound(quick, runs, presets=None, only_rows=None):
     from PIL import Image
     import numpy as np
     work = tempfile.mkdtemp(prefix="sana-bench-compute-")
@@ -101,34 +120,36 @@ def compute_bound(quick, runs):
             tsv.write(f"{path}\t64\t64\n")
     rows = []
     G, M = 16, 8
-    for preset, steps in (("SanaMS_tiny_P2_D4", 6 if quick else 12), ("SanaMS_small_P2_D8", 5 if quick else 8)):
-        for world in (1, 2):
-            threads = max(1, CORES // world)
+    for preset, steps in (("SanaMS_tiny_P2_D4", 10 if quick else 16), ("SanaMS_small_P2_D8", 6 if quick else 10)):
+        if presets and preset not in presets:
+            continue
+        for world, threads in compute_rows():
+            if only_rows and f"{world}x{threads}" not in only_rows:
+                continue
             with open(f"{work}/bench.yaml", "w") as f:
                 f.write(BASE_YAML.format(data=f"{work}/img", size=64, preset=preset, multi="false", epochs=1,
                                          steps=steps, G=G, M=M))
             gflop = train_gflop(work, 64)
             ours, theirs, overhead = [], [], []
             for _ in range(runs):
-                steps_json = trainer(world, work, [])[2:]
-                total = statistics.median(s["time"]["total"] for s in steps_json)
-                ours.append(G / total)
+                steps_json = trainer(world, work, [f"--dist.threads_per_process={threads}"])
+                ours.append(G / statistics.median(step_seconds([s["time_s"] for s in steps_json])))
                 busy = [s["time"]["forward_backward"] + s["time"]["allreduce"] + s["time"]["optimizer"]
-                        for s in steps_json]
+                        for s in steps_json[2:]]
                 overhead.append(statistics.median((s["time"]["total"] - b) / s["time"]["total"]
-                                                  for s, b in zip(steps_json, busy)))
+                                                  for s, b in zip(steps_json[2:], busy)))
                 out = f"{work}/py.json"
-                torchrun(world, ["--samples", f"{work}/samples.tsv", "--preset", preset, "--global-batch", str(G),
-                                 "--micro-batch", str(M), "--epochs", "1", "--max-steps", str(steps), "--workers",
-                                 "0", "--threads", str(threads), "--flip", "--json", out], threads)
-                times = json.load(open(out))["epochs"][0]["step_times"][2:]
-                theirs.append(G / statistics.median(times))
+                torchrun(world, ["--samples", f"{work}/samples.tsv", "--preset", preset, "--peer", "upstream",
+                                 "--global-batch", str(G), "--micro-batch", str(M), "--epochs", "1", "--max-steps",
+                                 str(steps), "--workers", "0", "--threads", str(threads), "--flip", "--json", out],
+                         threads)
+                theirs.append(G / statistics.median(step_seconds(json.load(open(out))["epochs"][0]["step_ends"])))
             row = {"row": "compute", "preset": preset, "world": world, "threads": threads, "global_batch": G,
-                   "ours": summary(ours), "python": summary(theirs), "overhead": summary(overhead),
-                   "gflop_per_sample": gflop}
+                   "peer": "upstream_peer.py", "ours": summary(ours), "python": summary(theirs),
+                   "overhead": summary(overhead), "gflop_per_sample": gflop}
             row["ratio"] = row["ours"]["median"] / row["python"]["median"]
             row["gflops_per_core"] = gflop * row["ours"]["median"] / (world * threads)
-            print(f"compute {preset} W={world}: ours {row['ours']['median']:.2f} python "
+            print(f"compute {preset} {world}x{threads}: ours {row['ours']['median']:.2f} python "
                   f"{row['python']['median']:.2f} samples/s, ratio {row['ratio']:.3f}", flush=True)
             rows.append(row)
     return rows
@@ -227,7 +248,7 @@ def markdown(res):
             lines.append("")
 
     table("compute", ["compute-bound, 64x64, global batch 16", "processes x threads", "sana-train samples/s",
-                      "PyTorch DDP samples/s", "ratio", "our overhead", "GFLOP/s per core"],
+                      "PyTorch DDP samples/s (upstream's classes)", "ratio", "our overhead", "GFLOP/s per core"],
           lambda r: [f"| {r['preset']} | {r['world']} x {r['threads']} | {fmt(r['ours'], 2)} | "
                      f"{fmt(r['python'], 2)} | {r['ratio']:.2f} | {100 * r['overhead']['median']:.1f}% | "
                      f"{r['gflops_per_core']:.1f} |"])
@@ -254,6 +275,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--only", default="compute,e2e,scripts")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--presets", help="compute rows of these presets only (comma-separated)")
+    ap.add_argument("--rows", help="compute rows of these processes x threads only, e.g. 1x2,2x1")
     a = ap.parse_args()
     if not os.access(BIN, os.X_OK):
         sys.exit(f"run_all: {BIN} is missing: build first (scripts/build.sh)")
@@ -263,7 +286,7 @@ def main():
     only = a.only.split(",")
     start = time.time()
     if "compute" in only:
-        res["rows"] += compute_bound(a.quick, a.runs)
+        res["rows"] += compute_bound(a.quick, a.runs, a.presets and a.presets.split(","), a.rows and a.rows.split(","))
     if "e2e" in only:
         res["rows"] += end_to_end(a.quick, a.runs)
     if "scripts" in only:

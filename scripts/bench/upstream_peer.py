@@ -1,7 +1,7 @@
 """The SanaMS architecture as upstream's own classes build it (diffusion/model/nets/
 sana_multi_scale.py, sana_blocks.py, basic_modules.py), in plain PyTorch: the speed peer of
-issue 31, written from upstream's module choices and not from ours (sana_torch.py
-transcribes ours). Unconditional and in pixel space, as the benchmarks' presets: upstream's
+issue 31, written from upstream's module choices and not from ours (sana_torch.py is a
+compact transcription that followed our earlier forward). Unconditional and in pixel space, as the benchmarks' presets: upstream's
 block without its cross-attention, which those presets do not have.
 
 Upstream's choices kept: nn.Linear qkv without bias and LiteLA's ReLU kernels with the

@@ -105,6 +105,14 @@ inline void set_cpu_autocast(bool enabled) {
 #endif
 }
 
+inline at::ScalarType cpu_autocast_dtype() {
+#if SANA_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(at::kCPU);
+#else
+  return at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+
 inline void set_cpu_autocast_dtype(at::ScalarType dtype) {
 #if SANA_TORCH_AT_LEAST(2, 4)
   at::autocast::set_autocast_dtype(at::kCPU, dtype);

@@ -1,6 +1,8 @@
 // Small SanaMS shapes for tests: every module present, cheap enough for float64.
 #pragma once
 
+#include <torch/torch.h>
+
 #include "sana/model/spec.h"
 
 namespace sana::test {
@@ -21,6 +23,13 @@ inline model::ModelSpec small_spec(model::Conditioning cond = model::Conditionin
   s.caption_tokens = 6;
   s.num_classes = 5;
   return s;
+}
+
+// max |a - b| / max |b|, in float64.
+inline double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
+          b.to(torch::kFloat64).abs().max().clamp_min(1e-300))
+      .item<double>();
 }
 
 }  // namespace sana::test

@@ -1,7 +1,5 @@
 #include "sana/distributed/runtime.h"
 
-#include <dlfcn.h>
-
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
@@ -75,21 +73,13 @@ std::chrono::milliseconds Runtime::timeout() const {
   return std::chrono::milliseconds(static_cast<int64_t>(cfg_.timeout_s * 1000));
 }
 
-void set_compute_threads(int threads) {
-  torch::set_num_threads(threads);
-  // OpenBLAS keeps its own pool (as many threads as cores, unless OPENBLAS_NUM_THREADS was
-  // set before it loaded): with several processes per host that oversubscribes the cores.
-  // Measured with 2 processes on 2 cores: 3.0 s -> 2.3 s per SanaMS_small step.
-  using SetThreads = void (*)(int);
-  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(threads);
-}
-
 std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptions& cfg,
                                         const StartChecks& checks, const std::string& flight_dir) {
   FlightRecorder::process().set_identity(env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   set_compute_threads(rt->threads_);
+  keep_freed_memory();
   if (env.world_size > 1) rt->connect();
   try {
     rt->start_checked(checks);

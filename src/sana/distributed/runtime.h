@@ -17,6 +17,7 @@
 #include "sana/torch_compat.h"
 #include "sana/distributed/devices.h"
 #include "sana/distributed/launch_env.h"
+#include "sana/distributed/process_settings.h"
 #include "sana/util/error.h"
 
 namespace sana::dist {
@@ -171,8 +172,6 @@ class Runtime {
   bool finished_ = false;
 };
 
-// LibTorch's intra-op threads and OpenBLAS's own pool, both set to `threads`.
-void set_compute_threads(int threads);
 
 // The store key prefix every sana-train rank uses (inside torchrun's attempt prefix).
 constexpr const char* kStorePrefix = "sana/";

@@ -12,6 +12,24 @@ torch::Tensor empty_parameter(at::IntArrayRef shape, const torch::TensorOptions&
   return torch::empty(shape, options);
 }
 
+// x [..., in] times weight [out, in]^T, + bias. On several CPU threads a product of many
+// rows runs as a 1x1 convolution of the channels-last [1, in, rows, 1] view of x, which
+// ATen gives to oneDNN on its own thread pool; torch::linear would call OpenBLAS, which
+// sana-train keeps at one thread because its separate pool contends with ATen's for the
+// cores (dist::set_compute_threads). SanaMS_tiny_P2_D4's GLUMBConv products, forward and
+// backward on 2 threads: 24 ms this way, 34 through OpenBLAS's own threads.
+torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const bool threaded = x.is_cpu() && x.scalar_type() == torch::kFloat32 && at::get_num_threads() > 1 &&
+                        x.numel() >= (int64_t{1} << 16);
+  if (!threaded) return torch::linear(x, weight, bias);
+  const int64_t in = x.size(-1), rows = x.numel() / in;
+  const auto y = torch::conv2d(x.reshape({1, rows, 1, in}).permute({0, 3, 1, 2}),
+                               weight.reshape({weight.size(0), in, 1, 1}), bias);
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  return y.permute({0, 2, 3, 1}).reshape(sizes);
+}
+
 }  // namespace
 
 bool FlopTrace::active() { return g_trace != nullptr; }
@@ -28,7 +46,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool with_bias, const torch::Ten
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
-  auto y = torch::linear(x, weight, bias);
+  auto y = token_product(x, weight, bias);
   return adapter ? y + adapter->delta(x, is_training()) : y;
 }
 
@@ -46,6 +64,19 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
                    static_cast<double>(weight.size(1) * weight.size(2) * weight.size(3)));
   }
   return adapter ? y + adapter->delta(x, is_training()) : y;
+}
+
+torch::Tensor Conv2dImpl::forward_tokens(const torch::Tensor& x, int64_t h, int64_t w) {
+  TORCH_CHECK(weight.size(2) == 1 && weight.size(3) == 1 && stride == 1 && padding == 0 && groups == 1,
+              "forward_tokens is for 1x1 convolutions, this one has weight ", weight.sizes());
+  if (g_trace) {
+    FlopTrace::add(2.0 * static_cast<double>(x.numel() / x.size(-1)) * static_cast<double>(weight.size(0) * weight.size(1)));
+  }
+  auto y = token_product(x, weight.flatten(1), bias);
+  if (!adapter) return y;
+  const int64_t B = x.size(0);
+  const auto image = x.reshape({B, h, w, x.size(-1)}).permute({0, 3, 1, 2});
+  return y + adapter->delta(image, is_training()).permute({0, 2, 3, 1}).reshape({B, h * w, -1});
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double scale, double eps_, const torch::TensorOptions& o)

@@ -1,6 +1,7 @@
 #include "sana/model/sana_ms.h"
 
 #include "sana/model/autocast.h"
+#include "sana/model/block_kernels.h"
 #include "sana/model/pos_embed.h"
 
 #include <fmt/format.h>
@@ -40,46 +41,21 @@ LiteLAImpl::LiteLAImpl(const ModelSpec& s, const torch::TensorOptions& o)
   }
 }
 
-torch::Tensor LiteLAImpl::attend(const torch::Tensor& q_in, const torch::Tensor& k_in,
-                                 const torch::Tensor& v_in, double eps, bool in_fp32) {
-  auto q = torch::relu(q_in);
-  auto k = torch::relu(k_in);
-  auto v = v_in;
-  std::optional<NoAutocast> no_autocast;  // else matmul, on autocast's list, would run in fp16/bf16
-  if (in_fp32) no_autocast.emplace();
-  if (in_fp32 && q.scalar_type() != torch::kFloat64) {
-    q = q.to(torch::kFloat32);
-    k = k.to(torch::kFloat32);
-    v = v.to(torch::kFloat32);
-  }
-  // v padded with a row of ones: its product gives the normaliser sum_n k_n . q.
-  const auto v_pad = torch::constant_pad_nd(v, {0, 0, 0, 1}, 1.0);  // [B, h, d+1, N]
-  const auto vk = torch::matmul(v_pad, k.transpose(-1, -2));      // [B, h, d+1, d]
-  auto out = torch::matmul(vk, q);                                 // [B, h, d+1, N]
-  if (FlopTrace::active()) {
-    const double n = static_cast<double>(q.size(-1)), d = static_cast<double>(q.size(-2));
-    FlopTrace::add(4.0 * static_cast<double>(q.size(0) * q.size(1)) * (d + 1) * d * n);
-  }
-  if (out.scalar_type() == torch::kHalf || out.scalar_type() == torch::kBFloat16) {
-    out = out.to(torch::kFloat32);
-  }
-  const int64_t d = v.size(-2);
-  return out.narrow(-2, 0, d) / (out.narrow(-2, d, 1) + eps);
+torch::Tensor LiteLAImpl::attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 double eps, bool in_fp32) {
+  const auto qkv = torch::stack({q, k, v}, 1).permute({0, 4, 1, 2, 3});  // [B, N, 3, heads, head_dim]
+  return linear_attention(qkv, eps, in_fp32).permute({0, 2, 3, 1});
 }
 
 torch::Tensor LiteLAImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), N = x.size(1), C = x.size(2);
-  auto parts = qkv->forward(x).reshape({B, N, 3, C}).unbind(2);
-  auto q = parts[0], k = parts[1], v = parts[2];
+  auto q_k_v = qkv->forward(x);  // [B, N, 3C]: q, k, v of every token
   if (q_norm) {
-    q = q_norm->forward(q);
-    k = k_norm->forward(k);
+    const auto parts = q_k_v.reshape({B, N, 3, C}).unbind(2);
+    q_k_v = torch::stack({q_norm->forward(parts[0]), k_norm->forward(parts[1]), parts[2]}, 2);
   }
-  auto heads_of = [&](const torch::Tensor& t) {
-    return t.transpose(-1, -2).reshape({B, heads, head_dim, N});
-  };
-  const auto out = attend(heads_of(q), heads_of(k), heads_of(v), kEps, fp32).to(x.scalar_type());
-  return proj->forward(out.reshape({B, C, N}).permute({0, 2, 1}));
+  const auto out = linear_attention(q_k_v.reshape({B, N, 3, heads, head_dim}), kEps, fp32);  // [B, N, heads, head_dim]
+  return proj->forward(out.reshape({B, N, C}).to(x.scalar_type()));
 }
 
 CrossAttentionImpl::CrossAttentionImpl(int64_t hidden, int64_t heads_, bool cross_norm,
@@ -128,14 +104,16 @@ GLUMBConvImpl::GLUMBConvImpl(int64_t hidden, int64_t mh, const torch::TensorOpti
   point_conv = register_module("point_conv", ConvLayer(mh, hidden, 1, 1, false, o));
 }
 
+// Upstream lays the tokens out as a [B, C, h, w] image for its three convolutions and back
+// (two transposes of the image forward, two backward, and a layer norm that copies the
+// transposed result). Here the 1x1 convolutions are products over the tokens and the
+// depthwise 3x3 runs on a channels-last view of them (the same kernel), so no transposes.
 torch::Tensor GLUMBConvImpl::forward(const torch::Tensor& x, int64_t h, int64_t w) {
-  const int64_t B = x.size(0), C = x.size(2);
-  auto t = x.reshape({B, h, w, C}).permute({0, 3, 1, 2});
-  t = torch::silu(inverted_conv->forward(t));
-  t = depth_conv->forward(t);
-  const auto parts = t.chunk(2, 1);
-  t = point_conv->forward(parts[0] * torch::silu(parts[1]));
-  return t.reshape({B, C, h * w}).permute({0, 2, 1});
+  const int64_t B = x.size(0), N = x.size(1);
+  auto t = torch::silu(inverted_conv->conv->forward_tokens(x, h, w));  // [B, N, 2H]
+  t = depth_conv->forward(t.reshape({B, h, w, t.size(2)}).permute({0, 3, 1, 2}));
+  t = glu_gate(t.permute({0, 2, 3, 1}).reshape({B, N, t.size(1)}));  // [B, N, H]
+  return point_conv->conv->forward_tokens(t, h, w);
 }
 
 // --- Block ------------------------------------------------------------------------------
@@ -250,8 +228,12 @@ PatchEmbedImpl::PatchEmbedImpl(const ModelSpec& s, const torch::TensorOptions& o
   proj = register_module("proj", Conv2d(s.in_channels, s.hidden, s.patch, s.patch, pad, 1, true, o));
 }
 
+// The image goes in channels-last, so the convolution's output is already the tokens
+// [B, N, C] in memory. Upstream's flatten(2).transpose(1, 2) leaves a transposed view that
+// every residual sum after it inherits, and each layer norm then copies.
 torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) {
-  return proj->forward(x).flatten(2).transpose(1, 2);
+  const auto y = proj->forward(x.contiguous(torch::MemoryFormat::ChannelsLast));
+  return y.permute({0, 2, 3, 1}).reshape({y.size(0), -1, y.size(1)});
 }
 
 TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden, const torch::TensorOptions& o) {

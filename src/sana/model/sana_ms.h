@@ -62,6 +62,9 @@ class Conv2dImpl : public torch::nn::Module {
   Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
              int64_t groups, bool bias, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  // A 1x1 convolution (stride 1, no padding or groups) of tokens x = [B, h*w, in]: the same
+  // product as forward() on the [B, in, h, w] image, as a Linear, without laying it out.
+  torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w);
   torch::Tensor weight, bias;
   int64_t stride, padding, groups;
   std::shared_ptr<const LayerAdapter> adapter;  // null: none
@@ -80,7 +83,8 @@ class RMSNormImpl : public torch::nn::Module {
 TORCH_MODULE(RMSNorm);
 
 // Linear self-attention with a ReLU kernel: per head, out = (v_pad k^T) q with v padded by
-// a row of ones, divided by that row (+ eps); in fp32 when fp32_attention.
+// a row of ones, divided by that row (+ eps); in fp32 when fp32_attention. The core is
+// model/block_kernels.h's linear_attention, on the qkv product's own token-major layout.
 class LiteLAImpl : public torch::nn::Module {
  public:
   LiteLAImpl(const ModelSpec& spec, const torch::TensorOptions& options);
@@ -118,7 +122,8 @@ class ConvLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ConvLayer);
 
-// 1x1 conv C -> 2H (+bias, SiLU), depthwise 3x3 on 2H (+bias), a * SiLU(g), 1x1 H -> C.
+// 1x1 conv C -> 2H (+bias, SiLU), depthwise 3x3 on 2H (+bias), a * SiLU(g), 1x1 H -> C;
+// upstream's parameters, computed on the tokens' layout (sana_ms.cpp says how).
 class GLUMBConvImpl : public torch::nn::Module {
  public:
   GLUMBConvImpl(int64_t hidden, int64_t mlp_hidden, const torch::TensorOptions& options);

@@ -22,6 +22,7 @@ using namespace sana::model;
 namespace {
 
 using sana::test::small_spec;
+using sana::test::rel_diff;
 
 ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   sana::config::Config cfg;
@@ -55,12 +56,6 @@ void perturb(SanaMS& model, uint64_t seed) {
     p.add_(torch::empty(p.sizes(), p.options()).normal_(0, 0.05, gen));
   }
   for (auto& b : model->buffers()) b.add_(torch::empty(b.sizes(), b.options()).normal_(0, 0.05, gen));
-}
-
-double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
-          b.to(torch::kFloat64).abs().max().clamp_min(1e-300))
-      .item<double>();
 }
 
 }  // namespace
