@@ -17,7 +17,8 @@ alternating run by run so that drift on the machine hits both alike:
              index at 10M rows vs Python; checkpoint blocking, write rate vs dd, resume;
              fault trials: kill -9 and others to the last process's exit)
 Writes OUT/results.json and OUT/results.md and prints the markdown.
-  /usr/bin/python3 scripts/bench/run_all.py [--quick] [--out DIR] [--only compute,e2e,...]
+  /usr/bin/python3 scripts/bench/run_all.py [--quick] [--out DIR] [--only compute,e2e,...] [--runs N]
+      [--presets SanaMS_tiny_P2_D4] [--rows 1x1,1x2]
 """
 import argparse
 import json
@@ -271,7 +272,7 @@ def markdown(res):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="shorter runs (about 10 minutes)")
+    ap.add_argument("--quick", action="store_true", help="shorter runs (compute rows about 19 minutes at --runs 3)")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--only", default="compute,e2e,scripts")
     ap.add_argument("--runs", type=int, default=5)
