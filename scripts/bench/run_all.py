@@ -101,11 +101,7 @@ def step_seconds(ends, warmup=2):
 def compute_rows():
     """(processes, threads per process) of the compute rows: one process on one core and on
     all cores, and one process per core."""
-    rows = []
-    for row in ((1, 1), (1, CORES), (CORES, 1) if CORES > 1 else (1, 1)):
-        if row not in rows:
-            rows.append(row)
-    return rows
+    return list(dict.fromkeys(((1, 1), (1, CORES), (CORES, 1))))  # one row on a 1-core machine
 
 
 def compute_bound(quick, runs, presets=None, only_rows=None):

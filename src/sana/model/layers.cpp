@@ -69,9 +69,7 @@ torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
 torch::Tensor Conv2dImpl::forward_tokens(const torch::Tensor& x, int64_t h, int64_t w) {
   TORCH_CHECK(weight.size(2) == 1 && weight.size(3) == 1 && stride == 1 && padding == 0 && groups == 1,
               "forward_tokens is for 1x1 convolutions, this one has weight ", weight.sizes());
-  if (g_trace) {
-    FlopTrace::add(2.0 * static_cast<double>(x.numel() / x.size(-1)) * static_cast<double>(weight.size(0) * weight.size(1)));
-  }
+  if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
   auto y = token_product(x, weight.flatten(1), bias);
   if (!adapter) return y;
   const int64_t B = x.size(0);
