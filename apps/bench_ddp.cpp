@@ -9,6 +9,7 @@
 // trace; scripts/bench/profile_ops.py sums it per operator). BENCH_PROFILE_SHAPES=FILE:
 // rank 0's last step per operator and input shapes (self time, calls), a sorted table.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>

@@ -1,6 +1,7 @@
 // The config on the command line: --config FILE with --key.path=VALUE overrides, loaded
 // and validated before anything starts; `--print-config` and `--list-keys`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 

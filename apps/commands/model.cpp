@@ -4,6 +4,7 @@
 // sample, shown for the square, tallest and widest bucket of each base size; and the
 // memory one training process needs (train/report/memory_estimate.h: a few small forwards on the CPU).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <iostream>

@@ -4,6 +4,7 @@
 // path and bucket (what another trainer needs to train the same samples at the same
 // sizes: scripts/bench's Python peer reads it).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>

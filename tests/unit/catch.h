@@ -2,7 +2,7 @@
 // one include for every test, with the v2 spellings the tests use (Approx, Catch::Contains).
 #pragma once
 
-#if __has_include(<catch2/catch_all.hpp>)
+#if SANA_CATCH2_MAJOR >= 3
 #include <catch2/catch_all.hpp>
 using Catch::Approx;
 namespace Catch {

@@ -1,6 +1,6 @@
 // The test runner's main, for Catch2 v2 and v3. The config checks that model/ and data/
 // register are registered first, as sana-train's main does.
-#if __has_include(<catch2/catch_all.hpp>)
+#if SANA_CATCH2_MAJOR >= 3
 #include <catch2/catch_session.hpp>
 #else
 #define CATCH_CONFIG_RUNNER

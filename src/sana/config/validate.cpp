@@ -1,6 +1,7 @@
 // Checks a typed Config: bounds and choices from the schema, then combinations of keys,
 // then (when the run will touch them) paths on disk.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -1,6 +1,7 @@
 #include "sana/data/array_file.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <cstring>

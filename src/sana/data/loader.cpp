@@ -1,6 +1,7 @@
 #include "sana/data/loader.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 

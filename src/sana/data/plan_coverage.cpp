@@ -1,6 +1,7 @@
 #include "sana/data/plan_coverage.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "sana/util/error.h"
 #include "sana/util/log.h"

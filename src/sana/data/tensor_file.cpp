@@ -1,6 +1,7 @@
 #include "sana/data/tensor_file.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <optional>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "sana/distributed/failure_watch.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <atomic>

@@ -3,6 +3,7 @@
 #include "sana/distributed/accumulator_hooks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <optional>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sana/distributed/store_client.h"
+#include "sana/torch_compat.h"
 #include "sana/distributed/store_server.h"
 
 namespace sana::dist {
@@ -32,6 +33,13 @@ class RunStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
+#if SANA_TORCH_AT_LEAST(2, 8)
+  // c10d's "thread-safe copy on the same store" (pure virtual since 2.8): this object, whose
+  // calls already take turns on the one connection.
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this);
+  }
+#endif
 
   // This host's address as the store host sees it (store_client.h).
   const std::string& local_address() const { return client_->local_address(); }

@@ -1,6 +1,7 @@
 #include "sana/distributed/runtime.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
 

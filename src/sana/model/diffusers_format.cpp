@@ -1,6 +1,7 @@
 #include "sana/model/diffusers_format.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>

@@ -1,6 +1,7 @@
 #include "sana/model/encoders.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 

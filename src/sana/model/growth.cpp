@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>

@@ -5,6 +5,7 @@
 #include "sana/model/pos_embed.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <optional>

@@ -1,6 +1,7 @@
 #include "sana/train/run_encoders.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 #include <filesystem>

@@ -1,6 +1,7 @@
 #include "sana/train/step.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <filesystem>

@@ -1,6 +1,7 @@
 #include "sana/train/trainable.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <stdexcept>

@@ -1,6 +1,7 @@
 #include "sana/train/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <chrono>

@@ -6,6 +6,8 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "sana/model/autocast.h"
 #include "sana/model/sana_ms.h"
 
@@ -43,6 +45,9 @@ TEST_CASE("fp32_attention on CUDA: LiteLA's products stay fp32 under fp16 and bf
     CHECK(max_rel_diff(under, reference) < 1e-5);
     CHECK(AutocastState::current().enabled);  // back on after the attention
     // Without fp32_attention the products run in half precision: the check above can tell.
-    CHECK(max_rel_diff(LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, false), reference) > 1e-4);
+    // fp16 overflows at these magnitudes (inf - inf: NaN, as the loss would be), bf16 loses
+    // digits: either way not the fp32 result (measured on an H200: NaN under fp16).
+    const double half = max_rel_diff(LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, false), reference);
+    CHECK((!std::isfinite(half) || half > 1e-4));
   }
 }

@@ -4,6 +4,7 @@
 // python3-torch); and the checkpoints and settings that cannot grow, refused by key.
 #include "catch.h"
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>

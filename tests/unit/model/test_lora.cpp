@@ -4,6 +4,7 @@
 #include "catch.h"
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <map>

@@ -4,6 +4,7 @@
 // the C++ model against an independent Python implementation (label "reference").
 #include "catch.h"
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <nlohmann/json.hpp>

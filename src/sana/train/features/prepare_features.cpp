@@ -1,6 +1,7 @@
 #include "sana/train/features/prepare_features.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 
 #include <chrono>

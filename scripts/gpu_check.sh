@@ -1,0 +1,451 @@
+#!/usr/bin/env bash
+# The GPU check: the one command a borrowed GPU machine runs (docs/testing.md, "On a
+# borrowed GPU machine"). It builds sana-train and its torch tests against the machine's
+# LibTorch (TORCH_PREFIX, else pip's torch, else the system's) with every other dependency
+# from the device kit (.kit, made here by scripts/device_kit.sh and carried along), then
+# runs each step under `timeout` (a failing step does not stop the others) and writes one
+# table, Markdown and JSON, to OUT_DIR:
+#   bash scripts/gpu_check.sh [OUT_DIR]          (default output/gpu_check)
+# Rows (fixed; a step that cannot run is "skip" with the reason):
+#   build            cmake + ninja of sana-train and sana_torch_tests, all cores
+#   cuda-tests       the [cuda] Catch2 cases (autocast numerics, ...)
+#   check-dist-nccl  check-dist over NCCL, one process per GPU
+#   tiny-bf16        1 process, SanaMS_tiny_P2_D4 at 128 px, bf16: samples/s, MFU, memory
+#   1600m-bf16       1 process, SanaMS_1600M_P1_D20 on 1024 px features (32x32x32 latents,
+#                    300 Gemma tokens; scripts/make_feature_set.py), bf16, gradient
+#                    checkpointing, the largest micro-batch whose estimate fits: samples/s,
+#                    MFU, measured memory against `sana-train model`'s estimate
+#   zero0..zero3     2 processes sharing GPU 0 over Gloo (dist.allow_shared_device), 100M
+#                    preset, 20 steps: each stage's losses against stage 0's
+#   zero3-nccl-w1    stage 3 over NCCL with one process (NCCL allows one rank per GPU)
+#   two-ranks-1-gpu  2 NCCL ranks mapped to one GPU: exit 2 with the reason, before NCCL
+#   resume-gpu-cpu   10 steps on the GPU, resumed on the CPU with 2 processes to 14, resumed
+#                    on the GPU to 18: each resume verifies the checkpoint's checksums
+#   lora             20 LoRA steps on the GPU (tiny base exported by sana-train export)
+#   controlnet       20 ControlNet steps on the GPU
+#   tensorboard      the machine's tensorboard package reads tiny-bf16's event file: every
+#                    scalar of metrics.jsonl is a tag there
+# Columns: step, result (ok, FAIL, skip), seconds, figures, detail.
+# Environment (all optional):
+#   TORCH_PREFIX=DIR           LibTorch (an unzipped zip's folder)
+#   SANA_KIT=DIR               the device kit (default .kit in the repository)
+#   SANA_CHECK_BUILD_DIR=DIR   build folder (default build-gpu); an existing binary is rebuilt
+#                              incrementally
+#   SANA_CHECK_JOBS=N          build jobs (default: nproc)
+#   SANA_CHECK_BIN=FILE        an installed sana-train (the Docker image): no build, no tests
+#   SANA_CHECK_PEAK_FLOPS=F    dense bf16 FLOP/s of one GPU (default by name: H100, H200, ...)
+#   SANA_CHECK_ONLY="a b"      run only these rows (and build)
+#   SANA_CHECK_ALLOW_CPU=1     without a GPU, run the same rows on the CPU (fp32, Gloo; the
+#                              NCCL rows skip): checks this script
+# Exit: 0 every row ok or skipped, 1 a row failed, 2 no GPU (and no SANA_CHECK_ALLOW_CPU) or
+# no usable LibTorch.
+set -uo pipefail
+
+# Noise images as 24-bit BMPs (one header, random pixels): enough to time training.
+#   gpu_check.sh --make-data DIR COUNT SIDE
+le32() {
+  printf '%b' "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"
+}
+if [ "${1:-}" = --make-data ]; then
+  dir=$2 count=$3 side=$4
+  bytes=$((side * side * 3))
+  mkdir -p "$dir" || exit 1
+  { printf 'BM'; le32 $((54 + bytes)); le32 0; le32 54; le32 40; le32 "$side"; le32 "$side"
+    printf '\x01\x00\x18\x00'; le32 0; le32 "$bytes"; le32 2835; le32 2835; le32 0; le32 0; } > "$dir/.header"
+  for ((i = 0; i < count; i++)); do
+    head -c "$bytes" /dev/urandom | cat "$dir/.header" - > "$dir/noise_$i.bmp" || exit 1
+  done
+  rm "$dir/.header"
+  echo "$count noise images of ${side}x${side} in $dir"
+  exit 0
+fi
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+self=$root/scripts/gpu_check.sh
+out=$(mkdir -p "${1:-$root/output/gpu_check}" && cd "${1:-$root/output/gpu_check}" && pwd)
+kit=${SANA_KIT:-$root/.kit}
+cd "$root" || exit 1
+check_start=$(date +%s)
+say() { printf 'gpu_check: %s\n' "$*"; }
+py=python3
+[ -x /usr/bin/python3 ] && ! python3 -c 'import numpy' 2> /dev/null && py=/usr/bin/python3
+
+# ---- The table ------------------------------------------------------------------------------
+rows=(build cuda-tests check-dist-nccl tiny-bf16 1600m-bf16 zero0 zero1 zero2 zero3 zero3-nccl-w1
+      two-ranks-1-gpu resume-gpu-cpu lora controlnet tensorboard)
+declare -A result seconds figures detail
+for r in "${rows[@]}"; do result[$r]=skip seconds[$r]=0 figures[$r]="" detail[$r]="not run"; done
+failed=0
+wanted() { [ -z "${SANA_CHECK_ONLY:-}" ] || [[ " $SANA_CHECK_ONLY build " == *" $1 "* ]]; }
+# The table is rewritten after every row, so a check cut short still leaves its rows.
+skip() { result[$1]=skip detail[$1]=$2; say "$1: skipped: $2"; write_table; }
+fail() { result[$1]=FAIL detail[$1]=$2 failed=1; say "$1: FAIL: $2"; write_table; }
+write_table() {
+  {
+    printf '| step | result | seconds | figures | detail |\n|---|---|---|---|---|\n'
+    for r in "${rows[@]}"; do
+      printf '| %s | %s | %s | %s | %s |\n' "$r" "${result[$r]}" "${seconds[$r]}" "${figures[$r]}" "${detail[$r]//|/\\|}"
+    done
+  } > "$out/table.md"
+  {
+    for r in "${rows[@]}"; do
+      printf '%s\t%s\t%s\t%s\t%s\n' "$r" "${result[$r]}" "${seconds[$r]}" "${figures[$r]}" "${detail[$r]}"
+    done
+  } | "$py" -c '
+import json, sys
+rows = [dict(zip(("step", "result", "seconds", "figures", "detail"), l.rstrip("\n").split("\t"))) for l in sys.stdin]
+for r in rows: r["seconds"] = int(r["seconds"])
+json.dump({"environment": sys.argv[1], "rows": rows}, open(sys.argv[2], "w"), indent=1)' "$environment" "$out/table.json"
+}
+
+# Runs ROW LIMIT LOGNAME COMMAND...: output in $out/LOGNAME.log, time in the row; returns its code.
+run_logged() {
+  local row=$1 limit=$2 name=$3 start rc
+  shift 3
+  say "$row: $*" | cut -c1-300
+  start=$(date +%s)
+  timeout --kill-after=20 "$limit" "$@" > "$out/$name.log" 2>&1
+  rc=$?
+  seconds[$row]=$(( ${seconds[$row]} + $(date +%s) - start ))
+  [ "$rc" -eq 124 ] && say "$row: timed out after ${limit}s ($out/$name.log)"
+  return "$rc"
+}
+ok() { result[$1]=ok detail[$1]=$2; say "$1: ok: $2"; write_table; }
+
+# ---- LibTorch and GPUs ----------------------------------------------------------------------
+torch_source="" torch_prefix="" torch_version="?" torch_cuda=no
+pip_torch() { python3 -c "import torch; $1" 2> /dev/null; }
+if [ -n "${TORCH_PREFIX:-}" ]; then
+  torch_source=TORCH_PREFIX torch_prefix=$TORCH_PREFIX
+  [ -f "$torch_prefix/build-version" ] && torch_version=$(cat "$torch_prefix/build-version")
+  [ -e "$torch_prefix/lib/libtorch_cuda.so" ] && torch_cuda=yes
+elif cmake_dir=$(pip_torch 'print(torch.utils.cmake_prefix_path)') && [ -f "$cmake_dir/Torch/TorchConfig.cmake" ]; then
+  torch_source="pip torch ($(command -v python3))" torch_prefix=$cmake_dir
+  torch_version=$(pip_torch 'print(torch.__version__)')
+  torch_cuda=$(pip_torch 'print("yes" if torch.version.cuda else "no")')
+  if [ "$(pip_torch 'print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')" = 0 ]; then
+    say "pip torch $torch_version uses the old C++ ABI: use torch 2.7 or later, or TORCH_PREFIX=DIR"; exit 2
+  fi
+else
+  torch_source=system
+  torch_version=$(sed -n 's/^ *"\([0-9.]*\)".*/\1/p' /usr/include/torch/csrc/api/include/torch/version.h 2> /dev/null | head -n 1)
+  compgen -G '/usr/lib/*/libtorch_cuda.so*' > /dev/null && torch_cuda=yes
+fi
+gpu_names=()
+command -v nvidia-smi > /dev/null && mapfile -t gpu_names < <(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null)
+ngpu=${#gpu_names[@]}
+mode=cuda
+if [ "$ngpu" -eq 0 ]; then
+  if [ "${SANA_CHECK_ALLOW_CPU:-0}" != 1 ]; then
+    say "no CUDA device (nvidia-smi shows none): run this on a GPU machine, or SANA_CHECK_ALLOW_CPU=1"; exit 2
+  fi
+  mode=cpu
+fi
+peak_for() {
+  case "$1" in
+    *H100*PCIe*) echo 756e12 ;; *H100*NVL* | *H200*NVL*) echo 835e12 ;; *H100* | *H200*) echo 989e12 ;;
+    *A100*) echo 312e12 ;; *L40S*) echo 362e12 ;; *B200*) echo 2250e12 ;; *) echo "" ;;
+  esac
+}
+peak=${SANA_CHECK_PEAK_FLOPS:-}
+[ -z "$peak" ] && [ "$mode" = cuda ] && peak=$(peak_for "${gpu_names[0]}")
+environment="LibTorch $torch_version ($torch_source), CUDA $torch_cuda; ${ngpu} GPU(s)${gpu_names[0]:+ ${gpu_names[0]}}; mode $mode; $(nproc) cores; kit $( [ -d "$kit/usr" ] && echo "$kit" || echo none)"
+say "$environment"
+if [ "$mode" = cuda ] && [ "$torch_cuda" != yes ]; then
+  say "the LibTorch found ($torch_source) has no CUDA: set TORCH_PREFIX to a CUDA LibTorch"; exit 2
+fi
+
+# ---- build ----------------------------------------------------------------------------------
+build_dir=${SANA_CHECK_BUILD_DIR:-$root/build-gpu}
+bin=$build_dir/apps/sana-train
+tests_bin=$build_dir/tests/sana_torch_tests
+prefixes=()
+[ -d "$kit/usr" ] && prefixes+=("$kit/usr" "$kit/fmt/usr")
+[ "$torch_source" != system ] && prefixes+=("$torch_prefix")
+cmake_args=(-DSANA_BUILD_TESTS=ON)
+[ "${#prefixes[@]}" -gt 0 ] && cmake_args+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefixes[*]}")")
+# The kit's protoc and its shared libraries.
+[ -d "$kit/usr/bin" ] && export PATH=$kit/usr/bin:$PATH LD_LIBRARY_PATH=$kit/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+generator=()
+command -v ninja > /dev/null && generator=(-G Ninja)
+keep_going=-k  # every compile error in one build (make: -k; ninja: -k 0)
+[ "${#generator[@]}" -gt 0 ] && keep_going=-k0
+# Configure once, then build incrementally: sana-train and the torch tests only.
+build_cmd=(bash -c '{ [ -f "$1/CMakeCache.txt" ] || cmake -S "$2" -B "$1" "${@:5}"; } &&
+                    cmake --build "$1" -j "$3" --target sana-train sana_torch_tests -- "$4"'
+           _ "$build_dir" "$root" "${SANA_CHECK_JOBS:-$(nproc)}" "$keep_going" "${generator[@]}" "${cmake_args[@]}")
+if [ -n "${SANA_CHECK_BIN:-}" ]; then
+  [ -x "$SANA_CHECK_BIN" ] || { say "SANA_CHECK_BIN=$SANA_CHECK_BIN is not an executable"; exit 2; }
+  bin=$SANA_CHECK_BIN tests_bin=""
+  skip build "SANA_CHECK_BIN=$bin (installed; no torch tests)"
+elif run_logged build 1500 build "${build_cmd[@]}"; then
+  ok build "sana-train and sana_torch_tests in $build_dir"
+  figures[build]="$(grep -c '' "$out/build.log") log lines"
+else
+  fail build "$(grep -m1 -E 'error|Error' "$out/build.log" | cut -c1-200); see $out/build.log"
+  write_table; cat "$out/table.md"; exit 1
+fi
+if [ "$mode" = cuda ] && ! ldd "$bin" | grep -q libtorch_cuda; then
+  fail build "$bin does not load libtorch_cuda: a LibTorch without CUDA"; write_table; exit 1
+fi
+
+# ---- Shared settings ------------------------------------------------------------------------
+if [ "$mode" = cuda ]; then
+  device=cuda precision=bf16 backend=nccl steps=60 side=128 micro=32 images=512
+else
+  device=cpu precision=fp32 backend=gloo steps=12 side=32 micro=4 images=64
+fi
+data=$out/data_$side
+[ -f "$data/noise_$((images - 1)).bmp" ] || bash "$self" --make-data "$data" "$images" "$side" > /dev/null
+base=(--config configs/sana_tiny_cpu.yaml --model.multi_scale=false "--data.image_size=$side" "--model.image_size=$side"
+      "--data.data_dir=[\"$data\"]" "--model.mixed_precision=$precision" --train.visualize=false
+      --train.save_model_steps=0 --ckpt.async_save=false --train.num_epochs=100000 --train.log_interval=5
+      --train.num_workers=4 "--dist.device=$device" --dist.timeout_s=300)
+
+# Samples/s over the last two thirds of the logged steps (the first third holds the warm-up),
+# from the wall-clock times of metrics.jsonl; MFU from FLOPS per sample (sana-train model).
+# Prints "samples/s mfu".
+throughput() {  # METRICS GLOBAL_BATCH FLOPS_PER_SAMPLE DEVICES
+  "$py" - "$@" "${peak:-0}" <<'PY'
+import json, sys
+path, batch, flops, devices, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3] or 0), int(sys.argv[4]), float(sys.argv[5])
+rows = [json.loads(l) for l in open(path)]
+rows = [r for r in rows if "step" in r and "time_s" in r]
+a = rows[len(rows) // 3]
+z = rows[-1]
+sps = (z["step"] - a["step"]) * batch / (z["time_s"] - a["time_s"])
+mfu = f"{100 * sps * flops / (peak * devices):.1f}%" if flops and peak else "n/a"
+print(f"{sps:.1f} {mfu}")
+PY
+}
+model_json() {  # LOGNAME ARGS...: sana-train model --json into $out/LOGNAME.json
+  local name=$1
+  shift
+  timeout 120 "$bin" model "$@" --json > "$out/$name.json" 2> "$out/$name.err"
+}
+json_get() { "$py" -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@" 2> /dev/null; }
+
+# ---- cuda-tests -----------------------------------------------------------------------------
+if ! wanted cuda-tests; then :
+elif [ "$mode" != cuda ]; then skip cuda-tests "no GPU"
+elif [ -z "$tests_bin" ]; then skip cuda-tests "no test binary (SANA_CHECK_BIN)"
+elif run_logged cuda-tests 300 cuda-tests "$tests_bin" "[cuda]"; then
+  ok cuda-tests "$(grep -E 'All tests passed|test cases' "$out/cuda-tests.log" | tail -n 1)"
+else fail cuda-tests "see $out/cuda-tests.log"; fi
+
+# ---- check-dist-nccl ------------------------------------------------------------------------
+if ! wanted check-dist-nccl; then :
+elif [ "$mode" != cuda ]; then skip check-dist-nccl "no GPU"
+elif run_logged check-dist-nccl 180 check-dist-nccl "$bin" launch --nproc-per-node "$ngpu" -- check-dist \
+       --dist.backend=nccl --dist.device=cuda --dist.timeout_s=120; then
+  ok check-dist-nccl "$(grep -iE 'bandwidth|GB/s' "$out/check-dist-nccl.log" | tail -n 1 | cut -c1-160)"
+else fail check-dist-nccl "see $out/check-dist-nccl.log"; fi
+
+# Memory measured (memory.json, rank 0) against the estimate (model --json): "measured/estimate GiB".
+memory_figure() {  # WORK_DIR MODEL_JSON
+  "$py" - "$1/memory.json" "$2" <<'PY' 2> /dev/null || echo "memory n/a"
+import json, sys
+m = json.load(open(sys.argv[1]))["ranks"][0]
+keys = ("parameters", "gradients", "optimizer", "ema", "gathered", "activations_peak")
+measured = sum(m[k] for k in keys)
+e = json.load(open(sys.argv[2]))["memory_per_process"]
+act = e["activations_grad_checkpointing"] if e.get("grad_checkpointing") else e["activations"]
+parts = {"parameters": e["weights"], "gradients": e["gradients"], "optimizer": e["optimizer"], "ema": e["ema"],
+         "gathered": e["gathered"], "activations_peak": act}
+total = sum(parts.values())
+g = 1 << 30
+print(f"memory {measured / g:.2f} GiB measured / {total / g:.2f} GiB estimated (activations {m['activations_peak'] / g:.2f} / {parts['activations_peak'] / g:.2f})")
+PY
+}
+
+# ---- tiny-bf16 ------------------------------------------------------------------------------
+tiny_run=$out/tiny
+if wanted tiny-bf16 || wanted tensorboard; then
+  rm -rf "$tiny_run"
+  tiny_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 "--train.max_steps=$steps" "--train.micro_batch_size=$micro"
+             "--train.global_batch_size=$micro" "--dist.backend=$backend")
+  model_json tiny-model "${tiny_args[@]}"
+  tiny_flops=$(json_get "$out/tiny-model.json" 'd["flops"][0]["train"]')
+  if run_logged tiny-bf16 600 tiny-bf16 "$bin" launch --nproc-per-node 1 -- "${tiny_args[@]}" "--work_dir=$tiny_run"; then
+    read -r sps mfu < <(throughput "$tiny_run/metrics.jsonl" "$micro" "$tiny_flops" 1)
+    figures[tiny-bf16]="$sps samples/s, MFU $mfu, $(memory_figure "$tiny_run" "$out/tiny-model.json")"
+    ok tiny-bf16 "$steps steps, micro-batch $micro, $precision"
+  else fail tiny-bf16 "see $out/tiny-bf16.log"; fi
+fi
+
+# ---- 1600m-bf16 -----------------------------------------------------------------------------
+if ! wanted 1600m-bf16; then :
+elif [ "$mode" != cuda ]; then skip 1600m-bf16 "no GPU (1.6B on the CPU is hours)"
+else
+  feats=$out/features_1024
+  if [ ! -f "$feats/train.yaml" ]; then
+    "$py" scripts/make_feature_set.py "$feats" --count 256 --latent-files 64 --text-files 16 --latent-channels 32 --latent-size 32 --tokens 300 \
+      --dim 2304 --base-config "$root/configs/Sana_1600M_img1024.yaml" > "$out/features.log" 2>&1
+  fi
+  big=(--config "$feats/train.yaml" --model.mixed_precision=bf16 --train.grad_checkpointing=true
+       --model.multi_scale=false --train.visualize=false --train.save_model_steps=0 --ckpt.async_save=false
+       --train.num_epochs=100000 --train.save_model_epochs=0 --ckpt.save_optimizer=false --train.log_interval=1
+       --train.num_workers=8 --dist.device=cuda
+       --dist.backend=nccl --dist.timeout_s=600)
+  # The largest power-of-two micro-batch (at most 64) whose estimate stays under 85% of the
+  # GPU's memory: one `sana-train model` call per size tried, from the largest down.
+  gpu_bytes=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1) * 1024 * 1024 ))
+  big_micro=0
+  for mb in 64 32 16 8 4; do
+    model_json 1600m-model-$mb "${big[@]}" "--train.micro_batch_size=$mb" "--train.global_batch_size=$mb" || continue
+    need=$(json_get "$out/1600m-model-$mb.json" 'int(d["memory_per_process"]["total_for_config"])') || continue
+    if [ -n "$need" ] && [ "$need" -lt $(( gpu_bytes * 85 / 100 )) ]; then big_micro=$mb; break; fi
+  done
+  [ "$big_micro" -eq 0 ] && big_micro=4
+  cp "$out/1600m-model-$big_micro.json" "$out/1600m-model.json" 2> /dev/null
+  big_flops=$(json_get "$out/1600m-model.json" 'd["flops"][0]["train"]')
+  rm -rf "$out/1600m"
+  if run_logged 1600m-bf16 420 1600m-bf16 "$bin" launch --nproc-per-node 1 -- "${big[@]}" --train.max_steps=8 \
+       "--train.micro_batch_size=$big_micro" "--train.global_batch_size=$big_micro" "--work_dir=$out/1600m"; then
+    read -r sps mfu < <(throughput "$out/1600m/metrics.jsonl" "$big_micro" "$big_flops" 1)
+    figures[1600m-bf16]="$sps samples/s, MFU $mfu, $(memory_figure "$out/1600m" "$out/1600m-model.json")"
+    ok 1600m-bf16 "8 steps, micro-batch $big_micro, bf16, gradient checkpointing"
+  else fail 1600m-bf16 "micro-batch $big_micro; see $out/1600m-bf16.log"; fi
+fi
+
+# ---- zero0..zero3 (2 processes sharing the device) -------------------------------------------
+zero_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 --train.max_steps=20 "--train.micro_batch_size=$micro"
+           "--train.global_batch_size=$((2 * micro))" --dist.backend=gloo --dist.allow_shared_device=true
+           --train.log_interval=1)
+[ "$mode" = cuda ] && zero_args+=(--model.model=SanaMS_100M_P2_D12)
+losses() { "$py" -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"loss\"" in l))' "$1"; }
+for stage in 0 1 2 3; do
+  row=zero$stage
+  wanted "$row" || continue
+  rm -rf "$out/$row"
+  if run_logged "$row" 400 "$row" "$bin" launch --nproc-per-node 2 -- "${zero_args[@]}" "--train.zero_stage=$stage" \
+       "--work_dir=$out/$row"; then
+    read -r sps _ < <(throughput "$out/$row/metrics.jsonl" $((2 * micro)) 0 1)
+    figures[$row]="$sps samples/s"
+    if [ "$stage" = 0 ]; then
+      ok "$row" "20 steps, 2 processes on one device, gloo"
+    elif [ "${result[zero0]}" != ok ]; then
+      ok "$row" "20 steps; stage 0 did not run, losses not compared"
+    else
+      diff=$("$py" -c '
+import sys
+a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+print(len(a) == len(b) and len(a) > 0, max((abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b)), default=0))' \
+        "$(losses "$out/zero0/metrics.jsonl")" "$(losses "$out/$row/metrics.jsonl")")
+      read -r same rel <<< "$diff"
+      figures[$row]+=", losses vs stage 0: max rel diff $rel"
+      if [ "$same" = True ] && [ "$rel" = 0.0 ]; then ok "$row" "20 losses equal stage 0's"
+      else fail "$row" "losses differ from stage 0's (max rel $rel; same count: $same)"; fi
+    fi
+  else fail "$row" "see $out/$row.log"; fi
+done
+
+# ---- zero3-nccl-w1 --------------------------------------------------------------------------
+if ! wanted zero3-nccl-w1; then :
+elif [ "$mode" != cuda ]; then skip zero3-nccl-w1 "no GPU"
+else
+  rm -rf "$out/zero3-nccl"
+  if run_logged zero3-nccl-w1 300 zero3-nccl-w1 "$bin" launch --nproc-per-node 1 -- "${base[@]}" \
+       --model.model=SanaMS_100M_P2_D12 --train.max_steps=20 "--train.micro_batch_size=$micro" \
+       "--train.global_batch_size=$micro" --dist.backend=nccl --train.zero_stage=3 "--work_dir=$out/zero3-nccl"; then
+    read -r sps _ < <(throughput "$out/zero3-nccl/metrics.jsonl" "$micro" 0 1)
+    figures[zero3-nccl-w1]="$sps samples/s"
+    ok zero3-nccl-w1 "20 steps, ZeRO 3, NCCL, 1 process"
+  else fail zero3-nccl-w1 "see $out/zero3-nccl-w1.log"; fi
+fi
+
+# ---- two-ranks-1-gpu ------------------------------------------------------------------------
+if ! wanted two-ranks-1-gpu; then :
+elif [ "$mode" != cuda ]; then skip two-ranks-1-gpu "no GPU"
+else
+  run_logged two-ranks-1-gpu 120 two-ranks-1-gpu env CUDA_VISIBLE_DEVICES=0 "$bin" launch --nproc-per-node 2 -- \
+    "${base[@]}" --train.max_steps=2 --dist.backend=nccl "--work_dir=$out/two-ranks"
+  rc=$?
+  why=$(grep -m1 -iE 'has no GPU of its own|NCCL cannot run two ranks' "$out/two-ranks-1-gpu.log" | cut -c1-200)
+  if [ "$rc" -eq 2 ] && [ -n "$why" ] && ! grep -q 'Duplicate GPU' "$out/two-ranks-1-gpu.log"; then
+    ok two-ranks-1-gpu "exit 2: $why"
+  else fail two-ranks-1-gpu "exit $rc (want 2 with the reason, before NCCL); see $out/two-ranks-1-gpu.log"; fi
+fi
+
+# ---- resume-gpu-cpu -------------------------------------------------------------------------
+if ! wanted resume-gpu-cpu; then :
+elif [ "$mode" != cuda ]; then skip resume-gpu-cpu "no GPU"
+else
+  rr=$out/resume
+  rm -rf "$rr"
+  resume_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 --model.mixed_precision=fp32 --train.micro_batch_size=4
+               --train.global_batch_size=8 --train.save_model_steps=2 "--work_dir=$rr" --train.log_interval=1)
+  if run_logged resume-gpu-cpu 200 resume-1-gpu "$bin" launch --nproc-per-node 1 -- "${resume_args[@]}" \
+       --train.max_steps=10 --dist.backend=nccl &&
+     run_logged resume-gpu-cpu 300 resume-2-cpu env CUDA_VISIBLE_DEVICES= "$bin" launch --nproc-per-node 2 -- \
+       "${resume_args[@]}" --train.max_steps=14 --dist.device=cpu --dist.backend=gloo --resume_from=latest &&
+     run_logged resume-gpu-cpu 200 resume-3-gpu "$bin" launch --nproc-per-node 1 -- "${resume_args[@]}" \
+       --train.max_steps=18 --dist.backend=nccl --resume_from=latest; then
+    steps_seen=$("$py" -c 'import json,sys; print(" ".join(str(json.loads(l)["step"]) for l in open(sys.argv[1]) if "\"loss\"" in l))' "$rr/metrics.jsonl")
+    figures[resume-gpu-cpu]="steps logged: $steps_seen"
+    ok resume-gpu-cpu "GPU 10 steps -> CPU x2 to 14 -> GPU to 18"
+  else fail resume-gpu-cpu "see $out/resume-*.log"; fi
+fi
+
+# ---- lora, controlnet -----------------------------------------------------------------------
+if wanted lora || wanted controlnet; then
+  timeout 120 "$bin" export --config configs/sana_tiny_cpu.yaml --format upstream --out "$out/base.pth" > "$out/export.log" 2>&1
+fi
+ft_args=("${base[@]}" "--model.load_from=$out/base.pth" --train.max_steps=20 "--train.micro_batch_size=$micro"
+         "--train.global_batch_size=$micro" "--dist.backend=$backend")
+if wanted lora; then
+  rm -rf "$out/lora"
+  if run_logged lora 300 lora "$bin" launch --nproc-per-node 1 -- "${ft_args[@]}" --model.model=SanaMS_tiny_P2_D4 \
+       --train.lora.rank=4 "--work_dir=$out/lora" && [ -f "$out/lora/lora.safetensors" ]; then
+    read -r sps _ < <(throughput "$out/lora/metrics.jsonl" "$micro" 0 1)
+    figures[lora]="$sps samples/s"
+    ok lora "20 steps, rank 4; $(grep -o 'the base weights are unchanged' "$out/lora.log" | head -n 1)"
+  else fail lora "see $out/lora.log"; fi
+fi
+if wanted controlnet; then
+  rm -rf "$out/controlnet"
+  if run_logged controlnet 300 controlnet "$bin" launch --nproc-per-node 1 -- "${ft_args[@]}" \
+       --model.model=SanaMSControlNet_tiny_P2_D4 "--work_dir=$out/controlnet"; then
+    read -r sps _ < <(throughput "$out/controlnet/metrics.jsonl" "$micro" 0 1)
+    figures[controlnet]="$sps samples/s"
+    ok controlnet "20 steps; $(grep -o 'the base weights are unchanged' "$out/controlnet.log" | head -n 1)"
+  else fail controlnet "see $out/controlnet.log"; fi
+fi
+
+# ---- tensorboard ----------------------------------------------------------------------------
+if ! wanted tensorboard; then :
+elif ! python3 -c 'import tensorboard' 2> /dev/null; then skip tensorboard "no tensorboard package for $(command -v python3)"
+elif [ ! -f "$tiny_run/metrics.jsonl" ]; then skip tensorboard "tiny-bf16 made no run"
+elif tb=$(python3 - "$tiny_run" 2>&1 <<'PY'
+import glob, json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+run = sys.argv[1]
+files = glob.glob(f"{run}/**/events.out.tfevents.*", recursive=True)
+if not files: sys.exit(f"no event file under {run}")
+acc = EventAccumulator(files[0], size_guidance={"scalars": 0}); acc.Reload()
+tags = set(acc.Tags()["scalars"])
+# Every per-step series of metrics.jsonl is a tag; not the position and bucket fields
+# (epoch, epoch_step, samples, height, width) or the run's average (run_samples_per_s).
+rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
+skip = {"step", "epoch", "epoch_step", "samples", "height", "width", "time_s", "run_samples_per_s"}
+keys = {k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in skip}
+missing = sorted(k for k in keys if not any(t == k or t.endswith("/" + k) for t in tags))
+# And the values: train/loss at every step equals metrics.jsonl's (float32 in the event).
+loss = {e.step: e.value for e in acc.Scalars("train/loss")} if "train/loss" in tags else {}
+off = [r["step"] for r in rows if "loss" in r and abs(loss.get(r["step"], float("inf")) - r["loss"]) > 1e-6 * max(1, abs(r["loss"]))]
+print(f"{len(tags)} scalar tags, {len(keys)} metrics.jsonl series, missing {missing}; train/loss at "
+      f"{len(loss)} steps, {len(off)} differ from metrics.jsonl")
+sys.exit(1 if missing or off or not tags else 0)
+PY
+); then
+  ok tensorboard "$tb"
+else fail tensorboard "$tb"; fi
+
+# ---- Summary --------------------------------------------------------------------------------
+write_table
+say "done in $(( $(date +%s) - check_start )) s"
+echo
+echo "$environment"
+cat "$out/table.md"
+[ -n "$peak" ] && echo "MFU: samples/s x training FLOPs per sample (sana-train model) / ($peak FLOP/s x GPUs)"
+exit "$failed"
