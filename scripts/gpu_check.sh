@@ -180,7 +180,6 @@ if [ -n "${SANA_CHECK_BIN:-}" ]; then
   skip build "SANA_CHECK_BIN=$bin (installed; no torch tests)"
 elif run_logged build 1500 build "${build_cmd[@]}"; then
   ok build "sana-train and sana_torch_tests in $build_dir"
-  figures[build]="$(grep -c '' "$out/build.log") log lines"
 else
   fail build "$(grep -m1 -E 'error|Error' "$out/build.log" | cut -c1-200); see $out/build.log"
   write_table; cat "$out/table.md"; exit 1
@@ -309,10 +308,11 @@ else
 fi
 
 # ---- zero0..zero3 (2 processes sharing the device) -------------------------------------------
-zero_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 --train.max_steps=20 "--train.micro_batch_size=$micro"
+zero_model=SanaMS_tiny_P2_D4
+[ "$mode" = cuda ] && zero_model=SanaMS_100M_P2_D12
+zero_args=("${base[@]}" "--model.model=$zero_model" --train.max_steps=20 "--train.micro_batch_size=$micro"
            "--train.global_batch_size=$((2 * micro))" --dist.backend=gloo --dist.allow_shared_device=true
            --train.log_interval=1)
-[ "$mode" = cuda ] && zero_args+=(--model.model=SanaMS_100M_P2_D12)
 losses() { "$py" -c 'import json,sys; print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"loss\"" in l))' "$1"; }
 for stage in 0 1 2 3; do
   row=zero$stage

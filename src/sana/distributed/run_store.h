@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "sana/distributed/store_client.h"
-#include "sana/torch_compat.h"
 #include "sana/distributed/store_server.h"
 
 namespace sana::dist {
@@ -33,13 +32,10 @@ class RunStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
-#if SANA_TORCH_AT_LEAST(2, 8)
-  // c10d's "thread-safe copy on the same store" (pure virtual since 2.8): this object, whose
-  // calls already take turns on the one connection.
-  c10::intrusive_ptr<c10d::Store> clone() override {
-    return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this);
-  }
-#endif
+  // c10d's "thread-safe copy on the same store": this object, whose calls already take turns
+  // on the one connection. Pure virtual in newer LibTorch (2.11), absent in 1.13 and 2.6: no
+  // `override`, so it overrides where the base has it and is a plain member where not.
+  c10::intrusive_ptr<c10d::Store> clone() { return c10::intrusive_ptr<c10d::Store>::reclaim_copy(this); }
 
   // This host's address as the store host sees it (store_client.h).
   const std::string& local_address() const { return client_->local_address(); }

@@ -7,8 +7,6 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "sana/torch_compat.h"
-
 #include <chrono>
 #include <string>
 #include <vector>
@@ -34,13 +32,12 @@ class WatchedStore : public c10d::Store {
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
   const std::chrono::milliseconds& getTimeout() const noexcept override;
   void setTimeout(const std::chrono::milliseconds& timeout) override;
-#if SANA_TORCH_AT_LEAST(2, 8)
-  // c10d's "thread-safe copy on the same store" (pure virtual since 2.8): the same watch
-  // around a clone of the inner store.
-  c10::intrusive_ptr<c10d::Store> clone() override {
-    return c10::make_intrusive<WatchedStore>(inner_->clone(), quick_limit_, keep_);
+  // c10d's "thread-safe copy on the same store": the same watch around the inner store (whose
+  // own copy, where c10d has one, is the inner store's business). No `override`: see
+  // RunStore::clone.
+  c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<WatchedStore>(inner_, quick_limit_, keep_);
   }
-#endif
 
   // The margin a waiting operation gets beyond its own timeout before it is overdue.
   static constexpr std::chrono::milliseconds kWaitMargin{5000};
