@@ -6,6 +6,8 @@
 # runs each step under `timeout` (a failing step does not stop the others) and writes one
 # table, Markdown and JSON, to OUT_DIR:
 #   bash scripts/gpu_check.sh [OUT_DIR]          (default output/gpu_check)
+#   bash scripts/gpu_check.sh --rehearse [OUT]   the same in a bare Debian 12 root here, with only
+#                                                .kit carried in (scripts/compat/gpu_check_rehearsal.sh)
 # Rows (fixed; a step that cannot run is "skip" with the reason):
 #   build            cmake + ninja of sana-train and sana_torch_tests, all cores
 #   cuda-tests       the [cuda] Catch2 cases (autocast numerics, ...)
@@ -58,6 +60,12 @@ if [ "${1:-}" = --make-data ]; then
   rm "$dir/.header"
   echo "$count noise images of ${side}x${side} in $dir"
   exit 0
+fi
+
+# The rehearsal: the same check in a bare Debian root with only .kit carried in.
+if [ "${1:-}" = --rehearse ]; then
+  shift
+  exec bash "$(dirname "$0")/compat/gpu_check_rehearsal.sh" "$@"
 fi
 
 root=$(cd "$(dirname "$0")/.." && pwd)
