@@ -70,7 +70,9 @@ if [ ! -f "$kit/.done-debs" ]; then
     { cat "$work/download.log" >&2; die "apt-get download failed"; }
   rm -rf "$work/unpack" && mkdir -p "$work/unpack"
   for deb in "$work"/debs/*.deb; do dpkg -x "$deb" "$work/unpack"; done
-  rm -rf "$prefix" && mkdir -p "$prefix"
+  # Over what is there: OpenCV's install in the same prefix stays (SANA_KIT_REBUILD=1 starts
+  # from nothing).
+  mkdir -p "$prefix"
   cp -a "$work/unpack/usr/include" "$work/unpack/usr/bin" "$prefix/"
   # The multiarch headers (libjpeg's jconfig.h) where an include folder of the kit finds
   # them: a compiler looks in /usr/include/x86_64-linux-gnu only.
@@ -84,7 +86,9 @@ if [ ! -f "$kit/.done-debs" ]; then
   rm -f "$prefix/lib/$arch"/lib{z,png,png16,jpeg,xxhash,protobuf,protobuf-lite,protoc}.so
   # Not used: pkg-config files, Gloo's and Catch2's libraries (headers only), docs, tools.
   rm -rf "$prefix/lib/$arch/pkgconfig" "$prefix/share/cmake/Gloo" "$work/unpack/usr/lib/libgloo.so"
-  rm -f "$prefix/lib/$arch"/libprotobuf-lite.a "$prefix/bin"/libpng*-config
+  # libprotobuf-lite.a is what sana-train links (the TensorBoard events); libprotobuf.a what
+  # Debian's LibTorch asks for. yaml-cpp's CMake files name its shared library, not the .a.
+  rm -f "$prefix/lib/$arch"/libyaml-cpp.a "$prefix/bin"/libpng*-config
   touch "$kit/.done-debs"
 fi
 
@@ -151,7 +155,7 @@ fi
 
 # ---- What it holds ------------------------------------------------------------------------
 strip --strip-debug "$prefix"/lib/$arch/*.a "$prefix"/lib/*.a 2> /dev/null || true
-rm -rf "$work/unpack" "$work/debs"
+rm -rf "$work/unpack"
 cat > "$kit/README" <<EOF
 sana-train's dependency kit, made by scripts/device_kit.sh on $(date -u +%Y-%m-%d) from Debian 12
 packages (bookworm, $mirror). Use: cmake -DCMAKE_PREFIX_PATH="$kit/usr;$kit/fmt/usr;<LibTorch prefix>".

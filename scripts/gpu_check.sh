@@ -178,8 +178,9 @@ generator=()
 command -v ninja > /dev/null && generator=(-G Ninja)
 keep_going=-k  # every compile error in one build (make: -k; ninja: -k 0)
 [ "${#generator[@]}" -gt 0 ] && keep_going=-k0
-# Configure once, then build incrementally: sana-train and the torch tests only.
-build_cmd=(bash -c '{ [ -f "$1/CMakeCache.txt" ] || cmake -S "$2" -B "$1" "${@:5}"; } &&
+# Configure (seconds once cached; a configure that failed half-way is redone), then build
+# incrementally: sana-train and the torch tests only.
+build_cmd=(bash -c 'cmake -S "$2" -B "$1" "${@:5}" &&
                     cmake --build "$1" -j "$3" --target sana-train sana_torch_tests -- "$4"'
            _ "$build_dir" "$root" "${SANA_CHECK_JOBS:-$(nproc)}" "$keep_going" "${generator[@]}" "${cmake_args[@]}")
 if [ -n "${SANA_CHECK_BIN:-}" ]; then
