@@ -1,0 +1,78 @@
+// The CUDA-only parts of training on a GPU: the device feed's side-stream copies, the
+// allocator peak that memory.json reports, the device name MFU's peak is looked up by.
+// Built into sana_torch_tests only with a CUDA LibTorch (SANA_CUDA_TEST_SOURCES in
+// tests/CMakeLists.txt), where a machine without a GPU says so and passes; compiled against
+// LibTorch 1.13's and 2.6's CUDA headers by scripts/compat/cuda_syntax_check.sh on every CI
+// run, and run by scripts/gpu_check.sh (row cuda-tests) on a borrowed GPU machine.
+#include "catch.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+#include "sana/train/device_feed.h"
+#include "sana/train/report/device_peak.h"
+#include "sana/train/report/memory_use.h"
+
+using sana::train::DeviceFeed;
+using sana::train::PeakProbe;
+
+namespace {
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+bool no_gpu() {
+  if (torch::cuda::is_available()) return false;
+  WARN("no CUDA device: the check did not run");
+  return true;
+}
+}  // namespace
+
+TEST_CASE("DeviceFeed on CUDA: pinned batches arrive whole, in order, behind a busy stream", "[cuda][train]") {
+  if (no_gpu()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  DeviceFeed feed(gpu);
+  CHECK(feed.pinned());
+  // 128 MiB of distinct values, so a copy read before it finished would show.
+  const auto images = feed.host_tensor(torch::arange(int64_t{16} << 20, torch::kInt64));
+  const auto labels = feed.host_tensor(torch::arange(32, torch::kInt64) * 7);
+  CHECK(images.is_pinned());
+  CHECK(labels.is_pinned());
+  // The compute stream is kept busy, so the side stream's copy runs beside it.
+  auto busy = torch::randn({4096, 4096}, torch::device(gpu)) / 64;
+  for (int i = 0; i < 20; ++i) busy = busy.mm(busy).tanh();
+  const auto out = feed.to_device({images, torch::Tensor(), labels});
+  REQUIRE(out.size() == 3);
+  CHECK(out[0].device() == gpu);
+  CHECK_FALSE(out[1].defined());
+  // Read on the compute stream (the current one): it waited for the copy, not the host.
+  CHECK(out[0].sum().item<int64_t>() == images.sum().item<int64_t>());
+  CHECK(torch::equal(out[0].cpu(), images));
+  CHECK(torch::equal(out[2].cpu(), labels));
+}
+
+TEST_CASE("PeakProbe on CUDA: a region's growth is the allocator's peak above its start", "[cuda][train]") {
+  if (no_gpu()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  const auto before = torch::empty({32 * kMiB / 4}, torch::device(gpu));  // held: not growth
+  PeakProbe probe(gpu);
+  probe.begin();
+  {
+    const auto a = torch::empty({64 * kMiB / 4}, torch::device(gpu));
+    const auto b = torch::empty({16 * kMiB / 4}, torch::device(gpu));
+  }  // both freed: the peak remembers 80 MiB above the start
+  const auto c = torch::empty({8 * kMiB / 4}, torch::device(gpu));
+  probe.end();
+  CHECK(probe.growth() == 80 * kMiB);
+  CHECK(std::string(probe.source()) == "cuda allocator peak");
+}
+
+TEST_CASE("cuda_device_name names the GPU MFU's peak is looked up by", "[cuda][train]") {
+  if (no_gpu()) return;
+  const std::string name = sana::train::cuda_device_name(0);
+  INFO(name);
+  CHECK_FALSE(name.empty());
+  // The GPUs this project borrows (H100, H200) have a known dense bf16 peak.
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
+    CHECK(sana::train::peak_tflops_for(name, true) > 700);
+  }
+}
