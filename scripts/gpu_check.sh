@@ -287,14 +287,14 @@ elif [ "$mode" != cuda ]; then skip 1600m-bf16 "no GPU (1.6B on the CPU is hours
 else
   feats=$out/features_1024
   if [ ! -f "$feats/train.yaml" ]; then
-    "$py" scripts/make_feature_set.py "$feats" --count 256 --latent-files 64 --text-files 16 --latent-channels 32 --latent-size 32 --tokens 300 \
-      --dim 2304 --base-config "$root/configs/Sana_1600M_img1024.yaml" > "$out/features.log" 2>&1
+    "$py" scripts/make_feature_set.py "$feats" --count 256 --latent-files 64 --text-files 16 --latent-channels 32 \
+      --latent-size 32 --tokens 300 --dim 2304 --base-config "$root/configs/Sana_1600M_img1024.yaml" \
+      > "$out/features.log" 2>&1
   fi
   big=(--config "$feats/train.yaml" --model.mixed_precision=bf16 --train.grad_checkpointing=true
        --model.multi_scale=false --train.visualize=false --train.save_model_steps=0 --ckpt.async_save=false
        --train.num_epochs=100000 --train.save_model_epochs=0 --ckpt.save_optimizer=false --train.log_interval=1
-       --train.num_workers=8 --dist.device=cuda
-       --dist.backend=nccl --dist.timeout_s=600)
+       --train.num_workers=8 --dist.device=cuda --dist.backend=nccl --dist.timeout_s=600)
   # The largest power-of-two micro-batch (at most 64) whose estimate stays under 85% of the
   # GPU's memory: one `sana-train model` call per size tried, from the largest down.
   gpu_bytes=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1) * 1024 * 1024 ))
