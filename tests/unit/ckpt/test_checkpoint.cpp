@@ -52,7 +52,7 @@ void flip_byte(const fs::path& p, std::streamoff at) {
 
 }  // namespace
 
-TEST_CASE("checkpoints round-trip; latest names the newest; old ones are pruned", "[ckpt]") {
+TEST_CASE("checkpoints round-trip, latest names the newest, old ones are pruned", "[ckpt]") {
   sana::test::TempDir dir;
   for (int64_t step : {10, 20, 30}) ckpt::write_checkpoint(dir.path(), snapshot(step), 2);
   const auto r = ckpt::resolve_latest(dir.path());
@@ -155,7 +155,7 @@ void fail_at_optimizer(const char* stage) {
 }
 }  // namespace
 
-TEST_CASE("a failed save (disk full) leaves no partial folder; one left by a killed writer goes next time",
+TEST_CASE("a failed save (disk full) leaves no partial folder, one left by a killed writer goes next time",
           "[ckpt]") {
   sana::test::TempDir dir;
   ckpt::write_checkpoint(dir.path(), snapshot(5), 0);

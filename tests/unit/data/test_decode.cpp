@@ -124,7 +124,7 @@ TEST_CASE("a JPEG bomb behind stray bytes is refused before decoding", "[decode]
   CHECK(decode_to_bucket(path, 32, 32, false, defaults()).bad == BadReason::too_large);
 }
 
-TEST_CASE("a JPEG with data after its end marker decodes; one cut inside its scan does not", "[decode]") {
+TEST_CASE("a JPEG with data after its end marker decodes, one cut inside its scan does not", "[decode]") {
   // Camera trailers and second images follow the EOI of valid files; an EXIF thumbnail has
   // its own EOI before the main scan, which must not count as the end.
   TempDir dir;

@@ -139,7 +139,7 @@ TEST_CASE("JSONL and CSV metadata: relative paths, given or missing sizes, label
   CHECK((idx.record(3).flags & kSizeUnknown) != 0);  // kept, flagged for substitution
 }
 
-TEST_CASE("a quoted CSV field may span lines; errors after it name the editor's line", "[index]") {
+TEST_CASE("a quoted CSV field may span lines, errors after it name the editor's line", "[index]") {
   TempDir dir;
   write_image(dir, "a.png", 8, 8);
   write_image(dir, "b.png", 8, 8);

@@ -78,7 +78,7 @@ TEST_CASE("bad files are replaced from the same bucket and counted by reason", "
   CHECK(counts.substituted == substituted);
 }
 
-TEST_CASE("each rank decodes its own slice; together they make the global batch", "[loader]") {
+TEST_CASE("each rank decodes its own slice, together they make the global batch", "[loader]") {
   Fixture fx;
   const auto plan = fx.dataset->plan(2);
   Loader whole(*fx.dataset, plan, fx.options(2, 0, 1, 4));

@@ -193,7 +193,7 @@ TEST_CASE("the example photos' PNGs: the same pixels, warnings as values, silenc
   }
 }
 
-TEST_CASE("a damaged ancillary chunk is a warning as a value; the pixels are cv::imdecode's", "[decode][png]") {
+TEST_CASE("a damaged ancillary chunk is a warning as a value, the pixels are cv::imdecode's", "[decode][png]") {
   // A tEXt chunk whose CRC is wrong: libpng (every 1.6) warns, drops the chunk and decodes on.
   PngSpec spec;
   spec.text = true;

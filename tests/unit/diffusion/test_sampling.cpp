@@ -136,7 +136,7 @@ TEST_CASE("previews are deterministic PNG grids, one per bucket", "[sampling][pr
   }
 }
 
-TEST_CASE("weights round-trip through safetensors and torch.save; strict loads name misfits", "[weights]") {
+TEST_CASE("weights round-trip through safetensors and torch.save, strict loads name misfits", "[weights]") {
   sana::test::TempDir dir;
   const auto spec = preview_spec(model::Conditioning::caption);
   model::SanaMS a(spec, model::BuildOptions{torch::kFloat32, false, 1});

@@ -46,7 +46,7 @@ TEST_CASE("more processes than GPUs is an error naming the rank and the fix", "[
                     Catch::Contains("sees no CUDA device"));
 }
 
-TEST_CASE("two ranks on one device of one host clash; other hosts and CPUs do not", "[devices]") {
+TEST_CASE("two ranks on one device of one host clash, other hosts and CPUs do not", "[devices]") {
   auto claim = [](int rank, std::string host, std::string id) {
     DeviceClaim c;
     c.rank = rank;

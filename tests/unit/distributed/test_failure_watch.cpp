@@ -42,7 +42,7 @@ class Beating {
 
 }  // namespace
 
-TEST_CASE("a rank whose heartbeat stands still is named; ranks that beat are not") {
+TEST_CASE("a rank whose heartbeat stands still is named, ranks that beat are not") {
   c10d::HashStore store;
   for (int r = 0; r < 3; ++r) set_beat(store, r, 1, 7);
   Beating beating(store, {1});

@@ -109,7 +109,7 @@ TEST_CASE("the run's store keeps c10d's semantics for every operation") {
   CHECK(s(c.get("big", 1s)) == big);
 }
 
-TEST_CASE("a get waits for a key another client sets; a wait that runs out names the missing keys") {
+TEST_CASE("a get waits for a key another client sets, a wait that runs out names the missing keys") {
   StoreServer server(loopback_options());
   StoreClient waiter("127.0.0.1", server.port(), kToken, 5s, 5s);
   StoreClient setter("127.0.0.1", server.port(), kToken, 5s, 5s);
@@ -132,7 +132,7 @@ TEST_CASE("a get waits for a key another client sets; a wait that runs out names
   CHECK(s(waiter.get("late", 1s)) == "here");
 }
 
-TEST_CASE("a wrong token is refused and counted; it can neither read nor change a key") {
+TEST_CASE("a wrong token is refused and counted, it can neither read nor change a key") {
   StoreServer server(loopback_options());
   StoreClient good("127.0.0.1", server.port(), kToken, 5s, 5s);
   good.set("failed", b("nothing"));

@@ -48,7 +48,7 @@ struct HandlerGuard {
   ~HandlerGuard() { FlightRecorder::process().set_overdue_handler(nullptr); }
 };
 
-TEST_CASE("a store operation left unanswered is reported at its limit; answered ones are recorded") {
+TEST_CASE("a store operation left unanswered is reported at its limit, answered ones are recorded") {
   auto& rec = FlightRecorder::process();
   std::mutex m;
   std::vector<FlightEntry> overdue;

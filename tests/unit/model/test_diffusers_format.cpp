@@ -125,7 +125,7 @@ TEST_CASE("a diffusers folder from an independent converter loads as the upstrea
   }
 }
 
-TEST_CASE("export writes diffusers' sharded folder and upstream's .pth; both load back bit for bit",
+TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both load back bit for bit",
           "[torch][diffusers]") {
   auto spec = model::preset_spec("SanaMS_tiny_P1_D4");
   spec.caption_channels = 64;

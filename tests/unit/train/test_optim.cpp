@@ -253,7 +253,7 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
   }
 }
 
-TEST_CASE("AdamW computes what torch's AdamW computes; optimizer state round-trips", "[train][optim]") {
+TEST_CASE("AdamW computes what torch's AdamW computes, optimizer state round-trips", "[train][optim]") {
   torch::manual_seed(2);
   auto a = torch::randn({5, 4}, torch::requires_grad()), b = a.detach().clone().requires_grad_(true);
   auto ours = train::AdamW({{"w", a}}, {0.9, 0.999}, 1e-8, 0.03);
@@ -281,7 +281,7 @@ TEST_CASE("AdamW computes what torch's AdamW computes; optimizer state round-tri
   CHECK_THROWS_WITH(resumed.load_state({{"v/step", torch::tensor({1}, torch::kInt64)}}), Catch::Contains("'v/step'"));
 }
 
-TEST_CASE("AdamW over flat buckets computes what it computes per parameter; state and resume unchanged",
+TEST_CASE("AdamW over flat buckets computes what it computes per parameter, state and resume unchanged",
           "[train][optim]") {
   torch::manual_seed(9);
   const std::vector<std::vector<int64_t>> shapes = {{6, 5}, {4, 3, 1, 1}, {7}, {2, 2}};

@@ -165,7 +165,7 @@ TEST_CASE("The preview policy: every N steps or N epochs, never at the last step
   CHECK(preview_reason(t, 9, 20, true, 1).empty());
 }
 
-TEST_CASE("A checkpoint of another seed or model is refused as a config error; another batch is not", "[train][resume]") {
+TEST_CASE("A checkpoint of another seed or model is refused as a config error, another batch is not", "[train][resume]") {
   config::Config cfg;
   cfg.train.global_batch_size = 8;
   cfg.train.seed = 3;
