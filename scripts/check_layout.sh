@@ -12,6 +12,11 @@
 #   c. no function in src/ or apps/ over 80 lines (universal-ctags' line: and end: fields);
 #   d. no comment in src/, apps/, tests/ or scripts/ names a Markdown file that is not in
 #      the repository, or a ../ path that leaves it (design notes live under docs/).
+#   e. every wait in a test script is bounded: in tests/**/*.sh, no bare `wait` and no
+#      process start (sana-train, its launchers, mpirun, srun, python3, ip netns exec,
+#      setsid) that is not under `timeout` or start_bounded (tests/dist/lib.sh: the pid goes
+#      to code_of, which waits until a deadline). A line that must differ says why in a
+#      comment "# bounded: ..." (counted in the summary).
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
 # table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
 # the exit is 77 (ctest: skipped) when the other checks pass.
@@ -196,12 +201,57 @@ if [ ${#comment_files[@]} -gt 0 ]; then
 fi
 comment_violations=$(( $(wc -l < "$violations") - before ))
 
+# --- e. bounded waits in the test scripts -------------------------------------------------
+mapfile -t test_scripts < <(dirs_present tests | xargs -r -I{} find {} -name '*.sh' | sort)
+before=$(wc -l < "$violations")
+waits_scanned=0; waits_marked=0
+if [ ${#test_scripts[@]} -gt 0 ]; then
+  read -r waits_scanned waits_marked < <(awk -v OUT="$violations" '
+    function check(text, file, line,   rest, seg, pos, cmd, word) {
+      if (text ~ /# bounded: /) { marked++; return }
+      sub(/(^|[ \t])#.*$/, "", text)  # the comment
+      rest = text
+      # Split into commands at ; && || | ( $( ` and the keywords that start one.
+      gsub(/(\$\(|&&|\|\||[;|(`&]|\<(then|do|else|if|while|until|elif)\>|!)/, "\n", rest)
+      n = split(rest, seg, "\n")
+      for (i = 1; i <= n; i++) {
+        cmd = seg[i]
+        sub(/^[ \t]+/, "", cmd)
+        # Assignments before the command, and env (which starts what follows it). An exec
+        # stays: it appears in the strings given to sh -c under a launcher already bounded.
+        while (match(cmd, /^([A-Za-z_][A-Za-z0-9_]*=("[^"]*"|\047[^\047]*\047|[^ \t]*)|env)[ \t]+/)) cmd = substr(cmd, RLENGTH + 1)
+        if (cmd ~ /^wait([ \t]|$)/) {
+          printf "%s:%d: a bare wait (rule e: code_of PID SECONDS waits until a deadline)\n", file, line >> OUT
+        } else if (cmd ~ /^("\$\{?[A-Z_]*BIN\}?"|\$\{?[A-Z_]*BIN\}?|mpirun|srun|ip[ \t]+netns[ \t]+exec|\/usr\/bin\/python3|python3|"\$PY"|\$PY|setsid)([ \t]|$)/) {
+          word = cmd; sub(/[ \t].*$/, "", word)
+          printf "%s:%d: %s started without a time limit (rule e: timeout SECONDS ..., or start_bounded)\n", file, line, word >> OUT
+        }
+      }
+      scanned++
+    }
+    FNR == 1 { heredoc = ""; joined = ""; start = 0 }
+    {
+      if (heredoc != "") { if ($0 ~ ("^[ \t]*" heredoc "[ \t]*$")) heredoc = ""; next }
+      if (joined == "") start = FNR
+      if ($0 ~ /\\$/) { joined = joined substr($0, 1, length($0) - 1) " "; next }
+      text = joined $0; joined = ""
+      if (match(text, /<<-?[ \t]*\047?[A-Za-z_]+\047?/)) {
+        heredoc = substr(text, RSTART, RLENGTH); gsub(/[<\047 \t-]/, "", heredoc)
+      }
+      check(text, FILENAME, start)
+    }
+    END { print scanned + 0, marked + 0 }
+  ' "${test_scripts[@]}")
+fi
+wait_violations=$(( $(wc -l < "$violations") - before ))
+
 # --- report -------------------------------------------------------------------------------
 total=$(wc -l < "$violations")
 if [ "$total" -gt 0 ]; then
   sort -t: -k1,1 -k2,2n "$violations"
   echo "check_layout: $total violation(s): includes $include_violations, file length $file_violations," \
-       "function length $function_violations, comment references $comment_violations" >&2
+       "function length $function_violations, comment references $comment_violations," \
+       "unbounded waits $wait_violations" >&2
   [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
   exit 1
 fi
@@ -209,9 +259,11 @@ printf 'check_layout: clean (%s)\n' "$root"
 printf '  %-34s %-32s %s\n' "check" "scanned" "limit / largest"
 printf '  %-34s %-32s %s\n' "a. sana/ includes vs layers" "$include_count includes, ${#cxx_files[@]} files" "upward 0, sideways 0"
 printf '  %-34s %-32s %s\n' "b. file length" "${#code_files[@]} files" "$max_file_lines / $longest_file_lines ($longest_file)"
+printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"
+printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
+       "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"
 if [ -n "$ctags_note" ]; then
   printf '  %-34s %s\n' "c. function length" "SKIPPED: $ctags_note"
   exit 77
 fi
 printf '  %-34s %-32s %s\n' "c. function length" "$function_count functions" "$max_function_lines / $longest_function_lines ($longest_function)"
-printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"

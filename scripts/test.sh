@@ -21,4 +21,16 @@ fi
 bash scripts/install_deps.sh
 SANA_BUILD_DIR=${SANA_BUILD_DIR:-$root/build} bash scripts/build.sh -DSANA_BUILD_TESTS=ON
 cd "${SANA_BUILD_DIR:-$root/build}"
-ctest --output-on-failure -j "${SANA_TEST_JOBS:-2}" --timeout 900 "${tier[@]}" "$@"
+# The last line counts the outcomes (from ctest's JUnit report): passed, failed, skipped
+# (a test that cannot run here exits 77: ctest's SKIP_RETURN_CODE).
+junit=$PWD/Testing/outcomes.xml
+rm -f "$junit"
+rc=0
+ctest --output-on-failure -j "${SANA_TEST_JOBS:-2}" --timeout 900 --output-junit "$junit" "${tier[@]}" "$@" || rc=$?
+if [ -f "$junit" ]; then
+  # An attribute of the <testsuite> element, which comes first.
+  count() { grep -m1 -oE "[[:space:]]$1=\"[0-9]+\"" "$junit" | grep -oE '[0-9]+'; }
+  total=$(count tests) failed=$(count failures) skipped=$(count skipped)
+  echo "tests: $((total - failed - skipped)) passed, $failed failed, $skipped skipped, of $total"
+fi
+exit "$rc"

@@ -15,10 +15,14 @@
 #   4. a work_dir that fills up during a checkpoint (a tmpfs sized from a real checkpoint
 #      so that the first fits and the second does not): exit 1 naming the path and "no
 #      space", the earlier checkpoint intact and still `latest`, no partial one left.
-# Parts 3 and 4 need `mount` (root); where it is not permitted they are skipped, said.
+# Parts 1 and 2 are ctest apps.bad_inputs, parts 3 and 4 apps.bad_inputs_work_dir: they need
+# `mount` (root), and where it is not permitted that test says so and exits 77 (Skipped).
+#   bash tests/apps/bad_inputs.sh [files | work_dir] [SANA_TRAIN_BINARY]
 # Every command runs under `timeout`; everything lives in a `mktemp -d` folder, unmounted
 # and removed on exit. Expected values come from the files this script writes, never from
 # a previous run's output.
+part=files
+case "${1:-}" in files | work_dir) part=$1; shift ;; esac
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -83,6 +87,109 @@ for i in range(count):
     shown = json.dumps(cap.decode("utf-8", "backslashreplace")) if cap_len <= 200 else ""
     print("%s\t%d\t%d\t%d\t%d\t%s" % (s[:path_len].decode("utf-8", "backslashreplace"), w, h, (flags >> 3) & 1, cap_len, shown))
 EOF
+
+if [ "$part" = work_dir ]; then
+# ==== 3 and 4: the work_dir's file system ====================================================
+common=(--config "$TINY" "--data.data_dir=[$IMAGES]" --train.visualize=false --train.log_interval=1
+        --train.save_model_steps=1 --train.save_model_epochs=0 --ckpt.keep_last_n=0)
+EROFS_TEXT=$(py -c 'import errno, os; print(os.strerror(errno.EROFS))')
+ENOSPC_TEXT=$(py -c 'import errno, os; print(os.strerror(errno.ENOSPC))')
+
+mount_tmpfs() {  # DIR OPTIONS: mounts a tmpfs, remembered for the cleanup; 1 if not permitted
+  mkdir -p "$1"
+  timeout 30 mount -t tmpfs -o "$2" tmpfs "$1" 2> "$W/mount.err" || return 1
+  MOUNTS+=("$1")
+}
+
+mount_tmpfs "$W/probe" size=1m || skip "mount is not permitted here: $(cat "$W/mount.err")"
+
+# --- 3. A read-only work_dir ---
+RO=$W/readonly
+if ! mount_tmpfs "$RO" ro,size=1m; then
+  fail "a read-only tmpfs could not be mounted, though a writable one could: $(cat "$W/mount.err")"
+else
+  # read_only WHAT LOG ARGS...: exit 1 (I/O) before its timeout, naming the folder and the cause.
+  read_only() {
+    local what=$1 log=$2
+    shift 2
+    local t0
+    t0=$(now)
+    run "$log" 60 "$@"
+    local secs
+    secs=$(elapsed_since "$t0")
+    [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ] && fail "$what: still running after 60 s"
+    assert_code "$RC" 1 "$what"
+    names_cause "$log" "$RO" "$EROFS_TEXT" "$what (stopped after $secs s)"
+    no_crash "$log" "$what"
+  }
+  read_only "training into a read-only work_dir" "$W/ro_train.log" "${common[@]}" --train.max_steps=2 "--work_dir=$RO"
+  read_only "training into a new folder on a read-only file system" "$W/ro_train_sub.log" \
+    "${common[@]}" --train.max_steps=2 "--work_dir=$RO/run"
+  read_only "check-data with a read-only work_dir" "$W/ro_check_data.log" \
+    check-data --config "$TINY" "--data.data_dir=[$IMAGES]" "--work_dir=$RO"
+  # The index command's --output there: whichever code it takes (the table is not definite
+  # on an output path the user must change), it stops at once naming the folder and the cause.
+  log=$W/ro_index.log
+  run "$log" 60 index --input "$IMAGES" --output "$RO/images.sidx"
+  if [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ]; then pass "index --output on a read-only file system fails (exit $RC)"
+  else fail "index --output on a read-only file system: exit code $RC"; fi
+  names_cause "$log" "$RO" "$EROFS_TEXT" "index --output on a read-only file system"
+  no_crash "$log" "index --output on a read-only file system"
+fi
+
+# --- 4. A work_dir that fills up during a checkpoint ---
+# A normal one-step run first: the size of a checkpoint and of what the run writes besides.
+normal=$W/normal
+log=$W/normal.log
+run "$log" 180 "${common[@]}" --train.max_steps=1 "--work_dir=$normal"
+assert_code "$RC" 0 "a one-step run (to measure a checkpoint)"
+ckpt_bytes=0
+if [ "$RC" -eq 0 ] && [ -f "$normal/checkpoints/latest" ]; then
+  ckpt_bytes=$(du -sb "$normal/checkpoints/$(cat "$normal/checkpoints/latest")" | cut -f1)
+  other_bytes=$(cd "$normal" && du -sbc index train.log config.yaml metrics.jsonl | tail -1 | cut -f1)
+  # Room for the other files, one checkpoint and half of another.
+  tmpfs_bytes=$((other_bytes + ckpt_bytes + ckpt_bytes / 2))
+  echo "a checkpoint takes $ckpt_bytes bytes, the rest of the run $other_bytes: a tmpfs of $tmpfs_bytes bytes"
+else
+  show "$log"
+fi
+FULL=$W/full
+if [ "$ckpt_bytes" -eq 0 ]; then
+  fail "no checkpoint to measure: the disk-full case cannot be sized"
+elif ! mount_tmpfs "$FULL" "size=$tmpfs_bytes"; then
+  fail "a tmpfs of $tmpfs_bytes bytes could not be mounted: $(cat "$W/mount.err")"
+else
+  log=$W/full.log
+  t0=$(now)
+  run "$log" 180 "${common[@]}" --train.max_steps=3 "--work_dir=$FULL"
+  secs=$(elapsed_since "$t0")
+  assert_code "$RC" 1 "training into a work_dir that fills up (stopped after $secs s)"
+  names_cause "$log" "$FULL/" "$ENOSPC_TEXT" "disk full"
+  no_crash "$log" "disk full"
+  root=$FULL/checkpoints
+  latest=$(cat "$root/latest" 2>/dev/null)
+  saved=$(cd "$root" 2>/dev/null && ls -d step_* 2>/dev/null)
+  if [ -z "$saved" ]; then
+    fail "disk full: no checkpoint was saved, though the tmpfs had room for one"
+  else
+    for c in $saved; do
+      run "$W/inspect_$c.log" 60 inspect "$root/$c"
+      assert_code "$RC" 0 "disk full: inspect of $c (every checkpoint under its final name is whole)"
+    done
+    newest=$(echo "$saved" | sort | tail -1)
+    if [ -n "$latest" ] && [ "$latest" = "$newest" ]; then pass "disk full: latest names $latest, the newest whole checkpoint"
+    else fail "disk full: latest names '$latest', the newest whole checkpoint is $newest"; fi
+    run "$W/inspect_work_dir.log" 60 inspect "$FULL"
+    assert_code "$RC" 0 "disk full: inspect of the work_dir (its latest)"
+    no_crash "$W/inspect_work_dir.log" "disk full: inspect"
+  fi
+  left=$(cd "$root" 2>/dev/null && ls -A | grep -vE '^(step_[0-9]+|latest)$' | tr '\n' ' ')
+  if [ -z "$left" ]; then pass "disk full: no partial checkpoint or temporary file left in checkpoints/"
+  else fail "disk full: the failed write left $left($(du -sh "$root" | cut -f1) used of the full disk)"; fi
+fi
+assert_no_leftovers
+finish
+fi
 
 # ==== 1. Broken images =======================================================================
 # Writes the images and manifest.tsv: name, what decoding must give ("good" or the reason
@@ -371,103 +478,6 @@ fi
 printf 'path,caption,width\na.jpg,"line one\nline two",64\na.jpg,third row,64\na.jpg,a bad width,abc\n' \
   > "$M/newline_then_error.csv"
 index_error newline_then_error_csv "$M/newline_then_error.csv" 5 "width"
-
-# ==== 3 and 4: the work_dir's file system ====================================================
-common=(--config "$TINY" "--data.data_dir=[$IMAGES]" --train.visualize=false --train.log_interval=1
-        --train.save_model_steps=1 --train.save_model_epochs=0 --ckpt.keep_last_n=0)
-EROFS_TEXT=$(py -c 'import errno, os; print(os.strerror(errno.EROFS))')
-ENOSPC_TEXT=$(py -c 'import errno, os; print(os.strerror(errno.ENOSPC))')
-
-mount_tmpfs() {  # DIR OPTIONS: mounts a tmpfs, remembered for the cleanup; 1 if not permitted
-  mkdir -p "$1"
-  timeout 30 mount -t tmpfs -o "$2" tmpfs "$1" 2> "$W/mount.err" || return 1
-  MOUNTS+=("$1")
-}
-
-# --- 3. A read-only work_dir ---
-RO=$W/readonly
-if ! mount_tmpfs "$RO" ro,size=1m; then
-  echo "skip: a read-only work_dir (mount is not permitted here: $(cat "$W/mount.err"))"
-else
-  # read_only WHAT LOG ARGS...: exit 1 (I/O) before its timeout, naming the folder and the cause.
-  read_only() {
-    local what=$1 log=$2
-    shift 2
-    local t0
-    t0=$(now)
-    run "$log" 60 "$@"
-    local secs
-    secs=$(elapsed_since "$t0")
-    [ "$RC" -eq 124 ] || [ "$RC" -eq 137 ] && fail "$what: still running after 60 s"
-    assert_code "$RC" 1 "$what"
-    names_cause "$log" "$RO" "$EROFS_TEXT" "$what (stopped after $secs s)"
-    no_crash "$log" "$what"
-  }
-  read_only "training into a read-only work_dir" "$W/ro_train.log" "${common[@]}" --train.max_steps=2 "--work_dir=$RO"
-  read_only "training into a new folder on a read-only file system" "$W/ro_train_sub.log" \
-    "${common[@]}" --train.max_steps=2 "--work_dir=$RO/run"
-  read_only "check-data with a read-only work_dir" "$W/ro_check_data.log" \
-    check-data --config "$TINY" "--data.data_dir=[$IMAGES]" "--work_dir=$RO"
-  # The index command's --output there: whichever code it takes (the table is not definite
-  # on an output path the user must change), it stops at once naming the folder and the cause.
-  log=$W/ro_index.log
-  run "$log" 60 index --input "$IMG" --output "$RO/images.sidx"
-  if [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] && [ "$RC" -ne 137 ]; then pass "index --output on a read-only file system fails (exit $RC)"
-  else fail "index --output on a read-only file system: exit code $RC"; fi
-  names_cause "$log" "$RO" "$EROFS_TEXT" "index --output on a read-only file system"
-  no_crash "$log" "index --output on a read-only file system"
-fi
-
-# --- 4. A work_dir that fills up during a checkpoint ---
-# A normal one-step run first: the size of a checkpoint and of what the run writes besides.
-normal=$W/normal
-log=$W/normal.log
-run "$log" 180 "${common[@]}" --train.max_steps=1 "--work_dir=$normal"
-assert_code "$RC" 0 "a one-step run (to measure a checkpoint)"
-ckpt_bytes=0
-if [ "$RC" -eq 0 ] && [ -f "$normal/checkpoints/latest" ]; then
-  ckpt_bytes=$(du -sb "$normal/checkpoints/$(cat "$normal/checkpoints/latest")" | cut -f1)
-  other_bytes=$(cd "$normal" && du -sbc index train.log config.yaml metrics.jsonl | tail -1 | cut -f1)
-  # Room for the other files, one checkpoint and half of another.
-  tmpfs_bytes=$((other_bytes + ckpt_bytes + ckpt_bytes / 2))
-  echo "a checkpoint takes $ckpt_bytes bytes, the rest of the run $other_bytes: a tmpfs of $tmpfs_bytes bytes"
-else
-  show "$log"
-fi
-FULL=$W/full
-if [ "$ckpt_bytes" -eq 0 ]; then
-  fail "no checkpoint to measure: the disk-full case cannot be sized"
-elif ! mount_tmpfs "$FULL" "size=$tmpfs_bytes"; then
-  echo "skip: a work_dir that fills up (mount is not permitted here: $(cat "$W/mount.err"))"
-else
-  log=$W/full.log
-  t0=$(now)
-  run "$log" 180 "${common[@]}" --train.max_steps=3 "--work_dir=$FULL"
-  secs=$(elapsed_since "$t0")
-  assert_code "$RC" 1 "training into a work_dir that fills up (stopped after $secs s)"
-  names_cause "$log" "$FULL/" "$ENOSPC_TEXT" "disk full"
-  no_crash "$log" "disk full"
-  root=$FULL/checkpoints
-  latest=$(cat "$root/latest" 2>/dev/null)
-  saved=$(cd "$root" 2>/dev/null && ls -d step_* 2>/dev/null)
-  if [ -z "$saved" ]; then
-    fail "disk full: no checkpoint was saved, though the tmpfs had room for one"
-  else
-    for c in $saved; do
-      run "$W/inspect_$c.log" 60 inspect "$root/$c"
-      assert_code "$RC" 0 "disk full: inspect of $c (every checkpoint under its final name is whole)"
-    done
-    newest=$(echo "$saved" | sort | tail -1)
-    if [ -n "$latest" ] && [ "$latest" = "$newest" ]; then pass "disk full: latest names $latest, the newest whole checkpoint"
-    else fail "disk full: latest names '$latest', the newest whole checkpoint is $newest"; fi
-    run "$W/inspect_work_dir.log" 60 inspect "$FULL"
-    assert_code "$RC" 0 "disk full: inspect of the work_dir (its latest)"
-    no_crash "$W/inspect_work_dir.log" "disk full: inspect"
-  fi
-  left=$(cd "$root" 2>/dev/null && ls -A | grep -vE '^(step_[0-9]+|latest)$' | tr '\n' ' ')
-  if [ -z "$left" ]; then pass "disk full: no partial checkpoint or temporary file left in checkpoints/"
-  else fail "disk full: the failed write left $left($(du -sh "$root" | cut -f1) used of the full disk)"; fi
-fi
 
 assert_no_leftovers
 finish

@@ -26,7 +26,7 @@ PY
 else
   fail "the round trip changed the weights"; cat "$SCRATCH/cmp.txt"
 fi
-/usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_layers"] = 7; json.dump(c, open(sys.argv[1], "w"))' \
+timeout 120 /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_layers"] = 7; json.dump(c, open(sys.argv[1], "w"))' \
   "$SCRATCH/transformer/config.json"
 ex --from "$SCRATCH/transformer" --format upstream --out "$SCRATCH/c.pth"; assert_code $? 2 "a config.json of another depth"
 assert_contains "$SCRATCH/export.log" "num_layers: file 7, preset 4" "the error names the field"

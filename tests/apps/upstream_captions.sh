@@ -32,7 +32,7 @@ settings() {
   local defaults='{"hq_only": false, "del_img_clip_thr": 0.0, "caption_selection_type": "clipscore",
     "caption_proportion": {"prompt": 1}, "external_caption_suffixes": [], "external_clipscore_suffixes": [],
     "clip_thr": 0.0, "clip_thr_temperature": 1.0}'
-  "$PY" -c 'import json, sys
+  timeout 120 "$PY" -c 'import json, sys
 s = json.loads(sys.argv[1]); s.update(json.loads(sys.argv[2]))
 json.dump(s, open(sys.argv[3] + ".json", "w"))
 with open(sys.argv[3] + ".data", "w") as f:

@@ -24,8 +24,8 @@ case "$launcher" in
     if ! timeout 60 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 1 \
         --master_port "$port" --redirects 2 --tee 2 --log_dir "$SCRATCH/probe" \
         --no_python /bin/true > "$SCRATCH/probe.log" 2>&1; then
-      echo "skipped: this torchrun cannot start /bin/true:"; tail -3 "$SCRATCH/probe.log"
-      exit 77
+      tail -3 "$SCRATCH/probe.log"
+      skip "this torchrun cannot start /bin/true (above)"
     fi
     timeout 120 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node "$n" \
       --master_port "$port" --redirects 2 --tee 2 --log_dir "$SCRATCH/torchrun" \
@@ -45,7 +45,7 @@ case "$launcher" in
       pids+=($!)
     done
     code=0
-    for p in "${pids[@]}"; do wait "$p" || code=$?; done
+    for p in "${pids[@]}"; do code_of "$p" 130; [ "$CODE" -eq 0 ] || code=$CODE; done
     cat "$SCRATCH"/rank*.log > "$out"
     expect_via="slurm"; expect_store="store localhost:$((20000 + job)) hosted by rank 0" ;;
   *) echo "unknown launcher $launcher"; exit 2 ;;

@@ -47,15 +47,19 @@ first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
 base = torch.load(f"{root}/base.pth", map_location="cpu")["state_dict"]
 final, _ = read_safetensors(f"{root}/ref/model.safetensors")
 control = sorted(k for k in final if k.startswith("controlnet."))
-same = all(torch.equal(final[k], base[k]) for k in base if k in final)
-covered = sorted(k for k in final if not k.startswith("controlnet.")) == sorted(k for k in base if k in final)
+# Every tensor of the base, each one: in the final file and equal; nothing else but controlnet.*.
+missing = sorted(k for k in base if k not in final)
+same = not missing and all(torch.equal(final[k], base[k]) for k in base)
+covered = sorted(k for k in final if not k.startswith("controlnet.")) == sorted(base)
+if missing:
+    print(f"base tensors missing from the final file: {missing[:5]}")
 moved = sum(not torch.equal(final[k], torch.zeros_like(final[k])) for k in control if "after_proj" in k)
 # The 32x32 grid: 2 rows of [control map | sample], 2-pixel gaps.
 grid = np.asarray(Image.open(f"{root}/ref/previews/step000040_32x32.png").convert("RGB")).astype(int)
 maps, samples = grid[:, :32], grid[:, 34:]
 binary = set(np.unique(maps)) <= {0, 255}
 print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10); {len(control)} control tensors, "
-      f"base tensors {'all equal to base.pth' if same and covered else 'CHANGED'}, {moved} after_proj moved from 0; "
+      f"{len(base)} base tensors {'all present and equal to base.pth' if same and covered else 'CHANGED OR MISSING'}, {moved} after_proj moved from 0; "
       f"preview {grid.shape[1]}x{grid.shape[0]}: maps {'black and white' if binary else 'NOT binary'}, "
       f"samples {len(np.unique(samples))} levels")
 sys.exit(0 if len(losses) == 40 and last < first * 0.9 and same and covered and moved > 0 and binary and
@@ -101,7 +105,7 @@ same_losses ref zero3 20 "stage 3 vs stage 0"
 #    small TorchScript VAE encodes each sample's canny map beside its image; 10 steps on the
 #    features (data.load_vae_feat) give the losses of 10 steps that encode both online.
 root=$(cd "$(dirname "$0")/../.." && pwd)
-/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
   fail "python3-torch could not export the stand-in VAE"
 vae=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
      --vae.vae_downsample_rate=4 --data.random_flip=false --model.load_from= --train.max_steps=10)

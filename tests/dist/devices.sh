@@ -24,7 +24,7 @@ port=$(free_port)
 SANA_TEST_CUDA_DEVICES=GPU-x,GPU-y start_rank 0 2 "$port" check-dist --dist.timeout_s=30
 SANA_TEST_CUDA_DEVICES=GPU-y,GPU-x start_rank 1 2 "$port" check-dist --dist.timeout_s=30
 for r in 0 1; do
-  code_of "${PIDS[$r]}"; assert_code "$CODE" 2 "rank $r with a shared GPU"
+  code_of "${PIDS[$r]}" 60; assert_code "$CODE" 2 "rank $r with a shared GPU"
   assert_contains "$SCRATCH/rank$r.log" "rank 0 (cuda:0) and rank 1 (cuda:1) are both on GPU GPU-x of host" "rank $r names both ranks and the device"
 done
 

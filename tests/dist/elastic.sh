@@ -28,7 +28,7 @@ for w in 1 4; do
 done
 assert_contains "$SCRATCH/g8w3/train.rank2.log" "global batch 8: 2 samples on this rank in 1 micro-batch of at most 2" \
   "rank 2 of 3 takes 2 of 8 samples"
-/usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/losses.log" 2>&1
+timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/losses.log" 2>&1
 import json, sys
 root = sys.argv[1]
 def losses(name):
@@ -58,8 +58,8 @@ assert_contains "$SCRATCH/r3.log" "train.global_batch_size 8 -> train.global_bat
   "the change of batch is said"
 run r2 2 "${x[@]}" --train.max_steps=6 --train.global_batch_size=4; assert_code $? 0 "to step 6 on 2, G 4"
 run r1 1 "${x[@]}" --train.max_steps=10 --train.global_batch_size=4; assert_code $? 0 "to step 10 on 1, G 4"
-"$BIN" plan "${common[@]}" --work_dir="$SCRATCH/plan" --samples > "$SCRATCH/samples.tsv" 2> /dev/null
-/usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/samples.log" 2>&1
+timeout 300 "$BIN" plan "${common[@]}" --work_dir="$SCRATCH/plan" --samples > "$SCRATCH/samples.tsv" 2> /dev/null
+timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/samples.log" 2>&1
 import collections, glob, sys
 root = sys.argv[1]
 bucket = {}
@@ -103,7 +103,7 @@ for w in 1 2 4; do
 done
 assert_contains "$SCRATCH/tok4.log" "train.batch_tokens 4096: global batches of 4 to 16 samples by bucket" \
   "the log gives the batch range"
-/usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/tokens.log" 2>&1
+timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/tokens.log" 2>&1
 import json, sys
 root = sys.argv[1]
 rows = {w: [json.loads(l) for l in open(f"{root}/tok{w}/metrics.jsonl")] for w in (1, 2, 4)}
@@ -121,8 +121,10 @@ code=$?
 cat "$SCRATCH/tokens.log"
 assert_code $code 0 "64-px steps hold 1/4 the samples of 32-px ones; losses equal at 1, 2 and 4 processes"
 # 4. data.sampler distributed trains torch's DistributedSampler partition (it depends on the
-#    world size): 3 processes cannot split 8 as it does; on 2 each rank trains the ids
-#    `plan --json` gives it.
+#    world size): 3 processes cannot split 8 as it does; on 2 each rank trains, step by step,
+#    the ids python3-torch's DistributedSampler itself gives it (tests/reference/
+#    distributed_sampler.py; seed train.seed, epoch 0), an id being the sample's place among
+#    the data's files in sorted order.
 sampler=(--data.sampler=distributed --model.multi_scale=false --train.max_steps=2)
 run dist3 3 "--work_dir=$SCRATCH/dist3" "${sampler[@]}"
 assert_code $? 2 "data.sampler distributed refuses 8 samples on 3 processes"
@@ -131,22 +133,26 @@ assert_contains "$SCRATCH/dist3.log" "data.sampler=distributed gives every proce
 export SANA_TEST_LOG_IDS=1
 run dist2 2 "--work_dir=$SCRATCH/dist2" "${sampler[@]}"; assert_code $? 0 "data.sampler distributed on 2 processes"
 unset SANA_TEST_LOG_IDS
-for r in 0 1; do
-  "$BIN" plan "${common[@]}" "${sampler[@]}" --work_dir="$SCRATCH/dist2plan" --json --world-size 2 --rank $r \
-    > "$SCRATCH/dist_plan$r.json" 2> /dev/null
-done
-/usr/bin/python3 - "$SCRATCH" <<'PY'
+seed=$(sed -n 's/^  seed: *\([0-9]*\).*/\1/p' "$config")
+n=$(find "$data" -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.webp' \) | wc -l)
+timeout 120 /usr/bin/python3 "$(dirname "$0")/../reference/distributed_sampler.py" "[[$n, 2, $seed, 0, 1, 1]]" \
+  > "$SCRATCH/torch_sampler.json" 2> "$SCRATCH/torch_sampler.err" || { fail "DistributedSampler"; cat "$SCRATCH/torch_sampler.err"; }
+timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY'
 import collections, json, sys
 root = sys.argv[1]
+torch_lists = json.load(open(f"{root}/torch_sampler.json"))[0]
 ok = True
 for r in (0, 1):
-    planned = json.load(open(f"{root}/dist_plan{r}.json"))["steps"][:2]
     trained = collections.defaultdict(list)
     for line in open(f"{root}/dist2/ids.rank{r}.w2.log"):
         e, s, *ids = map(int, line.split())
-        trained[s] += ids
-    same = [trained[0], trained[1]] == planned
-    print(f"rank {r}: trained {dict(trained)}, DistributedSampler's {planned}: {'same' if same else 'DIFFERENT'}")
+        trained[(e, s)] += ids
+    per_step = len(trained[(0, 0)])  # global batch 8 on 2 processes: 4
+    want = torch_lists[r]
+    expected = {(0, s): want[s * per_step:(s + 1) * per_step] for s in range(2)}
+    same = per_step == 4 and dict(trained) == expected
+    print(f"rank {r}: trained {dict(trained)}, DistributedSampler's {expected} (of its {len(want)}): "
+          f"{'same' if same else 'DIFFERENT'}")
     ok = ok and same
 sys.exit(0 if ok else 1)
 PY

@@ -69,7 +69,7 @@ strike_target() {  # WORK LOG RANK MOMENT
 # one process (the plan does not depend on the world size); once, since every trial trains
 # the same data with the same settings.
 plan_steps() {  # OUT_JSON
-  /usr/bin/python3 - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
+  timeout 300 /usr/bin/python3 - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
 import json, subprocess, sys
 out_json, binary, config, data, steps, work = sys.argv[1:7]
 steps = int(steps)
@@ -90,7 +90,7 @@ PY
 # Every planned sample of the first $steps steps trained exactly once: the first run's ids
 # before the checkpoint the resume loaded, and all of the resumed run's.
 check_samples() {  # WORK RESUME_LOG
-  /usr/bin/python3 - "$1" "$2" "$SCRATCH/planned.json" <<'PY'
+  timeout 120 /usr/bin/python3 - "$1" "$2" "$SCRATCH/planned.json" <<'PY'
 import collections, glob, json, re, sys
 work, resume_log, planned_json = sys.argv[1:4]
 m = re.search(r"resumed from (\S+) ", open(resume_log).read())
@@ -127,11 +127,13 @@ for trial in $(seq 1 "$trials"); do
   ckpt_delay=0 index_delay=0
   [ "$moment" = checkpoint ] && ckpt_delay=150
   [ "$moment" = start-up ] && index_delay=2000
-  SANA_TEST_CKPT_STAGE_DELAY_MS=$ckpt_delay SANA_TEST_INDEX_DELAY_MS=$index_delay "$BIN" launch --nproc-per-node 3 -- "${common[@]}" "--work_dir=$work" > "$log" 2>&1 &
-  LAUNCHER=$!
+  # start_bounded, not `timeout`: term_launcher's SIGTERM must reach the launcher itself.
+  start_bounded 400 "$log" env SANA_TEST_CKPT_STAGE_DELAY_MS=$ckpt_delay SANA_TEST_INDEX_DELAY_MS=$index_delay \
+    "$BIN" launch --nproc-per-node 3 -- "${common[@]}" "--work_dir=$work"
+  LAUNCHER=$BG
   target=$(strike_target "$work" "$log" "$rank" "$moment")
   if [ -z "$target" ]; then
-    fail "trial $trial: the moment ($moment) never came"; tail -20 "$log"; kill -KILL "$LAUNCHER"; wait "$LAUNCHER"
+    fail "trial $trial: the moment ($moment) never came"; tail -20 "$log"; kill -KILL "$LAUNCHER"; code_of "$LAUNCHER" 10
     pkill -KILL -f "$TOKEN"; continue
   fi
   case $fault in
@@ -143,7 +145,7 @@ for trial in $(seq 1 "$trials"); do
   wait_until_gone $((limit + 20))
   secs=$(elapsed_since "$t0")
   kill -KILL "$LAUNCHER" 2>/dev/null  # gone already, unless the limit check below fails
-  wait "$LAUNCHER"; code=$?
+  code_of "$LAUNCHER" 10; code=$CODE
   max_exit=$(awk -v a="$max_exit" -v b="$secs" 'BEGIN { print (b > a) ? b : a }')
   echo "trial $trial: $fault of rank $rank at $moment -> launcher exit $code, all gone after $secs s"
   awk -v s="$secs" -v l="$limit" 'BEGIN { exit !(s <= l) }' || fail "trial $trial: processes ran ${secs} s after the fault (limit $limit s)"
@@ -163,7 +165,7 @@ for trial in $(seq 1 "$trials"); do
   esac
   if [ -f "$work/checkpoints/latest" ]; then
     named=$work/checkpoints/$(cat "$work/checkpoints/latest")
-    "$BIN" inspect "$named" > "$SCRATCH/inspect.log" 2>&1 || { fail "trial $trial: latest ($named) does not verify"; cat "$SCRATCH/inspect.log"; }
+    timeout 120 "$BIN" inspect "$named" > "$SCRATCH/inspect.log" 2>&1 || { fail "trial $trial: latest ($named) does not verify"; cat "$SCRATCH/inspect.log"; }
   fi
   for f in "$work"/ids.*.log; do [ -f "$f" ] && mv "$f" "$work/first.$(basename "$f")"; done
   nproc=$((2 + trial % 2))

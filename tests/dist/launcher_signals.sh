@@ -2,28 +2,29 @@
 # The launcher gets SIGTERM: it forwards it, every worker stops, it exits 143, and no
 # process of the run remains. Also: a launcher killed with SIGKILL takes its workers along.
 . "$(dirname "$0")/lib.sh"
+# Started by start_bounded, not under `timeout`: the signals must reach the launcher itself.
 out=$SCRATCH/term.log
-"$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --dist.timeout_s=20 \
-  --work_dir="$SCRATCH/$TOKEN" > "$out" 2>&1 &
-launcher=$!
+start_bounded 120 "$out" "$BIN" launch --nproc-per-node 2 -- check-dist --seconds 60 --dist.timeout_s=20 \
+  --work_dir="$SCRATCH/$TOKEN"
+launcher=$BG
 wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
 kill -TERM "$launcher"
 t0=$(now)
-wait_for_exit "$launcher" 20 || fail "the launcher still runs 20 s after SIGTERM"
+code_of "$launcher" 20
 echo "SIGTERM -> launcher exited after $(elapsed_since "$t0") s"
-code_of "$launcher"; assert_code "$CODE" 143 "launcher after SIGTERM"
+assert_code "$CODE" 143 "launcher after SIGTERM"
 assert_contains "$out" "got signal 15; stopping all workers" "the launcher says why it stops"
 assert_no_leftovers
 
 # The workers here are grandchildren (sh does not exec): only the lifeline reaches them.
 out=$SCRATCH/kill.log
-"$BIN" launch --nproc-per-node 2 -- /bin/sh -c "$BIN check-dist --seconds 60 \
-  --dist.timeout_s=20 --work_dir=$SCRATCH/$TOKEN; true" > "$out" 2>&1 &
-launcher=$!
+start_bounded 120 "$out" "$BIN" launch --nproc-per-node 2 -- /bin/sh -c "$BIN check-dist --seconds 60 \
+  --dist.timeout_s=20 --work_dir=$SCRATCH/$TOKEN; true"
+launcher=$BG
 wait_for_line "$out" "soak: all-reducing" 60 || fail "the soak did not start"
 kill -KILL "$launcher"
-code_of "$launcher"
-wait_until_gone 10
+code_of "$launcher" 5
+wait_until_gone 10 || fail "workers remain 10 s after the launcher's SIGKILL"
 assert_no_leftovers
 
 # Restarts: a worker that fails on the first attempt only.

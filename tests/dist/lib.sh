@@ -12,7 +12,7 @@ fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
 pass() { echo "ok: $*"; }
 
 free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+  timeout 30 /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
 }
 
 now() { date +%s.%N; }
@@ -94,20 +94,58 @@ assert_code() {  # ACTUAL EXPECTED WHAT
   if [ "$1" -eq "$2" ]; then pass "$3 (exit $1)"; else fail "$3: exit code $1, expected $2"; fi
 }
 
+# Every process a test starts runs under `timeout`, or is started by start_bounded when
+# the test must signal the process itself (a `timeout` in between would take the signal):
+# then code_of waits for it until its deadline at most. scripts/check_layout.sh (rule e)
+# holds tests/ to this.
+declare -A DEADLINE
+# start_bounded SECONDS OUT CMD...: CMD in the background, output in OUT, its pid in BG;
+# code_of BG waits for it until SECONDS after the start.
+start_bounded() {
+  local seconds=$1 out=$2
+  shift 2
+  "$@" > "$out" 2>&1 &  # bounded: code_of's deadline
+  BG=$!
+  DEADLINE[$BG]=$(( $(date +%s) + seconds ))
+}
+
 # Starts rank R of W by hand with a torchrun-style environment (no launcher); output goes
-# to $SCRATCH/rank<R>.log; the pid is in PIDS[R]. Extra arguments go to sana-train.
+# to $SCRATCH/rank<R>.log; the pid is in PIDS[R]; code_of waits for it 300 s after the
+# start at most. Extra arguments go to sana-train.
 declare -a PIDS
 start_rank() {
   local rank=$1 world=$2 port=$3
   shift 3
-  RANK=$rank WORLD_SIZE=$world LOCAL_RANK=$rank LOCAL_WORLD_SIZE=$world \
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$BIN" "$@" --work_dir="$SCRATCH/$TOKEN" > "$SCRATCH/rank$rank.log" 2>&1 &
-  PIDS[$rank]=$!
+  start_bounded 300 "$SCRATCH/rank$rank.log" env RANK="$rank" WORLD_SIZE="$world" LOCAL_RANK="$rank" \
+    LOCAL_WORLD_SIZE="$world" MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" "$BIN" "$@" --work_dir="$SCRATCH/$TOKEN"
+  PIDS[$rank]=$BG
 }
 
-# Waits for a background pid of this shell and puts its exit code in CODE.
-code_of() { wait "$1"; CODE=$?; }
+# code_of PID [SECONDS]: waits for a background pid of this shell, at most SECONDS (by
+# default until start_bounded's deadline, or 300 s), and puts its exit code in CODE. One
+# still running then fails the test, naming its command line, and is killed (CODE 124).
+code_of() {
+  local pid=$1 seconds=${2:-}
+  if [ -z "$seconds" ]; then
+    seconds=$(( ${DEADLINE[$pid]:-$(( $(date +%s) + 300 ))} - $(date +%s) ))
+    [ "$seconds" -lt 1 ] && seconds=1
+  fi
+  if wait_for_exit "$pid" "$seconds"; then
+    wait "$pid"; CODE=$?  # bounded: it has exited
+  else
+    fail "still running after $seconds s, killed: $(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-160)"
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid"; CODE=124  # bounded: killed above
+  fi
+}
+
+# skip WHY: this test cannot run here. It says "skipped: WHY" and exits 77, which ctest
+# (SKIP_RETURN_CODE) shows as Skipped; a check that already failed still fails the test.
+skip() {
+  [ "$FAILURES" -ne 0 ] && finish
+  echo "skipped: $*"
+  exit 77
+}
 
 # launch_named NAME NPROC ARGS...: `sana-train launch` of NPROC processes with the script's
 # `common` arguments and work_dir $SCRATCH/NAME (a later --work_dir in ARGS wins), under a
@@ -220,18 +258,15 @@ refuses_other_base() {
 # checks that it exits 130 (128 + SIGINT) within 120 s; 240 s to reach the step.
 stop_at_step() {
   local cmd=$1 metrics=$2 step=$3 log=$4 what=$5
-  setsid bash -c "exec $cmd" > "$log" 2>&1 &
-  local pid=$!
+  start_bounded 360 "$log" setsid bash -c "exec $cmd"
+  local pid=$BG
   if ! wait_for_line "$metrics" "\"step\":$step," 240; then
-    fail "$what did not reach step $step"; kill -KILL -- "-$pid"; cat "$log"; return
+    fail "$what did not reach step $step"; kill -KILL -- "-$pid"; code_of "$pid" 10; cat "$log"; return
   fi
   kill -INT -- "-$pid"
-  if wait_for_exit "$pid" 120; then
-    wait "$pid"
-    assert_code $? 130 "$what, stopped with Ctrl-C (the launcher exits 128 + SIGINT)"
-  else
-    fail "$what did not stop within 120 s of Ctrl-C"; kill -KILL -- "-$pid"
-  fi
+  wait_for_exit "$pid" 120 || { fail "$what did not stop within 120 s of Ctrl-C"; kill -KILL -- "-$pid"; }
+  code_of "$pid" 10
+  assert_code "$CODE" 130 "$what, stopped with Ctrl-C (the launcher exits 128 + SIGINT)"
 }
 
 # readme_commands NAME MIN: the commands of README.md's block between <!-- NAME:begin -->
@@ -254,7 +289,7 @@ as_a_user() {
   mkdir bin && ln -s "$BIN" bin/sana-train
   export PATH=$SCRATCH/bin:$PATH
   bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
-  /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
+  timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
     { fail "python3-torch could not export the stand-in encoders"; finish; }
 }
 

@@ -10,7 +10,7 @@
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bash "$root/scripts/prepare_example_data.sh" "$SCRATCH/data" > /dev/null || { fail "no example data"; finish; }
-/usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
   { fail "python3-torch could not export the encoders"; finish; }
 enc=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
      --vae.vae_downsample_rate=4 --text_encoder.text_encoder_name=torchscript

@@ -76,8 +76,8 @@ while kill -0 "$launcher" 2>/dev/null; do
   done
   sleep 0.2  # the sampling period, not a wait for a condition
 done
-wait "$launcher"
-rc=$?
+code_of "$launcher" 30  # the loop above ran until it exited; timeout -k bounds it
+rc=$CODE
 # SANA_SOAK_SAMPLES=FILE keeps the samples (time, rank, step, RSS kB, open fds) for a plot.
 [ -n "${SANA_SOAK_SAMPLES:-}" ] && cp "$samples" "$SANA_SOAK_SAMPLES"
 secs=$(elapsed_since "$t0")

@@ -17,6 +17,11 @@ assert_code "$code" 2 "launcher exits with the failed rank's code"
 assert_contains "$out" "[rank 1] config error: dist.timeout_s: expected number, got \"soon\"" "rank 1 names the key"
 assert_contains "$out" "rank 1 exited with code 2" "the launcher says who failed"
 echo "launcher run ended ${secs} s after start"
+if awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t / 2) }'; then
+  pass "the launcher stopped the others at once (${secs} s; dist.timeout_s=$timeout_s, the soak 30 s)"
+else
+  fail "the launcher's run took ${secs} s to end after rank 1's config error"
+fi
 assert_no_leftovers
 
 # Without a launcher, for each failing rank (a client, then the store's host).
@@ -29,7 +34,7 @@ for bad in 1 0; do
     start_rank "$r" 3 "$port" check-dist --dist.timeout_s=$timeout_s "${extra[@]}"
   done
   for r in 0 1 2; do
-    code_of "${PIDS[$r]}"; code=$CODE
+    code_of "${PIDS[$r]}" $((timeout_s + 30)); code=$CODE
     if [ "$r" = "$bad" ]; then
       assert_code "$code" 2 "rank $r (the failing one)"
       assert_contains "$SCRATCH/rank$r.log" "train.seed: -5 is out of range" "rank $r names the key"

@@ -3,7 +3,8 @@
 # that an independent reader (tests/apps/tensorboard_events.py: TFRecord CRCs, protobuf
 # wire format by hand) reads whole: every step's scalars equal to metrics.jsonl, and the
 # preview grids of both ranks as PNG images at their steps. A flipped byte is caught;
-# report_to: none writes no event file.
+# report_to: none writes no event file. The model TFLOP/s logged is the training FLOPs over
+# the step's time, and those FLOPs are python3-torch's profiler's count of upstream's modules.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_EXAMPLE_DATA:-${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}}
@@ -22,7 +23,7 @@ else
 fi
 # The model TFLOP/s per process in metrics.jsonl is the model's training FLOPs ("train" that
 # `sana-train model --json` counts: 3 x forward here) over the step's time and the 2 processes.
-"$BIN" model --json --no-memory "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
+timeout 300 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
 if /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" > "$SCRATCH/flops.log" 2>&1 <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
@@ -38,6 +39,28 @@ for line in open(sys.argv[2]):
 print(f"{checked} steps: TFLOP/s x step time x processes = sana-train model's training FLOPs x samples")
 PY
 then pass "$(tail -1 "$SCRATCH/flops.log")"; else fail "FLOP/s: $(tail -2 "$SCRATCH/flops.log")"; fi
+# And those FLOPs counted apart from the model: python3-torch's profiler (with_flops) on
+# upstream's modules (tests/reference/upstream_model.py --flops), one forward pass of one
+# sample at every bucket the run trained; training is 3 forward passes' worth here.
+if timeout 300 /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" "$(dirname "$0")/../reference/upstream_model.py" \
+    > "$SCRATCH/oracle.log" 2>&1 <<'PY'
+import json, subprocess, sys
+model = json.load(open(sys.argv[1]))
+buckets = sorted({(m["height"], m["width"]) for m in map(json.loads, open(sys.argv[2]))})
+ours = {(f["height"], f["width"]): f for f in model["flops_every_bucket"]}
+spec = json.dumps(model["spec"])
+for h, w in buckets:
+    run = subprocess.run([sys.executable, sys.argv[3], "--flops", spec, str(h), str(w)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    counted = int(run.stdout)
+    f = ours[(h, w)]
+    assert abs(f["forward"] - counted) <= 1e-9 * counted, (h, w, f["forward"], counted)
+    assert abs(f["train"] - 3 * counted) <= 1e-9 * counted, (h, w, f["train"], counted)
+trained = ", ".join(f"{h}x{w}" for h, w in buckets)
+print(f"every bucket trained ({trained}): the forward FLOPs equal the profiler's count of upstream's modules, training 3 x")
+PY
+then pass "$(tail -1 "$SCRATCH/oracle.log")"; else fail "FLOPs against the profiler: $(tail -3 "$SCRATCH/oracle.log")"; fi
 # Preview grids of rank 1 (the buckets it renders) are in rank 0's file too.
 if grep -q "r1/2 I\] preview: " "$dir/train.rank1.log"; then pass "rank 1 rendered previews"; else fail "rank 1 rendered no preview"; fi
 
@@ -48,7 +71,7 @@ file=$(ls "$dir"/tensorboard/events.out.tfevents.* | head -1)
 cp "$file" "$SCRATCH/bad/tensorboard/"
 copy="$SCRATCH/bad/tensorboard/$(basename "$file")"
 size=$(stat -c %s "$copy")
-/usr/bin/python3 -c 'import sys; p, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read()); b[at] ^= 0x40; open(p, "wb").write(b)' "$copy" $((size / 2))
+timeout 120 /usr/bin/python3 -c 'import sys; p, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read()); b[at] ^= 0x40; open(p, "wb").write(b)' "$copy" $((size / 2))
 if /usr/bin/python3 "$reader" "$SCRATCH/bad" 20 10 20 > "$SCRATCH/bad.log" 2>&1; then
   fail "a corrupted event file passed the reader"
 else

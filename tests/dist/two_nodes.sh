@@ -8,7 +8,7 @@
 #   3. one node given a wrong --master-addr: both stop within the timeout, saying so;
 #   4. a node that starts LATE_S (default 60) seconds after the other: the first waits,
 #      bounded by dist.timeout_s, and the run finishes.
-# Needs root (ip netns); skips with a message where namespaces cannot be made.
+# Needs root (ip netns); where namespaces cannot be made it says so and exits 77 (Skipped).
 . "$(dirname "$0")/lib.sh"
 late_s=${LATE_S:-60}
 ns0=sana$$a ns1=sana$$b veth0=sv$$a veth1=sv$$b
@@ -20,8 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 if ! ip netns add "$ns0" 2>/dev/null; then
-  echo "skipped: cannot create network namespaces here (needs root and ip netns)"
-  exit 0
+  skip "cannot create network namespaces here (needs root and ip netns)"
 fi
 ip netns add "$ns1" && ip link add "$veth0" type veth peer name "$veth1" &&
   ip link set "$veth0" netns "$ns0" && ip link set "$veth1" netns "$ns1" &&
@@ -54,7 +53,7 @@ start_node() {  # N MASTER_ADDR PORT ARGS...
   local n=$1 addr=$2 port=$3 ns
   shift 3
   ns=$([ "$n" = 0 ] && echo "$ns0" || echo "$ns1")
-  ip netns exec "$ns" "$BIN" launch --nnodes 2 --node-rank "$n" --nproc-per-node 1 --master-addr "$addr" \
+  timeout 300 ip netns exec "$ns" "$BIN" launch --nnodes 2 --node-rank "$n" --nproc-per-node 1 --master-addr "$addr" \
     --master-port "$port" -- "${common[@]}" "$@" > "$SCRATCH/node$n.log" 2>&1 &
   NODE[$n]=$!
 }
@@ -65,7 +64,7 @@ wait_nodes() {  # SECONDS: waits for both launchers; CODES gets their exit codes
   for n in 0 1; do
     wait_for_exit "${NODE[$n]}" "$1" || fail "node $n still runs after $1 s"
   done
-  for n in 0 1; do kill -KILL "${NODE[$n]}" 2>/dev/null; code_of "${NODE[$n]}"; CODES[$n]=$CODE; done
+  for n in 0 1; do kill -KILL "${NODE[$n]}" 2>/dev/null; code_of "${NODE[$n]}" 5; CODES[$n]=$CODE; done
 }
 
 # 1. Training over the link.

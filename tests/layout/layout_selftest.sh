@@ -33,6 +33,16 @@ printf '#include "sana/train/trainer.h"\nint main() { return 0; }\n' > "$tree/ap
 printf '#include "sana/train/trainer.h"\n' > "$tree/apps/commands/train.cpp"
 printf '#!/usr/bin/env bash\n# see docs/design.md\necho ok\n' > "$tree/scripts/run.sh"
 printf '# see ../docs/design.md\n' > "$tree/tests/CMakeLists.txt"
+# Bounded waits: timeout, start_bounded and code_of, a marked line, a heredoc body.
+cat > "$tree/tests/bounded.sh" <<'SH'
+timeout 60 "$BIN" launch -- x > out.log 2>&1 &
+start_bounded 60 out.log "$BIN" launch -- y
+code_of "$BG" 30; echo "done"  # the word wait in a string, and in: wait_for_exit
+X=1 timeout 30 /usr/bin/python3 - <<'PY'
+wait
+PY
+wait "$pid"  # bounded: it has exited
+SH
 
 out=$(SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || fail "clean tree: exit $?: $out"
 echo "$out"
@@ -62,6 +72,9 @@ outside="../shared/DESIGN"
 printf '// The plan (%s.md)\n' "$outside" > "$tree/src/sana/data/plan.h"
 bare="DESIGN"
 printf 'x=1  %s as in %s.md\n' '#' "$bare" > "$tree/scripts/bare.sh"
+w=wait m=mpirun py=/usr/bin/python3
+printf '"$BIN" train &\n%s $!\nif ! X=1 env %s -np 2 a \\\n  b; then :; fi\nout=$(%s -c 1)\n' "$w" "$m" "$py" \
+  > "$tree/tests/unbounded.sh"
 
 rc=0
 out=$(SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || rc=$?
@@ -76,6 +89,10 @@ expect 'src/sana/data/long_file.cpp:1: 501 lines (rule b'
 expect 'src/sana/ckpt/long_function.cpp:1: function long_function is 82 lines (rule c'
 expect "src/sana/data/plan.h:1: comment points at '${outside}.md'"
 expect "scripts/bare.sh:1: comment points at 'DESIGN.md'"
+expect 'tests/unbounded.sh:1: "$BIN" started without a time limit (rule e'
+expect 'tests/unbounded.sh:2: a bare wait (rule e'
+expect 'tests/unbounded.sh:3: mpirun started without a time limit (rule e'
+expect 'tests/unbounded.sh:5: /usr/bin/python3 started without a time limit (rule e'
 n=$(grep -c ': rule\|(rule\|: upward\|: sideways' <<< "$out" || true)
-[ "$n" = 8 ] || fail "violations: $n lines, expected 8"
+[ "$n" = 12 ] || fail "violations: $n lines, expected 12"
 echo "layout_selftest: ok"

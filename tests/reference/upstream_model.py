@@ -21,6 +21,12 @@ Prints the largest relative difference per case; exits 1 above 1e-5.
        upstream_model.py --save-init SPEC_JSON CAPTION_CHANNELS TOKENS OUT.safetensors
 writes the state dict of those modules (see save_init).
 
+       upstream_model.py --flops SPEC_JSON HEIGHT WIDTH
+prints the multiply-adds x 2 of one forward pass of one sample at HEIGHT x WIDTH pixels as
+python3-torch's profiler records them (with_flops: every aten::mm, addmm, bmm, baddbmm and
+conv2d these modules run), for the spec `sana-train model --json` prints: an oracle for the
+model's FLOP count that shares no code with it (see flops).
+
        upstream_model.py --count HIDDEN HEADS PATCH QK_NORM CROSS_NORM DEPTH...
 prints, one line per DEPTH, the parameter count of SanaMS built from these modules for a
 registry preset
@@ -326,6 +332,41 @@ def count_control(hidden, heads, depth, copies):
     print(first + (depth - 1) * block + (copies - 1) * copy)
 
 
+def flops(spec_json, height, width):
+    """The profiler's FLOPs of one forward pass of one sample (float32, batch 1). Captions
+    ("conditioning": "caption") need "caption_channels" and "condition_tokens" in the spec;
+    without conditioning the blocks have no cross-attention and there is no caption path."""
+    from torch.profiler import ProfilerActivity, profile
+    spec = dict(json.loads(spec_json))
+    if spec["conditioning"] not in ("none", "caption"):
+        sys.exit(f"--flops: conditioning {spec['conditioning']!r} is not upstream's SanaMS")
+    spec.setdefault("out_channels", spec["in_channels"])
+    spec.setdefault("norm_eps", 1e-5)
+    caption = spec["conditioning"] == "caption"
+    channels, tokens = (spec["caption_channels"], spec["condition_tokens"]) if caption else (8, 1)
+    torch.manual_seed(0)
+    model = SanaMS(spec, channels, tokens, 1.0)
+    if not caption:
+        model.blocks = nn.ModuleList([SanaMSBlock(spec, False) for _ in range(spec["depth"])])
+    down = spec.get("downsample", 1)
+    x = torch.randn(1, spec["in_channels"], height // down, width // down)
+    t = torch.tensor([500])
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:
+        if caption:
+            model(x, t, torch.randn(1, tokens, channels), None, torch.zeros(1))
+        else:
+            h, w = x.shape[-2] // model.p, x.shape[-1] // model.p
+            tokens_x = model.x_embedder.proj(x).flatten(2).transpose(1, 2)
+            temb = model.t_embedder.mlp(timestep_embedding(t.float(), 256))
+            t0 = model.t_block(temb)
+            for block in model.blocks:
+                tokens_x = block(tokens_x, None, t0, None, (h, w))
+            model.final(tokens_x, temb, h, w)
+    counted = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv2d")
+    total = sum(e.flops for e in prof.events() if e.name in counted and e.flops)
+    print(int(total))
+
+
 def save_init(spec_json, caption_channels, tokens, out):
     """Upstream's modules for `spec_json` (control_blocks: SanaMSControlNet) with PyTorch's
     default initialisation, their state_dict written as safetensors in upstream's names: a
@@ -346,6 +387,9 @@ def save_init(spec_json, caption_channels, tokens, out):
 def main():
     if sys.argv[1:2] == ["--save-init"]:
         save_init(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+        return
+    if sys.argv[1:2] == ["--flops"]:
+        flops(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return
     if sys.argv[1:2] == ["--count-control"]:
         count_control(*(int(a) for a in sys.argv[2:6]))

@@ -1,6 +1,7 @@
 // The real sana-train binary: help, --print-config, overrides and exit codes.
 #include "catch.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -180,9 +181,12 @@ TEST_CASE("plan with data.sampler=distributed gives each rank torch's Distribute
     for (const auto& step : plan["steps"]) {
       for (int64_t id : step) mine.push_back(id);
     }
+    // The whole of torch's list but the tail that fills no step: its 15 in order, 7 steps of
+    // 2 train the first 14 and only the 15th is left out.
     std::vector<int64_t> want = expected[static_cast<size_t>(rank)];
-    want.resize(mine.size());
-    CHECK(mine == want);
+    REQUIRE(want.size() == 15);
+    REQUIRE(mine.size() == 14);
+    CHECK(std::equal(mine.begin(), mine.end(), want.begin()));
   }
   const auto multi = run_command(kBin + " plan --config " + kTiny +
                                  " --data.data_dir=/usr/share/backgrounds/mate --work_dir=" +
