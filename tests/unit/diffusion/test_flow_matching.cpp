@@ -5,6 +5,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <thread>
 
@@ -157,4 +159,28 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
   std::nth_element(draws.begin(), draws.begin() + 2000, draws.end());
   CHECK(draws[2000] == Approx(0.5).margin(0.03));
   CHECK(dropped == Approx(400).margin(60));
+  // Logit-normal(1, 0.5): the quartiles are sigmoid(1 - 0.6745 x 0.5), sigmoid(1),
+  // sigmoid(1 + 0.6745 x 0.5) (0.6599, 0.7311, 0.7920; 4000 draws: about 0.0025 of noise),
+  // so the mean, the spread and the sign of the logit each show.
+  TimestepOptions shifted;
+  shifted.weighting = Weighting::logit_normal;
+  shifted.logit_mean = 1.0;
+  shifted.logit_std = 0.5;
+  std::vector<double> logit;
+  for (uint64_t i = 0; i < 4000; ++i) logit.push_back(sample_sigma({3, 0, i}, shifted));
+  std::sort(logit.begin(), logit.end());
+  const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  CHECK(logit[1000] == Approx(sigmoid(1.0 - 0.6745 * 0.5)).margin(0.01));
+  CHECK(logit[2000] == Approx(sigmoid(1.0)).margin(0.01));
+  CHECK(logit[3000] == Approx(sigmoid(1.0 + 0.6745 * 0.5)).margin(0.01));
+  // sd3's mode weighting, as diffusers' compute_density_for_timestep_sampling writes it:
+  // 1 - u - mode_scale (cos^2(pi u / 2) - 1 + u), u the uniform draw of the same sample.
+  TimestepOptions mode;
+  mode.weighting = Weighting::sd3_mode;
+  mode.mode_scale = 1.29;
+  for (uint64_t i = 0; i < 50; ++i) {
+    const double u = sample_sigma({4, 0, i}, uniform);
+    const double c = std::cos(3.141592653589793 * u / 2.0);
+    CHECK(sample_sigma({4, 0, i}, mode) == Approx(1.0 - u - 1.29 * (c * c - 1.0 + u)).epsilon(1e-12));
+  }
 }
