@@ -29,7 +29,7 @@ rc=0
 ctest --output-on-failure -j "${SANA_TEST_JOBS:-2}" --timeout 900 --output-junit "$junit" "${tier[@]}" "$@" || rc=$?
 if [ -f "$junit" ]; then
   # An attribute of the <testsuite> element, which comes first.
-  count() { grep -m1 -oE "[[:space:]]$1=\"[0-9]+\"" "$junit" | grep -oE '[0-9]+'; }
+  count() { grep -m1 -oE "[[:space:]]$1=\"[0-9]+\"" "$junit" | grep -oE '[0-9]+' || echo 0; }
   total=$(count tests) failed=$(count failures) skipped=$(count skipped)
   echo "tests: $((total - failed - skipped)) passed, $failed failed, $skipped skipped, of $total"
 fi
