@@ -207,7 +207,7 @@ before=$(wc -l < "$violations")
 waits_scanned=0; waits_marked=0
 if [ ${#test_scripts[@]} -gt 0 ]; then
   read -r waits_scanned waits_marked < <(awk -v OUT="$violations" '
-    function check(text, file, line,   rest, seg, pos, cmd, word) {
+    function check(text, file, line,   rest, seg, n, i, cmd, word) {
       if (text ~ /# bounded: /) { marked++; return }
       sub(/(^|[ \t])#.*$/, "", text)  # the comment
       rest = text

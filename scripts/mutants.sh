@@ -35,6 +35,7 @@ build_all() {  # LOG: the binary and the test binaries
 }
 
 rows=()
+record() { rows+=("$1"); echo "  $1" >&2; }  # a table row, shown as it comes
 caught=0 total=0
 started=$(date +%s)
 while IFS=$'\t' read -r id file original planted what tests; do
@@ -44,7 +45,7 @@ while IFS=$'\t' read -r id file original planted what tests; do
   t0=$(date +%s)
   n=$(grep -cF -- "$original" "$root/$file" || true)
   if [ "$n" != 1 ]; then
-    rows+=("$id|$what|$file|NOT PLANTED: the original occurs $n times|-|0")
+    record "$id|$what|$file|NOT PLANTED: the original occurs $n times|-|0"
     continue
   fi
   saved=$file
@@ -57,7 +58,7 @@ PY
   echo "mutant $id ($what): $file" >&2
   if ! build_all "$log_dir/$id.build.log"; then
     restore
-    rows+=("$id|$what|$file|DID NOT BUILD ($log_dir/$id.build.log)|-|$(( $(date +%s) - t0 ))")
+    record "$id|$what|$file|DID NOT BUILD ($log_dir/$id.build.log)|-|$(( $(date +%s) - t0 ))"
     continue
   fi
   (cd "$build" && timeout 1800 ctest -R "$tests" --timeout 300 -j 2 --output-junit "$log_dir/$id.xml" \
@@ -72,14 +73,13 @@ PY
 )
   secs=$(( $(date +%s) - t0 ))
   if [ "$ran" -eq 0 ]; then
-    rows+=("$id|$what|$file|NO TEST RAN for '$tests'|-|$secs")
+    record "$id|$what|$file|NO TEST RAN for '$tests'|-|$secs"
   elif [ -n "$failed" ]; then
     caught=$((caught + 1))
-    rows+=("$id|$what|$file|caught|$failed|$secs")
+    record "$id|$what|$file|caught|$failed|$secs"
   else
-    rows+=("$id|$what|$file|SURVIVED ($ran tests passed)|-|$secs")
+    record "$id|$what|$file|SURVIVED ($ran tests passed)|-|$secs"
   fi
-  echo "  ${rows[${#rows[@]}-1]}" >&2
 done < "$catalogue"
 
 echo "mutants: bringing the build back to the unmutated sources" >&2
