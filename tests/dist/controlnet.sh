@@ -2,7 +2,7 @@
 # ControlNet training (issue 30, docs/controlnet.md): the tiny ControlNet preset on the test
 # photos with canny maps the loader makes; its base is the plain tiny preset's initial
 # weights exported to upstream's .pth (sana-train export), loaded with model.load_from.
-#  1. 40 steps on 2 processes: the loss falls; the base's checksum at the end equals the one
+#  1. 40 steps on 2 processes (the loss curve is held against python3-torch in 7); the base's checksum at the end equals the one
 #     at start-up, and in python3-torch every base tensor of the final model.safetensors
 #     equals base.pth's while the control blocks moved; the previews put each control map
 #     (black and white only) beside its sample (colours).
@@ -14,6 +14,9 @@
 #  5. A resume against other base weights is refused (exit 2), naming both checksums.
 #  6. prepare-features writes control latents (the canny maps through a small TorchScript
 #     VAE); training on them gives the losses of encoding online.
+#  7. 20 steps with every micro-batch dumped, replayed in python3-torch
+#     (tests/reference/train_replay.py: upstream's SanaMSControlNet, torch's clip_grad_norm_
+#     and AdamW, diffusers' warmup): every step's loss and the final control blocks as the run's.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -62,7 +65,7 @@ print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10)
       f"{len(base)} base tensors {'all present and equal to base.pth' if same and covered else 'CHANGED OR MISSING'}, {moved} after_proj moved from 0; "
       f"preview {grid.shape[1]}x{grid.shape[0]}: maps {'black and white' if binary else 'NOT binary'}, "
       f"samples {len(np.unique(samples))} levels")
-sys.exit(0 if len(losses) == 40 and last < first * 0.9 and same and covered and moved > 0 and binary and
+sys.exit(0 if len(losses) == 40 and same and covered and moved > 0 and binary and
          grid.shape[:2] == (66, 66) and len(np.unique(samples)) > 2 else 1)
 PY
   pass "$(cat "$SCRATCH/ref.check")"
@@ -123,6 +126,26 @@ run online 2 "${vae[@]}"; assert_code $? 0 "10 steps encoding images and canny m
 run offline 2 "${vae[@]}" --data.load_vae_feat=true "--data.data_dir=[$SCRATCH/features/meta.jsonl]"
 assert_code $? 0 "10 steps on the precomputed latents and control latents"
 same_losses online offline 10 "precomputed control latents vs encoded online"
+
+# 7. The loss curve against python3-torch: 20 steps with every micro-batch dumped
+#    (SANA_TEST_DUMP_BATCHES), replayed by tests/reference/train_replay.py on upstream's
+#    SanaMSControlNet with torch's clip_grad_norm_ and AdamW and diffusers' warmup: every
+#    step's loss and the final control blocks as the run's. Weight decay and a clip that
+#    bites, so that each shows.
+replay=(--train.max_steps=20 --train.save_model_steps=1 --ckpt.keep_last_n=0 --train.optimizer.type=AdamW
+        "--train.optimizer.betas=[0.9, 0.999]" "--train.optimizer.eps=[1e-10]" --train.optimizer.weight_decay=0.01
+        --train.gradient_clip=0.1 --train.lr_schedule=constant --train.lr_schedule_args.num_warmup_steps=10)
+SANA_TEST_DUMP_BATCHES=1 run replay 2 "${replay[@]}"; assert_code $? 0 "20 ControlNet steps with their batches dumped"
+timeout 120 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$SCRATCH/replay" > "$SCRATCH/model.json" 2> /dev/null
+settings=$(timeout 60 /usr/bin/python3 -c 'import json, sys
+print(json.dumps({"kind": "controlnet", "spec": json.load(open(sys.argv[1]))["spec"], "lr": 3e-3, "betas": [0.9, 0.999],
+                  "eps": 1e-10, "weight_decay": 0.01, "gradient_clip": 0.1, "warmup": 10}))' "$SCRATCH/model.json")
+if timeout 300 /usr/bin/python3 "$root/tests/reference/train_replay.py" "$SCRATCH/replay" "$SCRATCH/base.pth" \
+    "$settings" > "$SCRATCH/replay.check" 2>&1; then
+  pass "$(tail -1 "$SCRATCH/replay.check")"
+else
+  fail "the ControlNet run against its python3-torch replay:"; tail -25 "$SCRATCH/replay.check"
+fi
 
 # 5. Other base weights: refused, both checksums named.
 refuses_other_base "control blocks" 50

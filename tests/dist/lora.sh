@@ -2,14 +2,16 @@
 # train.lora (issue 29, docs/finetune.md): low-rank adapters on a frozen base, on the tiny
 # preset and the test photos. The base is the preset's initial weights exported to
 # upstream's .pth (sana-train export), loaded with model.load_from.
-#  1. 50 steps on 2 processes: the loss falls; the base's checksum at the end equals the one
-#     at start-up; lora.safetensors has, for every block, the adapters diffusers names for
+#  1. 50 steps on 2 processes (the loss curve is held against python3-torch in 4); the
+#     base's checksum at the end equals the one at start-up; lora.safetensors has, for every block, the adapters diffusers names for
 #     the targets (transformer.transformer_blocks.N.attn1.to_q.lora_A.weight [r, in], ...),
 #     with the rank and alpha in its metadata.
 #  2. 25 steps on 2 processes, resumed on 1 to step 50: each epoch trains the samples of the
 #     uninterrupted run, each once.
 #  3. ZeRO stage 3 on 2 processes (the adapters sharded): 20 losses equal stage 0's.
-#  4. A resume against other base weights is refused (exit 2), naming both checksums.
+#  4. 20 steps replayed in python3-torch (tests/reference/train_replay.py): every step's loss
+#     and the final adapters equal the run's.
+#  5. A resume against other base weights is refused (exit 2), naming both checksums.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -55,7 +57,7 @@ print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10)
 if got != want:
     print("missing", sorted(set(want) - set(got))[:4], "unexpected", sorted(set(got) - set(want))[:4],
           "shapes", [(k, got[k], want[k]) for k in want if k in got and got[k] != want[k]][:4])
-sys.exit(0 if got == want and last < first * 0.97 and len(losses) == 50 and config["transformer.r"] == 4 and
+sys.exit(0 if got == want and len(losses) == 50 and config["transformer.r"] == 4 and
          config["transformer.lora_alpha"] == 4 else 1)
 PY
   pass "$(cat "$SCRATCH/ref.check")"
@@ -70,6 +72,27 @@ resume_on_one LoRA 25 50
 run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 LoRA steps at ZeRO stage 3"
 same_losses ref zero3 20 "stage 3 vs stage 0"
 
-# 4. Other base weights: refused, both checksums named.
+# 4. The loss curve against python3-torch: 20 steps on 2 processes with every micro-batch
+#    dumped (SANA_TEST_DUMP_BATCHES), replayed by tests/reference/train_replay.py on upstream's
+#    modules with PEFT's adapters, torch's clip_grad_norm_ and AdamW and diffusers' warmup:
+#    every step's loss and the final adapters as the run's. Weight decay, a clip that bites
+#    and alpha 8 (scale 2) so that each shows.
+replay=(--train.max_steps=20 --train.save_model_steps=1 --ckpt.keep_last_n=0 --train.optimizer.type=AdamW
+        "--train.optimizer.betas=[0.9, 0.999]" "--train.optimizer.eps=[1e-10]" --train.optimizer.weight_decay=0.01
+        --train.gradient_clip=0.1 --train.lr_schedule=constant --train.lr_schedule_args.num_warmup_steps=10
+        --train.lora.alpha=8)
+SANA_TEST_DUMP_BATCHES=1 run replay 2 "${replay[@]}"; assert_code $? 0 "20 LoRA steps with their batches dumped"
+timeout 120 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$SCRATCH/replay" > "$SCRATCH/model.json" 2> /dev/null
+settings=$(timeout 60 /usr/bin/python3 -c 'import json, sys
+print(json.dumps({"kind": "lora", "spec": json.load(open(sys.argv[1]))["spec"], "lr": 3e-3, "betas": [0.9, 0.999], "eps": 1e-10,
+                  "weight_decay": 0.01, "gradient_clip": 0.1, "warmup": 10, "alpha": 8.0}))' "$SCRATCH/model.json")
+if timeout 300 /usr/bin/python3 "$(dirname "$0")/../reference/train_replay.py" "$SCRATCH/replay" "$SCRATCH/base.pth" \
+    "$settings" > "$SCRATCH/replay.check" 2>&1; then
+  pass "$(tail -1 "$SCRATCH/replay.check")"
+else
+  fail "the LoRA run against its python3-torch replay:"; tail -25 "$SCRATCH/replay.check"
+fi
+
+# 5. Other base weights: refused, both checksums named.
 refuses_other_base "adapters" 60
 finish

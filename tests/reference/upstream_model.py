@@ -182,8 +182,12 @@ def timestep_embedding(t, dim, max_period=10000):  # sana_blocks.TimestepEmbedde
 
 
 class SanaMS(nn.Module):
+    """caption_channels None: an unconditional model (no caption path, no cross-attention),
+    as the C++ model's "conditioning": "none"; forward then takes no y, mask or drop."""
+
     def __init__(self, spec, caption_channels, tokens, y_norm_scale):
         super().__init__()
+        caption = caption_channels is not None
         c, p = spec["hidden"], spec["patch"]
         self.p, self.out_channels = p, spec["out_channels"]
         self.x_embedder = nn.Module()
@@ -191,30 +195,34 @@ class SanaMS(nn.Module):
         self.t_embedder = nn.Module()
         self.t_embedder.mlp = nn.Sequential(nn.Linear(256, c), nn.SiLU(), nn.Linear(c, c))
         self.t_block = nn.Sequential(nn.SiLU(), nn.Linear(c, 6 * c))
-        self.y_embedder = nn.Module()
-        self.y_embedder.y_proj = nn.Module()
-        self.y_embedder.y_proj.fc1 = nn.Linear(caption_channels, c)
-        self.y_embedder.y_proj.fc2 = nn.Linear(c, c)
-        self.y_embedder.register_buffer("y_embedding", torch.zeros(tokens, caption_channels))
-        self.attention_y_norm = RMSNorm(c, y_norm_scale, 1e-5)
-        self.blocks = nn.ModuleList([SanaMSBlock(spec, True) for _ in range(spec["depth"])])
+        if caption:
+            self.y_embedder = nn.Module()
+            self.y_embedder.y_proj = nn.Module()
+            self.y_embedder.y_proj.fc1 = nn.Linear(caption_channels, c)
+            self.y_embedder.y_proj.fc2 = nn.Linear(c, c)
+            self.y_embedder.register_buffer("y_embedding", torch.zeros(tokens, caption_channels))
+            self.attention_y_norm = RMSNorm(c, y_norm_scale, 1e-5)
+        self.blocks = nn.ModuleList([SanaMSBlock(spec, caption) for _ in range(spec["depth"])])
         self.final_layer = nn.Module()
         self.final_layer.linear = nn.Linear(c, p * p * spec["out_channels"])
         self.final_layer.scale_shift_table = nn.Parameter(torch.zeros(2, c))
 
     def embed(self, x, timestep, y, force_drop_ids):
-        """The tokens, t, t0 and the caption tokens, as SanaMS.forward makes them."""
+        """The tokens, t, t0 and the caption tokens (None without captions), as SanaMS.forward
+        makes them."""
         timestep = timestep.long().to(torch.float32)  # SanaMS.forward: integer timesteps
         x = self.x_embedder.proj(x).flatten(2).transpose(1, 2)  # PatchEmbedMS
         t = self.t_embedder.mlp(timestep_embedding(timestep, 256).to(x.dtype))
         t0 = self.t_block(t)
+        if y is None:
+            return x, t, t0, None
         y = y[:, None]  # upstream's captions are [B, 1, L, C]
         drop_ids = force_drop_ids == 1  # CaptionEmbedder.token_drop
         y = torch.where(drop_ids[:, None, None, None], self.y_embedder.y_embedding, y)
         y = self.y_embedder.y_proj.fc2(F.gelu(self.y_embedder.y_proj.fc1(y), approximate="tanh"))
         return x, t, t0, self.attention_y_norm(y).squeeze(1)
 
-    def forward(self, x, timestep, y, mask, force_drop_ids):
+    def forward(self, x, timestep, y=None, mask=None, force_drop_ids=None):
         h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
         x, t, t0, y = self.embed(x, timestep, y, force_drop_ids)
         for block in self.blocks:
@@ -343,25 +351,16 @@ def flops(spec_json, height, width):
     spec.setdefault("out_channels", spec["in_channels"])
     spec.setdefault("norm_eps", 1e-5)
     caption = spec["conditioning"] == "caption"
-    channels, tokens = (spec["caption_channels"], spec["condition_tokens"]) if caption else (8, 1)
     torch.manual_seed(0)
-    model = SanaMS(spec, channels, tokens, 1.0)
-    if not caption:
-        model.blocks = nn.ModuleList([SanaMSBlock(spec, False) for _ in range(spec["depth"])])
+    model = SanaMS(spec, spec["caption_channels"] if caption else None, spec.get("condition_tokens", 0), 1.0)
     down = spec.get("downsample", 1)
     x = torch.randn(1, spec["in_channels"], height // down, width // down)
     t = torch.tensor([500])
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], with_flops=True, record_shapes=True) as prof:
         if caption:
-            model(x, t, torch.randn(1, tokens, channels), None, torch.zeros(1))
+            model(x, t, torch.randn(1, spec["condition_tokens"], spec["caption_channels"]), None, torch.zeros(1))
         else:
-            h, w = x.shape[-2] // model.p, x.shape[-1] // model.p
-            tokens_x = model.x_embedder.proj(x).flatten(2).transpose(1, 2)
-            temb = model.t_embedder.mlp(timestep_embedding(t.float(), 256))
-            t0 = model.t_block(temb)
-            for block in model.blocks:
-                tokens_x = block(tokens_x, None, t0, None, (h, w))
-            model.final(tokens_x, temb, h, w)
+            model(x, t)
     counted = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::conv2d")
     total = sum(e.flops for e in prof.events() if e.name in counted and e.flops)
     print(int(total))

@@ -13,6 +13,7 @@
 #include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
+#include "sana/util/safetensors.h"
 
 namespace sana::train {
 
@@ -25,10 +26,15 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
       feed_(model->parameters().front().device()),
       amp_(model::autocast_for(model->parameters().front().device(), half_type(cfg.model.mixed_precision))),
       timesteps_(timestep_options_for(cfg)),
+      rank_(rank),
       world_size_(world_size) {
   if (TestHooks::get().log_ids) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
+  }
+  if (TestHooks::get().dump_batches) {
+    dump_dir_ = (std::filesystem::path(cfg.work_dir) / "batches").string();
+    std::filesystem::create_directories(dump_dir_);
   }
 }
 
@@ -38,6 +44,8 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   // would make the host wait for the GPU and stop copies from overlapping compute.
   const auto device = model_->parameters().front().device();
   StepOutput out;
+  dump_epoch_ = epoch;
+  dump_step_ = step;
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
   const int64_t downsample = model_->spec().downsample;
   std::vector<data::Batch> kept;  // train.deterministic: for a run again after an overflow
@@ -149,8 +157,17 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   compute.resume();
   cond.drop = fb.dropped;
   cond.control = control;
+  if (!dump_dir_.empty() && weight > 0) dump(fb, control, weight);
   model::AutocastGuard autocast(amp_);
   return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) * weight;
+}
+
+void TrainStep::dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, double weight) {
+  NamedTensors tensors{{"noisy", fb.noisy}, {"timesteps", fb.timesteps}, {"target", fb.target},
+                       {"weight", torch::tensor({weight}, torch::kFloat64)}};
+  if (control.defined()) tensors.emplace_back("control", control);
+  write_safetensors(fmt::format("{}/r{}.{:06d}.safetensors", dump_dir_, rank_, dumped_++), tensors,
+                    {{"epoch", std::to_string(dump_epoch_)}, {"step", std::to_string(dump_step_)}});
 }
 
 model::Condition TrainStep::condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device) {

@@ -9,11 +9,13 @@
 
 #include <fstream>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "sana/config/config.h"
 #include "sana/data/loader.h"
+#include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/options.h"
 #include "sana/distributed/reducer.h"
 #include "sana/model/autocast.h"
@@ -59,6 +61,8 @@ class TrainStep {
   // the encoders goes to times.encoders, out of `compute` (forward_backward's phase).
   torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
                            StepTimes& times);
+  // Tests only (TestHooks::dump_batches): the micro-batch as the model gets it, to dump_dir_.
+  void dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, double weight);
   // Waits for the gradients' all-reduce (times.allreduce).
   void finalize(StepTimes& times);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
@@ -71,6 +75,12 @@ class TrainStep {
   model::AutocastState amp_;
   diffusion::TimestepOptions timesteps_;
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (TestHooks::log_ids)
+  // Tests only (TestHooks::dump_batches): where each micro-batch goes, this rank, how many
+  // it wrote, and the epoch and step they belong to.
+  std::string dump_dir_;
+  int rank_ = 0;
+  int64_t dumped_ = 0;
+  int64_t dump_epoch_ = 0, dump_step_ = 0;
   int world_size_ = 1;
 };
 

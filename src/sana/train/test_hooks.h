@@ -15,6 +15,10 @@ struct TestHooks {
   // SANA_TEST_LOG_IDS: each rank appends every micro-batch's sample ids to
   // work_dir/ids.rank<R>.w<W>.log ("epoch step id id ..."), for the exactly-once checks.
   bool log_ids = false;
+  // SANA_TEST_DUMP_BATCHES: each rank writes every micro-batch's model input, timesteps,
+  // target and loss weight to work_dir/batches/r<R>.<N>.safetensors (metadata: epoch,
+  // step), for replaying the run in python3-torch (tests/reference/train_replay.py).
+  bool dump_batches = false;
   // SANA_TEST_CKPT_STAGE_DELAY_MS=N: every stage of a checkpoint write takes N ms longer,
   // so a fault trial can strike while one is being written.
   int64_t ckpt_stage_delay_ms = 0;
