@@ -8,11 +8,14 @@
 // writes them; docs/finetune.md has the names.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "command.h"
+#include "sana/ckpt/shards.h"
 #include "sana/model/controlnet.h"
 #include "sana/model/export.h"
 #include "sana/model/lora.h"
@@ -48,6 +51,7 @@ class Export : public ConfigSubcommand {
   }
 
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
+    const Consolidated consolidated(from_);  // a format-3 checkpoint is read as format 2
     const auto spec = train::model_spec_for(cfg);
     if (spec.control_blocks > 0 && format_ == "diffusers") {
       throw UsageError(fmt::format("--format diffusers: {} is a ControlNet in upstream's layout, which diffusers' "
@@ -154,6 +158,29 @@ class Export : public ConfigSubcommand {
     if (ema_) throw model::WeightsError(fmt::format("--ema takes a checkpoint folder or work_dir; {} is not one", from_));
     return from_;
   }
+
+  // A format-3 checkpoint folder `from` (each rank's files, ckpt/shards.h) consolidated,
+  // tensor by tensor, into a temporary format-2 folder that `from` then names, for as long
+  // as this lives.
+  class Consolidated {
+   public:
+    explicit Consolidated(std::string& from) {
+      if (from.empty() || !fs::exists(fs::path(from) / "index.json")) return;
+      folder_ = fs::temp_directory_path() / fmt::format("sana-export-{}", ::getpid());
+      ckpt::consolidate_checkpoint(from, folder_.string());
+      log::info("export: {} (format 3) consolidated into {}", from, folder_.string());
+      from = folder_.string();
+    }
+    ~Consolidated() {
+      std::error_code ec;
+      if (!folder_.empty()) fs::remove_all(folder_, ec);
+    }
+    Consolidated(const Consolidated&) = delete;
+    Consolidated& operator=(const Consolidated&) = delete;
+
+   private:
+    fs::path folder_;
+  };
 
   std::string from_, format_, out_;
   bool ema_ = false, merge_lora_ = false;

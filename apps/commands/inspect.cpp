@@ -1,13 +1,17 @@
-// `sana-train inspect CHECKPOINT|WORK_DIR`: what a checkpoint holds (the run's position,
-// then each stateful part's tensors and JSON), every checksum verified; a damaged one is a
-// CheckpointError (exit 1).
+// `sana-train inspect CHECKPOINT|WORK_DIR [--consolidate DIR]`: what a checkpoint holds
+// (the run's position, then each stateful part's tensors and JSON; format 3: each rank's
+// files), every checksum verified; a damaged one is a CheckpointError (exit 1).
+// --consolidate rewrites a format-3 checkpoint as format 2 (one file per part) in DIR.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
 #include "command.h"
 #include "sana/ckpt/checkpoint.h"
+#include "sana/ckpt/shards.h"
+#include "sana/util/error.h"
 
 namespace sana::app {
 
@@ -29,6 +33,8 @@ class Inspect : public PlainSubcommand {
   explicit Inspect(CLI::App& app)
       : PlainSubcommand(app, "inspect", "what a checkpoint holds; verifies its checksums (exit 1 if bad)") {
     cli_->add_option("checkpoint", path_, "a checkpoint folder, or a work_dir (its latest)")->required();
+    cli_->add_option("--consolidate", consolidate_,
+                     "write a format-3 checkpoint as format 2 (one file per part) into this folder");
   }
 
   int run() override {
@@ -43,7 +49,23 @@ class Inspect : public PlainSubcommand {
         dir, s.model, s.epoch + 1, s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed,
         s.world_size, s.world_size == 1 ? "" : "es", s.config_hash);
     for (const auto& [name, part] : snap.parts) std::cout << part_line(name, part) << "\n";
-    std::cout << fmt::format("checksums: all {} files verified\n", s.checksums.size());
+    if (s.format < 3) {
+      if (!consolidate_.empty()) {
+        throw UsageError(fmt::format("--consolidate: {} is format {}: one file per part already", dir, s.format));
+      }
+      std::cout << fmt::format("checksums: all {} files verified\n", s.checksums.size());
+      return 0;
+    }
+    const auto index = ckpt::read_shard_index(dir);
+    int64_t tensors = 0;
+    for (const auto& [part, entries] : index.parts) tensors += static_cast<int64_t>(entries.size());
+    std::cout << fmt::format("format 3: written by {} rank{} in {} files\n", index.world, index.world == 1 ? "" : "s",
+                             index.files.size());
+    for (int r = 0; r < index.world; ++r) std::cout << shard_line(index, r) << "\n";
+    std::cout << fmt::format("checksums: index.json and all {} tensors verified\n", tensors);
+    if (!consolidate_.empty()) {
+      for (const auto& f : ckpt::consolidate_checkpoint(dir, consolidate_)) std::cout << "wrote " << f << "\n";
+    }
     return 0;
   }
 
@@ -60,8 +82,27 @@ class Inspect : public PlainSubcommand {
     return line;
   }
 
+  // "rank 1: 3 files, 123456 bytes (model 40 tensors, optimizer 120 tensors)"
+  static std::string shard_line(const ckpt::ShardIndex& index, int rank) {
+    int64_t files = 0, bytes = 0;
+    for (const auto& [file, size] : index.files) {
+      bool mine = false;
+      for (const auto& [part, entries] : index.parts) mine = mine || file == ckpt::shard_file_name(part, rank, index.world);
+      if (mine) {
+        ++files;
+        bytes += size;
+      }
+    }
+    std::string parts;
+    for (const auto& [part, entries] : index.parts) {
+      const auto n = std::count_if(entries.begin(), entries.end(), [&](const auto& e) { return e.rank == rank; });
+      parts += fmt::format("{}{} {} tensors", parts.empty() ? "" : ", ", part, n);
+    }
+    return fmt::format("  rank {}: {} files, {} bytes ({})", rank, files, bytes, parts);
+  }
+
  private:
-  std::string path_;
+  std::string path_, consolidate_;
 };
 
 }  // namespace

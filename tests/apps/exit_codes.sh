@@ -59,11 +59,13 @@ expect 2 "data error: $bad:1: not a JSON object" "data error: training" \
 expect 0 "checkpoint: " "2 training steps" \
   --config "$TINY" "--data.data_dir=[$IMAGES]" --train.max_steps=2 --train.visualize=false
 run=$CASE_DIR/output/sana_tiny_cpu
-expect 0 "checksums: all 3 files verified" "inspect of an intact checkpoint" inspect "$run"
+expect 0 "checksums: index.json and all " "inspect of an intact checkpoint" inspect "$run"
 damaged=$SCRATCH/$TOKEN-damaged
 cp -r "$run/checkpoints/step_00000002" "$damaged"
-printf 'XXXX' | dd of="$damaged/model.safetensors" bs=1 seek=200 conv=notrunc status=none
-expect 1 "checkpoint error: '$damaged': model.safetensors is damaged" "inspect of a damaged checkpoint" inspect "$damaged"
+shard=$damaged/model-00001-of-00001.safetensors
+printf 'XXXX' | dd of="$shard" bs=1 seek=$(($(stat -c %s "$shard") - 100)) conv=notrunc status=none
+expect 1 "checkpoint error: '$damaged': model-00001-of-00001.safetensors is damaged: tensor " \
+  "inspect of a damaged checkpoint" inspect "$damaged"
 expect 1 "checkpoint error:" "inspect of a folder without a checkpoint" inspect "$SCRATCH"
 expect 2 "config error: resume_from" "a resume whose checkpoint has another train.seed" \
   --config "$TINY" "--data.data_dir=[$IMAGES]" "--work_dir=$run" --train.seed=2 --resume_from=latest

@@ -27,10 +27,13 @@ a=$(checksum straight); b=$(checksum rest)
 if [ -n "$a" ] && [ "$a" = "$b" ]; then pass "same-W resume is bitwise identical ($a)"; else fail "checksums differ: '$a' vs '$b'"; fi
 
 # 1b. A checkpoint of format 1 (sana-train up to 0016840, before its parts were Stateful)
-# still resumes: the step-6 checkpoint rewritten as format 1 (ckpt_format1.py checks the
-# keys against a real one, tests/data/ckpt_format1/trainer_state.json) ends as the straight run.
+# still resumes: the step-6 checkpoint (format 3) consolidated into format 2 (`inspect
+# --consolidate`), then rewritten as format 1 (ckpt_format1.py checks the keys against a
+# real one, tests/data/ckpt_format1/trainer_state.json) ends as the straight run.
 here=$(dirname "$0")
-cp -r "$SCRATCH/half/checkpoints/step_00000006" "$SCRATCH/format1"
+timeout 120 "$BIN" inspect "$SCRATCH/half/checkpoints/step_00000006" --consolidate "$SCRATCH/format1" \
+  > "$SCRATCH/consolidate.log" 2>&1
+assert_code $? 0 "the step-6 checkpoint consolidated into format 2"
 timeout 120 /usr/bin/python3 "$here/ckpt_format1.py" "$SCRATCH/format1" "$here/../data/ckpt_format1/trainer_state.json" \
   > "$SCRATCH/format1.log" 2>&1
 assert_code $? 0 "the step-6 checkpoint rewritten in format 1 ($(tail -1 "$SCRATCH/format1.log"))"

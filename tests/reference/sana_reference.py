@@ -14,6 +14,7 @@ exits 1 if any exceeds the tolerance (1e-5 of the largest magnitude).
 """
 import json
 import math
+import os
 import struct
 import sys
 
@@ -36,6 +37,28 @@ def read_safetensors(path):
         start, end = info["data_offsets"]
         arr = np.frombuffer(data[8 + n + start:8 + n + end], dtype=kinds[info["dtype"]])
         out[name] = torch.from_numpy(arr.reshape(info["shape"]).copy())
+    return out, meta
+
+
+def read_checkpoint_part(folder, part):
+    """A checkpoint part's tensors and metadata: <part>.safetensors (format 2), or in format
+    3 every rank's entries gathered by index.json (name -> file, offset, bytes), read here
+    from the files' bytes with numpy, independently of sana-train's reader."""
+    index_path = os.path.join(folder, "index.json")
+    if not os.path.exists(index_path):
+        return read_safetensors(os.path.join(folder, f"{part}.safetensors"))
+    index = json.load(open(index_path))
+    kinds = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+             "I32": np.int32, "U8": np.uint8, "BOOL": np.bool_}
+    out, meta = {}, {}
+    for e in index["parts"][part]:
+        with open(os.path.join(folder, e["file"]), "rb") as f:
+            f.seek(e["offset"])
+            raw = f.read(e["bytes"])
+        assert len(raw) == e["bytes"], f"{e['file']} ends inside {e['name']}"
+        out[e["name"]] = torch.from_numpy(np.frombuffer(raw, dtype=kinds[e["dtype"]]).reshape(e["shape"]).copy())
+    _, meta = read_safetensors(os.path.join(folder, f"{part}-00001-of-{index['world']:05d}.safetensors"))
+    meta.pop("shard", None)
     return out, meta
 
 

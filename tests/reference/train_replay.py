@@ -31,7 +31,7 @@ import sys
 import torch
 
 from lora_reference import attach
-from sana_reference import read_safetensors
+from sana_reference import read_checkpoint_part, read_safetensors
 from upstream_model import SanaMS, SanaMSControlNet
 
 # Measured on 2026-11-28 (20 steps, 2 processes, float32 runs against this float64
@@ -45,9 +45,8 @@ LOSS_TOLERANCE = 1e-5
 WEIGHT_TOLERANCE = 1e-2
 
 
-def adapters_of(path):
-    """diffusers' LoRA file -> {module: {"lora_A": tensor, "lora_B": tensor}} (float64)."""
-    tensors, _ = read_safetensors(path)
+def adapters_of(tensors):
+    """diffusers' LoRA tensors -> {module: {"lora_A": tensor, "lora_B": tensor}} (float64)."""
     out = {}
     for key, t in tensors.items():
         module, kind, _ = key[len("transformer."):].rsplit(".", 2)
@@ -69,7 +68,7 @@ class Lora:
 
     def __init__(self, model, run_dir, settings):
         self.model = model
-        first = os.path.join(run_dir, "checkpoints", "step_00000001", "lora.safetensors")
+        first, _ = read_checkpoint_part(os.path.join(run_dir, "checkpoints", "step_00000001"), "lora")
         self.layers = attach(model, adapters_of(first), settings["alpha"])
         self.final = os.path.join(run_dir, "lora.safetensors")
 
@@ -86,9 +85,8 @@ class Lora:
 
 
 def control_blocks(run_dir):
-    """The control blocks of the step-1 checkpoint (controlnet.safetensors): name -> tensor."""
-    part = os.path.join(run_dir, "checkpoints", "step_00000001", "controlnet.safetensors")
-    tensors, _ = read_safetensors(part)
+    """The control blocks of the step-1 checkpoint (its controlnet part): name -> tensor."""
+    tensors, _ = read_checkpoint_part(os.path.join(run_dir, "checkpoints", "step_00000001"), "controlnet")
     return {k: v.double() for k, v in tensors.items() if k.startswith("controlnet.")}
 
 

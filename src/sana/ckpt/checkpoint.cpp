@@ -15,6 +15,8 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "sana/ckpt/folder.h"
+#include "sana/ckpt/shards.h"
 #include "sana/util/hash.h"
 
 namespace fs = std::filesystem;
@@ -23,32 +25,15 @@ namespace sana::ckpt {
 
 namespace {
 
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd < 0) throw CheckpointError(fmt::format("cannot open '{}' to sync it: {}", p.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw CheckpointError(fmt::format("fsync of '{}' failed: {}", p.string(), std::strerror(errno)));
-}
-
-std::string file_checksum(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw CheckpointError(fmt::format("'{}' is missing", p.string()));
-  Hasher h;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    h.update(buf.data(), static_cast<size_t>(in.gcount()));
-  }
-  return h.hex();
-}
-
 std::string tensor_file(const std::string& part) { return part + ".safetensors"; }
 
-nlohmann::ordered_json state_to_json(const TrainerState& s, const nlohmann::json& parts) {
+}  // namespace
+
+std::string trainer_state_text(const TrainerState& s, const nlohmann::json& parts) {
   auto segments = nlohmann::json::array();
   for (const auto& g : s.epoch_segments) segments.push_back({g.first_step, g.global_batch_size, g.batch_tokens});
-  return {{"format", "sana-train checkpoint 2"},
+  const nlohmann::ordered_json j = {
+          {"format", fmt::format("sana-train checkpoint {}", s.format)},
           {"epoch", s.epoch},
           {"step_in_epoch", s.step_in_epoch},
           {"global_step", s.global_step},
@@ -63,7 +48,10 @@ nlohmann::ordered_json state_to_json(const TrainerState& s, const nlohmann::json
           {"config", s.config},
           {"parts", parts},
           {"checksums", s.checksums}};
+  return j.dump(2) + "\n";
 }
+
+namespace {
 
 // Format 1 (sana-train before its parts were Stateful, up to 0016840) kept the parts' JSON
 // as loose fields of the state; they map onto the parts the trainer registers under these
@@ -108,55 +96,9 @@ StateFile state_from_json(const nlohmann::json& j) {
   s.config_hash = j.at("config_hash");
   if (j.contains("config")) s.config = j.at("config").get<std::map<std::string, std::string>>();
   s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
+  const std::string format = j.value("format", std::string());
+  s.format = format == "sana-train checkpoint 3" ? 3 : j.contains("parts") ? 2 : 1;
   return {std::move(s), j.contains("parts") ? j.at("parts") : format1_parts(j)};
-}
-
-// The checkpoint folders in work_dir/checkpoints, oldest first.
-std::vector<fs::path> checkpoint_dirs(const fs::path& root) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const auto name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step_", 0) == 0) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void write_text_synced(const fs::path& p, const std::string& text) {
-  {
-    std::ofstream out(p, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw CheckpointError(fmt::format("cannot write '{}'", p.string()));
-  }
-  fsync_path(p);
-}
-
-}  // namespace
-
-void (*checkpoint_test_hook)(const char* stage) = nullptr;
-
-namespace {
-void stage(const char* name) {
-  if (checkpoint_test_hook) checkpoint_test_hook(name);
-}
-}  // namespace
-
-namespace {
-
-// `.tmp-<name>-<pid>` folders left by a writer that was killed mid-write: removed once
-// their process is gone (this process's own one is removed by the caller).
-void remove_stale_temporaries(const fs::path& root) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(".tmp-", 0) != 0) continue;
-    const long pid = std::strtol(n.c_str() + n.rfind('-') + 1, nullptr, 10);
-    if (pid > 0 && pid != ::getpid() && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      fs::remove_all(e.path(), ec);
-    }
-  }
 }
 
 }  // namespace
@@ -168,10 +110,10 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
   fs::create_directories(root);
   const std::string name = checkpoint_name(snap.state.global_step);
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
-  const fs::path final_dir = root / name;
   std::error_code ec;
   remove_stale_temporaries(root);
   fs::remove_all(tmp, ec);
+  snap.state.format = 2;
   try {
     fs::create_directories(tmp);
     auto part_json = nlohmann::json::object();
@@ -187,7 +129,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
       snap.state.checksums[file] = file_checksum(tmp / file);
     }
     stage("trainer_state.json");
-    write_text_synced(tmp / "trainer_state.json", state_to_json(snap.state, part_json).dump(2) + "\n");
+    write_text_synced(tmp / "trainer_state.json", trainer_state_text(snap.state, part_json));
     fsync_path(tmp);
   } catch (...) {
     // A failed write (disk full) must not keep the space it took: the run's next step, or
@@ -195,23 +137,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
     fs::remove_all(tmp, ec);
     throw;
   }
-  stage("rename");
-  fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
-  fs::rename(tmp, final_dir);
-  fsync_path(root);
-  // `latest` moves last, atomically.
-  stage("latest");
-  write_text_synced(root / "latest.tmp", name + "\n");
-  fs::rename(root / "latest.tmp", root / "latest");
-  fsync_path(root);
-  if (keep_last_n > 0) {
-    auto dirs = checkpoint_dirs(root);
-    while (static_cast<int64_t>(dirs.size()) > keep_last_n) {
-      if (dirs.front() != final_dir) fs::remove_all(dirs.front(), ec);
-      dirs.erase(dirs.begin());
-    }
-  }
-  return final_dir.string();
+  return publish_folder(root, tmp, name, keep_last_n);
 }
 
 namespace {
@@ -260,13 +186,47 @@ const PartState* Snapshot::part(const std::string& name) const {
 TrainerState verify_checkpoint(const std::string& dir) {
   auto s = read_state(dir).state;
   for (const auto& [file, sum] : s.checksums) check_sum(dir, file, file_checksum(fs::path(dir) / file), s);
+  if (s.format < 3) return s;
+  // Format 3: the shard files' checksums are per tensor, checked by whoever reads one;
+  // here each file must be there whole.
+  for (const auto& [file, bytes] : read_shard_index(dir).files) {
+    std::error_code ec;
+    const auto size = fs::file_size(fs::path(dir) / file, ec);
+    if (ec) throw CheckpointError(fmt::format("'{}': {} is missing", dir, file));
+    if (static_cast<int64_t>(size) != bytes) {
+      throw CheckpointError(fmt::format("'{}': {} is damaged ({} bytes instead of {})", dir, file, size, bytes));
+    }
+  }
   return s;
 }
 
-Snapshot read_checkpoint(const std::string& dir) {
+namespace {
+
+// Each part's JSON into `snap` (after its tensors, if any), as read_state() found them.
+void add_part_json(Snapshot& snap, const nlohmann::json& parts) {
+  for (const auto& [name, json] : parts.items()) {
+    auto it = std::find_if(snap.parts.begin(), snap.parts.end(), [&](const auto& p) { return p.first == name; });
+    if (it == snap.parts.end()) it = snap.parts.insert(snap.parts.end(), {name, PartState{}});
+    it->second.json = json;
+  }
+}
+
+}  // namespace
+
+Snapshot read_checkpoint(const std::string& dir, bool tensors) {
   auto file_state = read_state(dir);
   Snapshot snap;
   snap.state = std::move(file_state.state);
+  if (snap.state.format >= 3) {
+    verify_checkpoint(dir);
+    for (const auto& [part, entries] : read_shard_index(dir).parts) {
+      std::vector<const ShardEntry*> all;
+      for (const auto& e : entries) all.push_back(&e);
+      snap.parts.push_back({part, {nullptr, tensors ? read_shard_entries(dir, all) : NamedTensors{}, {}}});
+    }
+    add_part_json(snap, file_state.parts);
+    return snap;
+  }
   // Each file is read once: hashed and parsed from the same bytes.
   for (const auto& [file, sum] : snap.state.checksums) {
     const fs::path path = fs::path(dir) / file;
@@ -280,11 +240,7 @@ Snapshot read_checkpoint(const std::string& dir) {
       throw CheckpointError(e.what());
     }
   }
-  for (const auto& [name, json] : file_state.parts.items()) {
-    auto it = std::find_if(snap.parts.begin(), snap.parts.end(), [&](const auto& p) { return p.first == name; });
-    if (it == snap.parts.end()) it = snap.parts.insert(snap.parts.end(), {name, PartState{}});
-    it->second.json = json;
-  }
+  add_part_json(snap, file_state.parts);
   return snap;
 }
 
@@ -322,11 +278,16 @@ AsyncSaver::~AsyncSaver() {
 }
 
 void AsyncSaver::save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n) {
+  auto snap = std::make_shared<Snapshot>(std::move(snapshot));
+  run([work_dir, snap, keep_last_n] { return write_checkpoint(work_dir, std::move(*snap), keep_last_n); });
+}
+
+void AsyncSaver::run(std::function<std::string()> job) {
   wait();
-  thread_ = std::thread([this, work_dir, snap = std::move(snapshot), keep_last_n]() mutable {
+  thread_ = std::thread([this, job = std::move(job)] {
     const auto start = std::chrono::steady_clock::now();
     try {
-      last_path_ = write_checkpoint(work_dir, std::move(snap), keep_last_n);
+      last_path_ = job();
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -12,6 +12,8 @@
 #include <torch/torch.h>
 
 #include <condition_variable>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -56,6 +58,9 @@ struct TrainerState {
   std::string config_hash;
   std::map<std::string, std::string> config;  // every key's value (config::config_values)
   std::map<std::string, std::string> checksums;  // file name -> xxh3-64 hex
+  // As read: 1, 2 (one file per part, its tensors read with it) or 3 (each rank's files and
+  // index.json: read_checkpoint(dir, false) leaves the tensors to ckpt/shards.h).
+  int format = 2;
 };
 
 struct Snapshot {
@@ -68,15 +73,19 @@ struct Snapshot {
 
 std::string checkpoint_name(int64_t global_step);  // step_00001200
 
-// Writes the checkpoint atomically and points `latest` at it; then deletes all but the
-// newest keep_last_n (0 keeps all). Returns the checkpoint's folder.
+// Writes the checkpoint (format 2: one file per part) atomically and points `latest` at
+// it; then deletes all but the newest keep_last_n (0 keeps all). Returns the folder.
+// Format 3, every rank writing its own share, is ckpt/shards.h.
 std::string write_checkpoint(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
 
-// Verifies the folder (trainer_state.json readable, every file present with its checksum)
-// and returns the state; throws CheckpointError saying what is wrong.
+// Verifies the folder (trainer_state.json readable, every file present with its checksum;
+// format 3: index.json's checksum and every shard file whole, the tensors' checksums being
+// checked as they are read) and returns the state; throws CheckpointError saying what is wrong.
 TrainerState verify_checkpoint(const std::string& dir);
-// verify_checkpoint, then every tensor.
-Snapshot read_checkpoint(const std::string& dir);
+// verify_checkpoint, then every tensor (format 3: gathered from every rank's files, each
+// checked). `tensors` false (format 3 only): the parts' JSON, and an empty tensor list for
+// each part that has tensors (ckpt/shards.h reads them).
+Snapshot read_checkpoint(const std::string& dir, bool tensors = true);
 
 // `latest` in work_dir: the checkpoint it names if valid, else the newest valid one;
 // `warnings` says what was skipped and why. `path` is empty when none is valid.
@@ -100,6 +109,8 @@ class AsyncSaver {
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
   void save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
+  // Any write: `job` runs on the thread and returns the folder it wrote ("" for none).
+  void run(std::function<std::string()> job);
   void wait();
   // The last write's duration and folder: written by the writing thread, so read them only
   // after wait() (or save(), which waits first) has returned.

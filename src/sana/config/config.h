@@ -298,6 +298,7 @@ struct CkptConfig {
   bool async_save = true;
   bool save_ema = true;
   bool save_optimizer = true;
+  int64_t format = 3;  // 3: every rank writes its share (ckpt/shards.h); 2: rank 0 writes all
 };
 
 // SANA-1.5's model growth (upstream's ModelGrowthConfig): a deeper model's blocks

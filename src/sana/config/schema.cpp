@@ -386,28 +386,11 @@ void describe_ckpt(std::vector<Field>& f, CkptConfig& c) {
   s.add("async_save", c.async_save, "write checkpoints on a background thread");
   s.add("save_ema", c.save_ema, "include the EMA weights");
   s.add("save_optimizer", c.save_optimizer, "include the optimizer state");
-}
-
-std::string format_double(double v) {
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
-}
-
-template <class T, class Fn>
-std::string flow_list(const std::vector<T>& values, Fn&& one) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + one(values[i]);
-  return out + "]";
+  s.add("format", c.format,
+        "3: every process writes and reads its own share of each checkpoint (docs/checkpoints.md); "
+        "2: process 0 writes one file per part")
+      .at_least(2)
+      .at_most(3);
 }
 
 }  // namespace
@@ -444,44 +427,6 @@ bool ChoiceRef::set_name(const std::string& name) const {
     }
   }
   return false;
-}
-
-std::string type_name(const FieldRef& ref) {
-  struct Name {
-    std::string operator()(int64_t*) const { return "integer"; }
-    std::string operator()(double*) const { return "number"; }
-    std::string operator()(bool*) const { return "boolean"; }
-    std::string operator()(std::string*) const { return "string"; }
-    std::string operator()(std::vector<std::string>*) const { return "list of strings"; }
-    std::string operator()(std::vector<int64_t>*) const { return "list of integers"; }
-    std::string operator()(std::vector<double>*) const { return "list of numbers"; }
-    std::string operator()(NamedWeights*) const { return "mapping of names to numbers"; }
-    std::string operator()(const ChoiceRef&) const { return "string"; }
-  };
-  return std::visit(Name{}, ref);
-}
-
-std::string value_text(const FieldRef& ref) {
-  struct Text {
-    std::string operator()(int64_t* v) const { return std::to_string(*v); }
-    std::string operator()(double* v) const { return format_double(*v); }
-    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
-    std::string operator()(std::string* v) const { return quote(*v); }
-    std::string operator()(std::vector<std::string>* v) const { return flow_list(*v, quote); }
-    std::string operator()(std::vector<int64_t>* v) const {
-      return flow_list(*v, [](int64_t x) { return std::to_string(x); });
-    }
-    std::string operator()(std::vector<double>* v) const { return flow_list(*v, format_double); }
-    std::string operator()(NamedWeights* v) const {
-      std::string out = "{";
-      for (size_t i = 0; i < v->size(); ++i) {
-        out += fmt::format("{}{}: {}", i ? ", " : "", quote((*v)[i].first), format_double((*v)[i].second));
-      }
-      return out + "}";
-    }
-    std::string operator()(const ChoiceRef& c) const { return quote(c.name()); }
-  };
-  return std::visit(Text{}, ref);
 }
 
 std::vector<std::string> section_keys(const std::vector<Field>& fields) {

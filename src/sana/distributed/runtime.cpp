@@ -353,6 +353,7 @@ void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* 
 void Runtime::run_collective(const char* kind, int64_t bytes,
                              const std::function<c10::intrusive_ptr<c10d::Work>()>& start) {
   FlightOp record(OpFamily::collective, kind, "", bytes, collective_limit());
+  tensor_bytes_ += bytes;
   try {
     wait_work(start(), kind);
   } catch (const std::exception& e) {
@@ -403,6 +404,7 @@ PendingCollective start_async(const char* name, const torch::Tensor& t, Launch&&
 PendingCollective Runtime::all_reduce_async(torch::Tensor& t) {
   if (world_size() == 1) return {};
   std::vector<torch::Tensor> tensors{t};
+  tensor_bytes_ += static_cast<int64_t>(t.nbytes());
   return start_async("all-reduce (async)", t, [&] { return backend_->allreduce(tensors); });
 }
 
@@ -411,6 +413,7 @@ PendingCollective Runtime::reduce_async(torch::Tensor& t, int root) {
   std::vector<torch::Tensor> tensors{t};
   c10d::ReduceOptions opts;
   opts.rootRank = root;
+  tensor_bytes_ += static_cast<int64_t>(t.nbytes());
   return start_async("reduce (async)", t, [&] { return backend_->reduce(tensors, opts); });
 }
 
@@ -419,6 +422,7 @@ PendingCollective Runtime::broadcast_async(torch::Tensor& t, int root) {
   std::vector<torch::Tensor> tensors{t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
+  tensor_bytes_ += static_cast<int64_t>(t.nbytes());
   return start_async("broadcast (async)", t, [&] { return backend_->broadcast(tensors, opts); });
 }
 

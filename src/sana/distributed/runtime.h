@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -126,6 +127,9 @@ class Runtime {
   PendingCollective broadcast_async(torch::Tensor& t, int root);
   // Waits for `pending` (empty: done), turning a broken collective into PeerFailure.
   void wait(PendingCollective& pending, const char* what);
+  // Bytes of the tensors this rank has passed to backend collectives so far (sent or
+  // received): what a phase moved is the difference across it.
+  int64_t tensor_bytes() const { return tensor_bytes_.load(); }
 
   // Tells every other rank that this one failed (best effort, never throws).
   void fail(const std::string& reason) noexcept;
@@ -169,6 +173,7 @@ class Runtime {
   c10::intrusive_ptr<compat::CollectiveBackend> backend_;
   std::unique_ptr<FailureWatch> watch_;
   int64_t gather_generation_ = 0;
+  std::atomic<int64_t> tensor_bytes_{0};
   bool finished_ = false;
 };
 

@@ -79,10 +79,14 @@ int64_t ControlNetState::parameter_count() const {
   return n;
 }
 
-PartState ControlNetState::save_state() const {
+PartState ControlNetState::save_state() const { return save_state_of([](const std::string&) { return true; }); }
+
+PartState ControlNetState::save_state_of(const std::function<bool(const std::string&)>& keep) const {
   PartState s;
   NamedTensors tensors;
-  for (const auto& [name, t] : params_) tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  for (const auto& [name, t] : params_) {
+    if (keep(name)) tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  }
   s.json = {{"base_checksum", base_checksum_}, {"control_blocks", model_.spec().control_blocks}};
   s.tensors = std::move(tensors);
   s.metadata["base_checksum"] = base_checksum_;

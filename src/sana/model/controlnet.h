@@ -40,6 +40,7 @@ class ControlNetState : public Stateful {
   // controlnet.safetensors in checkpoints: the control blocks, with the base's checksum.
   std::string state_name() const override { return "controlnet"; }
   PartState save_state() const override;
+  PartState save_state_of(const std::function<bool(const std::string&)>& keep) const override;
   void restore_state(const PartState* saved, const std::string& source) override;
 
  private:

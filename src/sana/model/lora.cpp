@@ -222,9 +222,13 @@ void Lora::merge_into_base() const {
   }
 }
 
-PartState Lora::save_state() const {
+PartState Lora::save_state() const { return save_state_of([](const std::string&) { return true; }); }
+
+PartState Lora::save_state_of(const std::function<bool(const std::string&)>& keep) const {
   NamedTensors tensors;
-  for (const auto& [name, t] : params_) tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  for (const auto& [name, t] : params_) {
+    if (keep(name)) tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  }
   PartState s;
   s.json = {{"base_checksum", base_checksum_},
             {"rank", options_.rank},

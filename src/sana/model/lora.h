@@ -63,6 +63,7 @@ class Lora : public Stateful {
   // restoring onto another base is refused naming both checksums.
   std::string state_name() const override { return "lora"; }
   PartState save_state() const override;
+  PartState save_state_of(const std::function<bool(const std::string&)>& keep) const override;
   void restore_state(const PartState* saved, const std::string& source) override;
 
  private:

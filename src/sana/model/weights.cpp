@@ -216,9 +216,13 @@ void copy_exactly(const std::vector<std::pair<std::string, torch::Tensor>>& para
   for (const auto& [name, t] : params) t.copy_(by_name.at(name));
 }
 
-PartState ModuleState::save_state() const {
-  auto tensors = module_tensors(module_);
-  for (auto& [name, t] : tensors) t = t.detach().to(torch::kCPU).clone();
+PartState ModuleState::save_state() const { return save_state_of([](const std::string&) { return true; }); }
+
+PartState ModuleState::save_state_of(const std::function<bool(const std::string&)>& keep) const {
+  NamedTensors tensors;
+  for (const auto& [name, t] : module_tensors(module_)) {
+    if (keep(name)) tensors.emplace_back(name, t.detach().to(torch::kCPU).clone());
+  }
   return {nullptr, std::move(tensors), {}};
 }
 

@@ -56,6 +56,7 @@ class ModuleState : public Stateful {
   ModuleState(torch::nn::Module& module, std::string name) : module_(module), name_(std::move(name)) {}
   std::string state_name() const override { return name_; }
   PartState save_state() const override;
+  PartState save_state_of(const std::function<bool(const std::string&)>& keep) const override;
   void restore_state(const PartState* saved, const std::string& source) override;
 
  private:

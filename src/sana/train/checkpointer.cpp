@@ -65,7 +65,11 @@ std::optional<ckpt::Snapshot> Checkpointer::gather(const std::function<ckpt::Tra
   return snap;
 }
 
-void Checkpointer::restore(const ckpt::Snapshot& snapshot, const std::string& source) const {
+void Checkpointer::restore(ckpt::Snapshot& snapshot, const std::string& source) const {
+  if (snapshot.state.format >= 3) {
+    if (!sharded_) throw std::logic_error("a format-3 checkpoint needs ShardedCheckpoints to be read");
+    sharded_->load(snapshot, source, parts_);
+  }
   for (auto* p : parts_) p->restore_state(snapshot.part(p->state_name()), source);
 }
 
@@ -80,12 +84,27 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
   if (next.global_step == last_saved_) return;
   last_saved_ = next.global_step;
   const auto start = std::chrono::steady_clock::now();
+  if (sharded_) {
+    saver_.wait();  // the previous write (this rank's share of it) is over
+    const double previous = saver_.last_write_seconds();
+    std::optional<ckpt::TrainerState> run;
+    if (writes_) run = run_state();
+    saver_.run(sharded_->save_job(parts_, next.global_step, std::move(run), cfg_.work_dir, cfg_.ckpt.keep_last_n));
+    if (!cfg_.ckpt.async_save) saver_.wait();
+    if (writes_) log_save(next, why, start, previous);
+    return;
+  }
   auto snapshot = gather(run_state);  // every rank: sharded parts gather to the writer
   if (!writes_) return;
   saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
   saver_.save(cfg_.work_dir, std::move(*snapshot), cfg_.ckpt.keep_last_n);
   if (!cfg_.ckpt.async_save) saver_.wait();
+  log_save(next, why, start, previous);
+}
+
+void Checkpointer::log_save(const RunPosition& next, const std::string& why,
+                            std::chrono::steady_clock::time_point start, double previous) {
   const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(next.global_step), why, blocked,
             cfg_.ckpt.async_save ? fmt::format(" (previous write took {:.3f} s in the background)", previous)

@@ -1,18 +1,22 @@
 // When and how the training loop saves: the save policy (train.save_model_steps,
 // train.save_model_epochs, a stop request, the end of training), the registered stateful
-// parts a checkpoint holds, and the background write of rank 0's snapshot. The loop only
-// says where it is; it never holds save policy. A checkpoint is the run's state (the
-// caller's) plus every registered part's save_state(); restore() is its inverse.
+// parts a checkpoint holds, and their background write: every rank its own share
+// (ckpt.format 3, train/sharded_checkpoint.h), or rank 0 the whole (format 2). The loop
+// only says where it is; it never holds save policy. A checkpoint is the run's state (the
+// caller's) plus every registered part's state; restore() is its inverse.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/config.h"
+#include "sana/train/sharded_checkpoint.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {
@@ -32,8 +36,11 @@ std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64
 
 class Checkpointer {
  public:
-  // Only the writing rank (rank 0) captures and writes; every rank follows the policy.
+  // Format 2: only the writing rank (rank 0) captures and writes; every rank follows the
+  // policy.
   Checkpointer(const config::Config& cfg, bool writes);
+  // Format 3 (ckpt.format 3): every rank writes and reads its share as `sharded` says.
+  void write_shards(std::unique_ptr<ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
 
   // Adds a part whose state every checkpoint holds, under its state_name() (unique;
   // lower-case letters, digits and '_': it names a file). The part must outlive the
@@ -44,8 +51,10 @@ class Checkpointer {
   // Every rank: each part's gather_state(); the snapshot on the writing rank (run_state()
   // runs there only), nothing elsewhere.
   std::optional<ckpt::Snapshot> gather(const std::function<ckpt::TrainerState()>& run_state) const;
-  // Hands every part its saved state (null for a part the checkpoint does not hold).
-  void restore(const ckpt::Snapshot& snapshot, const std::string& source) const;
+  // Hands every part its saved state (null for a part the checkpoint does not hold). A
+  // format-3 snapshot (read_checkpoint(dir, false)) gets its tensors first: each rank reads
+  // what it keeps (a collective).
+  void restore(ckpt::Snapshot& snapshot, const std::string& source) const;
 
   // After each step: `next` is where a resume continues. Saves when save_reason() says so
   // and this step was not saved yet; run_state() runs only on the writing rank.
@@ -57,9 +66,13 @@ class Checkpointer {
   void finish();
 
  private:
+  void log_save(const RunPosition& next, const std::string& why, std::chrono::steady_clock::time_point start,
+                double previous);
+
   const config::Config& cfg_;
   bool writes_;
   std::vector<Stateful*> parts_;
+  std::unique_ptr<ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
   ckpt::AsyncSaver saver_;
   int64_t last_saved_ = -1;
 };

@@ -39,7 +39,7 @@ std::optional<ckpt::Snapshot> read_resume_checkpoint(const config::Config& cfg, 
   if (cfg.resume_from.empty()) return std::nullopt;
   source = choose_checkpoint(cfg, rt);
   if (source.empty()) return std::nullopt;
-  auto snap = ckpt::read_checkpoint(source);
+  auto snap = ckpt::read_checkpoint(source, /*tensors=*/false);  // format 3: the Checkpointer reads its share
   check_resumable(snap.state, cfg, model_name, source);
   return snap;
 }

@@ -21,7 +21,8 @@ std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt);
 void check_resumable(const ckpt::TrainerState& saved, const config::Config& cfg, const std::string& model_name,
                      const std::string& source);
 
-// Reads and checks the chosen checkpoint; nothing when resume_from is empty or finds none.
+// Reads and checks the chosen checkpoint (format 3: its state and JSON; the Checkpointer
+// reads each rank's tensors); nothing when resume_from is empty or finds none.
 std::optional<ckpt::Snapshot> read_resume_checkpoint(const config::Config& cfg, dist::Runtime& rt,
                                                       const std::string& model_name, std::string& source);
 

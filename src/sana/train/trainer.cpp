@@ -124,18 +124,6 @@ void Trainer::start() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-// What a checkpoint holds besides the run's position: one line per part (its name is the
-// part's own: model.safetensors, ema.safetensors, optimizer.safetensors, and JSON).
-void Trainer::register_checkpointed_parts() {
-  checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
-  checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
-  checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
-  checkpointer_->add(*reducer_);
-  checkpointer_->add(*guard_);
-  checkpointer_->add(*nonfinite_);
-  checkpointer_->add(*scaler_);
-}
-
 // As upstream, from scratch and on loading weights: the null caption (y_embedding, used for
 // caption dropout and guidance) becomes the text encoder's features of the empty prompt.
 void Trainer::use_empty_prompt() {
@@ -161,73 +149,6 @@ int64_t Trainer::count_total_steps() const {
              epoch_plan(0, true).steps() * (t.num_epochs - position_.epoch - 1);
   }
   return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
-}
-
-void Trainer::change_batch(const ckpt::TrainerState& saved) {
-  const auto spec = batch_spec_for(cfg_);
-  if (position_.step_in_epoch == 0) {
-    segments_ = {{0, spec}};
-  } else {
-    segments_.push_back({position_.step_in_epoch, spec});
-  }
-  if (cfg_.data.sampler == config::DataSampler::distributed && position_.step_in_epoch > 0) {
-    throw UsageError(fmt::format("data.sampler distributed cannot change {} mid-epoch (torch's DistributedSampler "
-                                 "partition has no rest of an epoch); resume at an epoch end or with data.sampler bucket",
-                                 before_text(saved)),
-                     "config error");
-  }
-  const auto plan = epoch_plan(position_.epoch);
-  check_world_fits(plan, rt_.world_size(), spec);
-  log::info("{} -> {}: epoch {}'s samples not yet seen are batched anew from its step {} ({} steps left in it), "
-            "later epochs too",
-            before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
-            plan.steps() - position_.step_in_epoch);
-  if (cfg_.train.auto_lr != config::AutoLr::none) {
-    auto old = cfg_.train;
-    old.global_batch_size = saved.global_batch_size;
-    log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
-              peak_learning_rate(old), peak_learning_rate(cfg_.train));
-  }
-}
-
-void Trainer::resume() {
-  std::string source;
-  const auto start = std::chrono::steady_clock::now();
-  const auto snapshot = read_resume_checkpoint(cfg_, rt_, spec_.name, source);
-  if (!snapshot) return;
-  checkpointer_->restore(*snapshot, source);
-  resumed_ = true;
-  const auto& s = snapshot->state;
-  position_ = {s.epoch, s.step_in_epoch, s.global_step, s.consumed_samples};
-  if (position_.step_in_epoch > 0) {
-    segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
-    if (!s.epoch_segments.empty()) segments_.clear();
-    for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
-  }
-  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != batch_spec_for(cfg_)) change_batch(s);
-  log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
-            s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  log_config_changes(s);
-}
-
-// What a resume changed, key by key (any key may change but train.seed and the model;
-// resume_from itself is not a change).
-void Trainer::log_config_changes(const ckpt::TrainerState& saved) const {
-  if (saved.config.empty()) {
-    if (saved.config_hash != config::config_fingerprint(cfg_)) {
-      log::info("the config differs from the checkpoint's (written by a sana-train that kept no values to compare)");
-    }
-    return;
-  }
-  auto before = saved.config;
-  auto now = config::config_values(cfg_);
-  before.erase("resume_from");
-  now.erase("resume_from");
-  const auto changes = config::config_changes(before, now);
-  if (changes.empty()) return;
-  log::info("the config differs from the checkpoint's in {} key{}:", changes.size(), changes.size() == 1 ? "" : "s");
-  for (const auto& change : changes) log::info("  {}", change);
 }
 
 // One device's peak FLOP/s for MFU: train.peak_tflops, else a known CUDA GPU's by name
@@ -432,25 +353,6 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   }
   reducer_->zero_gradients();
   return apply;
-}
-
-ckpt::TrainerState Trainer::run_state() const {
-  ckpt::TrainerState st;
-  st.epoch = position_.epoch;
-  st.step_in_epoch = position_.step_in_epoch;
-  st.global_step = position_.global_step;
-  st.consumed_samples = position_.consumed_samples;
-  st.global_batch_size = cfg_.train.global_batch_size;
-  st.batch_tokens = cfg_.train.batch_tokens;
-  if (position_.step_in_epoch > 0 && segments_.size() > 1) {
-    for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
-  }
-  st.seed = cfg_.train.seed;
-  st.world_size = rt_.world_size();
-  st.model = spec_.name;
-  st.config_hash = config::config_fingerprint(cfg_);
-  st.config = config::config_values(cfg_);
-  return st;
 }
 
 void Trainer::finish() {

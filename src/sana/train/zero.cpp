@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sana/distributed/tensor_stream.h"
+
 namespace sana::train {
 
 Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model,
@@ -44,6 +46,16 @@ Zero::Whole::~Whole() {
 bool Zero::owns(const std::string& name) const {
   const auto it = index_.find(name);
   return it != index_.end() && owned_index_[it->second] >= 0;
+}
+
+int Zero::owner_of(const std::string& entry) const {
+  const auto it = index_.find(entry.substr(0, entry.find('/')));
+  return it == index_.end() ? 0 : reducer_.shard_plan().owner.at(it->second);
+}
+
+int64_t Zero::order_of(const std::string& entry) const {
+  const auto it = index_.find(entry.substr(0, entry.find('/')));
+  return static_cast<int64_t>(it == index_.end() ? index_.size() : it->second);
 }
 
 void Zero::sort_by_parameter(NamedTensors& entries) const {
@@ -105,38 +117,6 @@ void Zero::gather_parameters() {
   }
 }
 
-namespace {
-
-constexpr int64_t kGatherChunk = int64_t{64} << 20;
-
-// One CPU tensor's bytes as a flat uint8 tensor sharing its memory.
-torch::Tensor bytes_of_tensor(const torch::Tensor& t) {
-  return torch::from_blob(t.data_ptr(), {static_cast<int64_t>(t.nbytes())}, torch::kUInt8);
-}
-
-// Copies `n` bytes between the CPU `chunk` and the tensors' bytes laid end to end (from
-// `stream_at`): into the chunk when `to_chunk`, else out of it.
-void move_bytes(torch::Tensor& chunk, const std::vector<torch::Tensor>& pieces, int64_t stream_at, int64_t n,
-                bool to_chunk) {
-  int64_t start = 0;
-  for (const auto& piece : pieces) {
-    const int64_t len = piece.numel();
-    const int64_t lo = std::max(start, stream_at), hi = std::min(start + len, stream_at + n);
-    if (lo < hi) {
-      auto in_piece = piece.narrow(0, lo - start, hi - lo);
-      auto in_chunk = chunk.narrow(0, lo - stream_at, hi - lo);
-      if (to_chunk) {
-        in_chunk.copy_(in_piece);
-      } else {
-        in_piece.copy_(in_chunk);
-      }
-    }
-    start += len;
-  }
-}
-
-}  // namespace
-
 NamedTensors gather_to_writer(dist::Runtime& rt, const std::string& what, const NamedTensors& own, bool writer) {
   if (writer != (rt.rank() == 0)) throw std::logic_error("gather_to_writer: rank 0 writes");
   nlohmann::json header = nlohmann::json::array();
@@ -146,38 +126,22 @@ NamedTensors gather_to_writer(dist::Runtime& rt, const std::string& what, const 
   if (writer) out = own;
   // Every other rank's share comes to rank 0 as a stream of bytes, in chunks.
   for (int r = 1; r < rt.world_size(); ++r) {
-    std::vector<torch::Tensor> held, pieces;  // the sender's tensors (on the CPU) and their bytes, or the writer's new ones'
+    std::vector<torch::Tensor> tensors;  // the sender's, or the writer's new ones
     NamedTensors received;
     int64_t total = 0;
     if (r == rt.rank()) {
-      for (const auto& [name, t] : own) {
-        held.push_back(t.to(torch::kCPU).contiguous());
-        pieces.push_back(bytes_of_tensor(held.back()));
-      }
+      for (const auto& [name, t] : own) tensors.push_back(t);
     }
     for (const auto& entry : nlohmann::json::parse(headers[static_cast<size_t>(r)])) {
       auto t = torch::empty(entry.at(2).get<std::vector<int64_t>>(),
                             torch::TensorOptions().dtype(static_cast<at::ScalarType>(entry.at(1).get<int>())));
       total += static_cast<int64_t>(t.nbytes());
       if (writer) {
-        pieces.push_back(bytes_of_tensor(t));
+        tensors.push_back(t);
         received.emplace_back(entry.at(0).get<std::string>(), t);
       }
     }
-    for (int64_t at = 0; at < total; at += kGatherChunk) {
-      const int64_t n = std::min(kGatherChunk, total - at);
-      auto chunk = torch::empty({n}, torch::TensorOptions().dtype(torch::kUInt8).device(rt.device()));
-      if (r == rt.rank()) {
-        auto host = torch::empty({n}, torch::kUInt8);
-        move_bytes(host, pieces, at, n, true);
-        chunk.copy_(host);
-      }
-      rt.broadcast(chunk, r);  // collective
-      if (writer) {
-        auto host = chunk.to(torch::kCPU);
-        move_bytes(host, pieces, at, n, false);
-      }
-    }
+    dist::broadcast_tensors(rt, r, total, tensors);  // collective
     out.insert(out.end(), received.begin(), received.end());
   }
   return out;

@@ -48,6 +48,13 @@ class Zero {
   // The parameters whose optimizer state and EMA this rank keeps, in registration order.
   const NamedParams& owned() const { return owned_; }
   bool owns(const std::string& name) const;
+  // Checkpoint entries ("<parameter>" or "<parameter>/<state>"; any other name belongs to
+  // no parameter): the rank that owns the entry's parameter under the shard plan (at every
+  // stage: it writes the entry to a sharded checkpoint and reads it back), 0 for an entry
+  // of no parameter; and the entry's place in the parameters' registration order (after
+  // them all for an entry of no parameter).
+  int owner_of(const std::string& entry) const;
+  int64_t order_of(const std::string& entry) const;
   // Entries named "<parameter>" or "<parameter>/<state>" in the parameters' registration
   // order (gathered shares come in rank order): the files stage 0 writes, byte for byte.
   void sort_by_parameter(NamedTensors& entries) const;
@@ -94,6 +101,10 @@ class WholeModelPart : public Stateful {
   WholeModelPart(Stateful& inner, Zero& zero) : inner_(inner), zero_(zero) {}
   std::string state_name() const override { return inner_.state_name(); }
   PartState save_state() const override { return inner_.save_state(); }
+  // Without gathering: at stage 3 only the owned parameters have memory here.
+  PartState save_state_of(const std::function<bool(const std::string&)>& keep) const override {
+    return inner_.save_state_of(keep);
+  }
   std::optional<PartState> gather_state(bool writer) const override;
   void restore_state(const PartState* saved, const std::string& source) override;
 
@@ -116,6 +127,10 @@ class ShardedPart : public Stateful {
   ShardedPart(Stateful& inner, dist::Runtime& rt, const Zero& zero) : inner_(inner), rt_(rt), zero_(zero) {}
   std::string state_name() const override { return inner_.state_name(); }
   PartState save_state() const override { return inner_.save_state(); }  // this rank's share
+  PartState save_state_of(const std::function<bool(const std::string&)>& keep) const override {
+    return inner_.save_state_of(keep);
+  }
+  bool restores_share() const override { return zero_.shards_state(); }
   std::optional<PartState> gather_state(bool writer) const override;
   void restore_state(const PartState* saved, const std::string& source) override;
 

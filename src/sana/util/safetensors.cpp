@@ -29,11 +29,12 @@ torch::ScalarType safetensors_scalar_type(const std::string& dtype) {
   return d->first;
 }
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+std::vector<SafetensorsEntry> write_safetensors(const std::string& path, const NamedTensors& tensors,
+                                                const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<torch::Tensor> data;
+  std::vector<SafetensorsEntry> placed;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     const auto& names = dtype_names();
@@ -47,6 +48,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     auto cpu = tensor.detach().to(torch::kCPU).contiguous();
     const uint64_t bytes = static_cast<uint64_t>(cpu.numel()) * cpu.element_size();
     header[name] = {{"dtype", it->second}, {"shape", cpu.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    placed.push_back({name, it->second, cpu.sizes().vec(), offset, offset + bytes});
     offset += bytes;
     data.push_back(std::move(cpu));
   }
@@ -64,6 +66,12 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   out.flush();
   if (!out) throw SafetensorsError(fmt::format("writing '{}' failed: {}", path, std::strerror(errno)));
+  const uint64_t data_start = 8 + n;
+  for (auto& e : placed) {
+    e.begin += data_start;
+    e.end += data_start;
+  }
+  return placed;
 }
 
 torch::Tensor SafetensorsFile::get(const std::string& name) const {

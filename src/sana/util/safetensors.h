@@ -19,8 +19,9 @@ namespace sana {
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Writes CPU copies of `tensors` (F64, F32, F16, BF16, I64, I32, U8, BOOL) in the given
-// order. Throws SafetensorsError when the file cannot be written.
-void write_safetensors(const std::string& path, const NamedTensors& tensors,
+// order and returns where each landed (byte ranges in the file). Throws SafetensorsError
+// when the file cannot be written.
+std::vector<SafetensorsEntry> write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -35,6 +36,24 @@ class Stateful {
   virtual std::string state_name() const = 0;
   // Owned CPU copies: the checkpoint is written in the background while training goes on.
   virtual PartState save_state() const = 0;
+  // save_state() of only the tensors `keep` accepts (by entry name): this rank's share of a
+  // checkpoint every rank writes (format 3, ckpt/shards.h). This default copies everything
+  // first; a part whose tensors may lack memory on this rank (ZeRO stage 3's parameters)
+  // copies only what it keeps.
+  virtual PartState save_state_of(const std::function<bool(const std::string&)>& keep) const {
+    auto state = save_state();
+    if (state.tensors) {
+      NamedTensors kept;
+      for (auto& entry : *state.tensors) {
+        if (keep(entry.first)) kept.push_back(std::move(entry));
+      }
+      state.tensors = std::move(kept);
+    }
+    return state;
+  }
+  // restore_state() needs only the entries of this rank's share (ZeRO's sharded parts), so
+  // a sharded checkpoint's other entries are not even read; false: every entry.
+  virtual bool restores_share() const { return false; }
   // The part's whole state for a checkpoint on the writing rank (`writer`); nothing on the
   // others. Every rank calls it for every part, in the same order: a part whose state is
   // spread over ranks gathers it here (a collective).

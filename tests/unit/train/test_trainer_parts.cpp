@@ -231,7 +231,7 @@ TEST_CASE("A registered stateful part round-trips through a checkpoint save and 
   const auto latest = ckpt::resolve_latest(dir.path());
   REQUIRE(latest.warnings.empty());
   CHECK(fs::exists(fs::path(latest.path) / "counter.safetensors"));
-  const auto snapshot = ckpt::read_checkpoint(latest.path);
+  auto snapshot = ckpt::read_checkpoint(latest.path);
   CHECK(snapshot.state.global_step == 5);
   Counter after;
   Checkpointer reader(cfg, /*writes=*/false);

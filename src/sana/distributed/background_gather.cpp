@@ -1,0 +1,56 @@
+#include "sana/distributed/background_gather.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <thread>
+
+#include "sana/distributed/failure_watch.h"
+#include "sana/distributed/runtime.h"
+
+namespace sana::dist {
+
+BackgroundGather::BackgroundGather(const RendezvousEndpoint& endpoint, int rank, int world_size,
+                                   std::chrono::milliseconds timeout)
+    : endpoint_(endpoint), rank_(rank), world_(world_size), timeout_(timeout) {
+  endpoint_.server = false;
+}
+
+std::vector<std::string> BackgroundGather::gather(const std::string& name, const std::string& mine) {
+  if (world_ == 1) return {mine};
+  if (!store_) store_ = open_store(endpoint_, timeout_, timeout_);
+  const auto key = [&](int r) { return fmt::format("bg/{}/{}", name, r); };
+  store_->set(key(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+  if (rank_ != 0) return {};
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::vector<std::string> out(static_cast<size_t>(world_));
+  out[0] = mine;
+  std::vector<int> missing;
+  for (int r = 1; r < world_; ++r) missing.push_back(r);
+  while (!missing.empty()) {
+    std::vector<int> still;
+    for (int r : missing) {
+      if (!store_->check({key(r)})) {
+        still.push_back(r);
+        continue;
+      }
+      const auto bytes = store_->get(key(r));
+      out[static_cast<size_t>(r)].assign(bytes.begin(), bytes.end());
+      store_->deleteKey(key(r));
+    }
+    missing = std::move(still);
+    if (missing.empty()) break;
+    const std::string failure = published_failure(*store_);
+    if (!failure.empty()) throw PeerFailure(failure);
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw DistTimeout(fmt::format("{}: rank{} {} did not report within {} s (dist.timeout_s)", name,
+                                    missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+                                    timeout_.count() / 1000.0));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a store has no wait for any of several keys
+  }
+  store_->deleteKey(key(0));
+  return out;
+}
+
+}  // namespace sana::dist
