@@ -13,6 +13,8 @@
 #  3. The tiny preset on 2 processes, format 2 and format 3 side by side: the format-3
 #     checkpoint consolidated (`inspect --consolidate`) is the format-2 one byte for byte,
 #     and resuming either gives the same weights.
+#  4. A damaged tensor: resume_from latest passes over that checkpoint to the one before;
+#     resume_from naming it stops with exit 1, naming the rank, the file and the tensor.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -129,5 +131,42 @@ if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] && [ "$a" = "$d" ]; then
   pass "format 2, format 3 and format 3 consolidated resume to the uninterrupted run's weights ($a)"
 else
   fail "resumed weights: format 2 '$a', format 3 '$b', consolidated '$c', uninterrupted '$d'"
+fi
+
+# 4. A damaged tensor in the newest checkpoint: resume_from latest finds it while reading,
+# says so, and continues from the checkpoint before (to the uninterrupted run's weights);
+# naming that checkpoint itself stops with exit 1, naming the file and the tensor.
+damage() {  # FOLDER: flips a byte of rank 1's first model tensor; prints "FILE TENSOR"
+  timeout 60 /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+folder = sys.argv[1]
+entry = next(e for e in json.load(open(f"{folder}/index.json"))["parts"]["model"] if e["rank"] == 1)
+with open(f"{folder}/{entry['file']}", "r+b") as f:
+    f.seek(entry["offset"] + 1)
+    byte = f.read(1)
+    f.seek(entry["offset"] + 1)
+    f.write(bytes([byte[0] ^ 0x5a]))
+print(f"{entry['file']} {entry['name']}")
+PY
+}
+cp -r "$SCRATCH/f3" "$SCRATCH/damaged"
+cp -r "$SCRATCH/f3/checkpoints/step_00000004" "$SCRATCH/named"
+if damage "$SCRATCH/damaged/checkpoints/step_00000004" > "$SCRATCH/damage.log" 2>&1 &&
+   damage "$SCRATCH/named" > /dev/null 2>&1; then
+  read -r file tensor < "$SCRATCH/damage.log"
+  run damaged 2 "${tiny[@]}" --resume_from=latest; assert_code $? 0 "resumed past the damaged checkpoint"
+  assert_contains "$SCRATCH/damaged.log" "skipping $SCRATCH/damaged/checkpoints/step_00000004: rank 1 read: " \
+    "the damaged checkpoint is named and skipped"
+  assert_contains "$SCRATCH/damaged.log" "$file is damaged: tensor '$tensor' has checksum" "the file and the tensor named"
+  assert_contains "$SCRATCH/damaged.log" "resumed from $SCRATCH/damaged/checkpoints/step_00000002" "resumed from step 2"
+  e=$(checksum damaged)
+  [ -n "$e" ] && [ "$e" = "$d" ] && pass "the fallback resume ends as the uninterrupted run ($e)" || fail "'$e' vs '$d'"
+  run named-resume 2 "${tiny[@]}" --train.max_steps=6 "--resume_from=$SCRATCH/named"
+  assert_code $? 1 "resume_from a damaged checkpoint's folder"
+  assert_contains "$SCRATCH/named-resume.log" "checkpoint error: resume_from $SCRATCH/named: rank 1 read: " \
+    "the error names the checkpoint and the reading rank"
+  assert_contains "$SCRATCH/named-resume.log" "is damaged: tensor '$tensor'" "and the tensor"
+else
+  fail "could not damage the checkpoints: $(cat "$SCRATCH/damage.log")"
 fi
 finish

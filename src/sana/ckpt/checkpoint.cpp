@@ -244,7 +244,7 @@ Snapshot read_checkpoint(const std::string& dir, bool tensors) {
   return snap;
 }
 
-Resolved resolve_latest(const std::string& work_dir) {
+Resolved resolve_latest(const std::string& work_dir, const std::vector<std::string>& skip) {
   const fs::path root = fs::path(work_dir) / "checkpoints";
   Resolved r;
   std::string named;
@@ -259,6 +259,7 @@ Resolved resolve_latest(const std::string& work_dir) {
     if (it->filename() != named) candidates.push_back(*it);
   }
   for (const auto& c : candidates) {
+    if (std::find(skip.begin(), skip.end(), c.string()) != skip.end()) continue;
     try {
       verify_checkpoint(c.string());
       r.path = c.string();

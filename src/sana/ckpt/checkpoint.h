@@ -34,6 +34,14 @@ class CheckpointError : public sana::RunError {
   explicit CheckpointError(const std::string& what) : RunError(what, "checkpoint error") {}
 };
 
+// A checkpoint found damaged while the ranks read it (format 3: a tensor's checksum), before
+// any part was restored: every rank throws it alike, and `resume_from: latest` goes on
+// to the checkpoint before.
+class DamagedCheckpoint : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
 // A part of the epoch in progress batched one way from `first_step` (the trainer's plan).
 struct EpochSegment {
   int64_t first_step = 0;
@@ -88,12 +96,13 @@ TrainerState verify_checkpoint(const std::string& dir);
 Snapshot read_checkpoint(const std::string& dir, bool tensors = true);
 
 // `latest` in work_dir: the checkpoint it names if valid, else the newest valid one;
-// `warnings` says what was skipped and why. `path` is empty when none is valid.
+// `warnings` says what was skipped and why. `path` is empty when none is valid. Folders
+// in `skip` (found damaged already) are passed over.
 struct Resolved {
   std::string path;
   std::vector<std::string> warnings;
 };
-Resolved resolve_latest(const std::string& work_dir);
+Resolved resolve_latest(const std::string& work_dir, const std::vector<std::string>& skip = {});
 
 // Tests only: called with a stage name ("model.safetensors", "trainer_state.json",
 // "rename", "latest") before each step of write_checkpoint, to simulate a crash there.

@@ -7,11 +7,11 @@
 
 namespace sana::train {
 
-std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt) {
+std::string choose_checkpoint(const config::Config& cfg, dist::Runtime& rt, const std::vector<std::string>& skip) {
   std::string chosen;
   if (rt.rank() == 0) {
     if (cfg.resume_from == "latest") {
-      const auto r = ckpt::resolve_latest(cfg.work_dir);
+      const auto r = ckpt::resolve_latest(cfg.work_dir, skip);
       for (const auto& w : r.warnings) log::warn_shared("resume_from latest: {}", w);
       chosen = r.path;
       if (chosen.empty()) log::info("resume_from latest: no checkpoint in {}/checkpoints; starting fresh", cfg.work_dir);
@@ -35,9 +35,10 @@ void check_resumable(const ckpt::TrainerState& saved, const config::Config& cfg,
 }
 
 std::optional<ckpt::Snapshot> read_resume_checkpoint(const config::Config& cfg, dist::Runtime& rt,
-                                                      const std::string& model_name, std::string& source) {
+                                                      const std::string& model_name, std::string& source,
+                                                      const std::vector<std::string>& skip) {
   if (cfg.resume_from.empty()) return std::nullopt;
-  source = choose_checkpoint(cfg, rt);
+  source = choose_checkpoint(cfg, rt, skip);
   if (source.empty()) return std::nullopt;
   auto snap = ckpt::read_checkpoint(source, /*tensors=*/false);  // format 3: the Checkpointer reads its share
   check_resumable(snap.state, cfg, model_name, source);

@@ -94,30 +94,54 @@ void ShardedCheckpoints::load(ckpt::Snapshot& snapshot, const std::string& dir, 
   for (const auto& [part, entries] : index.parts) {
     for (const auto& e : entries) total += e.bytes;
   }
+  // Each part's entries by reader (the rank that owns each now), and what this rank read:
+  // every rank reads its own first, and all agree that every read was whole before anything
+  // moves or is restored, so a damaged tensor fails every rank alike.
+  struct Plan {
+    const Stateful* part;
+    const std::vector<ckpt::ShardEntry>* entries;
+    std::vector<std::vector<const ckpt::ShardEntry*>> by_reader;
+    NamedTensors own;
+  };
+  std::vector<Plan> plans;
+  std::string error;
   for (const auto* p : parts) {
     const auto found = index.parts.find(p->state_name());
     if (found == index.parts.end()) continue;
-    const auto& entries = found->second;
+    Plan plan{p, &found->second, std::vector<std::vector<const ckpt::ShardEntry*>>(static_cast<size_t>(world)), {}};
+    for (const auto& e : found->second) plan.by_reader[static_cast<size_t>(roles_.owner_of(e.name))].push_back(&e);
+    if (error.empty()) {
+      try {
+        plan.own = ckpt::read_shard_entries(dir, plan.by_reader[static_cast<size_t>(rank)], &read);
+      } catch (const ckpt::CheckpointError& e) {
+        error = e.what();
+      }
+    }
+    plans.push_back(std::move(plan));
+  }
+  const auto errors = rt_.all_gather("checkpoint read " + dir, error);  // collective
+  for (int r = 0; r < world; ++r) {
+    if (!errors[static_cast<size_t>(r)].empty()) {
+      throw ckpt::DamagedCheckpoint(fmt::format("rank {} read: {}", r, errors[static_cast<size_t>(r)]));
+    }
+  }
+  for (auto& plan : plans) {
     PartState* target = nullptr;
     for (auto& [n, state] : snapshot.parts) {
-      if (n == p->state_name()) target = &state;
+      if (n == plan.part->state_name()) target = &state;
     }
-    if (target == nullptr) target = &snapshot.parts.emplace_back(p->state_name(), PartState{}).second;
-    // Each entry's reader: the rank that owns it now.
-    std::vector<std::vector<const ckpt::ShardEntry*>> by_reader(static_cast<size_t>(world));
-    for (const auto& e : entries) by_reader[static_cast<size_t>(roles_.owner_of(e.name))].push_back(&e);
-    auto own = ckpt::read_shard_entries(dir, by_reader[static_cast<size_t>(rank)], &read);
-    if (p->restores_share()) {  // only this rank's share: nothing to pass on
-      target->tensors = std::move(own);
+    if (target == nullptr) target = &snapshot.parts.emplace_back(plan.part->state_name(), PartState{}).second;
+    if (plan.part->restores_share()) {  // only this rank's share: nothing to pass on
+      target->tensors = std::move(plan.own);
       continue;
     }
     // Every rank restores every entry: each reader's go to all, in index order.
     std::map<std::string, torch::Tensor> by_name;
-    for (auto& [n, t] : own) by_name.emplace(n, t);
+    for (auto& [n, t] : plan.own) by_name.emplace(n, t);
     for (int r = 0; r < world; ++r) {
       std::vector<torch::Tensor> stream;
       int64_t bytes = 0;
-      for (const auto* e : by_reader[static_cast<size_t>(r)]) {
+      for (const auto* e : plan.by_reader[static_cast<size_t>(r)]) {
         bytes += e->bytes;
         if (r != rank) {
           auto t = torch::empty(e->shape, torch::TensorOptions().dtype(safetensors_scalar_type(e->dtype)));
@@ -129,7 +153,7 @@ void ShardedCheckpoints::load(ckpt::Snapshot& snapshot, const std::string& dir, 
       if (r != rank) received += bytes;
     }
     NamedTensors all;
-    for (const auto& e : entries) all.emplace_back(e.name, by_name.at(e.name));
+    for (const auto& e : *plan.entries) all.emplace_back(e.name, by_name.at(e.name));
     target->tensors = std::move(all);
   }
   log::info("resume: rank {} read {} bytes ({:.2f} MiB) of the checkpoint's {} ({:.2f} MiB, written by {} rank{}) "

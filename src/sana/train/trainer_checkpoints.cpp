@@ -61,9 +61,24 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
 void Trainer::resume() {
   std::string source;
   const auto start = std::chrono::steady_clock::now();
-  auto snapshot = read_resume_checkpoint(cfg_, rt_, spec_.name, source);
-  if (!snapshot) return;
-  checkpointer_->restore(*snapshot, source);
+  std::optional<ckpt::Snapshot> snapshot;
+  std::vector<std::string> damaged;  // found so while read: latest goes on to the one before
+  for (;;) {
+    snapshot = read_resume_checkpoint(cfg_, rt_, spec_.name, source, damaged);  // collective
+    if (!snapshot) return;
+    try {
+      checkpointer_->restore(*snapshot, source);  // collective
+      break;
+    } catch (const ckpt::DamagedCheckpoint& e) {
+      if (cfg_.resume_from != "latest") {
+        throw ckpt::CheckpointError(fmt::format("resume_from {}: {}. Name an older checkpoint folder, or set "
+                                                "resume_from: latest to pass over damaged ones",
+                                                source, e.what()));
+      }
+      log::warn_shared("resume_from latest: skipping {}: {}", source, e.what());
+      damaged.push_back(source);
+    }
+  }
   resumed_ = true;
   const auto& s = snapshot->state;
   position_ = {s.epoch, s.step_in_epoch, s.global_step, s.consumed_samples};
