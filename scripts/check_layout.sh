@@ -20,6 +20,12 @@
 #      setsid) that is not under `timeout` or start_bounded (tests/dist/lib.sh: the pid goes
 #      to code_of, which waits until a deadline). A line that must differ says why in a
 #      comment "# bounded: ..." (counted in the summary).
+#   f. the model knows nothing of how it is trained: no ZeRO name (ZeRO, zero_stage, Zero,
+#      gather, ShardPlan, shard_plan) in src/sana/model/ (train/zero.h wraps it from outside,
+#      through model::BlockHooks);
+#   g. fault injection in one place: no SANA_TEST_ in src/ or apps/ outside
+#      src/sana/train/test_hooks.{h,cpp} (production code reads no test variable; what a
+#      lower layer needs is passed in).
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
 # table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
 # the exit is 77 (ctest: skipped) when the other checks pass.
@@ -254,6 +260,20 @@ if [ ${#test_scripts[@]} -gt 0 ]; then
 fi
 wait_violations=$(( $(wc -l < "$violations") - before ))
 
+# --- f. no ZeRO names in the model; g. SANA_TEST_ in one file ------------------------------
+before=$(wc -l < "$violations")
+model_files=()
+for f in "${code_files[@]}"; do case $f in src/sana/model/*) model_files+=("$f") ;; esac; done
+if [ ${#model_files[@]} -gt 0 ]; then
+  grep -nE 'ZeRO|zero_stage|\bZero\b|[Gg]ather|ShardPlan|shard_plan' "${model_files[@]}" 2>/dev/null |
+    awk -F: '{ printf "%s:%s: names ZeRO in the model (rule f: the model knows nothing of how it is trained; train/zero.h wraps it through model::BlockHooks)\n", $1, $2 }' >> "$violations" || true
+fi
+zero_violations=$(( $(wc -l < "$violations") - before ))
+before=$(wc -l < "$violations")
+grep -nF 'SANA_TEST_' "${code_files[@]}" 2>/dev/null | grep -vE '^src/sana/train/test_hooks\.(h|cpp):' |
+  awk -F: '{ printf "%s:%s: reads or names a SANA_TEST_ variable (rule g: fault injection lives in src/sana/train/test_hooks.{h,cpp}; pass what a part needs in)\n", $1, $2 }' >> "$violations" || true
+hook_violations=$(( $(wc -l < "$violations") - before ))
+
 # --- report -------------------------------------------------------------------------------
 soft_files=$(grep -c 'soft limit of '"$soft_file_lines"':' "$warnings" || true)
 soft_functions=$(grep -c 'soft limit of '"$soft_function_lines"':' "$warnings" || true)
@@ -263,7 +283,7 @@ if [ "$total" -gt 0 ]; then
   sort -t: -k1,1 -k2,2n "$violations"
   echo "check_layout: $total violation(s): includes $include_violations, file length $file_violations," \
        "function length $function_violations, comment references $comment_violations," \
-       "unbounded waits $wait_violations" >&2
+       "unbounded waits $wait_violations, ZeRO in the model $zero_violations, test variables $hook_violations" >&2
   [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
   exit 1
 fi
@@ -274,6 +294,8 @@ printf '  %-34s %-32s %s\n' "b. file length" "${#code_files[@]} files" "$max_fil
 printf '  %-34s %-32s %s\n' "soft limits (warnings only)" "files > $soft_file_lines, functions > $soft_function_lines" \
        "$soft_files files, $soft_functions functions"
 printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"
+printf '  %-34s %-32s %s\n' "f. no ZeRO names in the model" "${#model_files[@]} files" "0"
+printf '  %-34s %-32s %s\n' "g. SANA_TEST_ in one place" "${#code_files[@]} files" "only src/sana/train/test_hooks.{h,cpp}"
 printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
        "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"
 if [ -n "$ctags_note" ]; then

@@ -9,20 +9,6 @@
 
 namespace sana::dist {
 
-VisibleDevices injected_devices(const EnvLookup& lookup) {
-  const EnvLookup env = lookup ? lookup : [](const char* n) { return std::getenv(n); };
-  VisibleDevices v;
-  const char* list = env("SANA_TEST_CUDA_DEVICES");
-  if (list == nullptr) return v;
-  v.injected = true;
-  std::stringstream in(list);
-  std::string id;
-  while (std::getline(in, id, ',')) {
-    if (!id.empty()) v.cuda_ids.push_back(id);
-  }
-  return v;
-}
-
 std::string DeviceClaim::encode() const {
   return fmt::format("{}\t{}\t{}\t{}\t{}", rank, host, kind, index, id);
 }

@@ -18,12 +18,8 @@ namespace sana::dist {
 // or none for CPU-only processes.
 struct VisibleDevices {
   std::vector<std::string> cuda_ids;
-  bool injected = false;  // from SANA_TEST_CUDA_DEVICES (tests without a GPU)
+  bool injected = false;  // RuntimeOptions::injected_cuda_devices (tests without a GPU)
 };
-
-// SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b" stands in for the visible CUDA devices; unset
-// returns nothing (the torch side then asks CUDA).
-VisibleDevices injected_devices(const EnvLookup& lookup = nullptr);
 
 struct DeviceClaim {
   int rank = 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sana::dist {
 
@@ -21,6 +22,10 @@ struct RuntimeOptions {
   std::string socket_ifname;
   bool allow_shared_device = false;   // debugging only: several ranks on one GPU (gloo)
   int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
+  // Tests without a GPU: these stand in for the visible CUDA devices when
+  // `inject_cuda_devices` (the fault-injection hooks of train/test_hooks.h set them).
+  bool inject_cuda_devices = false;
+  std::vector<std::string> injected_cuda_devices;
 };
 
 // The gradient engine's options (reducer.h).

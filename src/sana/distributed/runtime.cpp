@@ -116,7 +116,7 @@ void Runtime::start_checked(const StartChecks& checks) {
 // Every rank publishes its device (or why it has none) before any backend exists, so
 // a bad device map is reported by every rank instead of surfacing as an NCCL error.
 void Runtime::claim_devices() {
-  VisibleDevices visible = injected_devices();
+  VisibleDevices visible{cfg_.injected_cuda_devices, cfg_.inject_cuda_devices};
   if (!visible.injected) visible = visible_cuda_devices();
   std::string mine;
   try {

@@ -373,7 +373,7 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
         spec_.in_channels, p, fmt::join(x_in.sizes(), "x")));
   }
   const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
-  if (gathering_) gathering_->forward_begins();
+  if (hooks_) hooks_->forward_begins();
   const auto dtype = x_embedder->proj->weight.scalar_type();
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
@@ -390,6 +390,7 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   for (auto& m : *blocks) {
     auto* block = m->as<SanaMSBlockImpl>();
     const int64_t k = index++;
+    if (hooks_) hooks_->block_forward(k, true);
     if (control && k >= 1 && k <= spec_.control_blocks) {
       auto* cb = controlnet[static_cast<size_t>(k - 1)]->as<ControlSanaMSBlockImpl>();
       const bool every = checkpoint && (k - 1) % checkpoint_every_ == 0;
@@ -397,18 +398,17 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
                     every);
       x = x + cb->after_proj->forward(ctl) * cond.control_scale;
     }
-    if (gathering_) gathering_->block_forward(k, true);
     x = run_block(block, x, y, t0, bias, h, w, checkpoint && k % checkpoint_every_ == 0);
-    if (gathering_) {
-      gathering_->block_forward(k, false);
+    if (hooks_) {
+      hooks_->block_forward(k, false);
       if (x.requires_grad()) {
-        auto* g = gathering_;
+        auto* g = hooks_;
         x.register_hook([g, k](const torch::Tensor&) { g->backward_reaches(k); });
       }
     }
   }
   x = final_layer->forward(x, t);  // [B, N, p*p*c]
-  if (gathering_) gathering_->forward_ends(x.requires_grad());
+  if (hooks_) hooks_->forward_ends(x.requires_grad());
   const int64_t c = spec_.out_channels;
   return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
 }
@@ -421,13 +421,6 @@ torch::Tensor SanaMSImpl::run_block(SanaMSBlockImpl* block, const torch::Tensor&
   return CheckpointBlock::apply(block, x, y.defined() ? compat::optional<torch::Tensor>(y) : c10::nullopt, t0,
                                 bias.defined() ? compat::optional<torch::Tensor>(bias) : c10::nullopt, h, w,
                                 at::TensorList(params))[0];
-}
-
-size_t gathering_unit(const std::string& name) {
-  for (const std::string prefix : {"blocks.", "transformer.transformer_blocks."}) {
-    if (name.rfind(prefix, 0) == 0) return static_cast<size_t>(std::stoll(name.substr(prefix.size()))) + 1;
-  }
-  return 0;
 }
 
 torch::Tensor SanaMSImpl::pos_embed(int64_t h, int64_t w, const torch::Tensor& like) {

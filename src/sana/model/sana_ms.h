@@ -240,24 +240,20 @@ class ControlSanaMSBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ControlSanaMSBlock);
 
-// Where a run whose parameters live on other ranks (train/zero.h, ZeRO stage 3) gathers
-// them: the forward announces itself and each block, and the backward each block it
-// reaches (the gradient of the block's output is ready; the block's backward comes next).
-// Unit 0 is everything outside the blocks; block k is unit k + 1.
-class ParamGathering {
+// What a caller outside the model learns of a forward, as torch's module hooks tell it: the
+// forward's start and end, each block's start and end, and the backward reaching each block
+// (the gradient of the block's output is ready; the block's backward comes next). A
+// ControlNet's control block k - 1 runs inside block k's start and end (it feeds block k).
+// The model knows nothing of what the caller does with it.
+class BlockHooks {
  public:
-  virtual ~ParamGathering() = default;
+  virtual ~BlockHooks() = default;
   virtual void forward_begins() = 0;
   virtual void block_forward(int64_t block, bool begins) = 0;  // before (true) and after (false) it
   virtual void backward_reaches(int64_t block) = 0;
   // After the final layer; `backward_follows`: the output takes part in a backward.
   virtual void forward_ends(bool backward_follows) = 0;
 };
-
-// The ParamGathering unit of a parameter by its name: block k's ("blocks.<k>.", or an
-// adapter's "transformer.transformer_blocks.<k>.") is k + 1, everything else 0 (a
-// ControlNet's control blocks too: they run between base blocks, gathered throughout).
-size_t gathering_unit(const std::string& parameter_name);
 
 class SanaMSImpl : public torch::nn::Module {
  public:
@@ -276,8 +272,8 @@ class SanaMSImpl : public torch::nn::Module {
     checkpoint_every_ = std::max<int64_t>(1, every);
   }
   bool grad_checkpointing() const { return grad_checkpointing_; }
-  // The forward calls `gathering` (owned by the caller; null: none) as ParamGathering says.
-  void set_param_gathering(ParamGathering* gathering) { gathering_ = gathering; }
+  // The forward calls `hooks` (owned by the caller; null: none) as BlockHooks says.
+  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
   // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),
   // in registration order.
   std::vector<std::pair<std::string, int64_t>> parameter_counts() const;
@@ -311,7 +307,7 @@ class SanaMSImpl : public torch::nn::Module {
   std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_embed_cache_;
   bool grad_checkpointing_ = false;
   int64_t checkpoint_every_ = 1;
-  ParamGathering* gathering_ = nullptr;
+  BlockHooks* hooks_ = nullptr;
 };
 TORCH_MODULE(SanaMS);
 

@@ -10,6 +10,7 @@
 
 #include "sana/data/decode.h"
 #include "sana/util/error.h"
+#include "sana/train/test_hooks.h"
 
 namespace sana::train {
 
@@ -263,6 +264,8 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
   o.socket_ifname = d.socket_ifname;
   o.allow_shared_device = d.allow_shared_device;
   o.threads_per_process = d.threads_per_process;
+  o.inject_cuda_devices = TestHooks::get().inject_cuda_devices;
+  o.injected_cuda_devices = TestHooks::get().cuda_devices;
   return o;
 }
 

@@ -6,6 +6,15 @@
 
 namespace sana::train {
 
+size_t gathering_unit(const std::string& name) {
+  for (const std::string prefix : {"blocks.", "transformer.transformer_blocks."}) {
+    if (name.rfind(prefix, 0) == 0) return static_cast<size_t>(std::stoll(name.substr(prefix.size()))) + 1;
+  }
+  const std::string control = "controlnet.";
+  if (name.rfind(control, 0) == 0) return static_cast<size_t>(std::stoll(name.substr(control.size()))) + 2;
+  return 0;
+}
+
 namespace {
 
 int64_t storage_bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
@@ -38,7 +47,7 @@ GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan&
   unit_of_.resize(params.size());
   size_t units = 1;
   for (size_t k = 0; k < params.size(); ++k) {
-    unit_of_[k] = model::gathering_unit(params[k].first);
+    unit_of_[k] = gathering_unit(params[k].first);
     units = std::max(units, unit_of_[k] + 1);
   }
   unit_segments_.resize(units);

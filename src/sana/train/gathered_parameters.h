@@ -36,7 +36,14 @@ using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 // views of that copy (outside, of the fp32 segments again). Half the bytes gathered and
 // sent, and autograd saves the gathered copy itself, which is given back with the unit:
 // fp32 parameters under autocast are saved as half casts that outlive the gather.
-class GatheredParameters : public model::ParamGathering {
+// The unit a parameter is gathered with, by its name: block k's ("blocks.<k>.", or a LoRA
+// adapter's "transformer.transformer_blocks.<k>.") is k + 1; a ControlNet's control block
+// j ("controlnet.<j>.") runs inside base block j + 1's hooks (it feeds that block), so it
+// is gathered with it: j + 2; everything else (embedders, final layer) is 0, held through
+// the whole forward and backward.
+size_t gathering_unit(const std::string& parameter_name);
+
+class GatheredParameters : public model::BlockHooks {
  public:
   GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan, std::vector<dist::FlatBucket>& flat,
                      const NamedParams& params, at::ScalarType compute = at::kFloat);

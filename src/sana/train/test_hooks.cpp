@@ -1,6 +1,7 @@
 #include "sana/train/test_hooks.h"
 
 #include <cstdlib>
+#include <sstream>
 
 namespace sana::train {
 
@@ -27,9 +28,21 @@ const TestHooks& TestHooks::get() {
     h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
     h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
     h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");
+    if (const char* list = std::getenv("SANA_TEST_CUDA_DEVICES")) {
+      h.inject_cuda_devices = true;
+      std::stringstream in(list);
+      std::string id;
+      while (std::getline(in, id, ',')) {
+        if (!id.empty()) h.cuda_devices.push_back(id);
+      }
+    }
     return h;
   }();
   return hooks;
+}
+
+std::string TestHooks::injected_failure(int64_t global_step) {
+  return "injected data error at step " + std::to_string(global_step) + " (SANA_TEST_FAIL_AT)";
 }
 
 bool TestHooks::matches(const std::string& spec, int rank, int64_t count) {

@@ -1,11 +1,13 @@
 // Fault injection for the multi-process tests, in one place: every SANA_TEST_* variable
-// the training side reads, read once from the environment. Production runs leave them
-// unset, and then every hook is off. (distributed/devices.cpp keeps SANA_TEST_CUDA_DEVICES:
-// it fakes hardware for the launcher, below this layer.) Never includes torch.
+// sana-train reads, read once from the environment, here and nowhere else (build.layout
+// checks it). Production runs leave them unset, and then every hook is off; the parts
+// below this layer get what they need passed in (dist::RuntimeOptions's injected devices).
+// Never includes torch.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace sana::train {
 
@@ -28,6 +30,12 @@ struct TestHooks {
   // SANA_TEST_KILL_AFTER_FEATURES=rank:N: prepare-features on that rank kills itself
   // after writing N samples' files.
   std::string kill_after_features;
+  // SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b": these stand in for the visible CUDA devices
+  // (the device checks without a GPU); `inject_cuda_devices` when it is set.
+  bool inject_cuda_devices = false;
+  std::vector<std::string> cuda_devices;
+  // The error a rank throws at the step SANA_TEST_FAIL_AT names (its text names the variable).
+  static std::string injected_failure(int64_t global_step);
 
   // Read once, on first use.
   static const TestHooks& get();

@@ -57,7 +57,7 @@ data::LoaderOptions loader_options(const config::Config& cfg, int rank, int worl
 // Tests only (TestHooks::fail_at): a data error on one rank mid-epoch.
 void inject_test_failure(int rank, int64_t global_step) {
   if (TestHooks::matches(TestHooks::get().fail_at, rank, global_step)) {
-    throw data::LoaderError(fmt::format("injected data error at step {} (SANA_TEST_FAIL_AT)", global_step));
+    throw data::LoaderError(TestHooks::injected_failure(global_step));
   }
 }
 

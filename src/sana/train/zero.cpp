@@ -23,12 +23,12 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reduce
   }
   if (stage_ >= 3 && shards_state()) {
     gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params, gather_dtype);
-    model_.set_param_gathering(gathered_.get());
+    model_.set_block_hooks(gathered_.get());
   }
 }
 
 Zero::~Zero() {
-  if (gathered_) model_.set_param_gathering(nullptr);
+  if (gathered_) model_.set_block_hooks(nullptr);
 }
 
 void Zero::step_done() {

@@ -8,7 +8,7 @@
 //    shard_gradients): each bucket is reduced to its owners as soon as it is ready;
 //  - stage 3: as 2, and each segment of the parameter buckets is a tensor of its own that
 //    only its owner keeps; the others gather it while a block that uses it runs forward
-//    or backward (GatheredParameters, driven by the model's ParamGathering calls).
+//    or backward (GatheredParameters, driven by the model's BlockHooks calls).
 // Checkpoints hold whole per-parameter tensors, as at stage 0: ShardedPart gathers the
 // shares to the writing rank and hands each rank its own entries on resume, so a run
 // resumes at any process count and any stage.

@@ -32,8 +32,8 @@ struct CpuAutocast {
 };
 
 // Records the dtype of one block parameter whenever the model announces a block.
-struct Watch : model::ParamGathering {
-  Watch(model::ParamGathering& inner, torch::Tensor probe) : inner_(inner), probe_(std::move(probe)) {}
+struct Watch : model::BlockHooks {
+  Watch(model::BlockHooks& inner, torch::Tensor probe) : inner_(inner), probe_(std::move(probe)) {}
   void forward_begins() override { inner_.forward_begins(); }
   void block_forward(int64_t block, bool begins) override {
     inner_.block_forward(block, begins);
@@ -45,7 +45,7 @@ struct Watch : model::ParamGathering {
   }
   void forward_ends(bool backward_follows) override { inner_.forward_ends(backward_follows); }
   std::vector<at::ScalarType> seen;
-  model::ParamGathering& inner_;
+  model::BlockHooks& inner_;
   torch::Tensor probe_;
 };
 
@@ -83,7 +83,7 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
   train::GatheredParameters gathered(*rt, reducer->shard_plan(), flat, named, at::kBFloat16);
   const auto probe = net->named_parameters()["blocks.0.attn.qkv.weight"];
   Watch watch(gathered, probe);
-  net->set_param_gathering(&watch);
+  net->set_block_hooks(&watch);
 
   const auto x = torch::randn({2, spec.in_channels, 8, 8});
   const auto t = torch::tensor({300.0, 700.0});
@@ -102,7 +102,7 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
     theirs = loss_of(peer, x, t, cond, target);
     theirs.backward();
   }
-  net->set_param_gathering(nullptr);
+  net->set_block_hooks(nullptr);
   INFO("loss with bf16 gathers " << mine.item<double>() << ", with bf16 parameters " << theirs.item<double>());
   CHECK(mine.item<double>() == theirs.item<double>());
   // The forward and the backward saw block 0's weights as bf16; now they are fp32 again.
@@ -112,7 +112,7 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
   // outside the blocks and two neighbouring blocks, at 2 bytes an element.
   std::vector<size_t> units;
   std::vector<dist::GradBucket> layouts;
-  for (const auto& [name, p] : named) units.push_back(model::gathering_unit(name));
+  for (const auto& [name, p] : named) units.push_back(train::gathering_unit(name));
   for (const auto& b : flat) layouts.push_back(b.layout);
   const int64_t bound = 2 * dist::largest_gather(reducer->shard_plan(), layouts, units, 0, /*own_too=*/true);
   INFO("peak gathered " << gathered.peak_gathered() << " bytes; bound " << bound << "; whole model in bf16 "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sana/data/dataset.h"
+#include "sana/train/gathered_parameters.h"
 #include "sana/distributed/bucket_assignment.h"
 #include "sana/distributed/shard_plan.h"
 #include "sana/model/controlnet.h"
@@ -140,7 +141,7 @@ std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams&
   for (const auto& [name, t] : trained) {
     infos.push_back({name, t.numel(), 4, static_cast<int>(torch::kFloat32)});
     numels.push_back(t.numel());
-    units.push_back(model::gathering_unit(name));
+    units.push_back(gathering_unit(name));
     params.push_back(t);
   }
   const auto opts = reducer_options_for(cfg);
