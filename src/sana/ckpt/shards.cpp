@@ -155,6 +155,20 @@ std::string commit_shards(const std::string& work_dir, const std::string& dir, T
         all.insert(all.end(), entries.begin(), entries.end());
       }
     }
+    // Every rank's files must be in the folder as rank 0 sees it: a work_dir that is not one
+    // folder shared by every rank (a node-local disk) would commit a checkpoint without them.
+    for (const auto& [file, bytes] : index.files) {
+      std::error_code size_error;
+      const auto size = fs::file_size(tmp / file, size_error);
+      if (size_error || static_cast<int64_t>(size) != bytes) {
+        const auto writer = std::find_if(ranks.begin(), ranks.end(), [&](const RankShards& r) { return r.files.count(file) > 0; });
+        throw CheckpointError(fmt::format(
+            "rank {} wrote {} ({} bytes) into {}, but rank 0 finds {} there: every rank must see the same work_dir "
+            "(a shared filesystem), or set ckpt.format: 2 (rank 0 writes everything)",
+            writer == ranks.end() ? -1 : writer->rank, file, bytes, tmp.string(),
+            size_error ? std::string("no such file") : fmt::format("{} bytes", size)));
+      }
+    }
     for (auto& [part, entries] : index.parts) {
       std::sort(entries.begin(), entries.end(), [](const ShardEntry& a, const ShardEntry& b) {
         return std::tie(a.order, a.rank, a.minor) < std::tie(b.order, b.rank, b.minor);

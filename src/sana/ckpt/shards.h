@@ -64,7 +64,8 @@ RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair
 // Rank 0, once every rank's write is over: `ranks` (one per rank) merged into index.json,
 // trainer_state.json written (`state` as format 3, each part's JSON from `part_json`), and
 // `dir` committed as write_checkpoint does; all but the newest keep_last_n are then
-// deleted. Throws CheckpointError naming a rank whose write failed, after removing `dir`.
+// deleted. Throws CheckpointError naming a rank whose write failed, or whose file rank 0
+// does not find whole in `dir` (a work_dir not shared by every rank), after removing `dir`.
 std::string commit_shards(const std::string& work_dir, const std::string& dir, TrainerState state,
                           const nlohmann::json& part_json, const std::vector<RankShards>& ranks, int64_t keep_last_n);
 

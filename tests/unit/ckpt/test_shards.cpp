@@ -177,6 +177,24 @@ TEST_CASE("format 3: a rank whose write failed fails the commit, naming it, and 
   CHECK(fs::path(ckpt::resolve_latest(work.path()).path).filename() == "step_00000004");
 }
 
+TEST_CASE("format 3: a rank's file rank 0 cannot see fails the commit (a work_dir not shared)", "[ckpt]") {
+  sana::test::TempDir work;
+  const format3::Whole w;
+  const std::string dir = ckpt::shard_temporary_folder(work.path(), 4, "1");
+  std::vector<ckpt::RankShards> ranks;
+  for (int r = 0; r < format3::kWorld; ++r) {
+    ranks.push_back(ckpt::write_rank_shards(dir, format3::share_of(w, r), r, format3::kWorld,
+                                            [](const std::string&, const std::string& e) { return format3::order_of(e); }));
+  }
+  // Rank 2 wrote its files on a disk of its own: rank 0's folder lacks them.
+  fs::remove(fs::path(dir) / ckpt::shard_file_name("optimizer", 2, format3::kWorld));
+  CHECK_THROWS_WITH(ckpt::commit_shards(work.path(), dir, format3::state_at(4), nlohmann::json::object(), ranks, 0),
+                    Catch::Contains("rank 2 wrote optimizer-00003-of-00003.safetensors") &&
+                        Catch::Contains("but rank 0 finds no such file there: every rank must see the same work_dir"));
+  CHECK_FALSE(fs::exists(dir));
+  CHECK(ckpt::resolve_latest(work.path()).path.empty());
+}
+
 namespace format3 {
 const char* g_stage = nullptr;
 void crash_at(const char* stage) {
