@@ -59,12 +59,8 @@ int64_t Zero::order_of(const std::string& entry) const {
 }
 
 void Zero::sort_by_parameter(NamedTensors& entries) const {
-  const auto rank_of = [&](const std::string& entry) {
-    const auto it = index_.find(entry.substr(0, entry.find('/')));
-    return it == index_.end() ? index_.size() : it->second;
-  };
   std::stable_sort(entries.begin(), entries.end(),
-                   [&](const auto& a, const auto& b) { return rank_of(a.first) < rank_of(b.first); });
+                   [&](const auto& a, const auto& b) { return order_of(a.first) < order_of(b.first); });
 }
 
 std::vector<dist::FlatBucket> Zero::optimizer_buckets() const {
