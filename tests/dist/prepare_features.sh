@@ -95,21 +95,18 @@ then pass "same losses: $(tail -1 "$SCRATCH/cmp.log")"; else fail "losses: $(tai
 #    the online run's last checkpoint equals the empty prompt's features prepare-features
 #    wrote. Without that file, a run on precomputed captions with caption dropout refuses to
 #    start (exit 2), naming the file it looked for and the command that writes it.
-if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/checkpoints" "$feat/null_embed.safetensors" > "$SCRATCH/null.log" 2>&1 <<'PY'
-import glob, json, os, struct, sys
+if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/checkpoints" "$feat/null_embed.safetensors" \
+    "$(dirname "$0")/../reference" > "$SCRATCH/null.log" 2>&1 <<'PY'
+import glob, os, sys
 import numpy as np
-def read(path, name):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        meta = header[name]
-        assert meta["dtype"] == "F32", meta
-        f.seek(8 + n + meta["data_offsets"][0])
-        count = (meta["data_offsets"][1] - meta["data_offsets"][0]) // 4
-        return np.frombuffer(f.read(count * 4), "<f4").reshape(meta["shape"])
+sys.path.insert(0, sys.argv[3])
+from sana_reference import read_checkpoint_part, read_safetensors
+# The checkpoint in whichever format the run wrote (format 3: every rank's entries by
+# index.json), read by the Python reference, not by sana-train.
 last = sorted(glob.glob(os.path.join(sys.argv[1], "step_*")), key=lambda p: int(p.rsplit("_", 1)[1]))[-1]
-ours = read(os.path.join(last, "model.safetensors"), "y_embedder.y_embedding")
-empty = read(sys.argv[2], "uncond_prompt_embeds").reshape(ours.shape)
+ours = read_checkpoint_part(last, "model")[0]["y_embedder.y_embedding"].numpy()
+empty = read_safetensors(sys.argv[2])[0]["uncond_prompt_embeds"].numpy().reshape(ours.shape)
+assert ours.dtype == np.float32 and empty.dtype == np.float32, (ours.dtype, empty.dtype)
 assert np.array_equal(ours, empty), f"largest difference {np.abs(ours - empty).max()}"
 assert np.abs(empty).max() > 0
 print(f"y_embedding {ours.shape} in {os.path.basename(last)} equals the empty prompt's features")
