@@ -22,7 +22,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "sana/config/loader.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 1});
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : net->named_parameters()) named.emplace_back(p.key(), p.value());
-  auto overlapped = dist::make_reducer(*rt, named);
+  auto overlapped = parallel::make_reducer(*rt, named);
   torch::manual_seed(static_cast<uint64_t>(rt->rank()));
   const auto x = torch::randn({batch, 3, side, side});
   const auto t = torch::rand({batch}) * 1000;
@@ -143,9 +143,9 @@ int main(int argc, char** argv) {
   auto opt = train::make_optimizer(oc, named);
   std::vector<double> times[2];
   {
-    dist::ReducerOptions plain_opts;
+    parallel::ReducerOptions plain_opts;
     plain_opts.overlap = false;
-    auto plain = dist::make_reducer(*rt, named, plain_opts);
+    auto plain = parallel::make_reducer(*rt, named, plain_opts);
     for (int s = 0; s < 2 * steps + 2; ++s) {
       const bool overlap = s % 2 == 0;
       auto& sync = overlap ? *overlapped : *plain;

@@ -1,6 +1,6 @@
 // A multi-process check of the gradient reducer: every rank computes the gradient of its
 // slice of a global batch of G samples (with or without gradient accumulation) through
-// dist::make_reducer(), and compares the synced gradient with a single-process gradient
+// parallel::make_reducer(), and compares the synced gradient with a single-process gradient
 // over all G samples computed locally. One extra parameter never takes part in the forward: it must
 // come back zero-filled on every rank, without desynchronising (tests/dist/ddp.sh checks
 // that the reducer's warning names it). Every gradient must live in the reducer's flat
@@ -14,7 +14,7 @@
 
 #include "sana/config/loader.h"
 #include "sana/diffusion/flow_matching.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
@@ -59,10 +59,10 @@ int run(int accumulation) {
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& p : net->named_parameters()) named.emplace_back(p.key(), p.value());
   named.emplace_back("never_used.weight", unused);
-  dist::ReducerOptions opts;
+  parallel::ReducerOptions opts;
   opts.bucket_cap_mb = 0.05;
   opts.first_bucket_mb = 0.01;
-  auto sync = dist::make_reducer(*rt, named, opts);
+  auto sync = parallel::make_reducer(*rt, named, opts);
 
   // Two optimizer steps' worth of backward, to check the per-step reset too.
   for (int round = 0; round < 2; ++round) {

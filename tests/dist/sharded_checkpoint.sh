@@ -37,7 +37,7 @@ folder = f"{work}/checkpoints/step_{step:08d}"
 index = json.load(open(f"{folder}/index.json"))
 entries = [e for part in index["parts"].values() for e in part]
 total = sum(e["bytes"] for e in entries)
-# Ownership is by whole parameters (distributed/shard_plan.h): a parameter's weight, EMA
+# Ownership is by whole parameters (parallel/shard_plan.h): a parameter's weight, EMA
 # and optimizer state go together, so a share may exceed 1/W by one parameter's entries.
 groups = {}
 for e in entries:

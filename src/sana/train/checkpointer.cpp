@@ -67,7 +67,7 @@ std::optional<ckpt::Snapshot> Checkpointer::gather(const std::function<ckpt::Tra
 
 void Checkpointer::restore(ckpt::Snapshot& snapshot, const std::string& source) const {
   if (snapshot.state.format >= 3) {
-    if (!sharded_) throw std::logic_error("a format-3 checkpoint needs ShardedCheckpoints to be read");
+    if (!sharded_) throw std::logic_error("a format-3 checkpoint needs parallel::ShardedCheckpoints to be read");
     sharded_->load(snapshot, source, parts_);
   }
   for (auto* p : parts_) p->restore_state(snapshot.part(p->state_name()), source);

@@ -1,7 +1,7 @@
 // When and how the training loop saves: the save policy (train.save_model_steps,
 // train.save_model_epochs, a stop request, the end of training), the registered stateful
 // parts a checkpoint holds, and their background write: every rank its own share
-// (ckpt.format 3, train/sharded_checkpoint.h), or rank 0 the whole (format 2). The loop
+// (ckpt.format 3, parallel/sharded_checkpoint.h), or rank 0 the whole (format 2). The loop
 // only says where it is; it never holds save policy. A checkpoint is the run's state (the
 // caller's) plus every registered part's state; restore() is its inverse.
 #pragma once
@@ -16,7 +16,7 @@
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/config.h"
-#include "sana/train/sharded_checkpoint.h"
+#include "sana/parallel/sharded_checkpoint.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {
@@ -40,7 +40,7 @@ class Checkpointer {
   // policy.
   Checkpointer(const config::Config& cfg, bool writes);
   // Format 3 (ckpt.format 3): every rank writes and reads its share as `sharded` says.
-  void write_shards(std::unique_ptr<ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
+  void write_shards(std::unique_ptr<parallel::ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
 
   // Adds a part whose state every checkpoint holds, under its state_name() (unique;
   // lower-case letters, digits and '_': it names a file). The part must outlive the
@@ -72,7 +72,7 @@ class Checkpointer {
   const config::Config& cfg_;
   bool writes_;
   std::vector<Stateful*> parts_;
-  std::unique_ptr<ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
+  std::unique_ptr<parallel::ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
   ckpt::AsyncSaver saver_;
   int64_t last_saved_ = -1;
 };

@@ -136,8 +136,8 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
   return o;
 }
 
-dist::ReducerOptions reducer_options_for(const config::Config& cfg) {
-  dist::ReducerOptions o;
+parallel::ReducerOptions reducer_options_for(const config::Config& cfg) {
+  parallel::ReducerOptions o;
   o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
   o.average = false;
   o.exact = cfg.train.deterministic;

@@ -10,6 +10,7 @@
 #include "sana/data/sample_cache.h"
 #include "sana/diffusion/options.h"
 #include "sana/distributed/options.h"
+#include "sana/parallel/options.h"
 #include "sana/model/encoder_options.h"
 #include "sana/model/growth_options.h"
 #include "sana/model/lora_options.h"
@@ -37,7 +38,7 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg);
 // The trainer's gradient engine: gradients summed, not averaged (each micro-batch's loss
 // is already weighted by its share of the global batch); ddp.bucket_cap_mb; exact with
 // train.deterministic.
-dist::ReducerOptions reducer_options_for(const config::Config& cfg);
+parallel::ReducerOptions reducer_options_for(const config::Config& cfg);
 // data.caption_selection_type and its keys.
 data::CaptionChoice caption_choice_for(const config::Config& cfg);
 // data.cache_dir (empty: work_dir/sample_cache) and the decode settings.

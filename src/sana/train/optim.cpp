@@ -118,7 +118,7 @@ void AdamW::load_state(const NamedParams& state) {
   flat_ready_ = false;  // the loaded moments go into the flat tensors at the next step
 }
 
-void AdamW::use_flat_buckets(std::vector<dist::FlatBucket> buckets) {
+void AdamW::use_flat_buckets(std::vector<parallel::FlatBucket> buckets) {
   buckets_ = std::move(buckets);
   flat_ready_ = false;
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "sana/config/config.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {
@@ -35,7 +35,7 @@ class Optimizer : public Stateful {
   // The parameters and gradients also as flat buckets (Reducer::flatten_parameters(),
   // indices into this optimizer's params): an optimizer that can updates a bucket at a
   // time. The maths and the state() layout stay the same.
-  virtual void use_flat_buckets(std::vector<dist::FlatBucket> /*buckets*/) {}
+  virtual void use_flat_buckets(std::vector<parallel::FlatBucket> /*buckets*/) {}
 
   // ckpt.save_optimizer false: checkpoints hold an empty optimizer.safetensors, and a
   // resume from one restarts the moments (said once).
@@ -82,7 +82,7 @@ class AdamW : public StatefulOptimizer {
   void step(double lr) override;
   const char* name() const override { return "AdamW"; }
   void load_state(const NamedParams& state) override;
-  void use_flat_buckets(std::vector<dist::FlatBucket> buckets) override;
+  void use_flat_buckets(std::vector<parallel::FlatBucket> buckets) override;
 
  private:
   // Flat moments for every bucket, the per-parameter state made views of them; false when
@@ -90,7 +90,7 @@ class AdamW : public StatefulOptimizer {
   bool prepare_flat();
   void flat_step(double lr);
   double beta1_, beta2_, eps_, weight_decay_;
-  std::vector<dist::FlatBucket> buckets_;
+  std::vector<parallel::FlatBucket> buckets_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per bucket, when prepared
   bool flat_ready_ = false;
 };

@@ -18,7 +18,7 @@
 namespace sana::train {
 
 TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders,
-                     dist::Reducer& reducer, int rank, int world_size)
+                     parallel::Reducer& reducer, int rank, int world_size, bool forwards_collective)
     : cfg_(cfg),
       model_(model),
       encoders_(encoders),
@@ -27,7 +27,8 @@ TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Enco
       amp_(model::autocast_for(model->parameters().front().device(), half_type(cfg.model.mixed_precision))),
       timesteps_(timestep_options_for(cfg)),
       rank_(rank),
-      world_size_(world_size) {
+      world_size_(world_size),
+      forwards_collective_(forwards_collective) {
   if (TestHooks::get().log_ids) {
     const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
@@ -104,7 +105,7 @@ void TrainStep::finalize(StepTimes& times) {
 }
 
 int64_t TrainStep::runs_for(const data::Batch& batch) const {
-  if (cfg_.train.zero_stage < 3 || world_size_ == 1) return batch.micro_count;
+  if (!forwards_collective_) return batch.micro_count;
   return std::max(batch.micro_count, data::most_micro_batches(batch.global_batch, cfg_.train.micro_batch_size,
                                                               world_size_, cfg_.train.deterministic));
 }

@@ -17,7 +17,7 @@
 #include "sana/data/loader.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/options.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/model/autocast.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/data_guards.h"
@@ -38,8 +38,8 @@ struct StepOutput {
 
 class TrainStep {
  public:
-  TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders, dist::Reducer& reducer,
-            int rank, int world_size);
+  TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders, parallel::Reducer& reducer,
+            int rank, int world_size, bool forwards_collective);
 
   bool pinned() const { return feed_.pinned(); }
   // Forward and backward of this rank's micro-batches of step `step` of `epoch`; every
@@ -54,8 +54,8 @@ class TrainStep {
   // with the most (ZeRO stage 3 gathers parameters in every forward): its loss weighs 0.
   void forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
                         bool padding = false);
-  // Micro-batches this rank runs in a step whose batch is `batch`: its own, or at ZeRO
-  // stage 3 the most any rank has.
+  // Micro-batches this rank runs in a step whose batch is `batch`: its own, or where every
+  // forward is collective (parallel::Zero::forwards_collective) the most any rank has.
   int64_t runs_for(const data::Batch& batch) const;
   // The micro-batch's mean loss times `weight` (its share of the global batch); the time in
   // the encoders goes to times.encoders, out of `compute` (forward_backward's phase).
@@ -70,7 +70,7 @@ class TrainStep {
   const config::Config& cfg_;
   model::SanaMS& model_;
   Encoders encoders_;
-  dist::Reducer& reducer_;
+  parallel::Reducer& reducer_;
   DeviceFeed feed_;
   model::AutocastState amp_;
   diffusion::TimestepOptions timesteps_;
@@ -82,6 +82,7 @@ class TrainStep {
   int64_t dumped_ = 0;
   int64_t dump_epoch_ = 0, dump_step_ = 0;
   int world_size_ = 1;
+  bool forwards_collective_ = false;
 };
 
 // The global gradient norm of `grads` (each gradient element in exactly one of them: the

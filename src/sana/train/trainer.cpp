@@ -95,7 +95,7 @@ void Trainer::start() {
   encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
   if (spec_.control_blocks > 0) control_maps_ = control_maps_for(cfg_, encoders_);
   trainable_.emplace(cfg_, model_, rt_);  // collective under train.lora: the adapters agreed
-  reducer_ = dist::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
+  reducer_ = parallel::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
   zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, trainable_->parameters(), *reducer_, *model_,
                 compute_type(rt_.device(), cfg_.model.mixed_precision));
   optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
@@ -105,7 +105,7 @@ void Trainer::start() {
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
-  step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world);
+  step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world, zero_->forwards_collective());
   previews_.emplace(cfg_, rt_, model_, encoders_, *dataset_);
   checkpointer_.emplace(cfg_, main_rank_);
   register_checkpointed_parts();
@@ -273,7 +273,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   const int64_t global_step = position_.global_step;
   {
     PhaseTimer timer(out.times.checkpoint_preview);
-    std::optional<Zero::Whole> whole;  // stage 3: the previews run the whole model
+    std::optional<parallel::Zero::Whole> whole;  // stage 3: the previews run the whole model
     if (!preview_reason(cfg_.train, global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
     previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
     previews_->publish(metrics_->events());
@@ -357,7 +357,7 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
 
 void Trainer::finish() {
   const int64_t global_step = position_.global_step;
-  Zero::Whole whole(*zero_);  // stage 3: previews, the check and the weights see the whole model
+  parallel::Zero::Whole whole(*zero_);  // stage 3: previews, the check and the weights see the whole model
   if (cfg_.train.visualize) previews_->render(global_step, "end of training");
   const auto sums = rt_.all_gather("final weights checksum", trainable_->checksum());
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) != sums.end()) {
@@ -370,7 +370,7 @@ void Trainer::finish() {
   previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) trainable_->write_final(cfg_.work_dir, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
   if (config::ema_enabled(cfg_.train)) {
-    auto ema = zero_->shards_state() ? gather_to_writer(rt_, "EMA weights", ema_->capture(), main_rank_)
+    auto ema = zero_->shards_state() ? parallel::gather_to_writer(rt_, "EMA weights", ema_->capture(), main_rank_)
                                      : (main_rank_ ? ema_->capture() : NamedTensors{});  // collective
     zero_->sort_by_parameter(ema);
     if (main_rank_) {

@@ -18,7 +18,7 @@
 #include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/distributed/launch_env.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
@@ -35,7 +35,7 @@
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
 #include "sana/train/trainable.h"
-#include "sana/train/zero.h"
+#include "sana/parallel/zero.h"
 
 namespace sana::train {
 
@@ -94,17 +94,17 @@ class Trainer {
   Encoders encoders_;
   data::ControlMapOptions control_maps_;  // a ControlNet's (kind none otherwise)
   std::optional<Trainable> trainable_;  // what the run trains: the model, or adapters on it (train.lora)
-  std::unique_ptr<dist::Reducer> reducer_;
-  std::optional<Zero> zero_;  // what this rank keeps (train.zero_stage)
+  std::unique_ptr<parallel::Reducer> reducer_;
+  std::optional<parallel::Zero> zero_;  // what this rank keeps (train.zero_stage)
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Ema> ema_;
-  std::optional<ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
+  std::optional<parallel::ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
   std::optional<BadSampleGuard> guard_;
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
   std::optional<TrainStep> step_;
   std::optional<Previews> previews_;
-  std::optional<WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
+  std::optional<parallel::WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   // Where the run stands.

@@ -18,9 +18,9 @@ namespace sana::train {
 // writes and reads each entry (a collective).
 void Trainer::register_checkpointed_parts() {
   if (cfg_.ckpt.format >= 3) {
-    ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
+    parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
                      [z = &*zero_](const std::string& e) { return z->order_of(e); }};
-    checkpointer_->write_shards(std::make_unique<ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s));
+    checkpointer_->write_shards(std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s));
   }
   checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
   checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));

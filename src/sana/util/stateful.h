@@ -2,7 +2,7 @@
 // itself, says what it holds (JSON, and named CPU tensors when it has any) and takes it
 // back. The trainer registers its parts with the Checkpointer, which walks them; a part
 // never writes files itself and never calls a collective in save_state(). A part whose
-// state is spread over ranks (ZeRO's shares, train/zero.h) gathers it in gather_state(),
+// state is spread over ranks (ZeRO's shares, parallel/zero.h) gathers it in gather_state(),
 // which every rank calls.
 #pragma once
 

@@ -292,9 +292,9 @@ TEST_CASE("AdamW over flat buckets computes what it computes per parameter, stat
     flat.emplace_back(fmt::format("p{}", i), init.clone().requires_grad_(true));
   }
   // Two buckets, as the reducer makes them: parameters 3 and 1 in one, 2 and 0 in the other.
-  std::vector<dist::FlatBucket> buckets;
+  std::vector<parallel::FlatBucket> buckets;
   for (const auto& members : {std::vector<size_t>{3, 1}, std::vector<size_t>{2, 0}}) {
-    dist::FlatBucket b;
+    parallel::FlatBucket b;
     for (size_t m : members) {
       b.layout.params.push_back(m);
       b.layout.offsets.push_back(b.layout.numel);

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "sana/data/dataset.h"
-#include "sana/train/gathered_parameters.h"
-#include "sana/distributed/bucket_assignment.h"
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/gathered_parameters.h"
+#include "sana/parallel/bucket_assignment.h"
+#include "sana/parallel/shard_plan.h"
 #include "sana/model/controlnet.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
@@ -126,7 +126,7 @@ namespace {
 // What each rank keeps of its parameters, gradients, optimizer state and EMA, in bytes:
 // the reducer's flat buckets (each parameter 64-byte aligned, train/component_options.h's
 // bucket caps) for parameters and gradients; under train.zero_stage the owned segments
-// (distributed/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
+// (parallel/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
 // owned parameters for CAME's state and the EMA (stages 1, 2); AdamW's moments in buckets
 // of the same layout, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
 // 8-bit first moments under CAME8bit), AdamW8bit's per parameter (adamw8bit.h), every
@@ -134,20 +134,20 @@ namespace {
 // Under train.lora `trained` are the adapters and `frozen` the base's bytes, which every
 // rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
 std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams& trained, double frozen, int world) {
-  std::vector<dist::ParamInfo> infos;
+  std::vector<parallel::ParamInfo> infos;
   std::vector<int64_t> numels;
   std::vector<size_t> units;
   std::vector<torch::Tensor> params;
   for (const auto& [name, t] : trained) {
     infos.push_back({name, t.numel(), 4, static_cast<int>(torch::kFloat32)});
     numels.push_back(t.numel());
-    units.push_back(gathering_unit(name));
+    units.push_back(parallel::gathering_unit(name));
     params.push_back(t);
   }
   const auto opts = reducer_options_for(cfg);
-  const auto buckets = dist::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
+  const auto buckets = parallel::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
   const bool sharded = cfg.train.zero_stage >= 1 && world > 1;
-  const auto plan = dist::plan_shards(buckets, infos.size(), numels, sharded ? world : 1);
+  const auto plan = parallel::plan_shards(buckets, infos.size(), numels, sharded ? world : 1);
   double flat = 0;
   for (const auto& b : buckets) flat += 4 * static_cast<double>(b.numel);
   const auto& o = cfg.train.optimizer;
@@ -162,7 +162,7 @@ std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams&
     st.rank = r;
     const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
     st.weights = (stage3 ? owned : flat) + frozen;  // stage 3: each owned segment its own tensor
-    st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(dist::largest_gather(plan, buckets, units, owner, half)) : 0;
+    st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(parallel::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
     const bool adamw8 = o.type == config::OptimizerType::AdamW8bit;
     if (o.type == config::OptimizerType::AdamW) st.optimizer = 2 * owned;  // two flat moments

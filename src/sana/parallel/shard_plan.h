@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "sana/distributed/bucket_assignment.h"
+#include "sana/parallel/bucket_assignment.h"
 
-namespace sana::dist {
+namespace sana::parallel {
 
 // A run of a bucket's parameters with one owner: bucket positions [first, first + count)
 // (indices into GradBucket::params), elements [begin, end) of the bucket's flat tensor
@@ -55,4 +55,4 @@ int64_t largest_gather(const ShardPlan& plan, const std::vector<GradBucket>& buc
 ShardPlan plan_shards(const std::vector<GradBucket>& buckets, size_t param_count, const std::vector<int64_t>& numels,
                       int world);
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

@@ -1,10 +1,10 @@
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/shard_plan.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
 
-namespace sana::dist {
+namespace sana::parallel {
 
 int64_t ShardPlan::owned_elements(int rank) const {
   int64_t n = 0;
@@ -93,4 +93,4 @@ ShardPlan plan_shards(const std::vector<GradBucket>& buckets, size_t param_count
   return plan;
 }
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

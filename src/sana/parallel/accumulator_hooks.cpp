@@ -1,8 +1,8 @@
-#include "sana/distributed/accumulator_hooks.h"
+#include "sana/parallel/accumulator_hooks.h"
 
 #include <utility>
 
-namespace sana::dist {
+namespace sana::parallel {
 
 namespace {
 
@@ -36,4 +36,4 @@ AccumulatorHooks::~AccumulatorHooks() {
   target_->call = nullptr;  // a backward after this one reaches no dangling object
 }
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

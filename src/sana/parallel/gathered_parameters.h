@@ -11,13 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "sana/distributed/accumulator_hooks.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/accumulator_hooks.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/shard_plan.h"
 #include "sana/model/sana_ms.h"
 
-namespace sana::train {
+namespace sana::parallel {
 
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -45,7 +45,7 @@ size_t gathering_unit(const std::string& parameter_name);
 
 class GatheredParameters : public model::BlockHooks {
  public:
-  GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan, std::vector<dist::FlatBucket>& flat,
+  GatheredParameters(dist::Runtime& rt, const parallel::ShardPlan& plan, std::vector<parallel::FlatBucket>& flat,
                      const NamedParams& params, at::ScalarType compute = at::kFloat);
   ~GatheredParameters() override;
   GatheredParameters(const GatheredParameters&) = delete;
@@ -110,7 +110,7 @@ class GatheredParameters : public model::BlockHooks {
   std::vector<char> forward_;            // per unit: held for the forward (a block: while it or the one before runs)
   bool whole_ = false;
   int64_t gathered_ = 0, peak_ = 0;      // bytes of other ranks' segments held
-  std::optional<dist::AccumulatorHooks> hooks_;  // accumulated() as each gradient arrives
+  std::optional<parallel::AccumulatorHooks> hooks_;  // accumulated() as each gradient arrives
 };
 
-}  // namespace sana::train
+}  // namespace sana::parallel

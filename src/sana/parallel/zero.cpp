@@ -1,4 +1,4 @@
-#include "sana/train/zero.h"
+#include "sana/parallel/zero.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,9 +8,9 @@
 
 #include "sana/distributed/tensor_stream.h"
 
-namespace sana::train {
+namespace sana::parallel {
 
-Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model,
+Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Reducer& reducer, model::SanaMSImpl& model,
            at::ScalarType gather_dtype)
     : stage_(stage), rt_(rt), reducer_(reducer), flat_(reducer.flatten_parameters()), model_(model) {
   const auto& plan = reducer.shard_plan();
@@ -63,16 +63,16 @@ void Zero::sort_by_parameter(NamedTensors& entries) const {
                    [&](const auto& a, const auto& b) { return order_of(a.first) < order_of(b.first); });
 }
 
-std::vector<dist::FlatBucket> Zero::optimizer_buckets() const {
+std::vector<parallel::FlatBucket> Zero::optimizer_buckets() const {
   if (!shards_state()) return flat_;
-  std::vector<dist::FlatBucket> out;
+  std::vector<parallel::FlatBucket> out;
   const auto& plan = reducer_.shard_plan();
   for (size_t i = 0; i < flat_.size(); ++i) {
     const auto& whole = flat_[i];
     for (size_t s = 0; s < plan.segments[i].size(); ++s) {
       const auto& seg = plan.segments[i][s];
       if (seg.owner != rt_.rank()) continue;
-      dist::GradBucket layout;
+      parallel::GradBucket layout;
       layout.dtype = whole.layout.dtype;
       layout.numel = seg.numel();
       for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
@@ -176,4 +176,4 @@ void ShardedPart::restore_state(const PartState* saved, const std::string& sourc
   inner_.restore_state(&mine, source);
 }
 
-}  // namespace sana::train
+}  // namespace sana::parallel

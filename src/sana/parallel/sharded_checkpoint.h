@@ -1,6 +1,6 @@
 // Checkpoint format 3 from the run's side (ckpt.format 3, docs/checkpoints.md): every rank
 // writes its share at once and reads back only what it keeps. Who owns an entry comes from
-// the shard plan (train/zero.h: Zero::owner_of, at every stage, so writing is parallel at
+// the shard plan (parallel/zero.h: Zero::owner_of, at every stage, so writing is parallel at
 // stage 0 too); this rank's share is copied on the main thread with no collective, written
 // on the saver's thread, and rank 0 commits the folder once every rank has said what it
 // wrote (through the store, dist/background_gather.h). On resume, at any world size and
@@ -20,7 +20,7 @@
 #include "sana/distributed/runtime.h"
 #include "sana/util/stateful.h"
 
-namespace sana::train {
+namespace sana::parallel {
 
 // Where a checkpoint's entries go: the rank that writes and reads each, and its place in
 // its part (Zero::owner_of, Zero::order_of).
@@ -52,4 +52,4 @@ class ShardedCheckpoints {
   std::shared_ptr<dist::BackgroundGather> gather_;
 };
 
-}  // namespace sana::train
+}  // namespace sana::parallel

@@ -1,6 +1,6 @@
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 
-#include "sana/distributed/accumulator_hooks.h"
+#include "sana/parallel/accumulator_hooks.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,10 +13,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "sana/distributed/bucket_assignment.h"
+#include "sana/parallel/bucket_assignment.h"
 #include "sana/util/log.h"
 
-namespace sana::dist {
+namespace sana::parallel {
 
 namespace {
 
@@ -24,7 +24,7 @@ namespace {
 // one asynchronous all-reduce per bucket.
 class BucketedReducer : public Reducer {
  public:
-  BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params, const ReducerOptions& opts);
+  BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params, const ReducerOptions& opts);
   ~BucketedReducer() override;
   BucketedReducer(const BucketedReducer&) = delete;
   BucketedReducer& operator=(const BucketedReducer&) = delete;
@@ -56,7 +56,7 @@ class BucketedReducer : public Reducer {
     GradBucket plan;
     size_t pending = 0;
     torch::Tensor flat;  // undefined while released (sharded gradients)
-    std::vector<PendingCollective> works;  // one all-reduce, or one reduce per segment
+    std::vector<dist::PendingCollective> works;  // one all-reduce, or one reduce per segment
     bool harvested = false;
   };
   void launch(size_t bucket);    // mutex_ held
@@ -68,7 +68,7 @@ class BucketedReducer : public Reducer {
   void harvest(size_t bucket);      // waits; owned segments into owned_; the bucket released
   void harvest_completed();         // harvest() for the launched buckets already reduced
 
-  Runtime& rt_;
+  dist::Runtime& rt_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;
@@ -96,7 +96,7 @@ class BucketedReducer : public Reducer {
   size_t next_harvest_ = 0;
 };
 
-BucketedReducer::BucketedReducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+BucketedReducer::BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                  const ReducerOptions& opts)
     : rt_(rt), params_(std::move(params)), ready_(params_.size(), 0),
       overlap_(opts.overlap),
@@ -456,9 +456,9 @@ void Reducer::restore_state(const PartState* saved, const std::string& /*source*
   }
 }
 
-std::unique_ptr<Reducer> make_reducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+std::unique_ptr<Reducer> make_reducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                       ReducerOptions opts) {
   return std::make_unique<BucketedReducer>(rt, std::move(params), opts);
 }
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

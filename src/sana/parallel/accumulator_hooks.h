@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-namespace sana::dist {
+namespace sana::parallel {
 
 class AccumulatorHooks {
  public:
@@ -31,4 +31,4 @@ class AccumulatorHooks {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

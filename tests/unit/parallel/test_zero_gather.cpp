@@ -1,4 +1,4 @@
-// ZeRO stage 3's half-precision gathers (train/zero.h, GatheredParameters with a bf16
+// ZeRO stage 3's half-precision gathers (parallel/zero.h, parallel::GatheredParameters with a bf16
 // compute dtype, as under CUDA autocast) on one process, under CPU autocast: every unit is
 // gathered as a bf16 copy, the forward and backward run on it, and after the step the
 // parameters are the fp32 masters again with fp32 gradients. The peer is what FSDP's mixed
@@ -8,12 +8,12 @@
 #include <torch/torch.h>
 
 #include "model_specs.h"
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/shard_plan.h"
 #include "sana/model/sana_ms.h"
 #include "sana/torch_compat.h"
-#include "sana/train/zero.h"
+#include "sana/parallel/zero.h"
 
 using namespace sana;
 
@@ -72,15 +72,15 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
   std::vector<std::pair<std::string, torch::Tensor>> named;
   for (const auto& item : net->named_parameters()) named.emplace_back(item.key(), item.value());
   auto rt = dist::Runtime::start(dist::LaunchEnv{}, dist::RuntimeOptions{}, {"test", "test"});
-  dist::ReducerOptions opts;
+  parallel::ReducerOptions opts;
   opts.bucket_cap_mb = 0.05;  // several buckets, so units span segments
   opts.first_bucket_mb = 0.01;
   opts.shard_gradients = true;  // the lazily bound gradient buckets of stage 2 and 3
-  auto reducer = dist::make_reducer(*rt, named, opts);
+  auto reducer = parallel::make_reducer(*rt, named, opts);
   auto flat = reducer->flatten_parameters();
   int64_t fp32_bytes = 0;
   for (const auto& b : flat) fp32_bytes += b.params.numel() * 4;
-  train::GatheredParameters gathered(*rt, reducer->shard_plan(), flat, named, at::kBFloat16);
+  parallel::GatheredParameters gathered(*rt, reducer->shard_plan(), flat, named, at::kBFloat16);
   const auto probe = net->named_parameters()["blocks.0.attn.qkv.weight"];
   Watch watch(gathered, probe);
   net->set_block_hooks(&watch);
@@ -111,10 +111,10 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
   // Less than the whole model in bf16, and within the memory estimate's bound: the part
   // outside the blocks and two neighbouring blocks, at 2 bytes an element.
   std::vector<size_t> units;
-  std::vector<dist::GradBucket> layouts;
-  for (const auto& [name, p] : named) units.push_back(train::gathering_unit(name));
+  std::vector<parallel::GradBucket> layouts;
+  for (const auto& [name, p] : named) units.push_back(parallel::gathering_unit(name));
   for (const auto& b : flat) layouts.push_back(b.layout);
-  const int64_t bound = 2 * dist::largest_gather(reducer->shard_plan(), layouts, units, 0, /*own_too=*/true);
+  const int64_t bound = 2 * parallel::largest_gather(reducer->shard_plan(), layouts, units, 0, /*own_too=*/true);
   INFO("peak gathered " << gathered.peak_gathered() << " bytes; bound " << bound << "; whole model in bf16 "
                         << fp32_bytes / 2);
   CHECK(gathered.peak_gathered() > 0);

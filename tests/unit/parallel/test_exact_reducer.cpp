@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "sana/distributed/reducer.h"
+#include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 
 using namespace sana;
@@ -18,8 +18,8 @@ namespace {
 struct OneProcess {
   std::unique_ptr<dist::Runtime> rt = dist::Runtime::start(dist::LaunchEnv{}, dist::RuntimeOptions{}, {"test", "test"});
   torch::Tensor p = torch::zeros({4}, torch::requires_grad());
-  std::unique_ptr<dist::Reducer> reducer =
-      dist::make_reducer(*rt, {{"p", p}}, {25.0, 1.0, true, /*average=*/false, /*exact=*/true});
+  std::unique_ptr<parallel::Reducer> reducer =
+      parallel::make_reducer(*rt, {{"p", p}}, {25.0, 1.0, true, /*average=*/false, /*exact=*/true});
 
   // One step of `parts` backwards of loss = sum(p * g); returns the synced gradient.
   torch::Tensor step(const std::vector<torch::Tensor>& parts) {

@@ -1,4 +1,4 @@
-// ZeRO's ownership on its own (distributed/shard_plan.h): whole parameters, contiguous along
+// ZeRO's ownership on its own (parallel/shard_plan.h): whole parameters, contiguous along
 // the buckets, every rank's share within half the largest parameter of 1/W, segments that
 // tile each bucket's parameters in order.
 #include "catch.h"
@@ -8,10 +8,10 @@
 #include <numeric>
 #include <vector>
 
-#include "sana/distributed/bucket_assignment.h"
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/bucket_assignment.h"
+#include "sana/parallel/shard_plan.h"
 
-using namespace sana::dist;
+using namespace sana::parallel;
 
 namespace {
 

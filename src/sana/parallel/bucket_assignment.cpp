@@ -1,8 +1,8 @@
-#include "sana/distributed/bucket_assignment.h"
+#include "sana/parallel/bucket_assignment.h"
 
 #include <algorithm>
 
-namespace sana::dist {
+namespace sana::parallel {
 
 std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
                                         int64_t first_cap_bytes) {
@@ -42,4 +42,4 @@ std::vector<size_t> bucket_of_params(const std::vector<GradBucket>& buckets, siz
   return out;
 }
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

@@ -24,12 +24,13 @@
 #include <vector>
 
 #include "sana/util/stateful.h"
-#include "sana/distributed/bucket_assignment.h"
+#include "sana/parallel/bucket_assignment.h"
 #include "sana/distributed/options.h"
+#include "sana/parallel/options.h"
 #include "sana/distributed/runtime.h"
-#include "sana/distributed/shard_plan.h"
+#include "sana/parallel/shard_plan.h"
 
-namespace sana::dist {
+namespace sana::parallel {
 
 // One optimizer step's gradient reduction, driven from outside:
 //   for each micro-step: begin_backward(last micro-step?); loss.backward();
@@ -96,7 +97,7 @@ class Reducer : public Stateful {
 // pass only trainable parameters). Hooks stay on the parameters' gradient accumulators
 // after the reducer goes, but reach nothing then; a reducer told begin_backward(false)
 // ignores them, so two reducers may share parameters if only one syncs a given backward.
-std::unique_ptr<Reducer> make_reducer(Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
+std::unique_ptr<Reducer> make_reducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                       ReducerOptions opts = {});
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

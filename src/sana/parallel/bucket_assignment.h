@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace sana::dist {
+namespace sana::parallel {
 
 constexpr int64_t kBucketAlignBytes = 64;
 
@@ -59,4 +59,4 @@ std::vector<GradBucket> compute_buckets_mb(const std::vector<ParamInfo>& params,
 // param_count is the size of compute_buckets()'s input.
 std::vector<size_t> bucket_of_params(const std::vector<GradBucket>& buckets, size_t param_count);
 
-}  // namespace sana::dist
+}  // namespace sana::parallel

@@ -1,4 +1,4 @@
-#include "sana/train/sharded_checkpoint.h"
+#include "sana/parallel/sharded_checkpoint.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "sana/distributed/tensor_stream.h"
 #include "sana/util/log.h"
 
-namespace sana::train {
+namespace sana::parallel {
 
 namespace {
 
@@ -162,4 +162,4 @@ void ShardedCheckpoints::load(ckpt::Snapshot& snapshot, const std::string& dir, 
             mib(received), rt_.tensor_bytes() - moved_before);
 }
 
-}  // namespace sana::train
+}  // namespace sana::parallel

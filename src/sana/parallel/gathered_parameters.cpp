@@ -1,10 +1,10 @@
-#include "sana/train/gathered_parameters.h"
+#include "sana/parallel/gathered_parameters.h"
 
 #include <algorithm>
 #include <mutex>
 #include <stdexcept>
 
-namespace sana::train {
+namespace sana::parallel {
 
 size_t gathering_unit(const std::string& name) {
   for (const std::string prefix : {"blocks.", "transformer.transformer_blocks."}) {
@@ -36,8 +36,8 @@ void take_memory(torch::Tensor& t) {
 
 }  // namespace
 
-GatheredParameters::GatheredParameters(dist::Runtime& rt, const dist::ShardPlan& plan,
-                                       std::vector<dist::FlatBucket>& flat, const NamedParams& params,
+GatheredParameters::GatheredParameters(dist::Runtime& rt, const parallel::ShardPlan& plan,
+                                       std::vector<parallel::FlatBucket>& flat, const NamedParams& params,
                                        at::ScalarType compute)
     : rt_(rt), params_(params), half_(compute != at::kFloat) {
   if (half_ && compute != at::kBFloat16 && compute != at::kHalf) {
@@ -267,4 +267,4 @@ void GatheredParameters::release_all() {
   whole_ = false;
 }
 
-}  // namespace sana::train
+}  // namespace sana::parallel

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "sana/distributed/bucket_assignment.h"
+#include "sana/parallel/bucket_assignment.h"
 
 using namespace sana::dist;
+using namespace sana::parallel;
 
 namespace {
 

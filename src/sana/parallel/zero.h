@@ -1,5 +1,5 @@
 // ZeRO (train.zero_stage, docs/memory.md): what this rank keeps of the run's parameter
-// state. The reducer's buckets and distributed/shard_plan.h's ownership (whole parameters,
+// state. The reducer's buckets and parallel/shard_plan.h's ownership (whole parameters,
 // contiguous along the buckets) decide everything:
 //  - stage 0: every rank keeps everything (DDP);
 //  - stage 1: the optimizer and the EMA see only the parameters this rank owns; after each
@@ -24,20 +24,20 @@
 #include <utility>
 #include <vector>
 
-#include "sana/distributed/reducer.h"
-#include "sana/train/gathered_parameters.h"
+#include "sana/parallel/reducer.h"
+#include "sana/parallel/gathered_parameters.h"
 #include "sana/model/sana_ms.h"
 #include "sana/distributed/runtime.h"
 #include "sana/util/stateful.h"
 
-namespace sana::train {
+namespace sana::parallel {
 
 class Zero {
  public:
   // Makes the parameters views of flat buckets (reducer.flatten_parameters()): once per run.
   // At stage 3 `model` is told to gather its parameters (until the Zero goes), in
   // `gather_dtype` (the autocast dtype on CUDA: GatheredParameters).
-  Zero(int stage, dist::Runtime& rt, const NamedParams& params, dist::Reducer& reducer, model::SanaMSImpl& model,
+  Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Reducer& reducer, model::SanaMSImpl& model,
        at::ScalarType gather_dtype = at::kFloat);
   ~Zero();
   Zero(const Zero&) = delete;
@@ -45,6 +45,10 @@ class Zero {
 
   int stage() const { return stage_; }
   bool shards_state() const { return stage_ >= 1 && rt_.world_size() > 1; }
+  // Whether every forward is collective (stage 3 on more than one rank gathers each block's
+  // parameters): then every rank runs as many micro-batches per step as the rank with the
+  // most, padding with weightless ones.
+  bool forwards_collective() const { return stage_ >= 3 && rt_.world_size() > 1; }
   // The parameters whose optimizer state and EMA this rank keeps, in registration order.
   const NamedParams& owned() const { return owned_; }
   bool owns(const std::string& name) const;
@@ -60,7 +64,7 @@ class Zero {
   void sort_by_parameter(NamedTensors& entries) const;
   // The flat buckets the optimizer updates: every bucket at stage 0, else this rank's
   // segments (layout indices into owned()).
-  std::vector<dist::FlatBucket> optimizer_buckets() const;
+  std::vector<parallel::FlatBucket> optimizer_buckets() const;
   // The start line's part: what this rank keeps ("" at stage 0).
   std::string describe(bool deterministic) const;
   // After the optimizer step: every segment broadcast from its owner (stages 1 and 2).
@@ -85,8 +89,8 @@ class Zero {
  private:
   int stage_;
   dist::Runtime& rt_;
-  dist::Reducer& reducer_;
-  std::vector<dist::FlatBucket> flat_;
+  parallel::Reducer& reducer_;
+  std::vector<parallel::FlatBucket> flat_;
   NamedParams owned_;
   std::vector<int> owned_index_;  // per parameter: its index in owned_, or -1
   std::unordered_map<std::string, size_t> index_;  // parameter name -> registration index
@@ -140,4 +144,4 @@ class ShardedPart : public Stateful {
   const Zero& zero_;
 };
 
-}  // namespace sana::train
+}  // namespace sana::parallel
