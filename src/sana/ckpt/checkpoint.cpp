@@ -105,7 +105,8 @@ StateFile state_from_json(const nlohmann::json& j) {
 
 std::string checkpoint_name(int64_t global_step) { return fmt::format("step_{:08d}", global_step); }
 
-std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t keep_last_n) {
+std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t keep_last_n,
+                             const StageHook& before_stage) {
   const fs::path root = fs::path(work_dir) / "checkpoints";
   fs::create_directories(root);
   const std::string name = checkpoint_name(snap.state.global_step);
@@ -121,14 +122,14 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
       if (!state.json.is_null()) part_json[part] = state.json;
       if (!state.tensors) continue;
       const std::string file = tensor_file(part);
-      stage(file.c_str());
+      stage(before_stage, file.c_str());
       auto metadata = state.metadata;
       metadata["checkpoint"] = name;
       write_safetensors((tmp / file).string(), *state.tensors, metadata);
       fsync_path(tmp / file);
       snap.state.checksums[file] = file_checksum(tmp / file);
     }
-    stage("trainer_state.json");
+    stage(before_stage, "trainer_state.json");
     write_text_synced(tmp / "trainer_state.json", trainer_state_text(snap.state, part_json));
     fsync_path(tmp);
   } catch (...) {
@@ -137,7 +138,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
     fs::remove_all(tmp, ec);
     throw;
   }
-  return publish_folder(root, tmp, name, keep_last_n);
+  return publish_folder(root, tmp, name, keep_last_n, before_stage);
 }
 
 namespace {
@@ -278,9 +279,11 @@ AsyncSaver::~AsyncSaver() {
   }
 }
 
-void AsyncSaver::save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n) {
+void AsyncSaver::save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n, StageHook before_stage) {
   auto snap = std::make_shared<Snapshot>(std::move(snapshot));
-  run([work_dir, snap, keep_last_n] { return write_checkpoint(work_dir, std::move(*snap), keep_last_n); });
+  run([work_dir, snap, keep_last_n, before_stage = std::move(before_stage)] {
+    return write_checkpoint(work_dir, std::move(*snap), keep_last_n, before_stage);
+  });
 }
 
 void AsyncSaver::run(std::function<std::string()> job) {

@@ -81,10 +81,17 @@ struct Snapshot {
 
 std::string checkpoint_name(int64_t global_step);  // step_00001200
 
+// Called with the name of each step of a checkpoint's write and commit before it begins (a
+// part's file, "index.json", "trainer_state.json", "rename", "latest"); empty: none. Fault
+// injection passes one in (train/test_hooks.h: a delay so that a fault can strike mid-save;
+// tests: a throw, as a crash there), so no global is set.
+using StageHook = std::function<void(const char* stage)>;
+
 // Writes the checkpoint (format 2: one file per part) atomically and points `latest` at
 // it; then deletes all but the newest keep_last_n (0 keeps all). Returns the folder.
 // Format 3, every rank writing its own share, is ckpt/shards.h.
-std::string write_checkpoint(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
+std::string write_checkpoint(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n,
+                             const StageHook& before_stage = {});
 
 // Verifies the folder (trainer_state.json readable, every file present with its checksum;
 // format 3: index.json's checksum and every shard file whole, the tensors' checksums being
@@ -104,9 +111,6 @@ struct Resolved {
 };
 Resolved resolve_latest(const std::string& work_dir, const std::vector<std::string>& skip = {});
 
-// Tests only: called with a stage name ("model.safetensors", "trainer_state.json",
-// "rename", "latest") before each step of write_checkpoint, to simulate a crash there.
-extern void (*checkpoint_test_hook)(const char* stage);
 
 // Writes snapshots on a background thread, one at a time: save() waits for the previous
 // write first; wait() waits for the current one. A failed write is rethrown by the next
@@ -117,7 +121,7 @@ class AsyncSaver {
   ~AsyncSaver();
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
-  void save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n);
+  void save(const std::string& work_dir, Snapshot snapshot, int64_t keep_last_n, StageHook before_stage = {});
   // Any write: `job` runs on the thread and returns the folder it wrote ("" for none).
   void run(std::function<std::string()> job);
   void wait();

@@ -17,12 +17,6 @@ namespace fs = std::filesystem;
 
 namespace sana::ckpt {
 
-void (*checkpoint_test_hook)(const char* stage) = nullptr;
-
-void stage(const char* name) {
-  if (checkpoint_test_hook) checkpoint_test_hook(name);
-}
-
 void fsync_path(const fs::path& p) {
   const int fd = ::open(p.c_str(), O_RDONLY);
   if (fd < 0) throw CheckpointError(fmt::format("cannot open '{}' to sync it: {}", p.string(), std::strerror(errno)));
@@ -76,15 +70,16 @@ void remove_stale_temporaries(const fs::path& root) {
   }
 }
 
-std::string publish_folder(const fs::path& root, const fs::path& tmp, const std::string& name, int64_t keep_last_n) {
+std::string publish_folder(const fs::path& root, const fs::path& tmp, const std::string& name, int64_t keep_last_n,
+                           const StageHook& before_stage) {
   const fs::path final_dir = root / name;
   std::error_code ec;
-  stage("rename");
+  stage(before_stage, "rename");
   fs::remove_all(final_dir, ec);  // a same-step checkpoint from an earlier attempt
   fs::rename(tmp, final_dir);
   fsync_path(root);
   // `latest` moves last, atomically.
-  stage("latest");
+  stage(before_stage, "latest");
   write_text_synced(root / "latest.tmp", name + "\n");
   fs::rename(root / "latest.tmp", root / "latest");
   fsync_path(root);

@@ -28,8 +28,10 @@ std::string trainer_state_text(const TrainerState& s, const nlohmann::json& part
 // Renames the finished, synced `tmp` to root/name, moves `latest` to it (atomically, last),
 // then deletes all but the newest keep_last_n (0 keeps all). Returns the folder.
 std::string publish_folder(const std::filesystem::path& root, const std::filesystem::path& tmp, const std::string& name,
-                           int64_t keep_last_n);
-// Calls checkpoint_test_hook (if set) with the stage about to begin.
-void stage(const char* name);
+                           int64_t keep_last_n, const StageHook& before_stage = {});
+// Calls `before_stage` (if set) with the stage about to begin.
+inline void stage(const StageHook& before_stage, const char* name) {
+  if (before_stage) before_stage(name);
+}
 
 }  // namespace sana::ckpt

@@ -94,7 +94,8 @@ std::string shard_temporary_folder(const std::string& work_dir, int64_t global_s
 
 RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair<std::string, PartState>>& mine,
                              int rank, int world,
-                             const std::function<int64_t(const std::string&, const std::string&)>& order_of) {
+                             const std::function<int64_t(const std::string&, const std::string&)>& order_of,
+                             const StageHook& before_stage) {
   RankShards out;
   out.rank = rank;
   const fs::path folder(dir);
@@ -102,7 +103,7 @@ RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair
   for (const auto& [part, state] : mine) {
     if (!state.tensors) continue;
     const std::string file = shard_file_name(part, rank, world);
-    stage(file.c_str());
+    stage(before_stage, file.c_str());
     auto metadata = state.metadata;
     // The checkpoint's name, as format 2 records it: the temporary folder is .tmp-<name>-<token>.
     const std::string folder_name = folder.filename().string();
@@ -139,7 +140,8 @@ RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair
 }
 
 std::string commit_shards(const std::string& work_dir, const std::string& dir, TrainerState state,
-                          const nlohmann::json& part_json, const std::vector<RankShards>& ranks, int64_t keep_last_n) {
+                          const nlohmann::json& part_json, const std::vector<RankShards>& ranks, int64_t keep_last_n,
+                          const StageHook& before_stage) {
   const fs::path root = fs::path(work_dir) / "checkpoints";
   const fs::path tmp(dir);
   std::error_code ec;
@@ -176,18 +178,18 @@ std::string commit_shards(const std::string& work_dir, const std::string& dir, T
     }
     const nlohmann::ordered_json j = {
         {"format", kIndexFormat}, {"world", index.world}, {"files", index.files}, {"parts", parts_json(index.parts)}};
-    stage(kIndexFile);
+    stage(before_stage, kIndexFile);
     write_text_synced(tmp / kIndexFile, j.dump(1) + "\n");
     state.format = 3;
     state.checksums = {{kIndexFile, file_checksum(tmp / kIndexFile)}};
-    stage("trainer_state.json");
+    stage(before_stage, "trainer_state.json");
     write_text_synced(tmp / "trainer_state.json", trainer_state_text(state, part_json));
     fsync_path(tmp);
   } catch (...) {
     fs::remove_all(tmp, ec);  // as write_checkpoint: the space is needed by what comes next
     throw;
   }
-  return publish_folder(root, tmp, name, keep_last_n);
+  return publish_folder(root, tmp, name, keep_last_n, before_stage);
 }
 
 ShardIndex read_shard_index(const std::string& dir) {

@@ -59,7 +59,8 @@ std::string shard_temporary_folder(const std::string& work_dir, int64_t global_s
 // entry)` gives each entry's `order`. Throws CheckpointError (disk full...).
 RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair<std::string, PartState>>& mine,
                              int rank, int world,
-                             const std::function<int64_t(const std::string&, const std::string&)>& order_of);
+                             const std::function<int64_t(const std::string&, const std::string&)>& order_of,
+                             const StageHook& before_stage = {});
 
 // Rank 0, once every rank's write is over: `ranks` (one per rank) merged into index.json,
 // trainer_state.json written (`state` as format 3, each part's JSON from `part_json`), and
@@ -67,7 +68,8 @@ RankShards write_rank_shards(const std::string& dir, const std::vector<std::pair
 // deleted. Throws CheckpointError naming a rank whose write failed, or whose file rank 0
 // does not find whole in `dir` (a work_dir not shared by every rank), after removing `dir`.
 std::string commit_shards(const std::string& work_dir, const std::string& dir, TrainerState state,
-                          const nlohmann::json& part_json, const std::vector<RankShards>& ranks, int64_t keep_last_n);
+                          const nlohmann::json& part_json, const std::vector<RankShards>& ranks, int64_t keep_last_n,
+                          const StageHook& before_stage = {});
 
 // A format-3 checkpoint's index.json.
 struct ShardIndex {

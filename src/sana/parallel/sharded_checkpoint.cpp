@@ -36,7 +36,8 @@ ShardedCheckpoints::ShardedCheckpoints(dist::Runtime& rt, ShardRoles roles, doub
 
 std::function<std::string()> ShardedCheckpoints::save_job(const std::vector<Stateful*>& parts,
                                                            int64_t step, std::optional<ckpt::TrainerState> run,
-                                                           const std::string& work_dir, int64_t keep_last_n) {
+                                                           const std::string& work_dir, int64_t keep_last_n,
+                                                           ckpt::StageHook before_stage) {
   const int rank = rt_.rank(), world = rt_.world_size();
   const int64_t moved_before = rt_.tensor_bytes();
   std::vector<std::pair<std::string, PartState>> mine;
@@ -60,7 +61,8 @@ std::function<std::string()> ShardedCheckpoints::save_job(const std::vector<Stat
     ckpt::RankShards written;
     try {
       written = ckpt::write_rank_shards(dir, *share, rank, world,
-                                        [&](const std::string&, const std::string& entry) { return order_of(entry); });
+                                        [&](const std::string&, const std::string& entry) { return order_of(entry); },
+                                        before_stage);
     } catch (const std::exception& e) {
       written = {};
       written.rank = rank;
@@ -82,7 +84,7 @@ std::function<std::string()> ShardedCheckpoints::save_job(const std::vector<Stat
     // removing the temporary folder.
     std::vector<ckpt::RankShards> ranks;
     for (const auto& text : all) ranks.push_back(ckpt::RankShards::from_json(nlohmann::json::parse(text)));
-    return ckpt::commit_shards(work_dir, dir, **state, part_json, ranks, keep_last_n);
+    return ckpt::commit_shards(work_dir, dir, **state, part_json, ranks, keep_last_n, before_stage);
   };
 }
 

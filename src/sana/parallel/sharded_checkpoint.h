@@ -37,10 +37,11 @@ class ShardedCheckpoints {
 
   // Every rank, on the main thread: this rank's share of every part copied (no collective)
   // and the job that writes the checkpoint of global step `step`, to run on the saver's
-  // thread. `run` is the run's state on rank 0 (which commits), nothing elsewhere.
+  // thread. `run` is the run's state on rank 0 (which commits), nothing elsewhere;
+  // `before_stage` is called before each stage of the write and commit (fault injection).
   std::function<std::string()> save_job(const std::vector<Stateful*>& parts, int64_t step,
                                         std::optional<ckpt::TrainerState> run, const std::string& work_dir,
-                                        int64_t keep_last_n);
+                                        int64_t keep_last_n, ckpt::StageHook before_stage = {});
   // Every rank (a collective): fills `snapshot` (read_checkpoint(dir, false)) with the
   // tensors each part restores on this rank.
   void load(ckpt::Snapshot& snapshot, const std::string& dir, const std::vector<Stateful*>& parts);

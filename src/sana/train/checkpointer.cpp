@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
-#include <thread>
 
-#include "sana/train/test_hooks.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -21,19 +19,8 @@ std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64
   return "";
 }
 
-namespace {
-
-// Tests only (TestHooks::ckpt_stage_delay_ms): every stage of a checkpoint write takes
-// longer, so a fault trial can strike while one is being written.
-void delay_stage(const char*) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(TestHooks::get().ckpt_stage_delay_ms));
-}
-
-}  // namespace
-
-Checkpointer::Checkpointer(const config::Config& cfg, bool writes) : cfg_(cfg), writes_(writes) {
-  if (TestHooks::get().ckpt_stage_delay_ms > 0) ckpt::checkpoint_test_hook = delay_stage;
-}
+Checkpointer::Checkpointer(const config::Config& cfg, bool writes, ckpt::StageHook before_stage)
+    : cfg_(cfg), writes_(writes), before_stage_(std::move(before_stage)) {}
 
 void Checkpointer::add(Stateful& part) {
   const auto name = part.state_name();
@@ -89,7 +76,8 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
     const double previous = saver_.last_write_seconds();
     std::optional<ckpt::TrainerState> run;
     if (writes_) run = run_state();
-    saver_.run(sharded_->save_job(parts_, next.global_step, std::move(run), cfg_.work_dir, cfg_.ckpt.keep_last_n));
+    saver_.run(sharded_->save_job(parts_, next.global_step, std::move(run), cfg_.work_dir, cfg_.ckpt.keep_last_n,
+                                          before_stage_));
     if (!cfg_.ckpt.async_save) saver_.wait();
     if (writes_) log_save(next, why, start, previous);
     return;
@@ -98,7 +86,7 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
   if (!writes_) return;
   saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
-  saver_.save(cfg_.work_dir, std::move(*snapshot), cfg_.ckpt.keep_last_n);
+  saver_.save(cfg_.work_dir, std::move(*snapshot), cfg_.ckpt.keep_last_n, before_stage_);
   if (!cfg_.ckpt.async_save) saver_.wait();
   log_save(next, why, start, previous);
 }

@@ -38,7 +38,9 @@ class Checkpointer {
  public:
   // Format 2: only the writing rank (rank 0) captures and writes; every rank follows the
   // policy.
-  Checkpointer(const config::Config& cfg, bool writes);
+  // `before_stage`: called before each stage of every write (fault injection; empty in
+  // production runs).
+  Checkpointer(const config::Config& cfg, bool writes, ckpt::StageHook before_stage = {});
   // Format 3 (ckpt.format 3): every rank writes and reads its share as `sharded` says.
   void write_shards(std::unique_ptr<parallel::ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
 
@@ -71,6 +73,7 @@ class Checkpointer {
 
   const config::Config& cfg_;
   bool writes_;
+  ckpt::StageHook before_stage_;
   std::vector<Stateful*> parts_;
   std::unique_ptr<parallel::ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
   ckpt::AsyncSaver saver_;

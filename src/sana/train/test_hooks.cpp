@@ -1,9 +1,17 @@
 #include "sana/train/test_hooks.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <thread>
 
 namespace sana::train {
+
+std::function<void(const char*)> TestHooks::checkpoint_stage_delay() const {
+  if (ckpt_stage_delay_ms <= 0) return {};
+  const auto delay = std::chrono::milliseconds(ckpt_stage_delay_ms);
+  return [delay](const char*) { std::this_thread::sleep_for(delay); };
+}
 
 namespace {
 

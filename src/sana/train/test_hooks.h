@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct TestHooks {
   // (the device checks without a GPU); `inject_cuda_devices` when it is set.
   bool inject_cuda_devices = false;
   std::vector<std::string> cuda_devices;
+  // What the checkpoint writers call before each stage (ckpt::StageHook): a sleep of
+  // ckpt_stage_delay_ms, or nothing (empty) when it is 0.
+  std::function<void(const char* stage)> checkpoint_stage_delay() const;
   // The error a rank throws at the step SANA_TEST_FAIL_AT names (its text names the variable).
   static std::string injected_failure(int64_t global_step);
 

@@ -107,7 +107,7 @@ void Trainer::start() {
   scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
   step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world, zero_->forwards_collective());
   previews_.emplace(cfg_, rt_, model_, encoders_, *dataset_);
-  checkpointer_.emplace(cfg_, main_rank_);
+  checkpointer_.emplace(cfg_, main_rank_, TestHooks::get().checkpoint_stage_delay());
   register_checkpointed_parts();
 
   segments_ = {{0, batch_spec_for(cfg_)}};

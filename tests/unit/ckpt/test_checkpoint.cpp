@@ -132,8 +132,7 @@ TEST_CASE("a crash at any stage of a save leaves latest on a loadable checkpoint
     REQUIRE(child >= 0);
     if (child == 0) {
       g_crash_stage = stage;
-      ckpt::checkpoint_test_hook = crash_at;
-      ckpt::write_checkpoint(dir.path(), snapshot(6), 0);
+      ckpt::write_checkpoint(dir.path(), snapshot(6), 0, crash_at);
       _exit(0);
     }
     int status = 0;
@@ -159,9 +158,8 @@ TEST_CASE("a failed save (disk full) leaves no partial folder, one left by a kil
           "[ckpt]") {
   sana::test::TempDir dir;
   ckpt::write_checkpoint(dir.path(), snapshot(5), 0);
-  ckpt::checkpoint_test_hook = fail_at_optimizer;
-  CHECK_THROWS_WITH(ckpt::write_checkpoint(dir.path(), snapshot(6), 0), Catch::Contains("No space left"));
-  ckpt::checkpoint_test_hook = nullptr;
+  CHECK_THROWS_WITH(ckpt::write_checkpoint(dir.path(), snapshot(6), 0, fail_at_optimizer),
+                    Catch::Contains("No space left"));
   const auto leftovers = [&] {
     int n = 0;
     for (const auto& e : fs::directory_iterator(dir.path("checkpoints"))) {

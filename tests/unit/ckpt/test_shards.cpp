@@ -70,7 +70,8 @@ ckpt::TrainerState state_at(int64_t step) {
 }
 
 // Every rank writes its share, then rank 0 commits; `fail_rank` reports an error instead.
-std::string save(const std::string& work_dir, int64_t step, int fail_rank = -1) {
+// `before_stage` is passed to every write and the commit.
+std::string save(const std::string& work_dir, int64_t step, int fail_rank = -1, const ckpt::StageHook& before_stage = {}) {
   const Whole w;
   const std::string dir = ckpt::shard_temporary_folder(work_dir, step, std::to_string(::getpid()));
   std::vector<ckpt::RankShards> ranks;
@@ -80,11 +81,13 @@ std::string save(const std::string& work_dir, int64_t step, int fail_rank = -1) 
       continue;
     }
     ranks.push_back(ckpt::write_rank_shards(dir, share_of(w, r), r, kWorld,
-                                            [](const std::string&, const std::string& e) { return order_of(e); }));
+                                            [](const std::string&, const std::string& e) { return order_of(e); },
+                                            before_stage));
     // What travels through the store survives the trip.
     ranks.back() = ckpt::RankShards::from_json(nlohmann::json::parse(ranks.back().to_json().dump()));
   }
-  return ckpt::commit_shards(work_dir, dir, state_at(step), {{"loss_scaler", {{"loss_scale", 1024.0}}}}, ranks, 0);
+  return ckpt::commit_shards(work_dir, dir, state_at(step), {{"loss_scaler", {{"loss_scale", 1024.0}}}}, ranks, 0,
+                             before_stage);
 }
 
 bool equal(const NamedTensors& a, const NamedTensors& b) {
@@ -211,8 +214,7 @@ TEST_CASE("format 3: a crash at any stage of a save leaves latest on the previou
     REQUIRE(child >= 0);
     if (child == 0) {
       format3::g_stage = stage;
-      ckpt::checkpoint_test_hook = format3::crash_at;
-      format3::save(work.path(), 8);
+      format3::save(work.path(), 8, -1, format3::crash_at);
       _exit(0);
     }
     int status = 0;
