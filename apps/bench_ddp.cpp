@@ -27,6 +27,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
 #include "sana/train/optim.h"
+#include "sana/train/part_options.h"
 
 using namespace sana;
 
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   config::OptimizerConfig oc;
   oc.betas = {0.9, 0.999};
   oc.eps = {1e-10};
-  auto opt = train::make_optimizer(oc, named);
+  auto opt = train::make_optimizer(train::optimizer_options_for(oc), named);
   std::vector<double> times[2];
   {
     parallel::ReducerOptions plain_opts;

@@ -20,7 +20,6 @@
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher.h"
 #include "sana/train/config_checks.h"
-#include "sana/train/trainable.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"

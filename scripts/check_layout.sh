@@ -29,6 +29,10 @@
 #   g. fault injection in one place: no SANA_TEST_ in src/ or apps/ outside
 #      src/sana/train/test_hooks.{h,cpp} (production code reads no test variable; what a
 #      lower layer needs is passed in).
+#   h. the config read in one place: under src/sana/train/ and src/sana/parallel/ only the
+#      mapping (train/component_options, part_options, the config checks), the trainer
+#      (train.h, trainer*) and train/features/ (the prepare-features command) include
+#      config/ or the mapping headers.
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
 # table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
 # the exit is 77 (ctest: skipped) when the other checks pass.
@@ -278,6 +282,24 @@ grep -nF 'SANA_TEST_' "${code_files[@]}" 2>/dev/null | grep -vE '^src/sana/train
   awk -F: '{ printf "%s:%s: reads or names a SANA_TEST_ variable (rule g: fault injection lives in src/sana/train/test_hooks.{h,cpp}; pass what a part needs in)\n", $1, $2 }' >> "$violations" || true
 hook_violations=$(( $(wc -l < "$violations") - before ))
 
+# --- h. the config read in one place --------------------------------------------------------
+# In src/sana/train/ and src/sana/parallel/, only the config mapping (component_options,
+# part_options, the config checks), the trainer and the prepare-features command include the
+# config (config/*.h, or the mapping headers that bring it).
+config_allowed='^src/sana/train/(component_options|part_options|config_checks|lora_config_check|train|trainer|trainer_checkpoints)\.(h|cpp)$|^src/sana/train/features/'
+before=$(wc -l < "$violations")
+config_readers=0
+while IFS=: read -r file line _; do
+  [ -z "$file" ] && continue
+  if [[ "$file" =~ $config_allowed ]]; then
+    config_readers=$((config_readers + 1))
+  else
+    echo "$file:$line: includes the config (rule h: a training part takes options of its own; train/component_options.h or part_options.h fill them)" >> "$violations"
+  fi
+done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"sana/(config/[a-z_]+|train/component_options|train/part_options)\.h"' \
+           $(printf '%s\n' "${cxx_files[@]}" | grep -E '^src/sana/(train|parallel)/') /dev/null 2>/dev/null || true)
+config_violations=$(( $(wc -l < "$violations") - before ))
+
 # --- report -------------------------------------------------------------------------------
 soft_files=$(grep -c 'soft limit of '"$soft_file_lines"':' "$warnings" || true)
 soft_functions=$(grep -c 'soft limit of '"$soft_function_lines"':' "$warnings" || true)
@@ -287,7 +309,8 @@ if [ "$total" -gt 0 ]; then
   sort -t: -k1,1 -k2,2n "$violations"
   echo "check_layout: $total violation(s): includes $include_violations, file length $file_violations," \
        "function length $function_violations, comment references $comment_violations," \
-       "unbounded waits $wait_violations, ZeRO in the model $zero_violations, test variables $hook_violations" >&2
+       "unbounded waits $wait_violations, ZeRO in the model $zero_violations, test variables $hook_violations," \
+       "config outside its mapping $config_violations" >&2
   [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
   exit 1
 fi
@@ -300,6 +323,8 @@ printf '  %-34s %-32s %s\n' "soft limits (warnings only)" "files > $soft_file_li
 printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"
 printf '  %-34s %-32s %s\n' "f. no ZeRO names in the model" "${#model_files[@]} files" "0"
 printf '  %-34s %-32s %s\n' "g. SANA_TEST_ in one place" "${#code_files[@]} files" "only src/sana/train/test_hooks.{h,cpp}"
+printf '  %-34s %-32s %s\n' "h. the config in one place" "src/sana/train, parallel" \
+       "$config_readers includes, all by the mapping and the trainer"
 printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
        "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"
 if [ -n "$ctags_note" ]; then

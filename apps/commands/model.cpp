@@ -16,6 +16,7 @@
 #include "sana/data/sample_cache.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
+#include "sana/train/part_options.h"
 #include "sana/train/report/memory_estimate.h"
 #include "sana/train/trainable.h"
 
@@ -51,7 +52,7 @@ struct ModelFacts {
 
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations) {
   ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}};
-  if (memory) f.memory = train::estimate_memory(cfg, world_size, activations);
+  if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -62,7 +63,7 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
   for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
     const auto size = [&](const data::Bucket& b) {
       const auto forward = model::forward_flops(f.spec, b.height, b.width);
-      return BucketSize{table.base(), b.height, b.width, forward, train::train_flops(cfg, f.spec, forward)};
+      return BucketSize{table.base(), b.height, b.width, forward, train::train_flops(config::lora_enabled(cfg.train), f.spec, forward)};
     };
     for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back(size(b));
     for (const auto& b : table.buckets()) f.all_buckets.push_back(size(b));

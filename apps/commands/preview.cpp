@@ -10,6 +10,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/train/component_options.h"
+#include "sana/train/part_options.h"
 #include "sana/train/previews.h"
 #include "sana/util/log.h"
 
@@ -36,12 +37,14 @@ class Preview : public ConfigSubcommand {
     } else {
       log::info("no --weights: previews of the initial weights (seed {})", cfg.train.seed);
     }
-    const auto encoders = train::load_encoders(cfg, torch::kCPU, train::EncoderUse::previews, spec.conditioning);
+    const auto encoders =
+        train::load_encoders(train::encoder_options_for(cfg), torch::kCPU, train::EncoderUse::previews, spec.conditioning);
     if (!weights_.empty()) train::use_empty_prompt(net, encoders, config::null_embed_file(cfg));
-    const auto o = train::preview_setup(cfg, torch::kCPU, encoders, spec);
+    const auto sources = train::preview_sources_for(cfg);
+    const auto o = train::preview_setup(sources, torch::kCPU, encoders, spec);
     const std::string dir = out_.empty() ? (std::filesystem::path(cfg.work_dir) / "previews").string() : out_;
     const auto start = std::chrono::steady_clock::now();
-    const auto paths = train::render_previews(net, train::preview_buckets_for(cfg), o, dir, "preview");
+    const auto paths = train::render_previews(net, sources.buckets, o, dir, "preview");
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (const auto& p : paths) std::cout << p << "\n";
     log::info("{} preview grids of {} images, {} {} steps, guidance {}, in {:.1f} s", paths.size(), o.images,

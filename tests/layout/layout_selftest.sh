@@ -75,6 +75,7 @@ printf 'x=1  %s as in %s.md\n' '#' "$bare" > "$tree/scripts/bare.sh"
 zero=zero_stage test_var=SANA_TEST_
 printf 'int stage(int %s) { return 0; }\n' "$zero" > "$tree/src/sana/model/knows_zero.cpp"
 printf 'const char* v = "%sX";\n' "$test_var" > "$tree/src/sana/data/reads_test.cpp"
+printf '#pragma once\n#include "sana/config/config.h"\n' > "$tree/src/sana/train/reads_config.h"
 w=wait m=mpirun py=/usr/bin/python3
 printf '"$BIN" train &\n%s $!\nif ! X=1 env %s -np 2 a \\\n  b; then :; fi\nout=$(%s -c 1)\n' "$w" "$m" "$py" \
   > "$tree/tests/unbounded.sh"
@@ -98,6 +99,7 @@ expect 'tests/unbounded.sh:3: mpirun started without a time limit (rule e'
 expect 'tests/unbounded.sh:5: /usr/bin/python3 started without a time limit (rule e'
 expect 'src/sana/model/knows_zero.cpp:1: names ZeRO in the model (rule f'
 expect 'src/sana/data/reads_test.cpp:1: reads or names a SANA_TEST_ variable (rule g'
+expect 'src/sana/train/reads_config.h:2: includes the config (rule h'
 n=$(grep -c ': rule\|(rule\|: upward\|: sideways' <<< "$out" || true)
-[ "$n" = 14 ] || fail "violations: $n lines, expected 14"
+[ "$n" = 15 ] || fail "violations: $n lines, expected 15"
 echo "layout_selftest: ok"

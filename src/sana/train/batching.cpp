@@ -16,7 +16,7 @@ void check_world_fits(const data::EpochPlan& plan, int world, const data::BatchS
                    "config error");
 }
 
-void check_deterministic(const data::EpochPlan& plan, const config::TrainConfig& t, dist::Runtime& rt) {
+void check_deterministic(const data::EpochPlan& plan, const BatchOptions& t, dist::Runtime& rt) {
   const int64_t fewest = data::micro_batches(plan.min_batch(), t.micro_batch_size);
   if (plan.steps() > 0 && fewest < rt.world_size()) {
     throw UsageError(fmt::format("train.deterministic deals out whole micro-batches: a global batch of {} in "
@@ -36,7 +36,7 @@ void check_deterministic(const data::EpochPlan& plan, const config::TrainConfig&
   if (rt.device().is_cuda()) at::globalContext().setDeterministicAlgorithms(true, false);
 }
 
-std::string batch_text(const data::Dataset& ds, const config::TrainConfig& t, int rank, int world) {
+std::string batch_text(const data::Dataset& ds, const BatchOptions& t, int rank, int world) {
   const auto plan = ds.plan(0);
   const auto& sizes = plan.stats().batch_per_bucket;
   const auto& steps = plan.stats().steps_per_bucket;
@@ -46,15 +46,15 @@ std::string batch_text(const data::Dataset& ds, const config::TrainConfig& t, in
     low = low == 0 ? sizes[b] : std::min(low, sizes[b]);
     high = std::max(high, sizes[b]);
   }
-  if (t.batch_tokens > 0) {
+  if (t.batch.batch_tokens > 0) {
     return fmt::format("train.batch_tokens {}: global batches of {} to {} samples by bucket, micro-batches of at "
                        "most {}",
-                       t.batch_tokens, low, high, t.micro_batch_size);
+                       t.batch.batch_tokens, low, high, t.micro_batch_size);
   }
-  const auto [first, last] = t.deterministic ? data::rank_share_whole(t.global_batch_size, t.micro_batch_size, rank, world)
-                                             : data::rank_share(t.global_batch_size, rank, world);
+  const auto [first, last] = t.deterministic ? data::rank_share_whole(t.batch.global_batch, t.micro_batch_size, rank, world)
+                                             : data::rank_share(t.batch.global_batch, rank, world);
   const int64_t micro = data::micro_batches(last - first, t.micro_batch_size);
-  return fmt::format("global batch {}: {} samples on this rank in {} micro-batch{} of at most {}{}", t.global_batch_size,
+  return fmt::format("global batch {}: {} samples on this rank in {} micro-batch{} of at most {}{}", t.batch.global_batch,
                      last - first, micro, micro == 1 ? "" : "es", t.micro_batch_size,
                      t.deterministic ? " (train.deterministic: integer gradient sums)" : "");
 }

@@ -10,7 +10,7 @@
 
 namespace sana::train {
 
-std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64_t total_steps, bool epoch_end,
+std::string save_reason(const CheckpointOptions& t, int64_t global_step, int64_t total_steps, bool epoch_end,
                         int64_t epoch, bool stop_requested) {
   if (t.save_model_steps > 0 && global_step % t.save_model_steps == 0) return "train.save_model_steps";
   if (epoch_end && t.save_model_epochs > 0 && (epoch + 1) % t.save_model_epochs == 0) return "train.save_model_epochs";
@@ -19,8 +19,7 @@ std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64
   return "";
 }
 
-Checkpointer::Checkpointer(const config::Config& cfg, bool writes, ckpt::StageHook before_stage)
-    : cfg_(cfg), writes_(writes), before_stage_(std::move(before_stage)) {}
+Checkpointer::Checkpointer(CheckpointOptions options, bool writes) : o_(std::move(options)), writes_(writes) {}
 
 void Checkpointer::add(Stateful& part) {
   const auto name = part.state_name();
@@ -62,7 +61,7 @@ void Checkpointer::restore(ckpt::Snapshot& snapshot, const std::string& source) 
 
 void Checkpointer::maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch,
                               bool stop_requested, const std::function<ckpt::TrainerState()>& run_state) {
-  const auto why = save_reason(cfg_.train, next.global_step, total_steps, epoch_end, epoch, stop_requested);
+  const auto why = save_reason(o_, next.global_step, total_steps, epoch_end, epoch, stop_requested);
   if (!why.empty()) save(next, why, run_state);
 }
 
@@ -76,9 +75,9 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
     const double previous = saver_.last_write_seconds();
     std::optional<ckpt::TrainerState> run;
     if (writes_) run = run_state();
-    saver_.run(sharded_->save_job(parts_, next.global_step, std::move(run), cfg_.work_dir, cfg_.ckpt.keep_last_n,
-                                          before_stage_));
-    if (!cfg_.ckpt.async_save) saver_.wait();
+    saver_.run(sharded_->save_job(parts_, next.global_step, std::move(run), o_.work_dir, o_.keep_last_n,
+                                          o_.before_stage));
+    if (!o_.async_save) saver_.wait();
     if (writes_) log_save(next, why, start, previous);
     return;
   }
@@ -86,8 +85,8 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
   if (!writes_) return;
   saver_.wait();  // the previous write: its time is read once it has ended (TSan saw the race)
   const double previous = saver_.last_write_seconds();
-  saver_.save(cfg_.work_dir, std::move(*snapshot), cfg_.ckpt.keep_last_n, before_stage_);
-  if (!cfg_.ckpt.async_save) saver_.wait();
+  saver_.save(o_.work_dir, std::move(*snapshot), o_.keep_last_n, o_.before_stage);
+  if (!o_.async_save) saver_.wait();
   log_save(next, why, start, previous);
 }
 
@@ -95,7 +94,7 @@ void Checkpointer::log_save(const RunPosition& next, const std::string& why,
                             std::chrono::steady_clock::time_point start, double previous) {
   const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("checkpoint {} ({}): the loop waited {:.3f} s{}", ckpt::checkpoint_name(next.global_step), why, blocked,
-            cfg_.ckpt.async_save ? fmt::format(" (previous write took {:.3f} s in the background)", previous)
+            o_.async_save ? fmt::format(" (previous write took {:.3f} s in the background)", previous)
                                  : fmt::format(" (synchronous write {:.3f} s)", saver_.last_write_seconds()));
 }
 

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "sana/ckpt/checkpoint.h"
-#include "sana/config/config.h"
 #include "sana/parallel/sharded_checkpoint.h"
 #include "sana/util/stateful.h"
 
@@ -29,18 +28,28 @@ struct RunPosition {
   int64_t consumed_samples = 0;  // samples of all steps so far (global batches vary with batch changes)
 };
 
+// When and where checkpoints are written: the keys by their names (train/part_options.h
+// fills them from the config).
+struct CheckpointOptions {
+  std::string work_dir;           // checkpoints go to work_dir/checkpoints
+  int64_t save_model_steps = 0;   // train.save_model_steps (0: never by steps)
+  int64_t save_model_epochs = 0;  // train.save_model_epochs (0: never by epochs)
+  int64_t keep_last_n = 0;        // ckpt.keep_last_n (0: all)
+  bool async_save = true;         // ckpt.async_save: written in the background
+  // Called before each stage of every write (fault injection; empty in production runs).
+  ckpt::StageHook before_stage;
+};
+
 // Why a checkpoint is due after the step that made `global_step` steps (ending epoch
 // `epoch`, from 0, when `epoch_end`), or "" when none is.
-std::string save_reason(const config::TrainConfig& t, int64_t global_step, int64_t total_steps, bool epoch_end,
+std::string save_reason(const CheckpointOptions& o, int64_t global_step, int64_t total_steps, bool epoch_end,
                         int64_t epoch, bool stop_requested);
 
 class Checkpointer {
  public:
   // Format 2: only the writing rank (rank 0) captures and writes; every rank follows the
   // policy.
-  // `before_stage`: called before each stage of every write (fault injection; empty in
-  // production runs).
-  Checkpointer(const config::Config& cfg, bool writes, ckpt::StageHook before_stage = {});
+  Checkpointer(CheckpointOptions options, bool writes);
   // Format 3 (ckpt.format 3): every rank writes and reads its share as `sharded` says.
   void write_shards(std::unique_ptr<parallel::ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
 
@@ -71,9 +80,8 @@ class Checkpointer {
   void log_save(const RunPosition& next, const std::string& why, std::chrono::steady_clock::time_point start,
                 double previous);
 
-  const config::Config& cfg_;
+  CheckpointOptions o_;
   bool writes_;
-  ckpt::StageHook before_stage_;
   std::vector<Stateful*> parts_;
   std::unique_ptr<parallel::ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
   ckpt::AsyncSaver saver_;

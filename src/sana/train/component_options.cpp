@@ -281,4 +281,23 @@ model::LoraOptions lora_options_for(const config::Config& cfg) {
   return o;
 }
 
+LrScheduleOptions lr_schedule_options_for(const config::TrainConfig& t) {
+  using Shape = LrScheduleOptions::Shape;
+  using Scaling = LrScheduleOptions::BatchScaling;
+  LrScheduleOptions o;
+  o.lr = t.optimizer.lr;
+  o.lr_schedule = t.lr_schedule == config::LrSchedule::cosine                     ? Shape::cosine
+                  : t.lr_schedule == config::LrSchedule::cosine_decay_to_constant ? Shape::cosine_decay_to_constant
+                                                                                  : Shape::constant;
+  o.auto_lr = t.auto_lr == config::AutoLr::sqrt     ? Scaling::sqrt
+              : t.auto_lr == config::AutoLr::linear ? Scaling::linear
+                                                    : Scaling::none;
+  o.global_batch_size = t.global_batch_size;
+  o.num_warmup_steps = t.lr_schedule_args.num_warmup_steps;
+  o.final_lr_ratio = t.lr_schedule_args.final_lr_ratio;
+  o.num_decay = t.lr_schedule_args.num_decay;
+  o.num_cycles = t.lr_schedule_args.num_cycles;
+  return o;
+}
+
 }  // namespace sana::train

@@ -11,6 +11,7 @@
 #include "sana/diffusion/options.h"
 #include "sana/distributed/options.h"
 #include "sana/parallel/options.h"
+#include "sana/train/lr_schedule.h"
 #include "sana/model/encoder_options.h"
 #include "sana/model/growth_options.h"
 #include "sana/model/lora_options.h"
@@ -56,6 +57,9 @@ model::GrowthOptions growth_options_for(const config::Config& cfg);
 model::LoraOptions lora_options_for(const config::Config& cfg);
 
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg);
+
+// train.optimizer.lr, lr_schedule and its args, auto_lr, global_batch_size.
+LrScheduleOptions lr_schedule_options_for(const config::TrainConfig& t);
 
 dist::RuntimeOptions runtime_options_for(const config::Config& cfg);
 

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <random>
 
-#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -22,8 +21,8 @@ std::filesystem::path shared_memory_dir() {
 
 // Every rank of a node opens the same file (no collective: nothing to agree on); another
 // node has its own in its own data.cache_dir.
-std::shared_ptr<data::SampleCache> open_kept_cache(const config::Config& cfg, const data::Dataset& dataset) {
-  auto cache = data::open_disk_cache(disk_cache_options_for(cfg), dataset);
+std::shared_ptr<data::SampleCache> open_kept_cache(const data::DiskCacheOptions& o, const data::Dataset& dataset) {
+  auto cache = data::open_disk_cache(o, dataset);
   const std::filesystem::path path = cache->path(), dir = path.parent_path();
   log::info("data.cache disk: {} samples, {} in {} ({} decoded by earlier runs)", cache->samples(),
             data::size_text(cache->bytes()), path.string(), cache->ready_at_open());
@@ -46,23 +45,24 @@ std::shared_ptr<data::SampleCache> open_kept_cache(const config::Config& cfg, co
 
 }  // namespace
 
-std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
+std::shared_ptr<data::SampleCache> open_sample_cache(const SampleCacheOptions& o, const data::Dataset& dataset,
                                                      dist::Runtime& rt) {
-  if (cfg.data.cache == config::SampleCacheMode::none) return nullptr;
-  if (cfg.data.load_vae_feat) {
+  using Mode = SampleCacheOptions::Mode;
+  if (o.cache == Mode::none) return nullptr;
+  if (o.precomputed_latents) {
     log::info("data.cache: this run reads precomputed latents (data.load_vae_feat), nothing to decode: no cache");
     return nullptr;
   }
   const auto shape = data::cache_shape(dataset);
   const uint64_t bytes = data::SampleCache::bytes_needed(shape);
-  const std::string mode = config::name_of(cfg.data.cache);
-  if (static_cast<double>(bytes) > cfg.data.cache_max_gb * (1ull << 30)) {
+  const std::string mode = o.cache == Mode::disk ? "disk" : "memory";
+  if (static_cast<double>(bytes) > o.cache_max_gb * (1ull << 30)) {
     throw UsageError(fmt::format(
         "data.cache {}: {} samples decoded at their bucket sizes need {}, more than data.cache_max_gb {}; "
         "raise data.cache_max_gb (every node holds one copy) or set data.cache: none",
-        mode, shape.bucket_of.size(), data::size_text(bytes), cfg.data.cache_max_gb), "config error");
+        mode, shape.bucket_of.size(), data::size_text(bytes), o.cache_max_gb), "config error");
   }
-  if (cfg.data.cache == config::SampleCacheMode::disk) return open_kept_cache(cfg, dataset);
+  if (o.cache == Mode::disk) return open_kept_cache(o.disk, dataset);
   std::string name;
   if (rt.rank() == 0) name = fmt::format("sana-cache-{:016x}", std::random_device{}() * 0x9E3779B97F4A7C15ull ^ std::random_device{}());
   name = rt.all_gather("sample cache name", name).front();

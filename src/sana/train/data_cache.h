@@ -8,17 +8,25 @@
 
 #include <memory>
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
 #include "sana/data/sample_cache.h"
 #include "sana/distributed/runtime.h"
 
 namespace sana::train {
 
-// Null when the config asks for no cache or the run reads precomputed latents (nothing to
+// data.cache and its keys, by their names (train/part_options.h fills them).
+struct SampleCacheOptions {
+  enum class Mode { none, memory, disk };
+  Mode cache = Mode::none;           // data.cache
+  bool precomputed_latents = false;  // data.load_vae_feat: nothing to decode, so no cache
+  double cache_max_gb = 0;           // data.cache_max_gb
+  data::DiskCacheOptions disk;       // data.cache_dir and the decode settings (disk)
+};
+
+// Null when the options ask for no cache or the run reads precomputed latents (nothing to
 // decode). Collective: every rank calls it. Throws UsageError past data.cache_max_gb or
 // when the shared memory has no room.
-std::shared_ptr<data::SampleCache> open_sample_cache(const config::Config& cfg, const data::Dataset& dataset,
+std::shared_ptr<data::SampleCache> open_sample_cache(const SampleCacheOptions& o, const data::Dataset& dataset,
                                                      dist::Runtime& rt);
 
 // "epoch 2: 56 samples from the cache, 0 decoded" for the lookups since `hits`/`misses`.

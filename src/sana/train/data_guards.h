@@ -44,23 +44,20 @@ class BadSampleGuard : public Stateful {
   // Keeps the totals as the run-wide counts a checkpoint carries.
   void decide(double total_bad, double total_reads);
   // The run-wide (bad, reads) as last agreed.
-  std::pair<int64_t, int64_t> capture() const { return {total_bad_, total_reads_}; }
-  // A resumed run continues the counts: the run-wide totals are restored into one rank's
-  // own counts only (`carries`, rank 0), so the sums over ranks stay right.
-  void restore(int64_t bad, int64_t reads, bool carries) {
-    total_bad_ = bad;
-    total_reads_ = reads;
-    if (!carries) return;
-    bad_ = bad;
-    reads_ = reads;
-  }
+  std::pair<int64_t, int64_t> totals() const { return {total_bad_, total_reads_}; }
   std::string state_name() const override { return "bad_samples"; }
   PartState save_state() const override {
     return {{{"bad_samples", total_bad_}, {"samples_read", total_reads_}}, std::nullopt, {}};
   }
+  // A resumed run continues the counts: the run-wide totals are restored into one rank's
+  // own counts only (`carries`, rank 0), so the sums over ranks stay right.
   void restore_state(const PartState* saved, const std::string& /*source*/) override {
     if (saved == nullptr) return;
-    restore(saved->json.value("bad_samples", int64_t{0}), saved->json.value("samples_read", int64_t{0}), carries_);
+    total_bad_ = saved->json.value("bad_samples", int64_t{0});
+    total_reads_ = saved->json.value("samples_read", int64_t{0});
+    if (!carries_) return;
+    bad_ = total_bad_;
+    reads_ = total_reads_;
   }
 
  private:

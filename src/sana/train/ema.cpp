@@ -25,14 +25,15 @@ void Ema::update() {
   for (size_t i = 0; i < average_.size(); ++i) average_[i].mul_(rate_).add_(params_[i].second.detach(), 1 - rate_);
 }
 
-NamedTensors Ema::capture() const {
+NamedTensors Ema::named_averages() const {
   NamedTensors out;
   for (size_t i = 0; i < average_.size(); ++i) out.emplace_back(params_[i].first, average_[i].to(torch::kCPU).clone());
   return out;
 }
 
-void Ema::restore(const NamedTensors& saved, const std::string& source) {
+void Ema::restore_state(const PartState* part, const std::string& source) {
   if (!enabled()) return;
+  const NamedTensors& saved = PartState::tensors_of(part);
   if (saved.empty()) {
     log::warn_shared("resume_from {}: the checkpoint holds no EMA weights (ckpt.save_ema false, or that run kept no "
                      "EMA); the EMA restarts from the weights", source);
@@ -51,10 +52,6 @@ void Ema::restore(const NamedTensors& saved, const std::string& source) {
   }
 }
 
-PartState Ema::save_state() const { return {nullptr, checkpointed_ ? capture() : NamedTensors{}, {}}; }
-
-void Ema::restore_state(const PartState* saved, const std::string& source) {
-  restore(PartState::tensors_of(saved), source);
-}
+PartState Ema::save_state() const { return {nullptr, checkpointed_ ? named_averages() : NamedTensors{}, {}}; }
 
 }  // namespace sana::train

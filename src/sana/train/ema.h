@@ -1,7 +1,7 @@
 // The exponential moving average of the weights (train.ema_update, train.ema_rate). Owns
 // the averaged copies; the trainer calls update() after clipping and before each optimizer
 // step (upstream's order: the average lags the weights by one step). A stateful part
-// ("ema"): checkpoints hold capture() (ema.safetensors) and a resume hands it back.
+// ("ema"): checkpoints hold save_state() (ema.safetensors) and a resume hands it back.
 #pragma once
 
 #include <torch/torch.h>
@@ -26,12 +26,9 @@ class Ema : public Stateful {
   // average = rate * average + (1 - rate) * parameter, for every parameter.
   void update();
 
-  // The averages by parameter name, on the CPU (empty when off).
-  NamedTensors capture() const;
-  // Takes the averages saved by capture(). An empty `saved` (a checkpoint written with
-  // ckpt.save_ema false) restarts the average from the current weights with a warning;
-  // a missing or mis-shaped entry throws ckpt::CheckpointError naming it and `source`.
-  void restore(const NamedTensors& saved, const std::string& source);
+  // The averages by parameter name, on the CPU (empty when off): what checkpoints and the
+  // run's final EMA file hold.
+  NamedTensors named_averages() const;
   // Restarts the average from the current weights.
   void reset();
 
@@ -39,6 +36,9 @@ class Ema : public Stateful {
 
   std::string state_name() const override { return "ema"; }
   PartState save_state() const override;
+  // Takes the averages saved by save_state(). A part without tensors (a checkpoint written
+  // with ckpt.save_ema false) restarts the average from the current weights with a warning;
+  // a missing or mis-shaped entry throws ckpt::CheckpointError naming it and `source`.
   void restore_state(const PartState* saved, const std::string& source) override;
 
  private:

@@ -3,7 +3,6 @@
 #include "sana/model/controlnet.h"
 #include "sana/model/growth.h"
 #include "sana/model/weights.h"
-#include "sana/train/component_options.h"
 #include "sana/util/hash.h"
 #include "sana/util/log.h"
 
@@ -28,25 +27,25 @@ std::string weights_checksum(const torch::nn::Module& model) {
   return tensors_checksum(named);
 }
 
-model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt) {
-  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
-  const auto growth = growth_options_for(cfg);
+model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt) {
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, o.seed});
+  const auto& growth = o.growth;
   if (!growth.source.empty()) {
     const auto report = model::grow_model(*net, growth);
-    log::info("model_growth ({}): {} from {}", cfg.model_growth.init_strategy, report.summary(), growth.source);
+    log::info("model_growth ({}): {} from {}", o.growth_strategy, report.summary(), growth.source);
   }
-  if (!cfg.model.load_from.empty()) {
+  if (!o.load_from.empty()) {
     const auto report = spec.control_blocks > 0
-                            ? model::load_controlnet_weights(*net, cfg.model.load_from, cfg.model.load_strict)
-                            : model::load_weights(*net, cfg.model.load_from, cfg.model.load_strict);
+                            ? model::load_controlnet_weights(*net, o.load_from, o.load_strict)
+                            : model::load_weights(*net, o.load_from, o.load_strict);
     if (report.clean()) {
-      log::info("model.load_from: {} from {}", report.summary(), cfg.model.load_from);
+      log::info("model.load_from: {} from {}", report.summary(), o.load_from);
     } else {
-      log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), cfg.model.load_from);
+      log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), o.load_from);
     }
   }
   net->to(rt.device());
-  net->set_grad_checkpointing(cfg.train.grad_checkpointing, cfg.train.gc_step);
+  net->set_grad_checkpointing(o.grad_checkpointing, o.gc_step);
   net->train();
   {
     torch::NoGradGuard no_grad;

@@ -10,14 +10,25 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/distributed/runtime.h"
+#include "sana/model/growth_options.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 
 namespace sana::train {
 
-model::SanaMS build_initial_model(const config::Config& cfg, const model::ModelSpec& spec, dist::Runtime& rt);
+// Where the model's first weights come from and how it runs (train/part_options.h fills it).
+struct InitialModelOptions {
+  uint64_t seed = 0;              // train.seed: the initial weights
+  model::GrowthOptions growth;    // model_growth (source "" = none)
+  std::string growth_strategy;    // model_growth.init_strategy, as the log names it
+  std::string load_from;          // model.load_from ("" = none)
+  bool load_strict = true;        // model.load_strict
+  bool grad_checkpointing = false;  // train.grad_checkpointing
+  int64_t gc_step = 1;              // train.gc_step
+};
+
+model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt);
 
 // A hash of every parameter's name, shape and bytes, in order: equal on every rank exactly
 // when the weights are bitwise equal (start-up and the end of a run compare it).

@@ -34,9 +34,6 @@ class LossScaler : public Stateful {
   bool update(bool finite_gradients);
   int64_t overflows() const { return state_.overflows; }
 
-  LossScalerState capture() const { return state_; }
-  void restore(const LossScalerState& state) { state_ = state; }
-
   std::string state_name() const override { return "loss_scaler"; }
   // Nothing when off; a resume into a run that scales takes a saved scale, if any.
   PartState save_state() const override;

@@ -309,48 +309,25 @@ void Came::step(double lr) {
   }
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& o, const NamedParams& params) {
-  if (config::is_came(o.type)) {
-    return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay, 1.0, EightBitState::of(o));
+const char* optimizer_name(OptimizerOptions::Kind kind) {
+  switch (kind) {
+    case OptimizerOptions::Kind::AdamW: return "AdamW";
+    case OptimizerOptions::Kind::CAME: return "CAME";
+    case OptimizerOptions::Kind::CAME8bit: return "CAME8bit";
+    case OptimizerOptions::Kind::AdamW8bit: return "AdamW8bit";
   }
-  if (o.type == config::OptimizerType::AdamW) {
-    return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
-  }
-  if (o.type == config::OptimizerType::AdamW8bit) {
+  return "?";
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, const NamedParams& params) {
+  using Kind = OptimizerOptions::Kind;
+  if (o.came()) return std::make_unique<Came>(params, o.betas, o.eps, o.weight_decay, 1.0, EightBitState::of(o));
+  if (o.type == Kind::AdamW) return std::make_unique<AdamW>(params, o.betas, o.eps.at(0), o.weight_decay);
+  if (o.type == Kind::AdamW8bit) {
     return std::make_unique<AdamW8bit>(params, o.betas, o.eps.at(0), o.weight_decay, o.min_8bit_size);
   }
   throw std::invalid_argument(
       fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));
-}
-
-double peak_learning_rate(const config::TrainConfig& t) {
-  double lr = t.optimizer.lr;
-  const double ratio = static_cast<double>(t.global_batch_size) / 256.0;
-  if (t.auto_lr == config::AutoLr::sqrt) lr *= std::sqrt(ratio);
-  if (t.auto_lr == config::AutoLr::linear) lr *= ratio;
-  return lr;
-}
-
-// diffusers' schedules (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup)
-// and upstream's get_cosine_decay_to_constant_with_warmup, as multipliers of the peak rate at
-// optimizer step `step` (the number of steps already taken: warmup starts at 0).
-double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps) {
-  const double peak = peak_learning_rate(t);
-  const auto& args = t.lr_schedule_args;
-  const int64_t warmup = args.num_warmup_steps;
-  const double k = static_cast<double>(step);
-  if (step < warmup) return peak * k / static_cast<double>(std::max<int64_t>(1, warmup));
-  if (t.lr_schedule == config::LrSchedule::constant) return peak;
-  const auto half_waves = [&](int64_t horizon) {
-    const double progress = (k - static_cast<double>(warmup)) / static_cast<double>(std::max<int64_t>(1, horizon - warmup));
-    return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * args.num_cycles * 2.0 * progress)));
-  };
-  if (t.lr_schedule == config::LrSchedule::cosine) return peak * half_waves(total_steps);
-  // Upstream's floor is 1 / the auto_lr scale: the decay ends at train.optimizer.lr unscaled.
-  const double final_ratio = args.final_lr_ratio > 0 ? args.final_lr_ratio : std::min(1.0, t.optimizer.lr / peak);
-  const auto decay_steps = static_cast<int64_t>(static_cast<double>(total_steps) * args.num_decay);
-  if (step > decay_steps) return peak * final_ratio;
-  return peak * (half_waves(decay_steps) * (1.0 - final_ratio) + final_ratio);
 }
 
 }  // namespace sana::train

@@ -1,8 +1,7 @@
-// Optimizers and learning-rate schedules, as upstream configures them: AdamW (torch's)
-// and CAME (confidence-guided adaptive memory efficient optimisation: factored second
-// moments for 2-D weights and 1x1 convolutions, upstream's default for Sana), constant
-// with warmup, cosine, cosine decaying to a constant floor, and optional sqrt scaling of
-// the learning rate by the global batch.
+// Optimizers as upstream configures them: AdamW (torch's), AdamW8bit, and CAME
+// (confidence-guided adaptive memory efficient optimisation: factored second moments for
+// 2-D weights and 1x1 convolutions, upstream's default for Sana) and CAME8bit. The
+// learning rate comes from train/lr_schedule.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/parallel/reducer.h"
 #include "sana/util/stateful.h"
 
@@ -48,12 +46,22 @@ class Optimizer : public Stateful {
   bool checkpointed_ = true;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& cfg, const NamedParams& params);
+// train.optimizer, by its keys' names (train/part_options.h fills it from the config, whose
+// loader has filled in each optimizer's own defaults).
+struct OptimizerOptions {
+  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit };
+  Kind type = Kind::AdamW;
+  std::vector<double> betas{0.9, 0.999};  // AdamW: 2; CAME: 3
+  std::vector<double> eps{1e-8};          // AdamW: 1; CAME: 2
+  double weight_decay = 0.0;
+  int64_t block_size = 2048;      // CAME8bit: rows per quantisation block
+  int64_t min_8bit_size = 16384;  // the 8-bit kinds: smaller parameters keep fp32 moments
+  bool came() const { return type == Kind::CAME || type == Kind::CAME8bit; }
+};
 
-// train.optimizer.lr, times sqrt(global_batch_size / 256) when train.auto_lr is "sqrt".
-double peak_learning_rate(const config::TrainConfig& t);
-// The rate at optimizer step `step` (from 0) of `total_steps`.
-double learning_rate(const config::TrainConfig& t, int64_t step, int64_t total_steps);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, const NamedParams& params);
+// The kind's name as train.optimizer.type spells it ("CAME8bit").
+const char* optimizer_name(OptimizerOptions::Kind kind);
 
 // Per-parameter state tensors by name, shared by the optimizers below.
 class StatefulOptimizer : public Optimizer {
@@ -104,8 +112,8 @@ struct EightBitState {
   int64_t min_size = 16384;
   bool applies(at::IntArrayRef shape) const;
   // train.optimizer's: on for CAME8bit, with its block_size and min_8bit_size.
-  static EightBitState of(const config::OptimizerConfig& o) {
-    return {o.type == config::OptimizerType::CAME8bit, o.block_size, o.min_8bit_size};
+  static EightBitState of(const OptimizerOptions& o) {
+    return {o.type == OptimizerOptions::Kind::CAME8bit, o.block_size, o.min_8bit_size};
   }
 };
 

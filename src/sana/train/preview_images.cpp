@@ -9,7 +9,6 @@
 #include "sana/data/dataset.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
-#include "sana/train/component_options.h"
 
 namespace sana::train {
 
@@ -75,25 +74,6 @@ torch::Tensor to_images(const torch::Tensor& x0, const model::ModelSpec& spec, c
 }
 
 }  // namespace
-
-PreviewOptions preview_options_for(const config::Config& cfg) {
-  PreviewOptions o;
-  o.steps = static_cast<int>(cfg.train.preview_steps);
-  o.cfg_scale = cfg.train.preview_cfg_scale;
-  o.images = static_cast<int>(cfg.train.preview_images);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.flow_shift = cfg.scheduler.flow_shift;
-  o.sampler = cfg.scheduler.vis_sampler;
-  return o;
-}
-
-std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg) {
-  std::vector<PreviewBucket> buckets;
-  for (const auto& b : data::showcase_buckets(data::bucket_tables_for(bucket_options_for(cfg)).front())) {
-    buckets.push_back({b.height, b.width});
-  }
-  return buckets;
-}
 
 std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vector<PreviewBucket>& buckets,
                                            const PreviewOptions& o) {

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/control_maps.h"
 #include "sana/data/decode.h"
 #include "sana/model/sana_ms.h"
@@ -49,11 +48,6 @@ struct PreviewOptions {
 struct PreviewBucket {
   int64_t height = 0, width = 0;  // pixels
 };
-
-// The config's preview settings (train.preview_*, scheduler.vis_sampler / flow_shift,
-// train.seed) and buckets (square, tallest and widest of the base size's table).
-PreviewOptions preview_options_for(const config::Config& cfg);
-std::vector<PreviewBucket> preview_buckets_for(const config::Config& cfg);
 
 // Samples `images` images of each bucket; returns them as [N, 3, H, W] in [-1, 1], or for a
 // ControlNet with control images [2N, 3, H, W]: each control map followed by its sample.

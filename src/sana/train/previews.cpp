@@ -9,7 +9,6 @@
 
 #include "sana/data/image_header.h"
 #include "sana/model/weights.h"
-#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -19,24 +18,24 @@ namespace {
 
 // A ControlNet's preview controls: the validation maps, else the maps of the dataset's first
 // samples, each checked readable now rather than at the first preview.
-void control_setup(const config::Config& cfg, const Encoders& encoders, const data::Dataset* dataset,
+void control_setup(const PreviewSources& src, const Encoders& encoders, const data::Dataset* dataset,
                    PreviewOptions& o) {
-  if (config::uses_vae(cfg.vae) && !o.encode) {  // data.load_vae_feat: training loads no VAE
+  if (src.vae_configured && !o.encode) {  // data.load_vae_feat: training loads no VAE
     log::warn_shared("previews of a ControlNet on precomputed latents sample without control: there is no VAE to "
                      "encode control maps with");
     return;
   }
-  o.control_scale = cfg.controlnet.conditioning_scale;
-  o.control_decode = decode_options_for(cfg);
-  if (!cfg.controlnet.validation_scribble_maps.empty()) {
-    o.control_images = cfg.controlnet.validation_scribble_maps;
+  o.control_scale = src.control_scale;
+  o.control_decode = src.control_decode;
+  if (!src.validation_control_images.empty()) {
+    o.control_images = src.validation_control_images;
     try {
       preview_controls(o, static_cast<int64_t>(o.control_images.size()), 64, 64);
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("controlnet.validation_scribble_maps: {}", e.what()), "config error");
     }
   } else if (dataset != nullptr) {  // the first samples whose image (or control image) decodes
-    o.control_maps = control_maps_for(cfg, encoders);
+    o.control_maps = control_maps_for(src.control_maps, encoders);
     const bool theirs = o.control_maps.kind == data::ControlKind::dataset;
     if (theirs) o.control_maps.kind = data::ControlKind::none;  // maps already
     const auto& index = dataset->index();
@@ -60,9 +59,9 @@ void control_setup(const config::Config& cfg, const Encoders& encoders, const da
 
 }  // namespace
 
-PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, const Encoders& encoders,
+PreviewOptions preview_setup(const PreviewSources& src, torch::Device device, const Encoders& encoders,
                              const model::ModelSpec& spec, const data::Dataset* dataset) {
-  auto o = preview_options_for(cfg);
+  auto o = src.sampling;
   o.device = device;
   if (encoders.vae && encoders.vae->can_decode()) {
     auto vae = encoders.vae;
@@ -75,17 +74,17 @@ PreviewOptions preview_setup(const config::Config& cfg, torch::Device device, co
     o.encode = [vae](const torch::Tensor& x) { return vae->encode(x); };
   }
   if (spec.conditioning == model::Conditioning::caption) {
-    if (encoders.text && !cfg.train.validation_prompts.empty()) {
-      std::tie(o.caption_features, o.caption_mask) = encoders.text->encode(cfg.train.validation_prompts);
+    if (encoders.text && !src.validation_prompts.empty()) {
+      std::tie(o.caption_features, o.caption_mask) = encoders.text->encode(src.validation_prompts);
     } else {
       log::warn_shared("no text encoder or train.validation_prompts: caption previews use the null caption");
     }
   }
-  if (spec.control_blocks > 0) control_setup(cfg, encoders, dataset, o);
+  if (spec.control_blocks > 0) control_setup(src, encoders, dataset, o);
   return o;
 }
 
-std::string preview_reason(const config::TrainConfig& t, int64_t global_step, int64_t total_steps, bool epoch_end,
+std::string preview_reason(const PreviewPolicy& t, int64_t global_step, int64_t total_steps, bool epoch_end,
                            int64_t epoch) {
   if (!t.visualize || global_step == total_steps) return "";
   if (t.eval_sampling_steps > 0 && global_step % t.eval_sampling_steps == 0) return "train.eval_sampling_steps";
@@ -95,27 +94,27 @@ std::string preview_reason(const config::TrainConfig& t, int64_t global_step, in
   return "";
 }
 
-Previews::Previews(const config::Config& cfg, dist::Runtime& rt, model::SanaMS& model, const Encoders& encoders,
-                   const data::Dataset& dataset)
-    : cfg_(cfg), rt_(rt), model_(model), buckets_(preview_buckets_for(cfg)) {
-  if (cfg.train.visualize) options_ = preview_setup(cfg, rt.device(), encoders, model->spec(), &dataset);
+Previews::Previews(PreviewPolicy policy, const PreviewSources& sources, dist::Runtime& rt, model::SanaMS& model,
+                   const Encoders& encoders, const data::Dataset& dataset)
+    : policy_(std::move(policy)), rt_(rt), model_(model), buckets_(sources.buckets) {
+  if (policy_.visualize) options_ = preview_setup(sources, rt.device(), encoders, model->spec(), &dataset);
 }
 
 void Previews::maybe_render(int64_t global_step, int64_t total_steps, bool epoch_end, int64_t epoch) {
-  const auto why = preview_reason(cfg_.train, global_step, total_steps, epoch_end, epoch);
+  const auto why = due(global_step, total_steps, epoch_end, epoch);
   if (!why.empty()) render(global_step, why);
 }
 
 void Previews::render(int64_t global_step, const std::string& why) {
   const int rank = rt_.rank(), world = rt_.world_size();
-  const bool rank0_renders_all = cfg_.train.preview_on == config::PreviewOn::rank0;
+  const bool rank0_renders_all = policy_.rank0_renders_all;
   const std::string work = fmt::format("previews of step {} ({})", global_step, why);
   if (rank0_renders_all && rank != 0) {
     rt_.wait_for_work(work, 0);  // cannot time out while rank 0 keeps sampling
     return;
   }
   std::vector<PreviewBucket> mine;
-  const auto dir = std::filesystem::path(cfg_.work_dir) / "previews";
+  const auto dir = std::filesystem::path(policy_.work_dir) / "previews";
   const std::string stem = fmt::format("step{:06d}", global_step);
   if (rank == 0 && !unpublished_.empty()) {
     log::info("TensorBoard: {} preview grid{} of other ranks never appeared in {} (a work_dir not shared between "
@@ -126,7 +125,7 @@ void Previews::render(int64_t global_step, const std::string& why) {
     const int renderer = rank0_renders_all ? 0 : static_cast<int>(b % static_cast<size_t>(world));
     const std::string size = fmt::format("{}x{}", buckets_[b].height, buckets_[b].width);
     const std::string path = (dir / fmt::format("{}_{}.png", stem, size)).string();
-    if (rank == 0 && cfg_.train.report_to == "tensorboard") unpublished_.push_back({global_step, "preview/" + size, path});
+    if (rank == 0 && policy_.tensorboard) unpublished_.push_back({global_step, "preview/" + size, path});
     if (renderer == rank) {
       mine.push_back(buckets_[b]);
     } else if (rank == 0) {  // the terminal shows rank 0's lines: it names the others' grids too

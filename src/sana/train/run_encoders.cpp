@@ -9,34 +9,25 @@
 #include <iterator>
 
 #include "sana/model/weights.h"
-#include "sana/train/component_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
 
-Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
-                       model::Conditioning conditioning) {
+Encoders load_encoders(const EncoderOptions& o, torch::Device device, EncoderUse use, model::Conditioning conditioning) {
   const bool training = use == EncoderUse::training;
   Encoders e;
-  if (config::uses_vae(cfg.vae) && !(training && cfg.data.load_vae_feat)) {
-    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(vae_options_for(cfg), device));
+  if (o.vae && !(training && o.precomputed_latents)) {
+    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(*o.vae, device));
   }
-  const bool wanted = training ? !cfg.data.load_text_feat
-                               : conditioning == model::Conditioning::caption && !cfg.train.validation_prompts.empty();
-  if (config::uses_text_encoder(cfg.text_encoder) && wanted) {
-    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(text_encoder_options_for(cfg), device));
-  }
-  const auto signal = cfg.controlnet.control_signal_type;
-  if ((signal == config::ControlSignal::scribble || signal == config::ControlSignal::hed) &&
-      !cfg.controlnet.hed_model.empty() && model_spec_for(cfg).control_blocks > 0) {
-    e.hed = model::FrozenHed::load(cfg.controlnet.hed_model);
-  }
+  const bool wanted = training ? !o.precomputed_captions
+                               : conditioning == model::Conditioning::caption && o.validation_prompts;
+  if (o.text && wanted) e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(*o.text, device));
+  if (!o.hed_model.empty()) e.hed = model::FrozenHed::load(o.hed_model);
   return e;
 }
 
-data::ControlMapOptions control_maps_for(const config::Config& cfg, const Encoders& encoders) {
-  auto o = control_map_options_for(cfg);
+data::ControlMapOptions control_maps_for(data::ControlMapOptions o, const Encoders& encoders) {
   if (o.kind != data::ControlKind::scribble && o.kind != data::ControlKind::hed) return o;
   if (!encoders.hed) throw std::logic_error("control_maps_for: the HED network was not loaded");
   o.edges = [hed = encoders.hed](const cv::Mat& image) {

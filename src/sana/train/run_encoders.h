@@ -4,10 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "sana/config/config.h"
 #include "sana/data/control_maps.h"
+#include "sana/model/encoder_options.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 
@@ -25,14 +26,23 @@ struct Encoders {
 // for a caption model with train.validation_prompts, the text encoder.
 enum class EncoderUse { training, previews };
 
-// The config's TorchScript encoders (vae.vae_type, text_encoder.text_encoder_name
-// "torchscript") that `use` needs, on `device`.
-Encoders load_encoders(const config::Config& cfg, torch::Device device, EncoderUse use,
-                       model::Conditioning conditioning);
+// The encoders a run names, by its keys (train/part_options.h fills them from the config).
+struct EncoderOptions {
+  std::optional<model::VaeOptions> vae;           // vae.*: the run uses a VAE
+  std::optional<model::TextEncoderOptions> text;  // text_encoder.*: the run uses a text encoder
+  std::string hed_model;                          // controlnet.hed_model: a ControlNet on scribble or HED maps
+  bool precomputed_latents = false;               // data.load_vae_feat
+  bool precomputed_captions = false;              // data.load_text_feat
+  bool validation_prompts = false;                // train.validation_prompts is not empty
+};
 
-// A ControlNet's control maps (control_map_options_for) with the HED network of `encoders`
-// for scribble and HED maps.
-data::ControlMapOptions control_maps_for(const config::Config& cfg, const Encoders& encoders);
+// The TorchScript encoders (vae.vae_type, text_encoder.text_encoder_name "torchscript") that
+// `use` needs, on `device`.
+Encoders load_encoders(const EncoderOptions& o, torch::Device device, EncoderUse use, model::Conditioning conditioning);
+
+// A ControlNet's control maps (component_options.h's control_map_options_for) with the HED
+// network of `encoders` for scribble and HED maps.
+data::ControlMapOptions control_maps_for(data::ControlMapOptions maps, const Encoders& encoders);
 
 // As upstream before training (from scratch: its train.py writes the empty prompt's
 // features and sana.py loads them) and on loading weights: the null caption (y_embedding,

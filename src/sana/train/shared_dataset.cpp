@@ -3,8 +3,6 @@
 #include <chrono>
 #include <thread>
 
-#include "sana/model/spec.h"
-#include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
 #include "sana/util/log.h"
 
@@ -26,20 +24,18 @@ void slow_indexing_for_tests(dist::Runtime& rt) {
 
 // Rank 0 builds the index; the others then open its cache when work_dir is shared, or
 // build their own when it is not.
-data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt) {
+data::Dataset open_dataset(const SharedDatasetOptions& o, dist::Runtime& rt) {
   const bool main_rank = rt.rank() == 0;
   data::IndexBuildOptions options;
   if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
   if (!main_rank) rt.wait_for_work("index", 0);
   if (main_rank) slow_indexing_for_tests(rt);
-  const auto spec = model_spec_for(cfg);
-  auto dataset = data::Dataset::open(dataset_options_for(cfg), options, spec.downsample * spec.patch);
+  auto dataset = data::Dataset::open(o.dataset, options, o.cell);
   if (main_rank) rt.work_done("index");
-  const auto& d = cfg.data;
-  if (main_rank && d.load_text_feat && caption_choice_for(cfg).draws()) {
+  if (main_rank && o.caption_features && o.captions.draws()) {
     log::warn("data.caption_selection_type {}: the caption features are each sample's own (data.load_text_feat), "
               "so no caption is chosen (upstream reads <key>.npz whatever caption it picked)",
-              d.caption_selection_type);
+              o.captions.type == data::CaptionSelection::clipscore ? "clipscore" : "proportion");
   }
   rt.agree("dataset (index content and bucket rule)", dataset.fingerprint());
   return dataset;

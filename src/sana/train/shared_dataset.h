@@ -3,14 +3,22 @@
 // that only a stalled rank 0 reaches, then all ranks agree on its content.
 #pragma once
 
-#include "sana/config/config.h"
 #include "sana/data/dataset.h"
+#include "sana/data/sample_meta.h"
 #include "sana/distributed/runtime.h"
 
 namespace sana::train {
 
+// What every rank opens (train/part_options.h fills it from the config).
+struct SharedDatasetOptions {
+  data::DatasetOptions dataset;
+  int64_t cell = 1;               // the model's cell: pixels per latent token side (downsample x patch)
+  bool caption_features = false;  // data.load_text_feat: captions come precomputed
+  data::CaptionChoice captions;   // data.caption_selection_type and its keys
+};
+
 // Throws IndexError (a config or data problem), Disagreement (ranks see other data) or
 // PeerFailure.
-data::Dataset open_dataset(const config::Config& cfg, dist::Runtime& rt);
+data::Dataset open_dataset(const SharedDatasetOptions& o, dist::Runtime& rt);
 
 }  // namespace sana::train

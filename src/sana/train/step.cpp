@@ -9,7 +9,6 @@
 
 #include "sana/data/epoch_plan.h"
 #include "sana/diffusion/flow_matching.h"
-#include "sana/train/component_options.h"
 #include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -17,24 +16,20 @@
 
 namespace sana::train {
 
-TrainStep::TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders,
-                     parallel::Reducer& reducer, int rank, int world_size, bool forwards_collective)
-    : cfg_(cfg),
+TrainStep::TrainStep(StepOptions options, model::SanaMS& model, const Encoders& encoders,
+                     parallel::Reducer& reducer)
+    : o_(std::move(options)),
       model_(model),
       encoders_(encoders),
       reducer_(reducer),
       feed_(model->parameters().front().device()),
-      amp_(model::autocast_for(model->parameters().front().device(), half_type(cfg.model.mixed_precision))),
-      timesteps_(timestep_options_for(cfg)),
-      rank_(rank),
-      world_size_(world_size),
-      forwards_collective_(forwards_collective) {
+      amp_(model::autocast_for(model->parameters().front().device(), o_.half)) {
   if (TestHooks::get().log_ids) {
-    const auto path = std::filesystem::path(cfg.work_dir) / fmt::format("ids.rank{}.w{}.log", rank, world_size);
+    const auto path = std::filesystem::path(o_.work_dir) / fmt::format("ids.rank{}.w{}.log", o_.rank, o_.world_size);
     ids_log_ = std::make_unique<std::ofstream>(path, std::ios::app);
   }
   if (TestHooks::get().dump_batches) {
-    dump_dir_ = (std::filesystem::path(cfg.work_dir) / "batches").string();
+    dump_dir_ = (std::filesystem::path(o_.work_dir) / "batches").string();
     std::filesystem::create_directories(dump_dir_);
   }
 }
@@ -74,7 +69,7 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
     forward_backward(*batch, epoch, micro == runs - 1, loss_scale, out);
     if (runs > count && micro == count - 1) last = *batch;
-    if (cfg_.train.deterministic) kept.push_back(std::move(*batch));
+    if (o_.deterministic) kept.push_back(std::move(*batch));
   }
   for (int64_t micro = count; micro < runs; ++micro) forward_backward(*last, epoch, micro == runs - 1, loss_scale, out, true);
   finalize(out.times);
@@ -105,9 +100,9 @@ void TrainStep::finalize(StepTimes& times) {
 }
 
 int64_t TrainStep::runs_for(const data::Batch& batch) const {
-  if (!forwards_collective_) return batch.micro_count;
-  return std::max(batch.micro_count, data::most_micro_batches(batch.global_batch, cfg_.train.micro_batch_size,
-                                                              world_size_, cfg_.train.deterministic));
+  if (!o_.forwards_collective) return batch.micro_count;
+  return std::max(batch.micro_count, data::most_micro_batches(batch.global_batch, o_.micro_batch_size,
+                                                              o_.world_size, o_.deterministic));
 }
 
 void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
@@ -131,7 +126,7 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   if (spec.conditioning == model::Conditioning::class_label) {
     labels = feed_.host_tensor(torch::tensor(std::vector<int64_t>(batch.labels.begin(), batch.labels.end()), torch::kInt64));
   }
-  const auto on_device = feed_.to_device({cfg_.data.load_vae_feat ? batch.latents : batch.images,
+  const auto on_device = feed_.to_device({o_.precomputed_latents ? batch.latents : batch.images,
                                           copy_text ? batch.text_feat : torch::Tensor(),
                                           copy_text ? batch.text_mask : torch::Tensor(), labels, batch.control});
   torch::Tensor x0 = on_device[0];
@@ -147,8 +142,8 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
     compute.resume();
   }
   const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
-  const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : cfg_.model.class_dropout_prob;
-  const auto fb = diffusion::make_flow_batch(x0, ids, static_cast<uint64_t>(cfg_.train.seed), epoch, timesteps_, drop);
+  const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : o_.class_dropout_prob;
+  const auto fb = diffusion::make_flow_batch(x0, ids, o_.seed, epoch, o_.timesteps, drop);
   compute.pause();
   model::Condition cond;
   {
@@ -167,7 +162,7 @@ void TrainStep::dump(const diffusion::FlowBatch& fb, const torch::Tensor& contro
   NamedTensors tensors{{"noisy", fb.noisy}, {"timesteps", fb.timesteps}, {"target", fb.target},
                        {"weight", torch::tensor({weight}, torch::kFloat64)}};
   if (control.defined()) tensors.emplace_back("control", control);
-  write_safetensors(fmt::format("{}/r{}.{:06d}.safetensors", dump_dir_, rank_, dumped_++), tensors,
+  write_safetensors(fmt::format("{}/r{}.{:06d}.safetensors", dump_dir_, o_.rank, dumped_++), tensors,
                     {{"epoch", std::to_string(dump_epoch_)}, {"step", std::to_string(dump_step_)}});
 }
 
@@ -208,23 +203,15 @@ void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm,
   for (const auto& g : grads) g.mul_(factor);
 }
 
-bool loss_scaling(const torch::Device& device, config::Precision mixed_precision) {
-  const auto amp = model::autocast_for(device, half_type(mixed_precision));
+bool loss_scaling(const torch::Device& device, at::ScalarType half) {
+  const auto amp = model::autocast_for(device, half);
   return amp.enabled && amp.dtype == at::kHalf;
 }
 
-at::ScalarType compute_type(const torch::Device& device, config::Precision mixed_precision) {
-  const auto amp = model::autocast_for(device, half_type(mixed_precision));
+at::ScalarType compute_type(const torch::Device& device, at::ScalarType half) {
+  const auto amp = model::autocast_for(device, half);
   return amp.enabled ? amp.dtype : at::kFloat;
 }
 
-at::ScalarType half_type(config::Precision mixed_precision) {
-  switch (mixed_precision) {
-    case config::Precision::fp16: return at::kHalf;
-    case config::Precision::bf16: return at::kBFloat16;
-    case config::Precision::fp32: break;
-  }
-  return at::kFloat;
-}
 
 }  // namespace sana::train

@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "sana/config/config.h"
 #include "sana/data/loader.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/options.h"
@@ -36,10 +35,25 @@ struct StepOutput {
   StepTimes times;                // data, encoders, forward_backward and allreduce filled
 };
 
+// What a training step needs to know of the run (train/part_options.h fills it).
+struct StepOptions {
+  std::string work_dir;                  // tests' id logs and batch dumps go there
+  at::ScalarType half = at::kFloat;      // model.mixed_precision: the autocast type (kFloat: none)
+  int64_t micro_batch_size = 1;          // train.micro_batch_size
+  bool deterministic = false;            // train.deterministic: the loader's batches are kept in order
+  bool precomputed_latents = false;      // data.load_vae_feat: the batches carry latents, not images
+  double class_dropout_prob = 0.0;       // model.class_dropout_prob
+  uint64_t seed = 0;                     // train.seed: timesteps, noise and dropout draws
+  diffusion::TimestepOptions timesteps;  // the scheduler's timestep sampling
+  int rank = 0, world_size = 1;
+  // Every forward is collective (parallel::Zero::forwards_collective): each rank runs as
+  // many micro-batches as the rank with the most.
+  bool forwards_collective = false;
+};
+
 class TrainStep {
  public:
-  TrainStep(const config::Config& cfg, model::SanaMS& model, const Encoders& encoders, parallel::Reducer& reducer,
-            int rank, int world_size, bool forwards_collective);
+  TrainStep(StepOptions options, model::SanaMS& model, const Encoders& encoders, parallel::Reducer& reducer);
 
   bool pinned() const { return feed_.pinned(); }
   // Forward and backward of this rank's micro-batches of step `step` of `epoch`; every
@@ -67,22 +81,18 @@ class TrainStep {
   void finalize(StepTimes& times);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);
 
-  const config::Config& cfg_;
+  StepOptions o_;
   model::SanaMS& model_;
   Encoders encoders_;
   parallel::Reducer& reducer_;
   DeviceFeed feed_;
   model::AutocastState amp_;
-  diffusion::TimestepOptions timesteps_;
   std::unique_ptr<std::ofstream> ids_log_;  // tests only (TestHooks::log_ids)
   // Tests only (TestHooks::dump_batches): where each micro-batch goes, this rank, how many
   // it wrote, and the epoch and step they belong to.
   std::string dump_dir_;
-  int rank_ = 0;
   int64_t dumped_ = 0;
   int64_t dump_epoch_ = 0, dump_step_ = 0;
-  int world_size_ = 1;
-  bool forwards_collective_ = false;
 };
 
 // The global gradient norm of `grads` (each gradient element in exactly one of them: the
@@ -96,11 +106,10 @@ std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& g
 void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm, double loss_scale, double clip);
 
 // Whether a run scales its loss: autocast to fp16 (CUDA with model.mixed_precision fp16).
-bool loss_scaling(const torch::Device& device, config::Precision mixed_precision);
-// The half type model.mixed_precision names (kHalf, kBFloat16), or kFloat for fp32.
-at::ScalarType half_type(config::Precision mixed_precision);
+// `half`: the half type model.mixed_precision names (train/part_options.h's half_type).
+bool loss_scaling(const torch::Device& device, at::ScalarType half);
 // The dtype the forward computes in: the autocast dtype on CUDA, else kFloat (ZeRO stage 3
 // gathers parameters in it).
-at::ScalarType compute_type(const torch::Device& device, config::Precision mixed_precision);
+at::ScalarType compute_type(const torch::Device& device, at::ScalarType half);
 
 }  // namespace sana::train

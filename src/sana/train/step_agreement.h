@@ -52,8 +52,6 @@ class NonfinitePolicy : public Stateful {
   int64_t skipped() const { return skipped_; }
   int64_t in_a_row() const { return in_a_row_; }
   // Checkpoints carry the run's skip count.
-  int64_t capture() const { return skipped_; }
-  void restore(int64_t skipped) { skipped_ = skipped; }
   std::string state_name() const override { return "nonfinite"; }
   PartState save_state() const override { return {{{"skipped_steps", skipped_}}, std::nullopt, {}}; }
   void restore_state(const PartState* saved, const std::string& /*source*/) override {

@@ -23,6 +23,7 @@
 #include "sana/train/batching.h"
 #include "sana/train/component_options.h"
 #include "sana/train/initial_model.h"
+#include "sana/train/part_options.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/report.h"
 #include "sana/train/resume.h"
@@ -87,38 +88,39 @@ Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt) : cfg_(cfg), rt_(
 // other ranks (a reordering there would pair different collectives across ranks).
 void Trainer::start() {
   const int rank = rt_.rank(), world = rt_.world_size();
-  dataset_.emplace(open_dataset(cfg_, rt_));         // collective: rank 0 indexes, all agree on it
-  cache_ = open_sample_cache(cfg_, *dataset_, rt_);  // collective: one cache per node, its name shared
+  dataset_.emplace(open_dataset(shared_dataset_options_for(cfg_), rt_));  // collective: rank 0 indexes, all agree
+  cache_ = open_sample_cache(sample_cache_options_for(cfg_), *dataset_, rt_);  // collective: one cache per node
   spec_ = model_spec_for(cfg_);
   if (spec_.control_blocks > 0) control_map_options_for(cfg_);  // what the loader cannot make: exit 2 now
-  model_ = build_initial_model(cfg_, spec_, rt_);            // collective: rank 0's weights broadcast and agreed
-  encoders_ = load_encoders(cfg_, rt_.device(), EncoderUse::training, spec_.conditioning);
-  if (spec_.control_blocks > 0) control_maps_ = control_maps_for(cfg_, encoders_);
-  trainable_.emplace(cfg_, model_, rt_);  // collective under train.lora: the adapters agreed
+  model_ = build_initial_model(initial_model_options_for(cfg_), spec_, rt_);  // collective: rank 0's weights agreed
+  encoders_ = load_encoders(encoder_options_for(cfg_), rt_.device(), EncoderUse::training, spec_.conditioning);
+  if (spec_.control_blocks > 0) control_maps_ = control_maps_for(control_map_options_for(cfg_), encoders_);
+  trainable_ = make_trainable(lora_for(cfg_), model_, rt_);  // collective under train.lora: the adapters agreed
   reducer_ = parallel::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
   zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, trainable_->parameters(), *reducer_, *model_,
-                compute_type(rt_.device(), cfg_.model.mixed_precision));
-  optimizer_ = make_optimizer(cfg_.train.optimizer, zero_->owned());
+                compute_type(rt_.device(), half_type(cfg_.model.mixed_precision)));
+  optimizer_ = make_optimizer(optimizer_options_for(cfg_.train.optimizer), zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(zero_->optimizer_buckets());
   ema_.emplace(zero_->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema);
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
-  scaler_.emplace(loss_scaling(rt_.device(), cfg_.model.mixed_precision));
-  step_.emplace(cfg_, model_, encoders_, *reducer_, rank, world, zero_->forwards_collective());
-  previews_.emplace(cfg_, rt_, model_, encoders_, *dataset_);
-  checkpointer_.emplace(cfg_, main_rank_, TestHooks::get().checkpoint_stage_delay());
+  scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
+  step_.emplace(step_options_for(cfg_, rank, world, zero_->forwards_collective()), model_, encoders_, *reducer_);
+  previews_.emplace(preview_policy_for(cfg_), preview_sources_for(cfg_), rt_, model_, encoders_, *dataset_);
+  checkpointer_.emplace(checkpoint_options_for(cfg_, TestHooks::get().checkpoint_stage_delay()), main_rank_);
   register_checkpointed_parts();
 
   segments_ = {{0, batch_spec_for(cfg_)}};
   const auto first = epoch_plan(0, true);
   data::check_plan_coverage(*dataset_, first, "training");
   check_world_fits(first, world, batch_spec_for(cfg_));
-  if (cfg_.train.deterministic) check_deterministic(first, cfg_.train, rt_);
+  if (cfg_.train.deterministic) check_deterministic(first, batch_options_for(cfg_), rt_);
   resume();                                                   // collective: rank 0 picks the checkpoint
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
-  metrics_.emplace(cfg_, main_rank_, total_steps_, resumed_ && position_.global_step > 0, world, device_peak_flops());
+  metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, resumed_ && position_.global_step > 0, world,
+                   device_peak_flops());
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -169,7 +171,6 @@ double Trainer::device_peak_flops() const {
 }
 
 void Trainer::log_start() const {
-  const auto& t = cfg_.train;
   const int world = rt_.world_size();
   if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != config::Precision::fp32) {
     log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
@@ -184,8 +185,9 @@ void Trainer::log_start() const {
             "optimizer {}, {} gradient buckets{}{}",
             spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
             spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            batch_text(*dataset_, t, rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_, optimizer_->name(),
-            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic), trainable_->describe());
+            batch_text(*dataset_, batch_options_for(cfg_), rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_,
+            optimizer_->name(), reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic),
+            trainable_->describe());
 }
 
 void Trainer::run() {
@@ -244,7 +246,8 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  const double lr = learning_rate(cfg_.train, position_.global_step - scaler_->overflows(), total_steps_);
+  const double lr =
+      learning_rate(lr_schedule_options_for(cfg_.train), position_.global_step - scaler_->overflows(), total_steps_);
   const double scale = scaler_->scale();
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
@@ -274,7 +277,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   {
     PhaseTimer timer(out.times.checkpoint_preview);
     std::optional<parallel::Zero::Whole> whole;  // stage 3: the previews run the whole model
-    if (!preview_reason(cfg_.train, global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
+    if (!previews_->due(global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
     previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
     previews_->publish(metrics_->events());
   }
@@ -289,9 +292,9 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   record.width = out.width;
   record.skipped = !applied;
   record.samples = out.samples;
-  record.bad_samples = guard_->capture().first;
-  record.train_flops = train_flops(cfg_, spec_, model::forward_flops(spec_, out.height, out.width)) *
-                       static_cast<double>(out.samples);
+  record.bad_samples = guard_->totals().first;
+  const auto forward = model::forward_flops(spec_, out.height, out.width);
+  record.train_flops = train_flops(config::lora_enabled(cfg_.train), spec_, forward) * static_cast<double>(out.samples);
   metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
   StepTimes saving;
@@ -370,8 +373,8 @@ void Trainer::finish() {
   previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) trainable_->write_final(cfg_.work_dir, {{"model", spec_.name}, {"step", std::to_string(global_step)}});
   if (config::ema_enabled(cfg_.train)) {
-    auto ema = zero_->shards_state() ? parallel::gather_to_writer(rt_, "EMA weights", ema_->capture(), main_rank_)
-                                     : (main_rank_ ? ema_->capture() : NamedTensors{});  // collective
+    auto ema = zero_->shards_state() ? parallel::gather_to_writer(rt_, "EMA weights", ema_->named_averages(), main_rank_)
+                                     : (main_rank_ ? ema_->named_averages() : NamedTensors{});  // collective
     zero_->sort_by_parameter(ema);
     if (main_rank_) {
       auto metadata = trainable_->file_metadata();

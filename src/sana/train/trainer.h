@@ -93,7 +93,7 @@ class Trainer {
   model::SanaMS model_{nullptr};
   Encoders encoders_;
   data::ControlMapOptions control_maps_;  // a ControlNet's (kind none otherwise)
-  std::optional<Trainable> trainable_;  // what the run trains: the model, or adapters on it (train.lora)
+  std::unique_ptr<Trainable> trainable_;  // what the run trains: the model, or adapters on it (train.lora)
   std::unique_ptr<parallel::Reducer> reducer_;
   std::optional<parallel::Zero> zero_;  // what this rank keeps (train.zero_stage)
   std::unique_ptr<Optimizer> optimizer_;

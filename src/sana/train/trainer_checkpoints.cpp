@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "sana/config/loader.h"
+#include "sana/train/component_options.h"
+#include "sana/train/part_options.h"
 #include "sana/train/resume.h"
 #include "sana/train/trainer.h"
 #include "sana/util/error.h"
@@ -51,10 +53,11 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
             before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
             plan.steps() - position_.step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
-    auto old = cfg_.train;
+    const auto now = lr_schedule_options_for(cfg_.train);
+    auto old = now;
     old.global_batch_size = saved.global_batch_size;
     log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
-              peak_learning_rate(old), peak_learning_rate(cfg_.train));
+              peak_learning_rate(old), peak_learning_rate(now));
   }
 }
 
@@ -64,7 +67,7 @@ void Trainer::resume() {
   std::optional<ckpt::Snapshot> snapshot;
   std::vector<std::string> damaged;  // found so while read: latest goes on to the one before
   for (;;) {
-    snapshot = read_resume_checkpoint(cfg_, rt_, spec_.name, source, damaged);  // collective
+    snapshot = read_resume_checkpoint(resume_options_for(cfg_, spec_.name), rt_, source, damaged);  // collective
     if (!snapshot) return;
     try {
       checkpointer_->restore(*snapshot, source);  // collective

@@ -13,6 +13,7 @@
 #include "loader_fixture.h"
 #include "sana/data/check_data.h"
 #include "sana/model/encoders.h"
+#include "sana/train/component_options.h"
 #include "sana/train/run_encoders.h"
 #include "sana/util/safetensors.h"
 #include "test_support.h"
@@ -206,7 +207,7 @@ TEST_CASE("HED scribbles and edges: black and white or soft, the same on any pro
   sana::train::Encoders encoders;
   encoders.hed = sana::model::FrozenHed::load(hed_config(sana::config::ControlSignal::scribble).controlnet.hed_model);
   for (const auto signal : {sana::config::ControlSignal::scribble, sana::config::ControlSignal::hed}) {
-    const auto control = sana::train::control_maps_for(hed_config(signal), encoders);
+    const auto control = sana::train::control_maps_for(sana::train::control_map_options_for(hed_config(signal)), encoders);
     auto maps_of = [&](int64_t epoch, int workers, int rank, int world, int64_t micro) {
       auto o = fx.options(workers, rank, world, micro);
       o.control = control;

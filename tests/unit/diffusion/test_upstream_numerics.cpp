@@ -9,7 +9,7 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
 #include "sana/model/pos_embed.h"
-#include "sana/train/optim.h"
+#include "sana/train/component_options.h"
 #include "sana/util/safetensors.h"
 #include "test_support.h"
 
@@ -61,7 +61,7 @@ TEST_CASE("the learning rate of every step is diffusers' / upstream's", "[train]
     INFO(name);
     t.lr_schedule = schedule;
     std::vector<double> ours;
-    for (int64_t step = 0; step < 120; ++step) ours.push_back(train::learning_rate(t, step, 110));
+    for (int64_t step = 0; step < 120; ++step) ours.push_back(train::learning_rate(train::lr_schedule_options_for(t), step, 110));
     CHECK(max_diff(as_tensor(ours), upstream().get(name)) < 1e-15);
   }
 }

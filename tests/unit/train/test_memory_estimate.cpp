@@ -9,6 +9,7 @@
 #include "sana/config/loader.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/optim.h"
+#include "sana/train/part_options.h"
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
 #include "sana/train/report/memory_estimate.h"
@@ -32,7 +33,7 @@ config::Config tiny_config() {
 
 // The estimate against a forward measured at the config's own size.
 void check_against_measurement(const config::Config& cfg) {
-  const auto e = train::estimate_memory(cfg);
+  const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg));
   const auto spec = train::model_spec_for(cfg);
   const int64_t cell = spec.downsample * spec.patch;
   REQUIRE(e.tokens == (e.height / cell) * (e.width / cell));
@@ -54,7 +55,7 @@ void check_against_measurement(const config::Config& cfg) {
 TEST_CASE("the activation estimate matches a forward measured at the largest bucket", "[train][memory]") {
   auto cfg = tiny_config();
   check_against_measurement(cfg);
-  const auto e = train::estimate_memory(cfg);
+  const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg));
   // The reducer's flat buckets: every parameter's fp32, plus at most 60 bytes of alignment each.
   CHECK(e.weights >= 4.0 * static_cast<double>(e.parameters));
   CHECK(e.weights < 4.0 * static_cast<double>(e.parameters) + 60.0 * 200);
@@ -77,7 +78,7 @@ TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's check
   cfg.train.optimizer.type = config::OptimizerType::CAME;
   cfg.train.ema_update = true;
   cfg.train.grad_checkpointing = true;
-  const auto e = train::estimate_memory(cfg);
+  const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg));
   CHECK(e.optimizer_name == "CAME");
   CHECK(e.optimizer < 2 * e.weights);
   CHECK(e.optimizer > e.weights);  // the first moment is kept whole
@@ -96,11 +97,11 @@ TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included"
     cfg.train.optimizer.betas.clear();  // the optimizer's own
     cfg.train.optimizer.eps.clear();
     config::resolve_defaults(cfg);
-    const auto e = train::estimate_memory(cfg);
+    const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg));
     model::SanaMS m(train::model_spec_for(cfg));
     train::NamedParams params;
     for (const auto& item : m->named_parameters()) params.emplace_back(item.key(), item.value());
-    auto opt = train::make_optimizer(cfg.train.optimizer, params);
+    auto opt = train::make_optimizer(train::optimizer_options_for(cfg.train.optimizer), params);
     for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
     opt->step(1e-4);
     double kept = 0;
@@ -111,23 +112,23 @@ TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included"
   auto cfg = tiny_config();
   cfg.train.optimizer.type = config::OptimizerType::CAME8bit;
   cfg.train.optimizer.min_8bit_size = 1000;
-  const double eight = train::estimate_memory(cfg).optimizer;
+  const double eight = train::estimate_memory(train::memory_estimate_options_for(cfg)).optimizer;
   cfg.train.optimizer.type = config::OptimizerType::CAME;
-  CHECK(eight < 0.5 * train::estimate_memory(cfg).optimizer);
+  CHECK(eight < 0.5 * train::estimate_memory(train::memory_estimate_options_for(cfg)).optimizer);
   // AdamW8bit: about a quarter of AdamW's 8 bytes an element.
   cfg.train.optimizer.type = config::OptimizerType::AdamW8bit;
-  const double adamw8 = train::estimate_memory(cfg).optimizer;
+  const double adamw8 = train::estimate_memory(train::memory_estimate_options_for(cfg)).optimizer;
   cfg.train.optimizer.type = config::OptimizerType::AdamW;
-  CHECK(adamw8 < 0.3 * train::estimate_memory(cfg).optimizer);
+  CHECK(adamw8 < 0.3 * train::estimate_memory(train::memory_estimate_options_for(cfg)).optimizer);
 }
 
 TEST_CASE("train.gc_step: checkpointing every other block keeps what the estimate says", "[train][memory]") {
   auto cfg = tiny_config();
   cfg.train.grad_checkpointing = true;
   cfg.train.micro_batch_size = 2;
-  const auto every_block = train::estimate_memory(cfg);
+  const auto every_block = train::estimate_memory(train::memory_estimate_options_for(cfg));
   cfg.train.gc_step = 2;
-  const auto every_other = train::estimate_memory(cfg);
+  const auto every_other = train::estimate_memory(train::memory_estimate_options_for(cfg));
   CHECK(every_other.activations_checkpointed > every_block.activations_checkpointed);
   CHECK(every_other.activations_checkpointed < every_other.activations);
   const auto spec = train::model_spec_for(cfg);

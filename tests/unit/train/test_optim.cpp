@@ -8,7 +8,9 @@
 
 #include "sana/util/safetensors.h"
 #include "sana/train/adamw8bit.h"
+#include "sana/train/component_options.h"
 #include "sana/train/optim.h"
+#include "sana/train/part_options.h"
 #include "test_support.h"
 
 using namespace sana;
@@ -237,7 +239,7 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     o.min_8bit_size = 64;  // the 16 x 8 weight keeps 8-bit moments under CAME8bit and AdamW8bit
     o.betas = came ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
     o.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
-    auto opt = train::make_optimizer(o, {{"w", w}});
+    auto opt = train::make_optimizer(train::optimizer_options_for(o), {{"w", w}});
     auto loss_of = [&] { return (a.matmul(w) - target).pow(2).mean(); };
     const double before = loss_of().item<double>();
     for (int i = 0; i < 200; ++i) {
@@ -360,27 +362,27 @@ TEST_CASE("learning-rate schedules: warmup, constant, cosine, floor, sqrt scalin
   t.auto_lr = config::AutoLr::none;
   t.lr_schedule_args.num_warmup_steps = 10;
   t.lr_schedule = config::LrSchedule::constant;
-  CHECK(train::learning_rate(t, 0, 100) == 0.0);  // LambdaLR starts at lambda(0) = 0
-  CHECK(train::learning_rate(t, 5, 100) == Approx(0.5e-3));
-  CHECK(train::learning_rate(t, 10, 100) == Approx(1e-3));
-  CHECK(train::learning_rate(t, 99, 100) == Approx(1e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 0, 100) == 0.0);  // LambdaLR starts at lambda(0) = 0
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 5, 100) == Approx(0.5e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 10, 100) == Approx(1e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 99, 100) == Approx(1e-3));
   t.lr_schedule = config::LrSchedule::cosine;
-  CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
-  CHECK(train::learning_rate(t, 60, 110) == Approx(0.5e-3));
-  CHECK(train::learning_rate(t, 110, 110) == Approx(0.0).margin(1e-12));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 10, 110) == Approx(1e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 60, 110) == Approx(0.5e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 110, 110) == Approx(0.0).margin(1e-12));
   // Upstream's cosine_decay_to_constant: the decay takes int(0.667 x 110) = 73 steps.
   t.lr_schedule = config::LrSchedule::cosine_decay_to_constant;
   t.lr_schedule_args.final_lr_ratio = 0.1;
-  CHECK(train::learning_rate(t, 10, 110) == Approx(1e-3));
-  CHECK(train::learning_rate(t, 73, 110) == Approx(1e-4));
-  CHECK(train::learning_rate(t, 41, 110) == Approx(1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(M_PI * 31.0 / 63.0))));
-  CHECK(train::learning_rate(t, 500, 110) == Approx(1e-4));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 10, 110) == Approx(1e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 73, 110) == Approx(1e-4));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 41, 110) == Approx(1e-4 + 0.9e-3 * 0.5 * (1 + std::cos(M_PI * 31.0 / 63.0))));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 500, 110) == Approx(1e-4));
   t.auto_lr = config::AutoLr::sqrt;
   t.global_batch_size = 1024;
-  CHECK(train::peak_learning_rate(t) == Approx(2e-3));
+  CHECK(train::peak_learning_rate(train::lr_schedule_options_for(t)) == Approx(2e-3));
   // final_lr_ratio 0: upstream's floor, 1 / the auto_lr scale: back to train.optimizer.lr.
   t.lr_schedule_args.final_lr_ratio = 0.0;
-  CHECK(train::learning_rate(t, 100, 110) == Approx(1e-3));
+  CHECK(train::learning_rate(train::lr_schedule_options_for(t), 100, 110) == Approx(1e-3));
   t.auto_lr = config::AutoLr::linear;
-  CHECK(train::peak_learning_rate(t) == Approx(4e-3));
+  CHECK(train::peak_learning_rate(train::lr_schedule_options_for(t)) == Approx(4e-3));
 }

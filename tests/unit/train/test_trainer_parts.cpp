@@ -13,6 +13,7 @@
 #include "sana/train/checkpointer.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
+#include "sana/train/part_options.h"
 #include "sana/train/step.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/previews.h"
@@ -52,30 +53,33 @@ TEST_CASE("Ema with rate 0 is off and captures nothing", "[train][ema]") {
   Ema ema(two_params(), 0.0);
   CHECK_FALSE(ema.enabled());
   ema.update();
-  CHECK(ema.capture().empty());
+  CHECK(ema.named_averages().empty());
 }
 
-TEST_CASE("Ema restore is the inverse of capture, and names what a checkpoint lacks", "[train][ema]") {
+TEST_CASE("Ema restore_state is the inverse of save_state, and names what a checkpoint lacks", "[train][ema]") {
   auto params = two_params();
   Ema saved(params, 0.5);
   params[0].second.add_(10.0);
   saved.update();
-  const auto captured = saved.capture();
-  REQUIRE(captured.size() == 2);
-  CHECK(captured[0].first == "a.weight");
+  const PartState captured = saved.save_state();
+  REQUIRE(captured.tensors);
+  REQUIRE(captured.tensors->size() == 2);
+  CHECK(captured.tensors->at(0).first == "a.weight");
 
   Ema resumed(two_params(), 0.5);
-  resumed.restore(captured, "ckpt/step_1");
+  resumed.restore_state(&captured, "ckpt/step_1");
   CHECK(torch::equal(resumed.averages()[0], saved.averages()[0]));
 
   Ema short_of_one(two_params(), 0.5);
-  CHECK_THROWS_WITH(short_of_one.restore({captured[0]}, "ckpt/step_1"), Catch::Contains("'b.bias'"));
+  const PartState one{nullptr, NamedTensors{captured.tensors->at(0)}, {}};
+  CHECK_THROWS_WITH(short_of_one.restore_state(&one, "ckpt/step_1"), Catch::Contains("'b.bias'"));
 
   // A checkpoint without EMA (ckpt.save_ema false): the average restarts from the weights now.
   auto now = two_params();
   Ema restarted(now, 0.5);
   now[1].second.fill_(7.0);
-  restarted.restore({}, "ckpt/step_1");
+  const PartState none{nullptr, NamedTensors{}, {}};
+  restarted.restore_state(&none, "ckpt/step_1");
   CHECK(restarted.averages()[1][0].item<double>() == 7.0);
 }
 
@@ -128,14 +132,15 @@ TEST_CASE("Non-finite steps are skipped, counted, and too many in a row stop the
     CHECK(e.exit_code() == kExitFailure);
     CHECK_THAT(e.what(), Catch::Contains("train.max_nonfinite 2"));
   }
-  CHECK(policy.capture() == 5);
+  CHECK(policy.skipped() == 5);
   NonfinitePolicy resumed(2);
-  resumed.restore(policy.capture());
+  const auto saved = policy.save_state();
+  resumed.restore_state(&saved, "ckpt/step_7");
   CHECK(resumed.skipped() == 5);
 }
 
 TEST_CASE("The save policy: every N steps, every N epochs, on a stop request, at the end", "[train][checkpointer]") {
-  config::TrainConfig t;
+  CheckpointOptions t;
   t.save_model_steps = 5;
   t.save_model_epochs = 2;
   CHECK(save_reason(t, 10, 100, false, 0, false) == "train.save_model_steps");
@@ -150,7 +155,7 @@ TEST_CASE("The save policy: every N steps, every N epochs, on a stop request, at
 }
 
 TEST_CASE("The preview policy: every N steps or N epochs, never at the last step", "[train][previews]") {
-  config::TrainConfig t;
+  PreviewPolicy t;
   t.visualize = true;
   t.eval_sampling_steps = 4;
   t.preview_every_epochs = 0;
@@ -169,26 +174,28 @@ TEST_CASE("A checkpoint of another seed or model is refused as a config error, a
   config::Config cfg;
   cfg.train.global_batch_size = 8;
   cfg.train.seed = 3;
+  cfg.model.model = "SanaMS_tiny";
+  ResumeOptions o = resume_options_for(cfg, "SanaMS_tiny");
   ckpt::TrainerState saved;
   saved.global_batch_size = 8;
   saved.seed = 3;
   saved.model = "SanaMS_tiny";
-  CHECK_NOTHROW(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"));
+  CHECK_NOTHROW(check_resumable(saved, o, "ckpt/step_1"));
   saved.seed = 4;
   try {
-    check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1");
+    check_resumable(saved, o, "ckpt/step_1");
     FAIL("another seed must be refused");
   } catch (const Error& e) {
     CHECK(e.exit_code() == kExitUsage);
     CHECK_THAT(e.what(), Catch::Contains("train.seed 4") && Catch::Contains("ckpt/step_1"));
   }
   saved.seed = 3;
-  CHECK_THROWS_AS(check_resumable(saved, cfg, "SanaMS_other", "ckpt/step_1"), UsageError);
+  CHECK_THROWS_AS(check_resumable(saved, resume_options_for(cfg, "SanaMS_other"), "ckpt/step_1"), UsageError);
   // Another global batch (upstream's batch style on another world size, or by hand): the
   // trainer re-batches the rest of the epoch.
   cfg.train.train_batch_size = 4;
   cfg.train.global_batch_size = 12;  // 4 x 1 x 3 processes
-  CHECK_NOTHROW(check_resumable(saved, cfg, "SanaMS_tiny", "ckpt/step_1"));
+  CHECK_NOTHROW(check_resumable(saved, resume_options_for(cfg, "SanaMS_tiny"), "ckpt/step_1"));
 }
 
 namespace {
@@ -217,7 +224,7 @@ TEST_CASE("A registered stateful part round-trips through a checkpoint save and 
   Counter before;
   before.count = 42;
   before.values = torch::tensor({1.5, -2.0, 3.25}, torch::kFloat32);
-  Checkpointer writer(cfg, /*writes=*/true);
+  Checkpointer writer(checkpoint_options_for(cfg), /*writes=*/true);
   writer.add(before);
   CHECK_THROWS_WITH(writer.add(before), Catch::Contains("two stateful parts are named 'counter'"));
   writer.save({0, 5, 5}, "test", [] {
@@ -234,7 +241,7 @@ TEST_CASE("A registered stateful part round-trips through a checkpoint save and 
   auto snapshot = ckpt::read_checkpoint(latest.path);
   CHECK(snapshot.state.global_step == 5);
   Counter after;
-  Checkpointer reader(cfg, /*writes=*/false);
+  Checkpointer reader(checkpoint_options_for(cfg), /*writes=*/false);
   reader.add(after);
   reader.restore(snapshot, latest.path);
   CHECK(after.count == 42);
@@ -276,7 +283,7 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
     return s;
   };
   {
-    Checkpointer writer(cfg, /*writes=*/true);
+    Checkpointer writer(checkpoint_options_for(cfg), /*writes=*/true);
     writer.add(weights);
     for (step = 1; step <= 7; ++step) {
       RunPosition next{0, step, step};
@@ -299,7 +306,7 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
 
   // Ranks that do not write follow the same policy but never capture.
   int other_captures = 0;
-  Checkpointer follower(cfg, /*writes=*/false);
+  Checkpointer follower(checkpoint_options_for(cfg), /*writes=*/false);
   follower.maybe_save({0, 2, 2}, 7, false, 0, false, [&] {
     ++other_captures;
     return ckpt::TrainerState{};
@@ -335,7 +342,8 @@ TEST_CASE("fp16 loss scaling: skip and halve on overflow, grow after 2000 clean 
   CHECK(s.scale() == 32768.0);
   // Checkpointed: a restored scaler continues exactly.
   train::LossScaler back(true);
-  back.restore(s.capture());
+  const auto saved = s.save_state();
+  back.restore_state(&saved, "ckpt/step_5500");
   CHECK(back.scale() == s.scale());
   CHECK(back.update(true) == s.update(true));
   CHECK(back.scale() == 65536.0);
@@ -343,9 +351,9 @@ TEST_CASE("fp16 loss scaling: skip and halve on overflow, grow after 2000 clean 
   CHECK(back.overflows() == 2);
 
   // Only fp16 autocast scales (CUDA); bf16, fp32 and CPU runs do not.
-  CHECK(train::loss_scaling(torch::Device(torch::kCUDA, 0), config::Precision::fp16));
-  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCUDA, 0), config::Precision::bf16));
-  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCPU), config::Precision::fp16));
+  CHECK(train::loss_scaling(torch::Device(torch::kCUDA, 0), train::half_type(config::Precision::fp16)));
+  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCUDA, 0), train::half_type(config::Precision::bf16)));
+  CHECK_FALSE(train::loss_scaling(torch::Device(torch::kCPU), train::half_type(config::Precision::fp16)));
 }
 
 TEST_CASE("scaled gradients are unscaled, then clipped by their true norm", "[train][amp]") {

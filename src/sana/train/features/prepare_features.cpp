@@ -21,6 +21,7 @@
 #include "sana/distributed/runtime.h"
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
+#include "sana/train/part_options.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
@@ -361,7 +362,7 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
                      "vae.vae_pretrained, and/or text_encoder.text_encoder_name with text_encoder.text_encoder_path",
                      "config error");
   }
-  const data::Dataset ds = open_dataset(cfg, rt);
+  const data::Dataset ds = open_dataset(shared_dataset_options_for(cfg), rt);
   const auto settings = settings_of(cfg, ds, layout);
   if (rt.rank() == 0) claim_folder(layout, settings);
   rt.agree("prepare-features settings", settings.dump());  // also: the folder is claimed
@@ -370,7 +371,7 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
   config::Config source = cfg;
   source.data.load_vae_feat = false;
   source.data.load_text_feat = false;
-  Encoders enc = load_encoders(source, rt.device(), EncoderUse::training, model::Conditioning::caption);
+  Encoders enc = load_encoders(encoder_options_for(source), rt.device(), EncoderUse::training, model::Conditioning::caption);
   if (!layout.text) enc.text.reset();
 
   ShareCounts mine;
@@ -381,7 +382,7 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
   Progress progress(static_cast<int64_t>(ids.size()), rt);
   FeatureWriter writer(layout, enc, rt.device(), std::max<int64_t>(1, opts.batch_size), rt.rank());
   if (!ids.empty() && layout.latents) {
-    encode_images(source, ds, ids, layout.control ? control_maps_for(source, enc) : data::ControlMapOptions{}, writer,
+    encode_images(source, ds, ids, layout.control ? control_maps_for(control_map_options_for(source), enc) : data::ControlMapOptions{}, writer,
                   progress, mine);
   } else if (!ids.empty()) {
     encode_captions(ds, ids, writer, progress);

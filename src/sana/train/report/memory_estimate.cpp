@@ -18,7 +18,6 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 #include "sana/torch_compat.h"
-#include "sana/train/component_options.h"
 #include "sana/train/adamw8bit.h"
 #include "sana/train/optim.h"
 #include "sana/train/report/counting_allocator.h"
@@ -133,7 +132,7 @@ namespace {
 // parameter's int64 step count.
 // Under train.lora `trained` are the adapters and `frozen` the base's bytes, which every
 // rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
-std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams& trained, double frozen, int world) {
+std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const NamedParams& trained, double frozen, int world) {
   std::vector<parallel::ParamInfo> infos;
   std::vector<int64_t> numels;
   std::vector<size_t> units;
@@ -144,39 +143,39 @@ std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams&
     units.push_back(parallel::gathering_unit(name));
     params.push_back(t);
   }
-  const auto opts = reducer_options_for(cfg);
+  const auto& opts = cfg.reducer;
   const auto buckets = parallel::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
-  const bool sharded = cfg.train.zero_stage >= 1 && world > 1;
+  const bool sharded = cfg.zero_stage >= 1 && world > 1;
   const auto plan = parallel::plan_shards(buckets, infos.size(), numels, sharded ? world : 1);
   double flat = 0;
   for (const auto& b : buckets) flat += 4 * static_cast<double>(b.numel);
-  const auto& o = cfg.train.optimizer;
+  const auto& o = cfg.optimizer;
   const EightBitState eight_bit = EightBitState::of(o);
   // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
-  const bool half = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  const bool half = cfg.autocast;
   std::vector<RankState> out;
   for (int r = 0; r < world; ++r) {
     const int owner = sharded ? r : 0;
     const double owned = 4 * static_cast<double>(plan.owned_elements(owner));
     RankState st;
     st.rank = r;
-    const bool stage3 = cfg.train.zero_stage >= 3 && sharded;
+    const bool stage3 = cfg.zero_stage >= 3 && sharded;
     st.weights = (stage3 ? owned : flat) + frozen;  // stage 3: each owned segment its own tensor
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(parallel::largest_gather(plan, buckets, units, owner, half)) : 0;
-    st.gradients = cfg.train.zero_stage >= 2 && sharded && !cfg.train.deterministic ? owned : flat;
-    const bool adamw8 = o.type == config::OptimizerType::AdamW8bit;
-    if (o.type == config::OptimizerType::AdamW) st.optimizer = 2 * owned;  // two flat moments
+    st.gradients = cfg.zero_stage >= 2 && sharded && !cfg.deterministic ? owned : flat;
+    const bool adamw8 = o.type == OptimizerOptions::Kind::AdamW8bit;
+    if (o.type == OptimizerOptions::Kind::AdamW) st.optimizer = 2 * owned;  // two flat moments
     for (size_t k = 0; k < params.size(); ++k) {
       if (plan.owner[k] != owner) continue;
       const auto s = params[k].sizes();
       const auto n = static_cast<double>(params[k].numel());
       st.optimizer += 8;  // the step count
-      if (config::ema_enabled(cfg.train)) st.ema += 4 * n;
+      if (cfg.ema) st.ema += 4 * n;
       if (adamw8) {  // two moments: uint8 codes and an fp32 absmax per 256 elements, or fp32
         const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
         st.optimizer += params[k].numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
       }
-      if (!config::is_came(o.type)) continue;
+      if (!o.came()) continue;
       if (Came::factored(s)) {
         // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
         // else fp32); rows and columns of two fp32 statistics.
@@ -194,17 +193,17 @@ std::vector<RankState> state_bytes(const config::Config& cfg, const NamedParams&
 
 }  // namespace
 
-MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool activations) {
+MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size, bool activations) {
   MemoryEstimate e;
-  const auto spec = model_spec_for(cfg);
+  const auto& spec = cfg.spec;
   e.world_size = world_size;
-  e.zero_stage = cfg.train.zero_stage;
+  e.zero_stage = cfg.zero_stage;
   {
     model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
     e.parameters = meta->parameter_count();
-    e.optimizer_name = std::string(config::name_of(cfg.train.optimizer.type));
-    if (config::lora_enabled(cfg.train)) {  // the adapters train; the base is frozen
-      const model::Lora lora(*meta, lora_options_for(cfg), "");
+    e.optimizer_name = optimizer_name(cfg.optimizer.type);
+    if (cfg.lora) {  // the adapters train; the base is frozen
+      const model::Lora lora(*meta, *cfg.lora, "");
       e.trainable = lora.parameter_count();
       e.ranks = state_bytes(cfg, lora.parameters(), 4 * static_cast<double>(e.parameters), world_size);
       e.trained = "adapters";
@@ -232,7 +231,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
     e.gathered = most.gathered;
   }
   const int64_t cell = spec.downsample * spec.patch;
-  for (const auto& table : data::bucket_tables_for(bucket_options_for(cfg))) {
+  for (const auto& table : cfg.buckets) {
     for (const auto& b : table.buckets()) {
       const int64_t tokens = (b.height / cell) * (b.width / cell);
       if (tokens > e.tokens) {
@@ -242,9 +241,9 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
       }
     }
   }
-  e.micro_batch = cfg.train.micro_batch_size;
-  e.checkpointing = cfg.train.grad_checkpointing;
-  e.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  e.micro_batch = cfg.micro_batch_size;
+  e.checkpointing = cfg.grad_checkpointing;
+  e.autocast = cfg.autocast;
   if (!activations) return e;  // the state only: activations 0
   log::info("memory estimate: measuring {}'s activations on the CPU at depth 1 and 2 (seconds for the largest presets)",
             spec.name);
@@ -256,7 +255,7 @@ MemoryEstimate estimate_memory(const config::Config& cfg, int world_size, bool a
   // at a time is in `kept`'s outside terms), the others all their activations.
   PerSample plain_blocks = plain;
   plain_blocks.outside = plain_blocks.outside_per_token = 0;
-  const auto every = [&](int64_t n) { return (n + cfg.train.gc_step - 1) / cfg.train.gc_step; };
+  const auto every = [&](int64_t n) { return (n + cfg.gc_step - 1) / cfg.gc_step; };
   const int64_t checkpointed = every(spec.depth) + every(spec.control_blocks);
   e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
                                plain_blocks.bytes(blocks_run - checkpointed, e.tokens, e.micro_batch);

@@ -12,11 +12,15 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "sana/config/config.h"
+#include "sana/data/dataset.h"
+#include "sana/model/lora_options.h"
 #include "sana/model/spec.h"
+#include "sana/parallel/options.h"
+#include "sana/train/optim.h"
 
 namespace sana::train {
 
@@ -59,10 +63,26 @@ struct MemoryEstimate {
   double activations_for_config() const;
 };
 
+// What the estimate reads of a run, by the keys (train/part_options.h fills it).
+struct MemoryEstimateOptions {
+  model::ModelSpec spec;
+  std::optional<model::LoraOptions> lora;  // train.lora when on: the adapters train
+  OptimizerOptions optimizer;              // train.optimizer
+  bool ema = false;                        // the EMA is kept (train.ema_rate)
+  parallel::ReducerOptions reducer;        // the bucket caps (ddp.*)
+  int64_t zero_stage = 0;                  // train.zero_stage
+  bool deterministic = false;              // train.deterministic: gradients stay whole
+  bool autocast = false;                   // model.mixed_precision bf16/fp16 on CUDA
+  std::vector<data::BucketTable> buckets;  // the data's bucket tables (the largest bucket counts)
+  int64_t micro_batch_size = 1;            // train.micro_batch_size
+  bool grad_checkpointing = false;         // train.grad_checkpointing
+  int64_t gc_step = 1;                     // train.gc_step
+};
+
 // On `world_size` processes (train.zero_stage splits the state over them); without
-// `activations` their measurement is skipped (they stay 0). Throws SpecError / UsageError
-// for a config whose model cannot be built.
-MemoryEstimate estimate_memory(const config::Config& cfg, int world_size = 1, bool activations = true);
+// `activations` their measurement is skipped (they stay 0). Throws SpecError for adapters
+// the model cannot take.
+MemoryEstimate estimate_memory(const MemoryEstimateOptions& o, int world_size = 1, bool activations = true);
 
 // The measurement itself: the most bytes the CPU allocator held above its start during one
 // forward and backward of `batch` samples of h x w tokens through `spec` cut to `depth`

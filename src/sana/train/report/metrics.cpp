@@ -19,22 +19,22 @@ std::string duration_text(double s) {
                        : fmt::format("{}m{:02d}s", total / 60, total % 60);
 }
 
-Metrics::Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed, int world,
+Metrics::Metrics(MetricsOptions options, bool main_rank, int64_t total_steps, bool resumed, int world,
                  double peak_flops)
-    : t_(cfg.train),
+    : o_(std::move(options)),
       main_rank_(main_rank),
       tty_(main_rank && isatty(STDERR_FILENO) && !std::getenv("SANA_NO_PROGRESS")),
       total_(total_steps),
       world_(std::max(world, 1)),
       peak_flops_(peak_flops) {
   if (!main_rank_) return;
-  const auto path = std::filesystem::path(cfg.work_dir) / "metrics.jsonl";
+  const auto path = std::filesystem::path(o_.work_dir) / "metrics.jsonl";
   jsonl_.open(path, resumed ? std::ios::app : std::ios::trunc);
-  if (!jsonl_) throw RunError(fmt::format("cannot write {}/metrics.jsonl", cfg.work_dir));
-  if (cfg.train.report_to == "tensorboard") {
-    events_ = std::make_unique<EventWriter>((std::filesystem::path(cfg.work_dir) / "tensorboard").string());
+  if (!jsonl_) throw RunError(fmt::format("cannot write {}/metrics.jsonl", o_.work_dir));
+  if (o_.tensorboard) {
+    events_ = std::make_unique<EventWriter>((std::filesystem::path(o_.work_dir) / "tensorboard").string());
     log::info("TensorBoard: {} (tensorboard --logdir {})", events_->path(),
-              (std::filesystem::path(cfg.work_dir) / "tensorboard").string());
+              (std::filesystem::path(o_.work_dir) / "tensorboard").string());
   }
 }
 
@@ -70,7 +70,7 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
                std::string(static_cast<size_t>(30 * s.global_step / total_), '#'), s.global_step, total_, s.loss,
                duration_text(eta));
   }
-  if (s.global_step % t_.log_interval == 0 || s.global_step == total_ || force_log) {
+  if (s.global_step % o_.log_interval == 0 || s.global_step == total_ || force_log) {
     log_interval(s, wait_seconds, elapsed);
   }
 }

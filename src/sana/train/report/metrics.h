@@ -14,7 +14,6 @@
 #include <memory>
 #include <string>
 
-#include "sana/config/config.h"
 #include "sana/train/step_times.h"
 #include "sana/train/report/tensorboard.h"
 
@@ -38,12 +37,20 @@ std::string duration_text(double seconds);
 // " | fwd+bwd 95.0% all-reduce 1.0% ...": each phase's share of t.total.
 std::string phase_text(const StepTimes& t);
 
+// Where the run's figures go and how often the log gets a line (train/part_options.h
+// fills it from the config).
+struct MetricsOptions {
+  std::string work_dir;       // metrics.jsonl and tensorboard/ go there
+  int64_t log_interval = 1;   // train.log_interval: a log line every N steps
+  bool tensorboard = false;   // train.report_to: tensorboard
+};
+
 class Metrics {
  public:
   // resumed: metrics.jsonl continues (a resumed run appends; report reads the last line
   // of each step, so lines past the checkpoint from the interrupted run do no harm).
   // world: processes; peak_flops: one device's peak FLOP/s (0: unknown, no MFU).
-  Metrics(const config::Config& cfg, bool main_rank, int64_t total_steps, bool resumed, int world = 1,
+  Metrics(MetricsOptions options, bool main_rank, int64_t total_steps, bool resumed, int world = 1,
           double peak_flops = 0);
 
   // At the start of each epoch's loader: its data-wait clock so far.
@@ -66,7 +73,7 @@ class Metrics {
   void write_line(const StepRecord& s, const StepTimes& times, double elapsed);
   double eta_seconds(int64_t global_step, double elapsed) const;
 
-  const config::TrainConfig& t_;
+  MetricsOptions o_;
   bool main_rank_, tty_;
   int64_t total_;
   int world_;
