@@ -106,6 +106,7 @@ void Trainer::start() {
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
+  lr_schedule_ = lr_schedule_options_for(cfg_.train);
   step_.emplace(step_options_for(cfg_, rank, world, zero_->forwards_collective()), model_, encoders_, *reducer_);
   previews_.emplace(preview_policy_for(cfg_), preview_sources_for(cfg_), rt_, model_, encoders_, *dataset_);
   checkpointer_.emplace(checkpoint_options_for(cfg_, TestHooks::get().checkpoint_stage_delay()), main_rank_);
@@ -246,8 +247,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  const double lr =
-      learning_rate(lr_schedule_options_for(cfg_.train), position_.global_step - scaler_->overflows(), total_steps_);
+  const double lr = learning_rate(lr_schedule_, position_.global_step - scaler_->overflows(), total_steps_);
   const double scale = scaler_->scale();
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();

@@ -27,6 +27,7 @@
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
+#include "sana/train/lr_schedule.h"
 #include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/optim.h"
@@ -114,6 +115,7 @@ class Trainer {
   // batch size mid-epoch.
   std::vector<data::EpochPart> segments_;
   int64_t total_steps_ = 0;
+  LrScheduleOptions lr_schedule_;  // train.optimizer.lr and the schedule keys, mapped once
   bool resumed_ = false, stopped_ = false;
   bool memory_reported_ = false;
 };

@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "sana/config/loader.h"
-#include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
 #include "sana/train/resume.h"
 #include "sana/train/trainer.h"
@@ -53,7 +52,7 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
             before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
             plan.steps() - position_.step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
-    const auto now = lr_schedule_options_for(cfg_.train);
+    const auto& now = lr_schedule_;
     auto old = now;
     old.global_batch_size = saved.global_batch_size;
     log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
