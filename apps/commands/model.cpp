@@ -75,7 +75,7 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
 // context and the allocator's slack.
 std::vector<int> gpus_that_fit(double bytes) {
   std::vector<int> out;
-  for (int gb : {24, 48, 80}) {
+  for (int gb : {8, 12, 16, 24, 48, 80}) {
     if (bytes + 2.0 * (1 << 30) <= gb * 1e9) out.push_back(gb);
   }
   return out;
@@ -137,6 +137,8 @@ void print_json(const ModelFacts& f) {
                              {"optimizer_type", m.optimizer_name},
                              {"ema", m.ema},
                              {"gathered", m.gathered},
+                             {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
+                             {"converted", m.converted},
                              {"activations", m.activations},
                              {"activations_grad_checkpointing", m.activations_checkpointed},
                              {"activation_terms", m.terms},
@@ -162,10 +164,13 @@ void print_memory(const train::MemoryEstimate& m) {
                              "and EMA are theirs alone\n",
                              thousands(m.trainable), m.trained, thousands(m.frozen));
   }
-  row(m.gathered > 0        ? "weights (fp32, this rank's share)"
-      : m.trained.empty()   ? "weights (fp32)"
-                            : fmt::format("weights (fp32, base and {})", m.trained),
+  const bool stored = m.frozen_dtype != model::StorageDtype::fp32;
+  row(m.gathered > 0      ? "weights (fp32, this rank's share)"
+      : m.trained.empty() ? "weights (fp32)"
+      : stored            ? fmt::format("weights (base {}, {} fp32)", model::storage_dtype_name(m.frozen_dtype), m.trained)
+                          : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);
+  if (m.converted > 0) row("one base layer in fp32 (transient)", m.converted);
   row("gradients (fp32)", m.gradients);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);
   if (m.ema > 0) row("EMA weights", m.ema);
@@ -182,7 +187,7 @@ void print_memory(const train::MemoryEstimate& m) {
       "slack, about 1-2 GiB)");
   const auto fits = gpus_that_fit(m.total());
   std::cout << fmt::format("  fits GPUs of {} (with 2 GiB for the CUDA context{})\n",
-                           fits.empty() ? std::string("none of 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
+                           fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
                            m.world_size == 1 && m.zero_stage == 0 ? "; more processes with train.zero_stage split the state"
                                                                   : "");
 }

@@ -8,7 +8,7 @@
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
 # or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
-# train.lora at stages 0 and 3 on two (the adapters' state alone). Tiny preset, the example photos
+# train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8 and bf16. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -92,6 +92,9 @@ check adamw_s3_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train
 lora=(--train.lora.rank=4 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")
 check lora_w2 2 --train.optimizer.type=AdamW --train.ema_update=true "${lora[@]}"
 check lora_s3_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=3 "${lora[@]}"
+# train.frozen_base_dtype: the base's layers in int8 (their scales counted) and in bf16.
+check lora_int8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=int8
+check lora_bf16_s3_w2 2 --train.optimizer.type=CAME --train.zero_stage=3 "${lora[@]}" --train.frozen_base_dtype=bf16
 # share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
 # (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
 # are owned).

@@ -12,6 +12,7 @@
 #  4. 20 steps replayed in python3-torch (tests/reference/train_replay.py): every step's loss
 #     and the final adapters equal the run's.
 #  5. A resume against other base weights is refused (exit 2), naming both checksums.
+#  6. train.frozen_base_dtype bf16 on 2 processes; a resume of it with int8 is refused (exit 2).
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -95,4 +96,16 @@ fi
 
 # 5. Other base weights: refused, both checksums named.
 refuses_other_base "adapters" 60
+
+# 6. train.frozen_base_dtype: the base's layers stored in bf16 on 2 processes (rank 0's
+#    broadcast as int16 bytes on Gloo); its checksum names the dtype and holds to the end;
+#    the bf16 run's checkpoint resumed with an int8 base is refused (exit 2), naming both.
+run bf16 2 --train.frozen_base_dtype=bf16 --train.max_steps=6 --train.save_model_steps=3
+assert_code $? 0 "6 LoRA steps on a bf16 base on 2 processes"
+assert_contains "$SCRATCH/bf16.log" "train.frozen_base_dtype bf16: the frozen base's" "the start-up names the stored dtype"
+assert_contains "$SCRATCH/bf16.log" "the base weights are unchanged (checksum bf16:" \
+  "the bf16 base's checksum names its dtype and holds to the end"
+launch_named bf16 1 --train.frozen_base_dtype=int8 --resume_from=latest --train.max_steps=9 > /dev/null
+assert_code $? 2 "resuming the bf16 base's adapters on an int8 base"
+assert_contains "$SCRATCH/bf16.log" "Set train.frozen_base_dtype: bf16 to resume it" "the refusal says which dtype resumes"
 finish

@@ -30,6 +30,7 @@ enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
 enum class ControlSignal { canny, scribble, hed, dataset };
 enum class LoraInit { gaussian, kaiming };
+enum class FrozenDtype { fp32, bf16, fp16, int8 };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
 
@@ -64,6 +65,9 @@ template <> struct Names<ControlSignal> {
   static constexpr std::array<std::string_view, 4> values{"canny", "scribble", "hed", "dataset"};
 };
 template <> struct Names<LoraInit> { static constexpr std::array<std::string_view, 2> values{"gaussian", "kaiming"}; };
+template <> struct Names<FrozenDtype> {
+  static constexpr std::array<std::string_view, 4> values{"fp32", "bf16", "fp16", "int8"};
+};
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
 template <> struct Names<DeviceKind> {
   static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
@@ -257,6 +261,9 @@ struct TrainConfig {
   PreviewOn preview_on = PreviewOn::shared;  // shared: buckets spread over ranks; rank0: rank 0 alone
   int64_t max_nonfinite = 5;
   LoraConfig lora;
+  // What a frozen base's Linear and Conv2d weights are kept in (model/frozen_storage.h):
+  // fp32 as loaded, bf16 / fp16 casts, or int8 per output channel.
+  FrozenDtype frozen_base_dtype = FrozenDtype::fp32;
 };
 
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet

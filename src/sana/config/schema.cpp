@@ -304,6 +304,9 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
       .at_least(1);
   describe_lora(f, t.lora);
+  s.add("frozen_base_dtype", t.frozen_base_dtype,
+        "what a frozen base (train.lora) keeps its layers' weights in: fp32, bf16, fp16, or int8 (per output "
+        "channel); each layer computes in the training dtype (docs/finetune.md)");
 }
 
 void describe_dist(std::vector<Field>& f, DistConfig& d) {

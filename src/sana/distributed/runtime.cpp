@@ -377,7 +377,8 @@ void Runtime::all_reduce(torch::Tensor& t) {
 
 void Runtime::broadcast(torch::Tensor& t, int root) {
   if (world_size() == 1) return;
-  std::vector<torch::Tensor> tensors{t};
+  // Gloo (LibTorch 1.13's) takes no bfloat16: its bytes go as bytes, exactly.
+  std::vector<torch::Tensor> tensors{t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors, opts); });

@@ -13,8 +13,8 @@ namespace sana::model {
 ControlSanaMSBlockImpl::ControlSanaMSBlockImpl(const ModelSpec& spec, int64_t index_, const torch::TensorOptions& o)
     : index(index_) {
   copied_block = register_module("copied_block", SanaMSBlock(spec, o));
-  if (index == 0) before_proj = register_module("before_proj", Linear(spec.hidden, spec.hidden, true, o));
-  after_proj = register_module("after_proj", Linear(spec.hidden, spec.hidden, true, o));
+  if (index == 0) layer("before_proj", before_proj, Linear(spec.hidden, spec.hidden, true, o));
+  layer("after_proj", after_proj, Linear(spec.hidden, spec.hidden, true, o));
 }
 
 void SanaMSImpl::copy_control_blocks() {

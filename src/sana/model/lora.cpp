@@ -26,7 +26,8 @@ struct Site {
   torch::Tensor weight;
   bool conv = false;
   int64_t stride = 1, padding = 0, groups = 1;
-  std::shared_ptr<const LayerAdapter>* slot = nullptr;  // where the layer keeps its adapter
+  std::shared_ptr<torch::nn::Module> layer;
+  torch::ScalarType compute = torch::kFloat32;  // the layer's compute dtype
 };
 
 std::vector<Site> sites_of(SanaMSImpl& model) {
@@ -34,13 +35,109 @@ std::vector<Site> sites_of(SanaMSImpl& model) {
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (item.key().rfind("controlnet.", 0) == 0) continue;  // a ControlNet's own blocks are not the base's
     if (auto* linear = item.value()->as<LinearImpl>()) {
-      out.push_back({item.key(), linear->weight, false, 1, 0, 1, &linear->adapter});
+      out.push_back({item.key(), linear->weight, false, 1, 0, 1, item.value(), linear->compute_dtype()});
     } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
-      out.push_back({item.key(), conv->weight, true, conv->stride, conv->padding, conv->groups, &conv->adapter});
+      out.push_back({item.key(), conv->weight, true, conv->stride, conv->padding, conv->groups, item.value(),
+                     conv->compute_dtype()});
     }
   }
   return out;
 }
+
+}  // namespace
+
+// What Lora puts in the model (not in an anonymous namespace: Lora::Layer holds them).
+namespace lora_layers {
+
+// The adapters of one base layer: one per targeted diffusers part of it.
+struct Adapters {
+  struct Part {
+    int64_t index = 0;
+    torch::Tensor a, b;
+  };
+  bool conv = false;
+  int64_t stride = 1, padding = 0;
+  int64_t parts = 1, rows = 0;  // parts of the layer's output and rows of each
+  double scale = 1, dropout = 0;
+  torch::Tensor weight;  // the base layer's
+  std::vector<Part> adapted;
+
+  torch::Tensor part_delta(const torch::Tensor& x, const Part& p) const {
+    if (!conv) return torch::linear(torch::linear(x, p.a), p.b);
+    return torch::conv2d(torch::conv2d(x, p.a, {}, stride, padding), p.b);
+  }
+
+  // B(A(dropout(x))) * scale, per part of the layer's output.
+  torch::Tensor delta(const torch::Tensor& x_in, bool training) const {
+    const auto x = training && dropout > 0 ? torch::dropout(x_in, dropout, true) : x_in;
+    if (adapted.size() == 1 && parts == 1) return part_delta(x, adapted[0]) * scale;
+    std::vector<torch::Tensor> pieces(static_cast<size_t>(parts));
+    for (const auto& p : adapted) pieces[static_cast<size_t>(p.index)] = part_delta(x, p);
+    const auto& any = pieces[static_cast<size_t>(adapted[0].index)];
+    for (auto& piece : pieces) {
+      if (!piece.defined()) piece = torch::zeros_like(any);  // a part no target selected adds nothing
+    }
+    return torch::cat(pieces, conv ? 1 : -1) * scale;
+  }
+
+  std::vector<torch::Tensor> tensors() const {
+    std::vector<torch::Tensor> out;
+    for (const auto& p : adapted) {
+      out.push_back(p.a);
+      out.push_back(p.b);
+    }
+    return out;
+  }
+};
+
+// PEFT's LoRA layers: the wrapped layer's output plus its adapters'. The wrapper registers
+// the base's weight and bias under their own names, so the model's parameters and state
+// dict stay the base's; the adapters are not registered.
+template <class Layer>
+class LoraLayer : public Layer {
+ public:
+  LoraLayer(std::shared_ptr<Layer> base, std::shared_ptr<const Adapters> adapters)
+      : Layer(*base), base_(std::move(base)), adapters_(std::move(adapters)) {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return base_->forward(x) + adapters_->delta(x, this->is_training());
+  }
+  std::vector<torch::Tensor> extra_inputs() const override {
+    auto out = base_->extra_inputs();
+    for (const auto& t : adapters_->tensors()) out.push_back(t);
+    return out;
+  }
+  torch::ScalarType compute_dtype() const override { return base_->compute_dtype(); }
+  void train(bool on) override {
+    Layer::train(on);
+    base_->train(on);
+  }
+
+ protected:
+  std::shared_ptr<Layer> base_;
+  std::shared_ptr<const Adapters> adapters_;
+};
+
+using LoraLinearImpl = LoraLayer<LinearImpl>;
+
+class LoraConv2dImpl : public LoraLayer<Conv2dImpl> {
+ public:
+  using LoraLayer::LoraLayer;
+  // The adapters' convolutions run on the image the tokens lay out.
+  torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w) override {
+    const int64_t B = x.size(0);
+    const auto image = x.reshape({B, h, w, x.size(-1)}).permute({0, 3, 1, 2});
+    return base_->forward_tokens(x, h, w) +
+           adapters_->delta(image, is_training()).permute({0, 2, 3, 1}).reshape({B, h * w, -1});
+  }
+};
+
+}  // namespace lora_layers
+
+using lora_layers::Adapters;
+using lora_layers::LoraConv2dImpl;
+using lora_layers::LoraLinearImpl;
+
+namespace {
 
 torch::Tensor initial_a(const std::string& name, const torch::Tensor& like_shape_of, const LoraOptions& o,
                         const torch::TensorOptions& to) {
@@ -79,52 +176,20 @@ std::vector<std::string> adaptable_modules(SanaMSImpl& model) {
   return out;
 }
 
-// The adapters of one base layer: one per targeted diffusers part of it.
-struct Lora::Layer : public LayerAdapter {
-  struct Part {
-    int64_t index = 0;
-    torch::Tensor a, b;
-  };
-  bool conv = false;
-  int64_t stride = 1, padding = 0;
-  int64_t parts = 1, rows = 0;  // parts of the layer's output and rows of each
-  double scale = 1, dropout = 0;
-  torch::Tensor weight;  // the base layer's
-  std::vector<Part> adapted;
-
-  torch::Tensor part_delta(const torch::Tensor& x, const Part& p) const {
-    if (!conv) return torch::linear(torch::linear(x, p.a), p.b);
-    return torch::conv2d(torch::conv2d(x, p.a, {}, stride, padding), p.b);
-  }
-
-  torch::Tensor delta(const torch::Tensor& x_in, bool training) const override {
-    const auto x = training && dropout > 0 ? torch::dropout(x_in, dropout, true) : x_in;
-    if (adapted.size() == 1 && parts == 1) return part_delta(x, adapted[0]) * scale;
-    std::vector<torch::Tensor> pieces(static_cast<size_t>(parts));
-    for (const auto& p : adapted) pieces[static_cast<size_t>(p.index)] = part_delta(x, p);
-    const auto& any = pieces[static_cast<size_t>(adapted[0].index)];
-    for (auto& piece : pieces) {
-      if (!piece.defined()) piece = torch::zeros_like(any);  // a part no target selected adds nothing
-    }
-    return torch::cat(pieces, conv ? 1 : -1) * scale;
-  }
-
-  std::vector<torch::Tensor> tensors() const override {
-    std::vector<torch::Tensor> out;
-    for (const auto& p : adapted) {
-      out.push_back(p.a);
-      out.push_back(p.b);
-    }
-    return out;
-  }
+// A layer LoRA wrapped: where it is, the layer it replaced, and its adapters.
+struct Lora::Layer {
+  std::string path;
+  std::shared_ptr<torch::nn::Module> base;
+  std::shared_ptr<lora_layers::Adapters> adapters;
 };
 
 Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_checksum)
     : model_(model), options_(options), base_checksum_(std::move(base_checksum)) {
   std::set<std::string> used;
+  std::vector<std::pair<Site, std::shared_ptr<Adapters>>> planned;
   for (auto& site : sites_of(model)) {
     const auto modules = diffusers_modules(site.module);
-    std::shared_ptr<Layer> layer;
+    std::shared_ptr<Adapters> adapters;
     for (const auto& m : modules) {
       if (!lora_targets(m.name, options.targets)) continue;
       for (const auto& t : options.targets) {
@@ -136,36 +201,35 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
                                     "ungrouped convolutions only; leave it out",
                                     m.name));
       }
-      if (!layer) {
-        layer = std::make_shared<Layer>();
-        layer->conv = site.conv;
-        layer->stride = site.stride;
-        layer->padding = site.padding;
-        layer->parts = m.parts;
-        layer->rows = site.weight.size(0) / m.parts;
-        layer->scale = options.scale();
-        layer->dropout = options.dropout;
-        layer->weight = site.weight;
+      if (!adapters) {
+        adapters = std::make_shared<Adapters>();
+        adapters->conv = site.conv;
+        adapters->stride = site.stride;
+        adapters->padding = site.padding;
+        adapters->parts = m.parts;
+        adapters->rows = site.weight.size(0) / m.parts;
+        adapters->scale = options.scale();
+        adapters->dropout = options.dropout;
+        adapters->weight = site.weight;
       }
       const int64_t in = site.weight.size(1);
-      const auto to = site.weight.options().requires_grad(false);
+      // In the layer's compute dtype: a base stored in bf16 or int8 trains fp32 adapters.
+      const auto to = site.weight.options().dtype(site.compute).requires_grad(false);
       const auto a_shape = site.conv ? std::vector<int64_t>{options.rank, in, site.weight.size(2), site.weight.size(3)}
                                      : std::vector<int64_t>{options.rank, in};
-      const auto b_shape = site.conv ? std::vector<int64_t>{layer->rows, options.rank, 1, 1}
-                                     : std::vector<int64_t>{layer->rows, options.rank};
+      const auto b_shape = site.conv ? std::vector<int64_t>{adapters->rows, options.rank, 1, 1}
+                                     : std::vector<int64_t>{adapters->rows, options.rank};
       const std::string name = kPrefix + m.name;
-      Layer::Part part;
+      Adapters::Part part;
       part.index = m.part;
       part.a = initial_a(name + ".lora_A.weight", torch::empty(a_shape, torch::kMeta), options, to)
                    .set_requires_grad(true);
       part.b = torch::zeros(b_shape, to).set_requires_grad(true);
-      layer->adapted.push_back(part);
+      adapters->adapted.push_back(part);
       params_.emplace_back(name + ".lora_A.weight", part.a);
       params_.emplace_back(name + ".lora_B.weight", part.b);
     }
-    if (!layer) continue;
-    *site.slot = layer;
-    layers_.push_back(layer);
+    if (adapters) planned.emplace_back(site, adapters);
   }
   for (const auto& t : options.targets) {
     if (used.count(t) != 0) continue;
@@ -178,12 +242,23 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
                                 "a suffix after a dot); the layers are {} and the same in every block",
                                 t, model.spec().name, fmt::join(names, ", ")));
   }
+  // Wrapped once every target is known good: a refusal leaves the model as it was.
+  for (const auto& [site, adapters] : planned) {
+    std::shared_ptr<torch::nn::Module> wrapper;
+    if (site.conv) {
+      wrapper = std::make_shared<LoraConv2dImpl>(std::dynamic_pointer_cast<Conv2dImpl>(site.layer), adapters);
+    } else {
+      wrapper = std::make_shared<LoraLinearImpl>(std::dynamic_pointer_cast<LinearImpl>(site.layer), adapters);
+    }
+    layers_.push_back(std::make_shared<Layer>(Layer{site.module, replace_layer(model, site.module, wrapper), adapters}));
+  }
 }
 
 Lora::~Lora() {
-  for (auto& site : sites_of(model_)) {
-    for (const auto& layer : layers_) {
-      if (site.slot->get() == layer.get()) site.slot->reset();
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    try {
+      replace_layer(model_, (*it)->path, (*it)->base);
+    } catch (const std::exception&) {  // the model's own layers: cannot fail once wrapped
     }
   }
 }
@@ -213,7 +288,8 @@ std::map<std::string, std::string> Lora::file_metadata() const {
 
 void Lora::merge_into_base() const {
   torch::NoGradGuard no_grad;
-  for (const auto& layer : layers_) {
+  for (const auto& wrapped : layers_) {
+    const auto& layer = wrapped->adapters;
     for (const auto& p : layer->adapted) {
       auto rows = layer->weight.narrow(0, p.index * layer->rows, layer->rows);
       const auto product = torch::matmul(p.b.flatten(1).to(torch::kFloat64), p.a.flatten(1).to(torch::kFloat64));

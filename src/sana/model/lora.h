@@ -10,8 +10,13 @@
 //    one adapter per diffusers part (blocks.N.attn.qkv: to_q, to_k, to_v, each on its rows).
 //  - Tensors are named "transformer.<diffusers module>.lora_A.weight" (and lora_B): the
 //    names in diffusers' LoRA files, in checkpoints and to the reducer, optimizer and EMA.
-//  - The adapters are not modules of the model: the base's parameters and state dict stay
-//    the base's, and the run's trainable parameters are the adapters' alone.
+//  - LoRA wraps the layers it adapts, as PEFT's LoRA layers wrap their base_layer: while the
+//    Lora object lives, each adapted layer is a module of a type derived from the layer's
+//    (model/sana_ms.h's LayerHost puts it in the layer's place) that returns the wrapped
+//    layer's output plus its adapters'. It registers the base's weight and bias under their
+//    own names and not the adapters, so the model's parameters and state dict stay the
+//    base's, and the run's trainable parameters are the adapters' alone. The base layers
+//    know nothing of it.
 #pragma once
 
 #include <torch/torch.h>
@@ -39,7 +44,7 @@ class Lora : public Stateful {
   // Adds adapters to the layers `options.targets` select, on the layers' device (meta
   // included). Throws SpecError (key train.lora.target_modules) for a target that selects
   // nothing or a layer LoRA cannot adapt. `base_checksum` identifies the base in
-  // checkpoints. The adapters stay on the model until this object goes.
+  // checkpoints. The layers stay wrapped until this object goes.
   Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_checksum);
   ~Lora() override;
   Lora(const Lora&) = delete;

@@ -34,8 +34,8 @@ torch::Tensor layer_norm(const torch::Tensor& x) {
 
 LiteLAImpl::LiteLAImpl(const ModelSpec& s, const torch::TensorOptions& o)
     : heads(s.linear_heads()), head_dim(s.linear_head_dim), fp32(s.fp32_attention) {
-  qkv = register_module("qkv", Linear(s.hidden, 3 * s.hidden, false, o));
-  proj = register_module("proj", Linear(s.hidden, s.hidden, true, o));
+  layer("qkv", qkv, Linear(s.hidden, 3 * s.hidden, false, o));
+  layer("proj", proj, Linear(s.hidden, s.hidden, true, o));
   if (s.qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(s.hidden, 1.0, s.norm_eps, o));
     k_norm = register_module("k_norm", RMSNorm(s.hidden, 1.0, s.norm_eps, o));
@@ -62,9 +62,9 @@ torch::Tensor LiteLAImpl::forward(const torch::Tensor& x) {
 CrossAttentionImpl::CrossAttentionImpl(int64_t hidden, int64_t heads_, bool cross_norm,
                                        const torch::TensorOptions& o)
     : heads(heads_) {
-  q_linear = register_module("q_linear", Linear(hidden, hidden, true, o));
-  kv_linear = register_module("kv_linear", Linear(hidden, 2 * hidden, true, o));
-  proj = register_module("proj", Linear(hidden, hidden, true, o));
+  layer("q_linear", q_linear, Linear(hidden, hidden, true, o));
+  layer("kv_linear", kv_linear, Linear(hidden, 2 * hidden, true, o));
+  layer("proj", proj, Linear(hidden, hidden, true, o));
   if (cross_norm) {  // upstream's MultiHeadCrossAttention(qk_norm=cross_norm): over all C, eps 1e-6
     q_norm = register_module("q_norm", RMSNorm(hidden, 1.0, 1e-6, o));
     k_norm = register_module("k_norm", RMSNorm(hidden, 1.0, 1e-6, o));
@@ -96,7 +96,7 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
 
 ConvLayerImpl::ConvLayerImpl(int64_t in, int64_t out, int64_t kernel, int64_t groups, bool bias,
                              const torch::TensorOptions& o) {
-  conv = register_module("conv", Conv2d(in, out, kernel, 1, kernel / 2, groups, bias, o));
+  layer("conv", conv, Conv2d(in, out, kernel, 1, kernel / 2, groups, bias, o));
 }
 
 GLUMBConvImpl::GLUMBConvImpl(int64_t hidden, int64_t mh, const torch::TensorOptions& o) {
@@ -131,11 +131,10 @@ SanaMSBlockImpl::SanaMSBlockImpl(const ModelSpec& s, const torch::TensorOptions&
 std::vector<torch::Tensor> SanaMSBlockImpl::differentiable() const {
   auto out = parameters();
   for (const auto& m : modules(/*include_self=*/false)) {
-    std::shared_ptr<const LayerAdapter> adapter;
-    if (const auto* linear = m->as<LinearImpl>()) adapter = linear->adapter;
-    if (const auto* conv = m->as<Conv2dImpl>()) adapter = conv->adapter;
-    if (!adapter) continue;
-    for (const auto& t : adapter->tensors()) out.push_back(t);
+    std::vector<torch::Tensor> extra;
+    if (const auto* linear = m->as<LinearImpl>()) extra = linear->extra_inputs();
+    if (const auto* conv = m->as<Conv2dImpl>()) extra = conv->extra_inputs();
+    out.insert(out.end(), extra.begin(), extra.end());
   }
   return out;
 }
@@ -226,7 +225,7 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
 PatchEmbedImpl::PatchEmbedImpl(const ModelSpec& s, const torch::TensorOptions& o) {
   // kernel = stride = patch; an odd kernel gets "same" padding, as upstream.
   const int64_t pad = s.patch % 2 == 1 ? s.patch / 2 : 0;
-  proj = register_module("proj", Conv2d(s.in_channels, s.hidden, s.patch, s.patch, pad, 1, true, o));
+  layer("proj", proj, Conv2d(s.in_channels, s.hidden, s.patch, s.patch, pad, 1, true, o));
 }
 
 // The image goes in channels-last, so the convolution's output is already the tokens
@@ -237,9 +236,17 @@ torch::Tensor PatchEmbedImpl::forward(const torch::Tensor& x) {
   return y.permute({0, 2, 3, 1}).reshape({y.size(0), -1, y.size(1)});
 }
 
+TimestepMlpImpl::TimestepMlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& o) {
+  layer("0", first, Linear(in, hidden, true, o));
+  layer("2", second, Linear(hidden, hidden, true, o));
+}
+
+TimeBlockImpl::TimeBlockImpl(int64_t hidden, const torch::TensorOptions& o) {
+  layer("1", linear, Linear(hidden, 6 * hidden, true, o));
+}
+
 TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden, const torch::TensorOptions& o) {
-  mlp = register_module("mlp", torch::nn::Sequential(Linear(256, hidden, true, o), torch::nn::SiLU(),
-                                                      Linear(hidden, hidden, true, o)));
+  mlp = register_module("mlp", TimestepMlp(256, hidden, o));
 }
 
 torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
@@ -255,13 +262,13 @@ torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
 }
 
 torch::Tensor TimestepEmbedderImpl::forward(const torch::Tensor& t) {
-  const auto dtype = mlp[0]->as<LinearImpl>()->weight.scalar_type();
+  const auto dtype = mlp->first->compute_dtype();
   return mlp->forward(timestep_features(t).to(dtype));
 }
 
 MlpImpl::MlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& o) {
-  fc1 = register_module("fc1", Linear(in, hidden, true, o));
-  fc2 = register_module("fc2", Linear(hidden, hidden, true, o));
+  layer("fc1", fc1, Linear(in, hidden, true, o));
+  layer("fc2", fc2, Linear(hidden, hidden, true, o));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -310,7 +317,7 @@ torch::Tensor LabelEmbedderImpl::forward(const torch::Tensor& labels_in, const t
 }
 
 FinalLayerImpl::FinalLayerImpl(const ModelSpec& s, const torch::TensorOptions& o) {
-  linear = register_module("linear", Linear(s.hidden, s.patch * s.patch * s.out_channels, true, o));
+  layer("linear", linear, Linear(s.hidden, s.patch * s.patch * s.out_channels, true, o));
   scale_shift_table = register_parameter("scale_shift_table", make({2, s.hidden}, o));
 }
 
@@ -324,8 +331,7 @@ SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spe
   if (options.meta) o = o.device(torch::kMeta);
   x_embedder = register_module("x_embedder", PatchEmbed(spec, o));
   t_embedder = register_module("t_embedder", TimestepEmbedder(spec.hidden, o));
-  t_block = register_module("t_block", torch::nn::Sequential(torch::nn::SiLU(),
-                                                             Linear(spec.hidden, 6 * spec.hidden, true, o)));
+  t_block = register_module("t_block", TimeBlock(spec.hidden, o));
   if (spec.conditioning == Conditioning::caption) {
     caption_embedder = register_module("y_embedder", CaptionEmbedder(spec, o));
   } else if (spec.conditioning == Conditioning::class_label) {
@@ -374,7 +380,7 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   }
   const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
   if (hooks_) hooks_->forward_begins();
-  const auto dtype = x_embedder->proj->weight.scalar_type();
+  const auto dtype = x_embedder->proj->compute_dtype();
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
   // Upstream's forward truncates (timestep.long()): the sampler's 1000 sigma too.

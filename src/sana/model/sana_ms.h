@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,22 +38,62 @@ class FlopTrace {
   FlopTrace* outer_;
 };
 
-// A trainable addition to a frozen layer's output (model/lora.h's low-rank adapters): the
-// layer returns its own output plus delta(x); the adapter is not a registered module, so
-// the model's parameters and state dict stay the base's.
-class LayerAdapter {
+// The layers a model's modules call through typed members (Linear, Conv2d) can be wrapped
+// from outside: code that adapts a layer (model/lora.h) builds a module of a derived type
+// around it, sharing its parameters under the same names, and replace_layer() puts it in
+// the layer's place, in the member and in the module tree alike. forward() and
+// forward_tokens() are virtual for that; a plain layer adds nothing of its own.
+class LayerHost : public torch::nn::Module {
  public:
-  virtual ~LayerAdapter() = default;
-  virtual torch::Tensor delta(const torch::Tensor& x, bool training) const = 0;
-  virtual std::vector<torch::Tensor> tensors() const = 0;  // what it trains
+  LayerHost() = default;
+  LayerHost(const LayerHost&) = delete;  // the replacers hold this object's members
+  LayerHost& operator=(const LayerHost&) = delete;
+  // Puts `replacement` in the place of child `name`, a layer registered with layer(); it
+  // must be of that layer's type or derived from it. Throws std::logic_error otherwise.
+  void replace_layer(const std::string& name, std::shared_ptr<torch::nn::Module> replacement);
+
+ protected:
+  // register_module() for a layer that may be replaced, into `member`, the typed member
+  // the module calls it through.
+  template <class Impl>
+  void layer(const std::string& name, torch::nn::ModuleHolder<Impl>& member, torch::nn::ModuleHolder<Impl> value) {
+    member = register_module(name, std::move(value));
+    replacers_[name] = [this, &member, name](std::shared_ptr<torch::nn::Module> m) {
+      auto typed = std::dynamic_pointer_cast<Impl>(m);
+      if (!typed) return false;
+      member = torch::nn::ModuleHolder<Impl>(typed);
+      replace_module(name, m);
+      return true;
+    };
+  }
+
+ private:
+  std::map<std::string, std::function<bool(std::shared_ptr<torch::nn::Module>)>> replacers_;
 };
+
+// The layer at `path` (blocks.3.attn.qkv) of `root`, replaced as LayerHost::replace_layer
+// does; returns the layer it replaced.
+std::shared_ptr<torch::nn::Module> replace_layer(torch::nn::Module& root, const std::string& path,
+                                                 std::shared_ptr<torch::nn::Module> replacement);
 
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x);
+  virtual torch::Tensor forward(const torch::Tensor& x);
+  // Tensors a backward through the layer differentiates besides its parameters (a wrapper's
+  // own, which gradient checkpointing recomputes with); none for a plain layer.
+  virtual std::vector<torch::Tensor> extra_inputs() const { return {}; }
+  // The dtype the layer computes in: its weight's, unless the weight is stored in less
+  // (model/frozen_storage.h).
+  virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }
   torch::Tensor weight, bias;
-  std::shared_ptr<const LayerAdapter> adapter;  // null: none
+
+ protected:
+  // For a wrapper of `base`: every parameter `base` registers, under the same names.
+  explicit LinearImpl(const LinearImpl& base);
+  // For a layer that keeps its weight otherwise (model/frozen_storage.h): these tensors as
+  // its "weight" and "bias" (undefined: none).
+  LinearImpl(const torch::Tensor& weight, const torch::Tensor& bias);
 };
 TORCH_MODULE(Linear);
 
@@ -61,13 +101,19 @@ class Conv2dImpl : public torch::nn::Module {
  public:
   Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
              int64_t groups, bool bias, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x);
+  virtual torch::Tensor forward(const torch::Tensor& x);
   // A 1x1 convolution (stride 1, no padding or groups) of tokens x = [B, h*w, in]: the same
   // product as forward() on the [B, in, h, w] image, as a Linear, without laying it out.
-  torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w);
+  virtual torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w);
+  virtual std::vector<torch::Tensor> extra_inputs() const { return {}; }  // as LinearImpl's
+  virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }  // as LinearImpl's
   torch::Tensor weight, bias;
   int64_t stride, padding, groups;
-  std::shared_ptr<const LayerAdapter> adapter;  // null: none
+
+ protected:
+  explicit Conv2dImpl(const Conv2dImpl& base);  // for a wrapper of `base`, as LinearImpl's
+  Conv2dImpl(const torch::Tensor& weight, const torch::Tensor& bias, int64_t stride, int64_t padding,
+             int64_t groups);  // as LinearImpl's
 };
 TORCH_MODULE(Conv2d);
 
@@ -85,7 +131,7 @@ TORCH_MODULE(RMSNorm);
 // Linear self-attention with a ReLU kernel: per head, out = (v_pad k^T) q with v padded by
 // a row of ones, divided by that row (+ eps); in fp32 when fp32_attention. The core is
 // model/block_kernels.h's linear_attention, on the qkv product's own token-major layout.
-class LiteLAImpl : public torch::nn::Module {
+class LiteLAImpl : public LayerHost {
  public:
   LiteLAImpl(const ModelSpec& spec, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
@@ -102,7 +148,7 @@ TORCH_MODULE(LiteLA);
 
 // Softmax attention of image tokens to conditioning tokens; `bias` is [B, 1, 1, L]
 // (0 for real tokens, -10000 for padding) or undefined.
-class CrossAttentionImpl : public torch::nn::Module {
+class CrossAttentionImpl : public LayerHost {
  public:
   CrossAttentionImpl(int64_t hidden, int64_t heads, bool cross_norm, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& bias);
@@ -113,7 +159,7 @@ class CrossAttentionImpl : public torch::nn::Module {
 TORCH_MODULE(CrossAttention);
 
 // upstream's ConvLayer: a Conv2d under the name "conv".
-class ConvLayerImpl : public torch::nn::Module {
+class ConvLayerImpl : public LayerHost {
  public:
   ConvLayerImpl(int64_t in, int64_t out, int64_t kernel, int64_t groups, bool bias,
                 const torch::TensorOptions& options);
@@ -143,7 +189,7 @@ class SanaMSBlockImpl : public torch::nn::Module {
   GLUMBConv mlp{nullptr};
   torch::Tensor scale_shift_table;  // [6, C]
   // What a backward through the block differentiates besides its inputs: its parameters,
-  // then its layers' adapters' tensors (gradient checkpointing recomputes with them).
+  // then its layers' extra inputs (a wrapper's; gradient checkpointing recomputes with them).
   std::vector<torch::Tensor> differentiable() const;
 };
 TORCH_MODULE(SanaMSBlock);
@@ -166,7 +212,7 @@ struct BuildOptions {
 };
 
 // Top-level pieces, each named as upstream names it.
-class PatchEmbedImpl : public torch::nn::Module {  // x_embedder
+class PatchEmbedImpl : public LayerHost {  // x_embedder
  public:
   PatchEmbedImpl(const ModelSpec& spec, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [B, Cin, H, W] -> [B, N, C]
@@ -174,15 +220,33 @@ class PatchEmbedImpl : public torch::nn::Module {  // x_embedder
 };
 TORCH_MODULE(PatchEmbed);
 
+// Upstream's nn.Sequential(Linear, SiLU, Linear) as t_embedder.mlp (parameters 0.*, 2.*)
+// and nn.Sequential(SiLU, Linear) as t_block (1.*), with the layers as typed members.
+class TimestepMlpImpl : public LayerHost {
+ public:
+  TimestepMlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x) { return second->forward(torch::silu(first->forward(x))); }
+  Linear first{nullptr}, second{nullptr};  // "0", "2"
+};
+TORCH_MODULE(TimestepMlp);
+
+class TimeBlockImpl : public LayerHost {
+ public:
+  TimeBlockImpl(int64_t hidden, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& t) { return linear->forward(torch::silu(t)); }
+  Linear linear{nullptr};  // "1"
+};
+TORCH_MODULE(TimeBlock);
+
 class TimestepEmbedderImpl : public torch::nn::Module {  // t_embedder
  public:
   TimestepEmbedderImpl(int64_t hidden, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& t);  // [B] -> [B, C]
-  torch::nn::Sequential mlp{nullptr};             // mlp.0, SiLU, mlp.2
+  TimestepMlp mlp{nullptr};
 };
 TORCH_MODULE(TimestepEmbedder);
 
-class MlpImpl : public torch::nn::Module {  // y_embedder.y_proj: fc1, GELU(tanh), fc2
+class MlpImpl : public LayerHost {  // y_embedder.y_proj: fc1, GELU(tanh), fc2
  public:
   MlpImpl(int64_t in, int64_t hidden, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
@@ -217,7 +281,7 @@ class LabelEmbedderImpl : public torch::nn::Module {  // y_embedder (class label
 };
 TORCH_MODULE(LabelEmbedder);
 
-class FinalLayerImpl : public torch::nn::Module {  // final_layer
+class FinalLayerImpl : public LayerHost {  // final_layer
  public:
   FinalLayerImpl(const ModelSpec& spec, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t);  // t: [B, C]
@@ -230,7 +294,7 @@ TORCH_MODULE(FinalLayer);
 // through a zero-initialised linear (after_proj), is added to the next base block's input;
 // the first also takes the control latent's tokens through a zero-initialised before_proj,
 // added to the base stream after block 0.
-class ControlSanaMSBlockImpl : public torch::nn::Module {
+class ControlSanaMSBlockImpl : public LayerHost {
  public:
   ControlSanaMSBlockImpl(const ModelSpec& spec, int64_t index, const torch::TensorOptions& options);
   SanaMSBlock copied_block{nullptr};
@@ -284,7 +348,7 @@ class SanaMSImpl : public torch::nn::Module {
 
   PatchEmbed x_embedder{nullptr};
   TimestepEmbedder t_embedder{nullptr};
-  torch::nn::Sequential t_block{nullptr};  // SiLU, t_block.1
+  TimeBlock t_block{nullptr};
   CaptionEmbedder caption_embedder{nullptr};  // registered as y_embedder (captions)
   LabelEmbedder label_embedder{nullptr};      // registered as y_embedder (classes)
   RMSNorm attention_y_norm{nullptr};

@@ -187,6 +187,17 @@ void check_saved_base(const PartState& saved, const std::string& base_checksum, 
                       const std::string& source) {
   const auto saved_base = saved.json.is_object() ? saved.json.value("base_checksum", "") : "";
   if (saved_base == base_checksum) return;
+  // A base stored in less than fp32 (model/frozen_storage.h) prefixes its dtype: int8:0123...
+  const auto dtype_of = [](const std::string& sum) {
+    const auto colon = sum.find(':');
+    return colon == std::string::npos ? std::string("fp32") : sum.substr(0, colon);
+  };
+  if (!saved_base.empty() && dtype_of(saved_base) != dtype_of(base_checksum)) {
+    throw WeightsError(fmt::format(
+        "{} trained its {} on a base stored in {} (checksum {}); this run stores it in {} (checksum {}). Set "
+        "train.frozen_base_dtype: {} to resume it",
+        source, what, dtype_of(saved_base), saved_base, dtype_of(base_checksum), base_checksum, dtype_of(saved_base)));
+  }
   throw WeightsError(fmt::format(
       "{} trained its {} on base weights with checksum {}; this run's base (model.load_from) has checksum {}. "
       "Resume with the base it was trained on, or start a new run",

@@ -269,6 +269,16 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
   return o;
 }
 
+model::StorageDtype frozen_dtype_for(const config::TrainConfig& t) {
+  switch (t.frozen_base_dtype) {
+    case config::FrozenDtype::bf16: return model::StorageDtype::bf16;
+    case config::FrozenDtype::fp16: return model::StorageDtype::fp16;
+    case config::FrozenDtype::int8: return model::StorageDtype::int8;
+    case config::FrozenDtype::fp32: break;
+  }
+  return model::StorageDtype::fp32;
+}
+
 model::LoraOptions lora_options_for(const config::Config& cfg) {
   const auto& c = cfg.train.lora;
   model::LoraOptions o;

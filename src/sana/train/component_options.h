@@ -16,6 +16,7 @@
 #include "sana/model/growth_options.h"
 #include "sana/model/lora_options.h"
 #include "sana/model/spec.h"
+#include "sana/model/storage_dtype.h"
 
 namespace sana::train {
 
@@ -55,6 +56,8 @@ model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg);
 model::GrowthOptions growth_options_for(const config::Config& cfg);
 // train.lora and train.seed (the adapters' initial values).
 model::LoraOptions lora_options_for(const config::Config& cfg);
+// train.frozen_base_dtype.
+model::StorageDtype frozen_dtype_for(const config::TrainConfig& t);
 
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg);
 

@@ -1,5 +1,6 @@
 #include "sana/train/initial_model.h"
 
+#include "sana/data/sample_cache.h"
 #include "sana/model/controlnet.h"
 #include "sana/model/growth.h"
 #include "sana/model/weights.h"
@@ -42,6 +43,16 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
       log::info("model.load_from: {} from {}", report.summary(), o.load_from);
     } else {
       log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), o.load_from);
+    }
+  }
+  if (o.frozen_base) {
+    for (auto& p : net->parameters()) p.requires_grad_(false);
+    const auto r = model::store_frozen_layers(*net, o.frozen_dtype, [](const std::string&) { return true; });
+    if (r.layers > 0) {
+      log::info("train.frozen_base_dtype {}: the frozen base's {} Linear and Conv2d weights take {} ({} in fp32)",
+                model::storage_dtype_name(o.frozen_dtype), r.layers,
+                data::size_text(static_cast<uint64_t>(r.bytes_after)),
+                data::size_text(static_cast<uint64_t>(r.bytes_before)));
     }
   }
   net->to(rt.device());

@@ -1,6 +1,6 @@
 // The model a run starts from, the same on every rank: initialised from train.seed, grown
-// from a smaller checkpoint (model_growth) or loaded (model.load_from), then rank 0's
-// weights broadcast and their checksum agreed. A collective: every rank calls it at the
+// from a smaller checkpoint (model_growth) or loaded (model.load_from), a frozen base stored
+// in train.frozen_base_dtype, then rank 0's weights broadcast and their checksum agreed. A collective: every rank calls it at the
 // same point of start-up.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sana/distributed/runtime.h"
+#include "sana/model/frozen_storage.h"
 #include "sana/model/growth_options.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
@@ -26,6 +27,11 @@ struct InitialModelOptions {
   bool load_strict = true;        // model.load_strict
   bool grad_checkpointing = false;  // train.grad_checkpointing
   int64_t gc_step = 1;              // train.gc_step
+  // A frozen base (train.lora: every parameter; none otherwise): frozen before it reaches the
+  // device, its layers stored in `frozen_dtype` there (train.frozen_base_dtype), so the
+  // device never holds it in fp32.
+  bool frozen_base = false;
+  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;
 };
 
 model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt);

@@ -32,6 +32,15 @@ void register_lora_check() {
       issues.fail(e.key(), e.message());
     }
   });
+  config::register_check("train.frozen_base_dtype", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (cfg.train.frozen_base_dtype == config::FrozenDtype::fp32 || config::lora_enabled(cfg.train)) return;
+    issues.fail("train.frozen_base_dtype",
+                fmt::format("is {}, which applies to a frozen base: under train.lora (rank > 0) the base is frozen; "
+                            "here every weight trains, or a ControlNet preset's control blocks do (its final "
+                            "model.safetensors holds the base, which it would write in that dtype: not built yet). "
+                            "Set it to fp32, or train LoRA",
+                            config::name_of(cfg.train.frozen_base_dtype)));
+  });
 }
 
 }  // namespace sana::train

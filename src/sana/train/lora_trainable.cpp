@@ -13,10 +13,9 @@
 namespace sana::train {
 
 LoraAdapters::LoraAdapters(const model::LoraOptions& options, model::SanaMS model, dist::Runtime& rt)
-    : Trainable(std::move(model)) {
-  const auto base = weights_checksum(*model_);
+    : Trainable(std::move(model)), frozen_dtype_(model::frozen_storage_dtype(*model_)) {
   for (auto& p : model_->parameters()) p.requires_grad_(false);
-  lora_ = std::make_unique<model::Lora>(*model_, options, base);
+  lora_ = std::make_unique<model::Lora>(*model_, options, base_checksum_now());
   named_ = lora_->parameters();
   rt.agree("LoRA adapters at start-up", checksum());
 }
@@ -25,8 +24,16 @@ std::string LoraAdapters::checksum() const {
   return Hasher().update(weights_checksum(*model_)).update(tensors_checksum(lora_->parameters())).hex();
 }
 
+// The base's weights as stored; a base stored in less than fp32 names its dtype first
+// (int8:0123abcd...), so adapters trained on it resume on the same storage only.
+std::string LoraAdapters::base_checksum_now() const {
+  const auto sum = weights_checksum(*model_);
+  if (frozen_dtype_ == model::StorageDtype::fp32) return sum;
+  return model::storage_dtype_name(frozen_dtype_) + ":" + sum;
+}
+
 void LoraAdapters::check_base() const {
-  check_frozen_base("train.lora", "adapters", lora_->base_checksum(), weights_checksum(*model_));
+  check_frozen_base("train.lora", "adapters", lora_->base_checksum(), base_checksum_now());
 }
 
 void LoraAdapters::write_final(const std::string& work_dir, std::map<std::string, std::string> metadata) const {

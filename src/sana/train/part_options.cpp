@@ -55,6 +55,8 @@ InitialModelOptions initial_model_options_for(const config::Config& cfg) {
   o.load_strict = cfg.model.load_strict;
   o.grad_checkpointing = cfg.train.grad_checkpointing;
   o.gc_step = cfg.train.gc_step;
+  o.frozen_base = config::lora_enabled(cfg.train);
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
   return o;
 }
 
@@ -174,6 +176,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   o.micro_batch_size = cfg.train.micro_batch_size;
   o.grad_checkpointing = cfg.train.grad_checkpointing;
   o.gc_step = cfg.train.gc_step;
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
   return o;
 }
 

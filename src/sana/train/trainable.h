@@ -17,6 +17,7 @@
 
 #include "sana/distributed/runtime.h"
 #include "sana/model/controlnet.h"
+#include "sana/model/frozen_storage.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
@@ -89,6 +90,8 @@ class LoraAdapters : public Trainable {
   std::string describe() const override;
 
  private:
+  std::string base_checksum_now() const;
+  model::StorageDtype frozen_dtype_;  // what the base's layers are stored in (train.frozen_base_dtype)
   std::unique_ptr<model::Lora> lora_;
 };
 

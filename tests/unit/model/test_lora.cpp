@@ -93,9 +93,16 @@ TEST_CASE("LoRA adapters start as the base model exactly and carry diffusers' na
   torch::NoGradGuard no_grad;
   const auto base = run(model, in);
   const auto base_names = model->named_parameters().keys();
+  const auto qkv_type = [&] {
+    const auto& qkv = *model->blocks[0]->as<SanaMSBlockImpl>()->attn->qkv;
+    return std::string(typeid(qkv).name());
+  };
+  const auto plain = qkv_type();
+  CHECK(plain == typeid(LinearImpl).name());
   {
     Lora lora(*model, options(kEveryKind), "base");
-    CHECK(model->named_parameters().keys() == base_names);  // not modules of the model
+    CHECK(qkv_type() != plain);  // wrapped, as PEFT wraps its base_layer
+    CHECK(model->named_parameters().keys() == base_names);  // the adapters are not registered
     CHECK(torch::equal(run(model, in), base));               // B = 0: the base's output, bit for bit
 
     // Block 0 as diffusers names its LoRA tensors (A [r, in], B [out, r]; convolutions 4-D),
@@ -149,6 +156,7 @@ TEST_CASE("LoRA adapters start as the base model exactly and carry diffusers' na
     CHECK(meta.at("transformer.target_modules") == nlohmann::json(kEveryKind));
   }
   CHECK(torch::equal(run(model, in), base));  // the adapters leave with the Lora
+  CHECK(qkv_type() == plain);                 // and the model's own layers return
 }
 
 TEST_CASE("gradient checkpointing recomputes blocks with their adapters: the same gradients", "[model][lora]") {
@@ -192,6 +200,9 @@ TEST_CASE("LoRA targets match as PEFT matches a list, and what cannot be adapted
                     Catch::Contains("'to_qq' selects no layer") && Catch::Contains("transformer_blocks.0.attn1.to_q"));
   CHECK_THROWS_WITH(Lora(*model, options({"conv_depth"}), "base"), Catch::Contains("grouped (depthwise)"));
   CHECK_THROWS_WITH(Lora(*model, options({"to_q", "attn2.to_k"}), "base"), Catch::Contains("'attn2.to_k'"));
+  // A refusal wraps nothing: to_q, which the last one selected, is the model's own layer.
+  const auto& qkv = *model->blocks[0]->as<SanaMSBlockImpl>()->attn->qkv;
+  CHECK(std::string(typeid(qkv).name()) == typeid(LinearImpl).name());
 }
 
 TEST_CASE("merged adapters give the adapted model's output, through a LoRA file and a diffusers export too",

@@ -332,6 +332,39 @@ TEST_CASE("traced FLOPs equal the analytic count used for MFU", "[model]") {
   }
 }
 
+namespace {
+// A layer wrapped from outside: the wrapped one's output, doubled.
+class DoubledLinearImpl : public LinearImpl {
+ public:
+  explicit DoubledLinearImpl(std::shared_ptr<LinearImpl> base) : LinearImpl(*base), base_(std::move(base)) {}
+  torch::Tensor forward(const torch::Tensor& x) override { return 2 * base_->forward(x); }
+  std::shared_ptr<LinearImpl> base_;
+};
+}  // namespace
+
+TEST_CASE("a layer is wrapped from outside: in its member and in the module tree, the names kept", "[model]") {
+  const auto spec = small_spec();
+  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 4});
+  const auto names = model->named_parameters().keys();
+  const auto x = torch::randn({2, 5, spec.hidden});
+  auto& final_layer = *model->final_layer;
+  const auto plain = final_layer.linear->forward(x);
+  auto base = std::dynamic_pointer_cast<LinearImpl>(model->named_modules()["final_layer.linear"]);
+  REQUIRE(base);
+  const auto replaced = replace_layer(*model, "final_layer.linear", std::make_shared<DoubledLinearImpl>(base));
+  CHECK(replaced.get() == base.get());
+  CHECK(torch::allclose(final_layer.linear->forward(x), 2 * plain));  // the member calls the wrapper
+  CHECK(model->named_modules()["final_layer.linear"].get() != base.get());
+  CHECK(model->named_parameters().keys() == names);  // the same tensors under the same names
+  CHECK(model->named_parameters()["final_layer.linear.weight"].data_ptr() == base->weight.data_ptr());
+  // Not of the layer's type, not a layer, not a module: refused.
+  CHECK_THROWS_AS(replace_layer(*model, "final_layer.linear", std::make_shared<torch::nn::Module>()), std::logic_error);
+  CHECK_THROWS_AS(replace_layer(*model, "t_embedder.mlp", base), std::logic_error);
+  CHECK_THROWS_AS(replace_layer(*model, "nowhere.linear", base), std::logic_error);
+  replace_layer(*model, "final_layer.linear", base);
+  CHECK(torch::equal(final_layer.linear->forward(x), plain));
+}
+
 TEST_CASE("conditioning: padding, dropout to the null caption, class labels", "[model]") {
   torch::manual_seed(2);
   auto spec = small_spec(Conditioning::caption);

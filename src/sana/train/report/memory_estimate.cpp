@@ -14,6 +14,7 @@
 #include "sana/parallel/bucket_assignment.h"
 #include "sana/parallel/shard_plan.h"
 #include "sana/model/controlnet.h"
+#include "sana/model/frozen_storage.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
@@ -117,7 +118,7 @@ double MemoryEstimate::activations_for_config() const {
 }
 
 double MemoryEstimate::total() const {
-  return weights + gradients + optimizer + ema + gathered + activations_for_config();
+  return weights + gradients + optimizer + ema + gathered + converted + activations_for_config();
 }
 
 namespace {
@@ -191,6 +192,48 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
   return out;
 }
 
+// The state every rank keeps (what trains, the frozen base, their gradients, optimizer
+// state and EMA), counted on the model built on the meta device; `e` gets the largest rank's.
+void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEstimate& e) {
+  const auto& spec = cfg.spec;
+  model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+  e.parameters = meta->parameter_count();
+  e.optimizer_name = optimizer_name(cfg.optimizer.type);
+  if (cfg.lora) {  // the adapters train; the base is frozen, its layers stored in frozen_dtype
+    for (auto& p : meta->parameters()) p.requires_grad_(false);
+    const auto stored = model::store_frozen_layers(*meta, cfg.frozen_dtype, [](const std::string&) { return true; });
+    double base = 0;
+    for (const auto& p : meta->parameters()) base += static_cast<double>(p.numel() * p.element_size());
+    e.converted = 4 * static_cast<double>(stored.largest);
+    e.frozen_dtype = cfg.frozen_dtype;
+    const model::Lora lora(*meta, *cfg.lora, "");
+    e.trainable = lora.parameter_count();
+    e.ranks = state_bytes(cfg, lora.parameters(), base, world_size);
+    e.trained = "adapters";
+    e.frozen = e.parameters;
+  } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
+    const model::ControlNetState control(*meta, "");
+    e.trainable = control.parameter_count();
+    e.ranks = state_bytes(cfg, control.parameters(), 4 * static_cast<double>(e.parameters - e.trainable), world_size);
+    e.trained = "control blocks";
+    e.frozen = e.parameters - e.trainable;
+  } else {
+    NamedParams all;
+    for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
+    e.trainable = e.parameters;
+    e.ranks = state_bytes(cfg, all, 0, world_size);
+  }
+  const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
+    return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <
+           b.weights + b.gradients + b.optimizer + b.ema + b.gathered;
+  });
+  e.weights = most.weights;
+  e.gradients = most.gradients;
+  e.optimizer = most.optimizer;
+  e.ema = most.ema;
+  e.gathered = most.gathered;
+}
+
 }  // namespace
 
 MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size, bool activations) {
@@ -198,38 +241,7 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size,
   const auto& spec = cfg.spec;
   e.world_size = world_size;
   e.zero_stage = cfg.zero_stage;
-  {
-    model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
-    e.parameters = meta->parameter_count();
-    e.optimizer_name = optimizer_name(cfg.optimizer.type);
-    if (cfg.lora) {  // the adapters train; the base is frozen
-      const model::Lora lora(*meta, *cfg.lora, "");
-      e.trainable = lora.parameter_count();
-      e.ranks = state_bytes(cfg, lora.parameters(), 4 * static_cast<double>(e.parameters), world_size);
-      e.trained = "adapters";
-      e.frozen = e.parameters;
-    } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
-      const model::ControlNetState control(*meta, "");
-      e.trainable = control.parameter_count();
-      e.ranks = state_bytes(cfg, control.parameters(), 4 * static_cast<double>(e.parameters - e.trainable), world_size);
-      e.trained = "control blocks";
-      e.frozen = e.parameters - e.trainable;
-    } else {
-      NamedParams all;
-      for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
-      e.trainable = e.parameters;
-      e.ranks = state_bytes(cfg, all, 0, world_size);
-    }
-    const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
-      return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <
-           b.weights + b.gradients + b.optimizer + b.ema + b.gathered;
-    });
-    e.weights = most.weights;
-    e.gradients = most.gradients;
-    e.optimizer = most.optimizer;
-    e.ema = most.ema;
-    e.gathered = most.gathered;
-  }
+  estimate_state(cfg, world_size, e);
   const int64_t cell = spec.downsample * spec.patch;
   for (const auto& table : cfg.buckets) {
     for (const auto& b : table.buckets()) {

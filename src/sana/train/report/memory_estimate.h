@@ -19,6 +19,7 @@
 #include "sana/data/dataset.h"
 #include "sana/model/lora_options.h"
 #include "sana/model/spec.h"
+#include "sana/model/storage_dtype.h"
 #include "sana/parallel/options.h"
 #include "sana/train/optim.h"
 
@@ -42,6 +43,10 @@ struct MemoryEstimate {
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
   double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
+  // A frozen base stored in less than fp32: the largest layer's weight converted back to
+  // fp32 while that layer computes (transient, one layer at a time).
+  double converted = 0;
+  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;
   std::vector<RankState> ranks;
   std::string optimizer_name;
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
@@ -77,6 +82,7 @@ struct MemoryEstimateOptions {
   int64_t micro_batch_size = 1;            // train.micro_batch_size
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
+  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (under train.lora)
 };
 
 // On `world_size` processes (train.zero_stage splits the state over them); without

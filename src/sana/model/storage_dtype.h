@@ -1,0 +1,22 @@
+// What a frozen base's layer weights are kept in (train.frozen_base_dtype; the layers:
+// model/frozen_storage.h). No torch here, so the config mapping can name it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace sana::model {
+
+enum class StorageDtype { fp32, bf16, fp16, int8 };
+
+inline std::string storage_dtype_name(StorageDtype d) {
+  switch (d) {
+    case StorageDtype::bf16: return "bf16";
+    case StorageDtype::fp16: return "fp16";
+    case StorageDtype::int8: return "int8";
+    case StorageDtype::fp32: break;
+  }
+  return "fp32";
+}
+
+}  // namespace sana::model

@@ -1,0 +1,182 @@
+// A frozen base in bf16 or int8 (model/frozen_storage.h): each stored layer gives, on the
+// activations the model itself feeds it, its fp32 output within 1% (int8) or bf16's
+// rounding; the backward gives the input the gradient of the restored weight's product and
+// saves no full-precision weight; LoRA wraps a stored layer as any other.
+#include "catch.h"
+#include <torch/torch.h>
+
+#include <map>
+
+#include "sana/diffusion/flow_matching.h"
+#include "sana/model/frozen_storage.h"
+#include "sana/model/lora.h"
+#include "sana/model/sana_ms.h"
+#include "model_specs.h"
+
+using namespace sana::model;
+
+namespace {
+
+// Wrapped around every Linear (tests only): keeps the inputs the model gives it.
+class RecordingLinearImpl : public LinearImpl {
+ public:
+  explicit RecordingLinearImpl(std::shared_ptr<LinearImpl> base) : LinearImpl(*base), base_(std::move(base)) {}
+  torch::Tensor forward(const torch::Tensor& x) override {
+    inputs.push_back(x.detach().clone());
+    return base_->forward(x);
+  }
+  std::shared_ptr<LinearImpl> base_;
+  std::vector<torch::Tensor> inputs;
+};
+
+struct Batch {
+  torch::Tensor x, t;
+  Condition c;
+};
+
+Batch batch_for(const ModelSpec& spec) {
+  torch::manual_seed(8);
+  const auto x0 = torch::randn({2, spec.in_channels, 8, 8});
+  const auto flow = sana::diffusion::make_flow_batch(x0, {3, 4}, 5, 0, sana::diffusion::TimestepOptions{});
+  Batch b{flow.noisy, flow.timesteps, {}};
+  b.c.y = torch::randn({2, spec.caption_tokens, spec.caption_channels});
+  b.c.mask = torch::ones({2, spec.caption_tokens}, torch::kInt64);
+  return b;
+}
+
+SanaMS trained_like_model(const ModelSpec& spec) {
+  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 21});
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(77);  // the same weights at every call
+  // Away from the initialisation's zeros (adaLN tables, output layers), as trained weights are.
+  for (auto& p : model->parameters()) p.add_(torch::randn(p.sizes()) * 0.02);
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  return model;
+}
+
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).norm() / b.to(torch::kFloat64).norm()).item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("int8 storage: per output channel, symmetric, within half a step of each weight", "[model][frozen]") {
+  torch::manual_seed(2);
+  auto w = torch::randn({6, 5}) * torch::linspace(0.01, 3, 6).unsqueeze(1);
+  w[2].zero_();
+  const auto [q, scale] = quantize_int8(w);
+  CHECK(q.scalar_type() == torch::kChar);
+  CHECK(scale.sizes() == torch::IntArrayRef{6});
+  CHECK(scale[2].item<float>() == 1.0f);  // an all-zero row
+  CHECK(q.abs().amax(1).index({torch::tensor({0, 1, 3, 4, 5})}).eq(127).all().item<bool>());
+  const auto back = dequantize_int8(q, scale, torch::kFloat32);
+  CHECK(((back - w).abs() <= scale.unsqueeze(1) / 2 + 1e-7).all().item<bool>());
+}
+
+TEST_CASE("a base stored in bf16 or int8 gives each layer's fp32 output on the model's own activations",
+          "[model][frozen]") {
+  const auto spec = sana::test::small_spec();
+  const auto b = batch_for(spec);
+  // Every Linear's inputs in an fp32 forward, and its fp32 weights.
+  auto model = trained_like_model(spec);
+  std::map<std::string, std::shared_ptr<RecordingLinearImpl>> recorders;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> fp32;
+  for (const auto& item : model->named_modules("", false)) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear) continue;
+    fp32[item.key()] = {linear->weight.clone(), linear->bias.defined() ? linear->bias.clone() : torch::Tensor()};
+    recorders[item.key()] = std::make_shared<RecordingLinearImpl>(linear);
+  }
+  for (const auto& [path, r] : recorders) replace_layer(*model, path, r);
+  torch::NoGradGuard no_grad;
+  const auto reference = model->forward(b.x, b.t, b.c);
+  REQUIRE(recorders.size() >= 10);
+
+  for (const auto dtype : {StorageDtype::bf16, StorageDtype::int8}) {
+    INFO(storage_dtype_name(dtype));
+    auto stored = trained_like_model(spec);
+    const auto names = stored->named_parameters().keys();
+    const auto report = store_frozen_layers(*stored, dtype, [](const std::string&) { return true; });
+    CHECK(frozen_storage_dtype(*stored) == dtype);
+    CHECK(report.bytes_after < report.bytes_before / (dtype == StorageDtype::int8 ? 3 : 1.9));
+    const auto after = stored->named_parameters();
+    int64_t scales = 0;
+    for (const auto& name : names) CHECK(after.contains(name));  // the base's names stay
+    for (const auto& item : after) scales += item.key().find("weight_scale") != std::string::npos;
+    CHECK(scales == (dtype == StorageDtype::int8 ? report.layers : 0));
+    const auto modules = stored->named_modules("", false);
+    double worst = 0;
+    for (const auto& [path, r] : recorders) {
+      auto* layer = modules[path]->as<LinearImpl>();
+      REQUIRE(layer != nullptr);
+      for (const auto& x : r->inputs) {
+        const auto want = torch::linear(x, fp32[path].first, fp32[path].second);
+        worst = std::max(worst, relative(layer->forward(x), want));
+      }
+    }
+    CHECK(worst < (dtype == StorageDtype::int8 ? 0.01 : 0.005));
+    CHECK(relative(stored->forward(b.x, b.t, b.c), reference) < 0.03);
+  }
+}
+
+TEST_CASE("a stored layer's backward: the input's gradient of the restored product, none for the weight",
+          "[model][frozen]") {
+  auto model = trained_like_model(sana::test::small_spec());
+  store_frozen_layers(*model, StorageDtype::int8, [](const std::string& p) { return p == "final_layer.linear"; });
+  auto* stored = model->final_layer->linear.get();
+  const auto params = model->named_parameters();
+  REQUIRE(params.contains("final_layer.linear.weight_scale"));
+  CHECK(params["final_layer.linear.weight"].scalar_type() == torch::kChar);
+  CHECK(params["blocks.0.attn.qkv.weight"].scalar_type() == torch::kFloat32);  // not chosen
+  const auto w = dequantize_int8(stored->weight, params["final_layer.linear.weight_scale"], torch::kFloat32);
+  const auto x = torch::randn({3, 4, model->spec().hidden}, torch::requires_grad());
+  const auto x2 = x.detach().clone().requires_grad_(true);
+  stored->forward(x).pow(2).sum().backward();
+  torch::linear(x2, w, stored->bias).pow(2).sum().backward();
+  CHECK(torch::allclose(x.grad(), x2.grad(), 1e-5, 1e-6));
+  CHECK_FALSE(stored->weight.grad().defined());
+}
+
+TEST_CASE("LoRA on an int8 base: fp32 adapters, the same gradients with gradient checkpointing", "[model][frozen]") {
+  const auto spec = sana::test::small_spec();
+  auto model = trained_like_model(spec);
+  store_frozen_layers(*model, StorageDtype::int8, [](const std::string&) { return true; });
+  LoraOptions o;
+  o.rank = 4;
+  o.targets = {"to_q", "to_k", "to_v", "conv_inverted", "conv_point", "proj_out"};
+  Lora lora(*model, o, "int8:base");
+  for (const auto& [name, t] : lora.parameters()) CHECK(t.scalar_type() == torch::kFloat32);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : lora.parameters()) {
+      if (name.find("lora_B") != std::string::npos) t.normal_(0, 0.05);
+    }
+  }
+  const auto b = batch_for(spec);
+  std::vector<torch::Tensor> plain, checkpointed;
+  for (const bool on : {false, true}) {
+    model->set_grad_checkpointing(on);
+    model->train();
+    for (const auto& [name, t] : lora.parameters()) t.mutable_grad() = torch::Tensor();
+    model->forward(b.x, b.t, b.c).pow(2).mean().backward();
+    for (const auto& [name, t] : lora.parameters()) (on ? checkpointed : plain).push_back(t.grad().clone());
+  }
+  for (size_t k = 0; k < plain.size(); ++k) {
+    INFO(lora.parameters()[k].first);
+    CHECK(torch::allclose(plain[k], checkpointed[k], 1e-5, 1e-7));
+    CHECK(plain[k].abs().sum().item<double>() > 0);
+  }
+  for (const auto& p : model->parameters()) CHECK_FALSE(p.grad().defined());  // the base gets none
+}
+
+TEST_CASE("storage on the meta device: the dtypes and shapes alone", "[model][frozen]") {
+  const auto spec = sana::test::small_spec();
+  SanaMS meta(spec, BuildOptions{torch::kFloat32, true, 0});
+  for (auto& p : meta->parameters()) p.requires_grad_(false);
+  const auto r = store_frozen_layers(*meta, StorageDtype::int8, [](const std::string&) { return true; });
+  CHECK(r.layers > 0);
+  const auto params = meta->named_parameters();
+  CHECK(params["blocks.0.attn.qkv.weight"].scalar_type() == torch::kChar);
+  CHECK(params["blocks.0.attn.qkv.weight_scale"].sizes() == torch::IntArrayRef{3 * spec.hidden});
+  CHECK(params["blocks.0.attn.qkv.weight"].is_meta());
+}
