@@ -405,7 +405,7 @@ ft_args=("${base[@]}" "--model.load_from=$out/base.pth" --train.max_steps=20 "--
 if wanted lora; then
   rm -rf "$out/lora"
   if run_logged lora 300 lora "$bin" launch --nproc-per-node 1 -- "${ft_args[@]}" --model.model=SanaMS_tiny_P2_D4 \
-       --train.lora.rank=4 "--work_dir=$out/lora" && [ -f "$out/lora/lora.safetensors" ]; then
+       --train.lora.rank=4 "--work_dir=$out/lora" && [ -f "$out/lora/pytorch_lora_weights.safetensors" ]; then
     read -r sps _ < <(throughput "$out/lora/metrics.jsonl" "$micro" 0 1)
     figures[lora]="$sps samples/s"
     ok lora "20 steps, rank 4; $(grep -o 'the base weights are unchanged' "$out/lora.log" | head -n 1)"

@@ -23,6 +23,8 @@
 #include "sana/model/weights.h"
 #include "sana/train/component_options.h"
 #include "sana/train/initial_model.h"
+#include "sana/train/part_options.h"
+#include "sana/train/run_encoders.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 #include "sana/util/safetensors.h"
@@ -67,11 +69,14 @@ class Export : public ConfigSubcommand {
       control_checkpoint(cfg, *net);
     } else if (from_.empty()) {
       log::info("export: no --from: the initial weights (train.seed {})", cfg.train.seed);
+      make_null_caption_ = true;
     } else {
       const auto source = weights_path();
       const auto report = model::load_weights(*net, source, /*strict=*/true);
       log::info("export: {} from {}", report.summary(), source);
+      make_null_caption_ = !report.made_by_run.empty();
     }
+    if (make_null_caption_) null_caption_as_a_run(cfg, net);
     if (ema_ && !merge_lora_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
       const auto ema = (fs::path(from_) / "ema.safetensors").string();
       const auto averaged = model::load_weights(*net, ema, /*strict=*/false);
@@ -87,6 +92,7 @@ class Export : public ConfigSubcommand {
     model::TensorMap tensors;
     for (const auto& [name, t] : model::module_tensors(*net)) tensors[name] = t;
     if (format_ == "upstream") {
+      tensors["pos_embed"] = model::upstream_pos_embed(spec, cfg.model.image_size);
       model::export_upstream(tensors, out_);
       std::cout << out_ << "\n";
     } else {
@@ -99,12 +105,14 @@ class Export : public ConfigSubcommand {
  private:
   // The base as the LoRA run had it (model.load_from, else the seed's weights), the adapters
   // (or their EMA) folded in.
-  void merge_adapters(const config::Config& cfg, model::SanaMSImpl& net) const {
+  void merge_adapters(const config::Config& cfg, model::SanaMSImpl& net) {
     const fs::path from(from_);
     if (from_.empty()) throw UsageError("--merge-lora needs --from: the adapters (a LoRA run's checkpoint, work_dir or file)");
     const bool folder = fs::is_directory(from);
-    if (folder && !fs::exists(from / "lora.safetensors")) {
-      throw model::WeightsError(fmt::format("--merge-lora: {} has no lora.safetensors (not a LoRA run's folder)", from_));
+    const auto adapters = lora_file_in(from);
+    if (folder && adapters.empty()) {
+      throw model::WeightsError(fmt::format("--merge-lora: {} has no {} or lora.safetensors (not a LoRA run's folder)",
+                                            from_, model::kLoraWeightsFile));
     }
     if (ema_ && !(folder && fs::exists(from / "ema.safetensors"))) {
       throw model::WeightsError(fmt::format("--ema --merge-lora: {} has no ema.safetensors (train.ema_update off?)", from_));
@@ -112,10 +120,12 @@ class Export : public ConfigSubcommand {
     if (!cfg.model.load_from.empty()) {
       const auto report = model::load_weights(net, cfg.model.load_from, cfg.model.load_strict);
       log::info("export: the base, {} from {}", report.summary(), cfg.model.load_from);
+      make_null_caption_ = !report.made_by_run.empty();
     } else {
       log::info("export: the base is the initial weights (train.seed {}): model.load_from is empty", cfg.train.seed);
+      make_null_caption_ = true;
     }
-    const auto file = folder ? (from / "lora.safetensors").string() : from_;
+    const auto file = folder ? adapters : from_;
     const auto lora = model::read_lora_file(file, ema_ ? (from / "ema.safetensors").string() : "");
     model::merge_lora_file(net, lora, train::weights_checksum(net), file);
     log::info("export: {} adapters of rank {} (alpha {:g}){} folded into the base", lora.targets.size(), lora.rank,
@@ -124,12 +134,14 @@ class Export : public ConfigSubcommand {
 
   // A ControlNet run's checkpoint: the base as the run had it (model.load_from, else the
   // seed's weights), then the checkpoint's control blocks.
-  void control_checkpoint(const config::Config& cfg, model::SanaMSImpl& net) const {
+  void control_checkpoint(const config::Config& cfg, model::SanaMSImpl& net) {
     if (!cfg.model.load_from.empty()) {
       const auto report = model::load_controlnet_weights(net, cfg.model.load_from, cfg.model.load_strict);
       log::info("export: the base, {} from {}", report.summary(), cfg.model.load_from);
+      make_null_caption_ = !report.made_by_run.empty();
     } else {
       log::info("export: the base is the initial weights (train.seed {}): model.load_from is empty", cfg.train.seed);
+      make_null_caption_ = true;
     }
     // Restored as a resume restores them: onto the base they trained on, every block exactly.
     const auto file = (fs::path(from_) / "controlnet.safetensors").string();
@@ -141,11 +153,33 @@ class Export : public ConfigSubcommand {
     log::info("export: the control blocks from {}", file);
   }
 
+  // The null caption a run has (Trainer::use_empty_prompt): the config's text encoder on the
+  // empty prompt (when the config names its export), or its null-embedding file. For the initial weights and a source without
+  // one (diffusers' layout keeps none), so the file holds what a run would, not a random init.
+  static void null_caption_as_a_run(const config::Config& cfg, model::SanaMS& net) {
+    if (!net->caption_embedder) return;
+    auto options = train::encoder_options_for(cfg);
+    options.vae.reset();  // the text encoder alone, when the config gives its export
+    if (options.text && options.text->text_encoder_path.empty()) options.text.reset();
+    options.precomputed_captions = false;
+    const auto encoders = train::load_encoders(options, torch::kCPU, train::EncoderUse::training, net->spec().conditioning);
+    train::use_empty_prompt(net, encoders, config::null_embed_file(cfg));
+  }
+
+  // A LoRA run's adapters in `folder`: its work_dir's file, or a checkpoint's (and an older
+  // work_dir's) lora.safetensors; "" when neither is there.
+  static std::string lora_file_in(const fs::path& folder) {
+    for (const char* name : {model::kLoraWeightsFile, "lora.safetensors"}) {
+      if (fs::exists(folder / name)) return (folder / name).string();
+    }
+    return "";
+  }
+
   // A checkpoint folder (or a finished run's work_dir) holds model.safetensors and
   // ema.safetensors; anything else is read as it is.
   std::string weights_path() const {
     const fs::path from(from_);
-    if (fs::is_directory(from) && fs::exists(from / "lora.safetensors") && !fs::exists(from / "model.safetensors")) {
+    if (fs::is_directory(from) && !lora_file_in(from).empty() && !fs::exists(from / "model.safetensors")) {
       throw UsageError(fmt::format("{} holds LoRA adapters, not a whole model: add --merge-lora to fold them into the "
                                    "config's base (model.load_from)", from_));
     }
@@ -184,6 +218,7 @@ class Export : public ConfigSubcommand {
 
   std::string from_, format_, out_;
   bool ema_ = false, merge_lora_ = false;
+  bool make_null_caption_ = false;  // the weights came without a null caption: make it as a run does
 };
 
 }  // namespace

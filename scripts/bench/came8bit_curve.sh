@@ -25,38 +25,4 @@ run() {  # NAME TYPE SEED
 run came CAME 1
 run came8bit CAME8bit 1
 run came_seed2 CAME 2
-/usr/bin/python3 - "$work" <<'EOF'
-import json, sys
-work = sys.argv[1]
-def losses(name):
-    out = {}
-    for line in open(f"{work}/{name}/metrics.jsonl"):
-        r = json.loads(line)
-        if "loss" in r and "step" in r:
-            out[r["step"]] = r["loss"]
-    return [out[k] for k in sorted(out)]
-runs = {n: losses(n) for n in ("came", "came8bit", "came_seed2")}
-n = min(len(v) for v in runs.values())
-w = 30
-win = {k: [sum(v[i:i + w]) / len(v[i:i + w]) for i in range(0, n, w)] for k, v in runs.items()}
-print("steps      CAME    CAME8bit  CAME seed 2")
-for i, (a, b, c) in enumerate(zip(win["came"], win["came8bit"], win["came_seed2"])):
-    print(f"{i * w + 1:4d}-{min(n, (i + 1) * w):<4d} {a:8.4f} {b:9.4f} {c:10.4f}")
-gap8 = sum(abs(a - b) for a, b in zip(win["came"], win["came8bit"])) / len(win["came"])
-gap_seed = sum(abs(a - c) for a, c in zip(win["came"], win["came_seed2"])) / len(win["came"])
-print(f"mean |CAME8bit - CAME| over {w}-step windows: {gap8:.4f}; |CAME seed 2 - CAME|: {gap_seed:.4f} "
-      f"(ratio {gap8 / gap_seed:.2f}); last window: CAME {win['came'][-1]:.4f}, CAME8bit {win['came8bit'][-1]:.4f}")
-lo = min(min(v) for v in win.values()); hi = max(max(v) for v in win.values())
-print("plot (o CAME, x CAME8bit, . CAME seed 2; loss down the page is lower):")
-rows = 12
-for r in range(rows):
-    level = hi - (hi - lo) * r / (rows - 1)
-    line = ""
-    for i in range(len(win["came"])):
-        cell = " "
-        for key, mark in (("came_seed2", "."), ("came", "o"), ("came8bit", "x")):
-            if abs(win[key][i] - level) <= (hi - lo) / (2 * (rows - 1)):
-                cell = mark
-        line += cell + " "
-    print(f"{level:7.4f} |{line}")
-EOF
+/usr/bin/python3 "$root/scripts/bench/loss_curves.py" "$work" 30 came:CAME came_seed2:"CAME seed 2" came8bit:CAME8bit

@@ -53,7 +53,8 @@ base = torch.load(sys.argv[1], map_location="cpu")["state_dict"]
 run, meta = read(sys.argv[2] + "/model.safetensors")
 pth = torch.load(sys.argv[2] + "/controlnet.pth", map_location="cpu")["state_dict"]
 control = [k for k in pth if k.startswith("controlnet.")]
-same_run = sorted(pth) == sorted(run) and all(torch.equal(pth[k], run[k]) for k in run)
+# The .pth adds upstream's pos_embed buffer (diffusers' single-file loader pops it), not a weight.
+same_run = sorted(set(pth) - {"pos_embed"}) == sorted(run) and all(torch.equal(pth[k], run[k]) for k in run)
 # The null caption (a buffer) becomes the text encoder's empty prompt at start-up, as upstream's train.py does.
 changed = [k for k in base if k in pth and not torch.equal(pth[k], base[k]) and k != "y_embedder.y_embedding"]
 same_base = not changed and sorted(set(pth) - set(control)) == sorted(k for k in base if k in pth)

@@ -6,7 +6,7 @@
 # download is replaced by a tiny caption model's initial weights exported as a diffusers
 # pipeline folder (`sana-train export --format diffusers` to its transformer/). The training
 # launch is stopped with Ctrl-C once it has taken 10 steps; the resume must pick up there on
-# 1 process and reach max_steps. Then, in python3-torch: lora.safetensors fits the diffusers
+# 1 process and reach max_steps. Then, in python3-torch: pytorch_lora_weights.safetensors fits the diffusers
 # transformer module by module as PEFT needs (lora_A [r, in], lora_B [out, r]) with its
 # settings in the metadata, and the merged export's weights are the base's plus
 # B A alpha / r exactly where adapted and the base's elsewhere.
@@ -36,7 +36,7 @@ assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
 assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
 steps=$(grep -o '"step":[0-9]*' output/my_lora/metrics.jsonl | sort -u | wc -l)
 if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
-if /usr/bin/python3 - "${base:-none}" output/my_lora/lora.safetensors output/my_lora/merged "$root/tests/reference" \
+if /usr/bin/python3 - "${base:-none}" output/my_lora/pytorch_lora_weights.safetensors output/my_lora/merged "$root/tests/reference" \
      > check.txt 2>&1 <<'PY'; then
 import json, sys
 import torch

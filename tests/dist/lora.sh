@@ -3,7 +3,7 @@
 # preset and the test photos. The base is the preset's initial weights exported to
 # upstream's .pth (sana-train export), loaded with model.load_from.
 #  1. 50 steps on 2 processes (the loss curve is held against python3-torch in 4); the
-#     base's checksum at the end equals the one at start-up; lora.safetensors has, for every block, the adapters diffusers names for
+#     base's checksum at the end equals the one at start-up; pytorch_lora_weights.safetensors has, for every block, the adapters diffusers names for
 #     the targets (transformer.transformer_blocks.N.attn1.to_q.lora_A.weight [r, in], ...),
 #     with the rank and alpha in its metadata.
 #  2. 25 steps on 2 processes, resumed on 1 to step 50: each epoch trains the samples of the
@@ -12,7 +12,8 @@
 #  4. 20 steps replayed in python3-torch (tests/reference/train_replay.py): every step's loss
 #     and the final adapters equal the run's.
 #  5. A resume against other base weights is refused (exit 2), naming both checksums.
-#  6. train.frozen_base_dtype bf16 on 2 processes; a resume of it with int8 is refused (exit 2).
+#  6. train.frozen_base_dtype bf16 on 2 processes, its adapters' and EMA's files (checkpoint
+#     shards included) with diffusers' LoRA settings; a resume of it with int8 is refused (exit 2).
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -37,7 +38,7 @@ root = sys.argv[1]
 steps = [json.loads(l) for l in open(f"{root}/metrics.jsonl") if '"loss"' in l]
 losses = [s["loss"] for s in steps if "loss" in s]
 first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-raw = open(f"{root}/lora.safetensors", "rb").read()
+raw = open(f"{root}/pytorch_lora_weights.safetensors", "rb").read()
 (n,) = struct.unpack("<Q", raw[:8])
 head = json.loads(raw[8:8 + n])
 meta = head.pop("__metadata__")
@@ -100,8 +101,28 @@ refuses_other_base "adapters" 60
 # 6. train.frozen_base_dtype: the base's layers stored in bf16 on 2 processes (rank 0's
 #    broadcast as int16 bytes on Gloo); its checksum names the dtype and holds to the end;
 #    the bf16 run's checkpoint resumed with an int8 base is refused (exit 2), naming both.
-run bf16 2 --train.frozen_base_dtype=bf16 --train.max_steps=6 --train.save_model_steps=3
+run bf16 2 --train.frozen_base_dtype=bf16 --train.max_steps=6 --train.save_model_steps=3 --train.ema_update=true
 assert_code $? 0 "6 LoRA steps on a bf16 base on 2 processes"
+# Every file of the adapters and of their EMA, the checkpoints' shards included, carries
+# diffusers' LoRA settings (without them diffusers would take alpha = rank).
+if timeout 60 /usr/bin/python3 - "$SCRATCH/bf16" > "$SCRATCH/bf16.meta" 2>&1 <<'PY'; then
+import glob, json, struct, sys
+files = [f for pattern in ("pytorch_lora_weights.safetensors", "ema.safetensors", "checkpoints/step_*/lora-*.safetensors",
+                           "checkpoints/step_*/ema-*.safetensors") for f in glob.glob(f"{sys.argv[1]}/{pattern}")]
+missing = []
+for f in files:
+    raw = open(f, "rb").read(1 << 20)
+    (n,) = struct.unpack("<Q", raw[:8])
+    meta = json.loads(raw[8:8 + n]).get("__metadata__", {})
+    if "transformer.lora_alpha" not in json.loads(meta.get("lora_adapter_metadata", "{}")):
+        missing.append(f)
+print(f"{len(files)} adapter and EMA files, {len(missing)} without diffusers' LoRA settings {missing[:3]}")
+sys.exit(0 if len(files) >= 6 and not missing else 1)
+PY
+  pass "$(cat "$SCRATCH/bf16.meta")"
+else
+  fail "LoRA metadata: $(cat "$SCRATCH/bf16.meta")"
+fi
 assert_contains "$SCRATCH/bf16.log" "train.frozen_base_dtype bf16: the frozen base's" "the start-up names the stored dtype"
 assert_contains "$SCRATCH/bf16.log" "the base weights are unchanged (checksum bf16:" \
   "the bf16 base's checksum names its dtype and holds to the end"

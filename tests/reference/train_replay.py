@@ -7,7 +7,7 @@ Usage: train_replay.py RUN_DIR BASE.pth SETTINGS_JSON
     micro-batch's model input, timesteps, target, control input and loss weight, as each
     rank fed them), a checkpoint after step 1 (checkpoints/step_00000001/: the trained
     tensors before any update, the warmup's learning rate at step 0 being 0) and
-    metrics.jsonl; and at the end lora.safetensors (LoRA) or model.safetensors (ControlNet).
+    metrics.jsonl; and at the end pytorch_lora_weights.safetensors (LoRA) or model.safetensors (ControlNet).
   BASE.pth: the frozen base in upstream's layout (torch.save'd {"state_dict": ...}).
   SETTINGS_JSON: {"kind": "lora" or "controlnet", "spec": sana-train model --json's spec,
     "lr", "betas", "eps", "weight_decay", "gradient_clip", "warmup", and "alpha" (LoRA)}:
@@ -70,7 +70,7 @@ class Lora:
         self.model = model
         first, _ = read_checkpoint_part(os.path.join(run_dir, "checkpoints", "step_00000001"), "lora")
         self.layers = attach(model, adapters_of(first), settings["alpha"])
-        self.final = os.path.join(run_dir, "lora.safetensors")
+        self.final = os.path.join(run_dir, "pytorch_lora_weights.safetensors")
 
     def trained(self):  # name -> tensor, diffusers' LoRA names
         return {f"transformer.{name}.{kind}.weight": getattr(layer, kind).weight
@@ -126,6 +126,7 @@ def main():
         copies = 1 + max(int(k.split(".")[1]) for k in control_blocks(run_dir))
         model = SanaMSControlNet(spec, None, 0, 1.0, copies).double()
     base = {k: v.double() for k, v in torch.load(base_path, map_location="cpu")["state_dict"].items()}
+    base.pop("pos_embed", None)  # as upstream's load_checkpoint drops it
     missing, unexpected = model.load_state_dict(base, strict=False)
     if unexpected or any(not k.startswith("controlnet.") for k in missing):
         sys.exit(f"the base does not fit upstream's modules: missing {missing[:4]}, unexpected {unexpected[:4]}")

@@ -11,6 +11,7 @@
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include "sana/model/pos_embed.h"
 #include "sana/model/weights.h"
 #include "sana/util/safetensors.h"
 
@@ -64,6 +65,12 @@ std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelS
   std::ofstream(config_path) << config.dump(2) << "\n";
   written.push_back(config_path.string());
   return written;
+}
+
+torch::Tensor upstream_pos_embed(const ModelSpec& spec, int64_t image_size) {
+  const int64_t grid = image_size / (spec.downsample * spec.patch);
+  if (!spec.use_pe) return torch::zeros({1, grid * grid, spec.hidden});
+  return sincos_pos_embed(spec.hidden, grid, grid, spec.pe_interpolation, spec.pe_base_size).unsqueeze(0);
 }
 
 void export_upstream(const TensorMap& tensors, const std::string& path) {

@@ -25,5 +25,9 @@ constexpr int64_t kDiffusersShardBytes = 5'000'000'000;
 std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelSpec& spec, int64_t image_size,
                                           const std::string& dir, int64_t max_shard_bytes = kDiffusersShardBytes);
 void export_upstream(const TensorMap& tensors, const std::string& path);
+// Upstream's `pos_embed` buffer, which its .pth files hold and diffusers' single-file loader
+// pops (it fails without it): [1, N, hidden] for the model.image_size grid of N tokens, the
+// sin-cos table under model.use_pe, else zeros (as upstream registers it).
+torch::Tensor upstream_pos_embed(const ModelSpec& spec, int64_t image_size);
 
 }  // namespace sana::model

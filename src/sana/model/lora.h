@@ -39,6 +39,11 @@ bool lora_targets(const std::string& name, const std::vector<std::string>& targe
 // ungrouped convolutions), in the model's order.
 std::vector<std::string> adaptable_modules(SanaMSImpl& model);
 
+// The file a LoRA run leaves in its work_dir: diffusers' default name, the one
+// load_lora_weights(folder) picks without a weight_name (before 2026-11-28: lora.safetensors,
+// which export still reads).
+inline constexpr const char* kLoraWeightsFile = "pytorch_lora_weights.safetensors";
+
 class Lora : public Stateful {
  public:
   // Adds adapters to the layers `options.targets` select, on the layers' device (meta

@@ -123,14 +123,18 @@ LoadReport load_diffusers(torch::nn::Module& model, const TensorMap& tensors, co
     }
   }
   auto upstream = from_diffusers(tensors);
+  std::vector<std::string> made_by_run;
   for (const auto& b : model.named_buffers()) {
     if (b.key() != "y_embedder.y_embedding" || upstream.count(b.key()) != 0) continue;
     upstream[b.key()] = b.value();
+    made_by_run.push_back(b.key());
     log::info("'{}': diffusers' transformer has no null caption (y_embedder.y_embedding); the run's text "
               "encoder or null-embedding file makes it",
               path);
   }
-  return load_tensors(model, upstream, path, strict);
+  auto report = load_tensors(model, upstream, path, strict);
+  report.made_by_run = std::move(made_by_run);
+  return report;
 }
 
 }  // namespace

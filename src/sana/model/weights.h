@@ -35,6 +35,9 @@ struct LoadReport {
   // fixed sin-cos table; this model, like upstream with use_pe false, adds none): not
   // loaded, not a misfit, named once in the log.
   std::vector<std::string> ignored;
+  // Not in the file and left as the model had it, for the run to make: the null caption
+  // (y_embedder.y_embedding), which diffusers' layout does not keep.
+  std::vector<std::string> made_by_run;
   int64_t loaded = 0;
   bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
   std::string summary() const;  // a few names of each kind and the counts

@@ -9,8 +9,9 @@
 
 namespace sana::train {
 
-Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed)
-    : params_(std::move(params)), rate_(rate), checkpointed_(checkpointed) {
+Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed,
+         std::map<std::string, std::string> metadata)
+    : params_(std::move(params)), rate_(rate), checkpointed_(checkpointed), metadata_(std::move(metadata)) {
   if (rate_ > 0) reset();
 }
 
@@ -52,6 +53,9 @@ void Ema::restore_state(const PartState* part, const std::string& source) {
   }
 }
 
-PartState Ema::save_state() const { return {nullptr, checkpointed_ ? named_averages() : NamedTensors{}, {}}; }
+PartState Ema::save_state() const {
+  if (!checkpointed_) return {nullptr, NamedTensors{}, {}};
+  return {nullptr, named_averages(), metadata_};
+}
 
 }  // namespace sana::train

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,7 +20,10 @@ class Ema : public Stateful {
  public:
   // params: (name, parameter) in registration order; the average starts at their values.
   // `checkpointed` false (ckpt.save_ema false): checkpoints hold an empty ema.safetensors.
-  Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed = true);
+  // `metadata`: what its files carry besides (under train.lora diffusers' LoRA settings, so
+  // that a checkpoint's EMA adapters load with the run's alpha).
+  Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed = true,
+      std::map<std::string, std::string> metadata = {});
 
   bool enabled() const { return !average_.empty(); }
   double rate() const { return rate_; }
@@ -46,6 +50,7 @@ class Ema : public Stateful {
   std::vector<torch::Tensor> average_;
   double rate_;
   bool checkpointed_;
+  std::map<std::string, std::string> metadata_;
 };
 
 }  // namespace sana::train

@@ -37,7 +37,7 @@ void LoraAdapters::check_base() const {
 }
 
 void LoraAdapters::write_final(const std::string& work_dir, std::map<std::string, std::string> metadata) const {
-  const auto path = (std::filesystem::path(work_dir) / "lora.safetensors").string();
+  const auto path = (std::filesystem::path(work_dir) / model::kLoraWeightsFile).string();
   metadata.merge(lora_->file_metadata());
   metadata["base_checksum"] = lora_->base_checksum();
   write_safetensors(path, *lora_->save_state().tensors, metadata);

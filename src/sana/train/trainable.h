@@ -49,7 +49,7 @@ class Trainable {
   // when everything trains.
   virtual void check_base() const {}
   // On the writing rank at the end: work_dir/model.safetensors (a ControlNet's whole, as
-  // upstream releases one), or under train.lora work_dir/lora.safetensors in diffusers'
+  // upstream releases one), or under train.lora work_dir/pytorch_lora_weights.safetensors in diffusers'
   // naming. `metadata` is added to the file's.
   virtual void write_final(const std::string& work_dir, std::map<std::string, std::string> metadata) const;
   // The metadata an EMA file of parameters() carries (diffusers' LoRA settings under

@@ -102,7 +102,8 @@ void Trainer::start() {
   optimizer_ = make_optimizer(optimizer_options_for(cfg_.train.optimizer), zero_->owned());
   optimizer_->keep_in_checkpoints(cfg_.ckpt.save_optimizer);
   optimizer_->use_flat_buckets(zero_->optimizer_buckets());
-  ema_.emplace(zero_->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema);
+  ema_.emplace(zero_->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0, cfg_.ckpt.save_ema,
+               trainable_->file_metadata());
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));

@@ -49,6 +49,13 @@ TEST_CASE("Ema averages every parameter with the configured rate after each upda
   CHECK(ema.averages()[0][0].item<double>() == Approx(0.75 * 2.0 + 0.25 * 5.0));
 }
 
+TEST_CASE("Ema's checkpoint file carries the metadata it was given (diffusers' LoRA settings)", "[train][ema]") {
+  Ema ema(two_params(), 0.5, true, {{"lora_adapter_metadata", "{}"}});
+  CHECK(ema.save_state().metadata == std::map<std::string, std::string>{{"lora_adapter_metadata", "{}"}});
+  Ema unsaved(two_params(), 0.5, false, {{"lora_adapter_metadata", "{}"}});  // ckpt.save_ema false: an empty file
+  CHECK(unsaved.save_state().metadata.empty());
+}
+
 TEST_CASE("Ema with rate 0 is off and captures nothing", "[train][ema]") {
   Ema ema(two_params(), 0.0);
   CHECK_FALSE(ema.enabled());

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Does LoRA on a base stored in bf16 or int8 (train.frozen_base_dtype) train like LoRA on the
+# fp32 base? The small preset (SanaMS_small_P2_D8) trained for STEPS steps on the example
+# photos at 32 px is the base (exported to upstream's .pth); then LoRA r8 on it, one process,
+# the same steps: fp32 base with seed 1, fp32 with seed 2 (the yardstick of run-to-run
+# noise: another data order and other noise draws), bf16 and int8 with seed 1. Prints the
+# loss over windows of 30 steps, each stored base's mean gap to fp32 and its ratio to the
+# seed noise, and a text plot (scripts/bench/loss_curves.py).
+#   scripts/bench/frozen_base_curve.sh [STEPS=300]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+steps=${1:-300}
+build=${SANA_BUILD_DIR:-$root/build}
+cmake --build "$build" --target sana-train > /dev/null
+work=$(mktemp -d /tmp/sana-frozen-curve-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$root"
+common=(--config configs/sana_tiny_cpu.yaml --model.model=SanaMS_small_P2_D8 --train.num_epochs=1000
+        --train.log_interval=1 --train.visualize=false --train.save_model_steps=1000000 --data.cache=memory
+        --train.num_workers=1 --train.max_steps="$steps")
+# The base: the preset trained on the same photos, so LoRA adapts a base that has learnt something.
+timeout 3000 "$build/apps/sana-train" "${common[@]}" --work_dir="$work/base" --train.optimizer.lr=3e-4 \
+  > "$work/base.log" 2>&1 || { tail -20 "$work/base.log"; exit 1; }
+timeout 300 "$build/apps/sana-train" export "${common[@]}" --from "$work/base/model.safetensors" --format upstream --out "$work/base.pth" \
+  > "$work/export.log" 2>&1 || { tail -20 "$work/export.log"; exit 1; }
+run() {  # NAME DTYPE SEED
+  timeout 3000 "$build/apps/sana-train" "${common[@]}" --work_dir="$work/$1" --model.load_from="$work/base.pth" \
+    --train.lora.rank=8 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]" \
+    --train.optimizer.lr=1e-3 --train.frozen_base_dtype="$2" --train.seed="$3" > "$work/$1.log" 2>&1 ||
+    { tail -20 "$work/$1.log"; exit 1; }
+  echo "$1: $(grep -c '"loss"' "$work/$1/metrics.jsonl") steps logged"
+}
+run fp32 fp32 1
+run fp32_seed2 fp32 2
+run bf16 bf16 1
+run int8 int8 1
+/usr/bin/python3 "$root/scripts/bench/loss_curves.py" "$work" 30 fp32:"fp32 base" fp32_seed2:"fp32 seed 2" \
+  bf16:"bf16 base" int8:"int8 base"
