@@ -136,6 +136,10 @@ struct VaeConfig {
   double scale_factor = 0.41407;
   int64_t vae_latent_dim = 32;
   int64_t vae_downsample_rate = 32;
+  // Tiled encoding (pixels, multiples of vae_downsample_rate; 0 = the whole image at once):
+  // tiles of tile_size, neighbours overlapping by tile_overlap, blended there.
+  int64_t tile_size = 0;
+  int64_t tile_overlap = 0;
 };
 
 struct TextEncoderConfig {

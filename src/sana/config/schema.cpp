@@ -135,6 +135,13 @@ void describe_vae(std::vector<Field>& f, VaeConfig& v) {
   s.add("scale_factor", v.scale_factor, "latent scale factor").above(0);
   s.add("vae_latent_dim", v.vae_latent_dim, "latent channels").at_least(1);
   s.add("vae_downsample_rate", v.vae_downsample_rate, "pixels per latent cell").at_least(1);
+  s.add("tile_size", v.tile_size,
+        "encode images larger than this in tiles of this many pixels (a multiple of vae_downsample_rate; 0 = whole "
+        "images), for memory (online encoding and prepare-features)")
+      .at_least(0);
+  s.add("tile_overlap", v.tile_overlap,
+        "pixels neighbouring tiles share, blended (a multiple of vae_downsample_rate, less than tile_size)")
+      .at_least(0);
 }
 
 void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {

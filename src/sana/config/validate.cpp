@@ -188,6 +188,21 @@ void check_captions(Checker& c, const DataConfig& d) {
   }
 }
 
+// Tiles of whole latent cells, overlapping by less than a tile.
+void check_vae_tiles(Checker& c, const VaeConfig& v) {
+  if (v.tile_size == 0) return;
+  const int64_t f = v.vae_downsample_rate;
+  if (v.tile_size % f != 0) {
+    c.fail("vae.tile_size", fmt::format("{} is not a multiple of vae.vae_downsample_rate {}", v.tile_size, f),
+           fmt::format("use a multiple of {}, e.g. {}", f, (v.tile_size / f + 1) * f));
+  } else if (v.tile_overlap % f != 0 || v.tile_overlap >= v.tile_size) {
+    c.fail("vae.tile_overlap",
+           fmt::format("{} must be a multiple of vae.vae_downsample_rate {} below vae.tile_size {}", v.tile_overlap, f,
+                       v.tile_size),
+           fmt::format("e.g. {}", v.tile_size / 4 / f * f));
+  }
+}
+
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
   check_optimizer_shape(c, cfg.train.optimizer);
@@ -218,6 +233,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
     c.fail("vae.vae_pretrained", "is required when vae.vae_type is torchscript",
            "give the TorchScript encoder file, or set vae.vae_type: none");
   }
+  check_vae_tiles(c, cfg.vae);
   if (cfg.text_encoder.text_encoder_name == "torchscript" && cfg.text_encoder.text_encoder_path.empty()) {
     c.fail("text_encoder.text_encoder_path", "is required when text_encoder_name is torchscript",
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");

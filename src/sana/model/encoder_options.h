@@ -14,6 +14,8 @@ struct VaeOptions {
   double scale_factor = 0.41407;     // latents are multiplied by it after encoding
   int64_t vae_latent_dim = 32;       // channels the encoder must give
   int64_t vae_downsample_rate = 32;  // pixels per latent cell
+  int64_t tile_size = 0;             // vae.tile_size: pixels per tile (0: whole images)
+  int64_t tile_overlap = 0;          // vae.tile_overlap: pixels shared by neighbouring tiles
 };
 
 struct TextEncoderOptions {

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sana::model {
 
@@ -61,6 +63,64 @@ FrozenVae FrozenVae::load(const VaeOptions& cfg, torch::Device device, int64_t p
 }
 
 torch::Tensor FrozenVae::encode(const torch::Tensor& images) {
+  const int64_t tile = cfg_.tile_size;
+  const bool tiled = tile > 0 && images.dim() == 4 && (images.size(2) > tile || images.size(3) > tile);
+  return tiled ? encode_tiled(images) : encode_whole(images);
+}
+
+namespace {
+
+// Where the tiles of one axis start: every `stride` pixels, the last moved back to end at the edge.
+std::vector<int64_t> tile_starts(int64_t length, int64_t tile, int64_t stride) {
+  std::vector<int64_t> out;
+  for (int64_t p = 0;; p += stride) {
+    if (p + tile >= length) {
+      out.push_back(std::max<int64_t>(0, length - tile));
+      break;
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+// A tile's weights along one axis, `cells` latent cells from `begin` to `end` of an axis of
+// `length` cells: rising over `ramp` cells from each edge another tile overlaps, flat at
+// the image's border.
+torch::Tensor tile_ramp(int64_t cells, int64_t begin, int64_t length, int64_t ramp) {
+  auto w = torch::ones({cells}, torch::kFloat32);
+  if (ramp <= 0) return w;
+  const auto i = torch::arange(cells, torch::kFloat32) + 0.5;
+  if (begin > 0) w = torch::minimum(w, i / static_cast<double>(ramp));
+  if (begin + cells < length) w = torch::minimum(w, (static_cast<double>(cells) - i) / static_cast<double>(ramp));
+  return w;
+}
+
+}  // namespace
+
+torch::Tensor FrozenVae::encode_tiled(const torch::Tensor& images) {
+  torch::NoGradGuard no_grad;
+  const int64_t f = cfg_.vae_downsample_rate, H = images.size(2), W = images.size(3);
+  const int64_t th = std::min(cfg_.tile_size, H), tw = std::min(cfg_.tile_size, W);
+  const int64_t stride = cfg_.tile_size - cfg_.tile_overlap, ramp = cfg_.tile_overlap / f;
+  torch::Tensor sum, weights;
+  for (const int64_t y : tile_starts(H, th, stride)) {
+    for (const int64_t x : tile_starts(W, tw, stride)) {
+      const auto z = encode_whole(images.narrow(2, y, th).narrow(3, x, tw));
+      if (!sum.defined()) {
+        sum = torch::zeros({z.size(0), z.size(1), H / f, W / f}, z.options());
+        weights = torch::zeros({1, 1, H / f, W / f}, z.options());
+      }
+      const auto w = (tile_ramp(th / f, y / f, H / f, ramp).unsqueeze(1) * tile_ramp(tw / f, x / f, W / f, ramp).unsqueeze(0))
+                         .to(z.device())
+                         .view({1, 1, th / f, tw / f});
+      sum.narrow(2, y / f, th / f).narrow(3, x / f, tw / f).add_(z * w);
+      weights.narrow(2, y / f, th / f).narrow(3, x / f, tw / f).add_(w);
+    }
+  }
+  return sum / weights;
+}
+
+torch::Tensor FrozenVae::encode_whole(const torch::Tensor& images) {
   torch::NoGradGuard no_grad;
   torch::Tensor z;
   try {

@@ -38,11 +38,19 @@ class FrozenVae {
  public:
   // Loads vae.vae_pretrained and checks it on a small image of `probe_size` pixels.
   static FrozenVae load(const VaeOptions& cfg, torch::Device device, int64_t probe_size = 64);
-  torch::Tensor encode(const torch::Tensor& images);  // -> [B, latent_dim, H/f, W/f] * scale
+  // -> [B, latent_dim, H/f, W/f] * scale. With vae.tile_size, an image larger than a tile
+  // is encoded tile by tile (tiles of tile_size, each tile_size - tile_overlap pixels after
+  // the one before, the last of a row or column moved back to end at the edge) and the
+  // tiles' latents blended where they overlap: each weighted by a ramp that rises from the
+  // tile's inner edges over the overlap, the sum divided by the weights'. A VAE whose
+  // latent cell sees only its own pixels gives the whole image's latents exactly.
+  torch::Tensor encode(const torch::Tensor& images);
   bool can_decode() const { return can_decode_; }
   torch::Tensor decode(const torch::Tensor& latents);  // latents / scale -> images in [-1, 1]
 
  private:
+  torch::Tensor encode_whole(const torch::Tensor& images);
+  torch::Tensor encode_tiled(const torch::Tensor& images);
   torch::jit::Module module_;
   VaeOptions cfg_;
   torch::Device device_ = torch::kCPU;

@@ -190,6 +190,8 @@ model::VaeOptions vae_options_for(const config::Config& cfg) {
   o.scale_factor = cfg.vae.scale_factor;
   o.vae_latent_dim = cfg.vae.vae_latent_dim;
   o.vae_downsample_rate = cfg.vae.vae_downsample_rate;
+  o.tile_size = cfg.vae.tile_size;
+  o.tile_overlap = cfg.vae.tile_overlap;
   return o;
 }
 

@@ -208,6 +208,18 @@ TEST_CASE("TorchScript encoders load, are checked against the config, and drive 
   CHECK_FALSE(z.requires_grad());
   REQUIRE(vae.can_decode());
   CHECK(vae.decode(z).sizes() == images.sizes());
+  // vae.tile_size: tiles of 8 px overlapping by 4, or 12 by 4 (the last tile of a row
+  // moved back to the edge); this VAE's latent cell sees only its own 4 x 4 pixels, so the
+  // blended tiles give the whole image's latents.
+  for (const auto& [tile, overlap] : std::vector<std::pair<int64_t, int64_t>>{{8, 4}, {12, 4}}) {
+    auto tiled = vc;
+    tiled.tile_size = tile;
+    tiled.tile_overlap = overlap;
+    const auto zt = model::FrozenVae::load(tiled, torch::kCPU).encode(images);
+    INFO("tiles of " << tile << " px, overlap " << overlap);
+    CHECK(zt.sizes() == z.sizes());
+    CHECK(((zt - z).abs().mean() / z.abs().mean()).item<double>() < 1e-6);
+  }
   auto wrong = vc;
   wrong.vae_pretrained = fx.path("vae_wrong.pt");
   CHECK_THROWS_WITH(model::FrozenVae::load(wrong, torch::kCPU),

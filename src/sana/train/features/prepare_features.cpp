@@ -79,6 +79,7 @@ nlohmann::ordered_json settings_of(const config::Config& cfg, const data::Datase
     s["vae"]["scale_factor"] = cfg.vae.scale_factor;
     s["vae"]["latent_dim"] = cfg.vae.vae_latent_dim;
     s["vae"]["downsample"] = cfg.vae.vae_downsample_rate;
+    if (cfg.vae.tile_size > 0) s["vae"]["tiles"] = {cfg.vae.tile_size, cfg.vae.tile_overlap};
   }
   if (layout.control) {
     const auto& c = cfg.controlnet;
