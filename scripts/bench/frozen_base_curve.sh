@@ -15,6 +15,7 @@ cmake --build "$build" --target sana-train > /dev/null
 work=$(mktemp -d /tmp/sana-frozen-curve-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$root"
+bash scripts/prepare_example_data.sh > /dev/null  # data/example, as configs/sana_tiny_cpu.yaml reads
 common=(--config configs/sana_tiny_cpu.yaml --model.model=SanaMS_small_P2_D8 --train.num_epochs=1000
         --train.log_interval=1 --train.visualize=false --train.save_model_steps=1000000 --data.cache=memory
         --train.num_workers=1 --train.max_steps="$steps")

@@ -46,12 +46,14 @@ struct StoredProduct : public torch::autograd::Function<StoredProduct> {
     ctx->save_for_backward({stored, scale});
     const auto dtype = compute_dtype(x);
     const auto b = given(bias) ? bias.to(dtype) : torch::Tensor();
-    return torch::linear(x.to(dtype), restore(stored, scale, dtype), b);
+    return token_product(x.to(dtype), restore(stored, scale, dtype), b);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto& dy = grads[0];
-    return {torch::matmul(dy, restore(saved[0], saved[1], dy.scalar_type())), {}, {}, {}};
+    // dx = dy W: dy times (W^T)^T, the same product as the forward's.
+    const auto w = restore(saved[0], saved[1], dy.scalar_type());
+    return {token_product(dy, w.t().contiguous(), torch::Tensor()), {}, {}, {}};
   }
 };
 

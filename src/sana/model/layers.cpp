@@ -16,6 +16,8 @@ torch::Tensor empty_parameter(at::IntArrayRef shape, const torch::TensorOptions&
   return torch::empty(shape, options);
 }
 
+}  // namespace
+
 // x [..., in] times weight [out, in]^T, + bias. On several CPU threads a product of many
 // rows runs as a 1x1 convolution of the channels-last [1, in, rows, 1] view of x, which
 // ATen gives to oneDNN on its own thread pool; torch::linear would call OpenBLAS, which
@@ -33,8 +35,6 @@ torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight,
   sizes.back() = weight.size(0);
   return y.permute({0, 2, 3, 1}).reshape(sizes);
 }
-
-}  // namespace
 
 bool FlopTrace::active() { return g_trace != nullptr; }
 FlopTrace::FlopTrace() : outer_(g_trace) { g_trace = this; }

@@ -38,6 +38,10 @@ class FlopTrace {
   FlopTrace* outer_;
 };
 
+// x [..., in] times weight [out, in]^T, + bias (undefined: none): every Linear's product,
+// on the CPU's threads as layers.cpp says.
+torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
 // The layers a model's modules call through typed members (Linear, Conv2d) can be wrapped
 // from outside: code that adapts a layer (model/lora.h) builds a module of a derived type
 // around it, sharing its parameters under the same names, and replace_layer() puts it in
