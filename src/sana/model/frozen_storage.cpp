@@ -25,7 +25,11 @@ torch::ScalarType torch_dtype(StorageDtype d) {
 
 // A custom autograd function takes defined tensors only: an empty one stands for none (a
 // scale under bf16 / fp16, a layer's bias it does not have).
-torch::Tensor or_none(const torch::Tensor& t) { return t.defined() ? t : torch::empty({0}); }
+// One shared empty tensor: no allocation per forward.
+torch::Tensor or_none(const torch::Tensor& t) {
+  static const torch::Tensor none = torch::empty({0});
+  return t.defined() ? t : none;
+}
 bool given(const torch::Tensor& t) { return t.numel() > 0; }
 
 // The stored weight in `dtype`: int8 codes times their scales, or a cast.
