@@ -46,7 +46,8 @@ class Export : public ConfigSubcommand {
     cli_->add_flag("--merge-lora", merge_lora_,
                    "--from names LoRA adapters (a LoRA run's checkpoint or work_dir, or a LoRA file): fold them into "
                    "the config's base (model.load_from)");
-    cli_->add_option("--format", format_, "diffusers (a transformer folder) or upstream (a .pth)")
+    cli_->add_option("--format", format_,
+                     "diffusers (a transformer folder; a ControlNet: transformer/ and controlnet/) or upstream (a .pth)")
         ->required()
         ->check(CLI::IsMember({"diffusers", "upstream"}));
     cli_->add_option("--out", out_, "the folder (diffusers) or file (upstream) to write")->required();
@@ -55,12 +56,6 @@ class Export : public ConfigSubcommand {
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     const Consolidated consolidated(from_);  // a format-3 checkpoint is read as format 2
     const auto spec = train::model_spec_for(cfg);
-    if (spec.control_blocks > 0 && format_ == "diffusers") {
-      throw UsageError(fmt::format("--format diffusers: {} is a ControlNet in upstream's layout, which diffusers' "
-                                   "SanaControlNetModel does not share; --format upstream writes what upstream's "
-                                   "SanaControlNetPipeline loads",
-                                   spec.name));
-    }
     model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
     if (merge_lora_) {
       merge_adapters(cfg, *net);
@@ -96,7 +91,10 @@ class Export : public ConfigSubcommand {
       model::export_upstream(tensors, out_);
       std::cout << out_ << "\n";
     } else {
-      for (const auto& f : model::export_diffusers(tensors, spec, cfg.model.image_size, out_)) std::cout << f << "\n";
+      const auto written = spec.control_blocks > 0
+                               ? model::export_controlnet_diffusers(tensors, spec, cfg.model.image_size, out_)
+                               : model::export_diffusers(tensors, spec, cfg.model.image_size, out_);
+      for (const auto& f : written) std::cout << f << "\n";
     }
     log::info("export: {} weights of {} in {}'s layout at {}", tensors.size(), spec.name, format_, out_);
     return 0;

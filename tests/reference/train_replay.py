@@ -4,7 +4,8 @@ step by step, for its loss curve.
 
 Usage: train_replay.py RUN_DIR BASE.pth SETTINGS_JSON
   RUN_DIR: the work_dir of a run made with SANA_TEST_DUMP_BATCHES=1 (batches/: every
-    micro-batch's model input, timesteps, target, control input and loss weight, as each
+    micro-batch's model input, timesteps, target, control input, loss weight and (train.masked_loss)
+    each cell's loss weight, as each
     rank fed them), a checkpoint after step 1 (checkpoints/step_00000001/: the trained
     tensors before any update, the warmup's learning rate at step 0 being 0) and
     metrics.jsonl; and at the end pytorch_lora_weights.safetensors (LoRA) or model.safetensors (ControlNet).
@@ -16,7 +17,8 @@ Usage: train_replay.py RUN_DIR BASE.pth SETTINGS_JSON
 What the replay computes is not sana-train's code: the base is upstream's modules
 (upstream_model.SanaMS, or SanaMSControlNet with its control blocks, float64), a LoRA's
 adapters PEFT's layers (lora_reference.attach), the loss diffusers' / upstream's
-flow-matching MSE, each micro-batch weighted by its share of the global batch; the gradients are clipped as torch.nn.utils.clip_grad_norm_ clips them, the
+flow-matching MSE (with masks, each squared error times its cell's weight before the mean,
+as OneTrainer's masked training), each micro-batch weighted by its share of the global batch; the gradients are clipped as torch.nn.utils.clip_grad_norm_ clips them, the
 learning rate is diffusers' get_constant_schedule_with_warmup, the update torch.optim.AdamW.
 Only the batches (data, noise, timesteps) come from the run. Prints every step's loss, the
 run's and the replay's, and the trained tensors' largest difference; exits 1 when a step's
@@ -146,7 +148,10 @@ def main():
         loss = 0.0
         for b in micro_batches:
             pred = run(b)
-            micro = (pred - b["target"].double()).pow(2).mean() * b["weight"].double()[0]
+            squares = (pred - b["target"].double()).pow(2)
+            if "loss_weights" in b:  # train.masked_loss: OneTrainer's weighting, per cell over all channels
+                squares = squares * b["loss_weights"].double()
+            micro = squares.mean() * b["weight"].double()[0]
             micro.backward()
             loss += micro.item()
         torch.nn.utils.clip_grad_norm_(params, settings["gradient_clip"])

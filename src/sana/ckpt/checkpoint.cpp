@@ -105,6 +105,13 @@ StateFile state_from_json(const nlohmann::json& j) {
 
 std::string checkpoint_name(int64_t global_step) { return fmt::format("step_{:08d}", global_step); }
 
+std::string checkpoint_folder_of(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path folder = fs::is_directory(p, ec) ? p : p.parent_path();
+  return fs::is_regular_file(folder / "trainer_state.json", ec) ? folder.string() : std::string();
+}
+
 std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t keep_last_n,
                              const StageHook& before_stage) {
   const fs::path root = fs::path(work_dir) / "checkpoints";
@@ -243,6 +250,30 @@ Snapshot read_checkpoint(const std::string& dir, bool tensors) {
   }
   add_part_json(snap, file_state.parts);
   return snap;
+}
+
+std::optional<NamedTensors> read_part_tensors(const std::string& dir, const std::string& part) {
+  const auto state = read_state(dir).state;  // format 2: only the part's file is read and checked
+  if (state.format >= 3) {
+    verify_checkpoint(dir);  // index.json and every shard file whole; each entry is checked as read
+    const auto index = read_shard_index(dir);
+    const auto it = index.parts.find(part);
+    if (it == index.parts.end()) return std::nullopt;
+    std::vector<const ShardEntry*> entries;
+    for (const auto& e : it->second) entries.push_back(&e);
+    return read_shard_entries(dir, entries);
+  }
+  const std::string file = tensor_file(part);
+  if (state.checksums.count(file) == 0) return std::nullopt;
+  const fs::path path = fs::path(dir) / file;
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_sum(dir, file, hash_hex(std::string_view(bytes.data(), bytes.size())), state);
+  try {
+    return parse_safetensors(bytes, path.string()).tensors;
+  } catch (const SafetensorsError& e) {
+    throw CheckpointError(e.what());
+  }
 }
 
 Resolved resolve_latest(const std::string& work_dir, const std::vector<std::string>& skip) {

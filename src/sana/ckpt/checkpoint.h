@@ -80,6 +80,9 @@ struct Snapshot {
 };
 
 std::string checkpoint_name(int64_t global_step);  // step_00001200
+// The sana-train checkpoint folder `path` is or lies in (a folder with trainer_state.json,
+// or a file directly in one, such as its model.safetensors), or "" when it is neither.
+std::string checkpoint_folder_of(const std::string& path);
 
 // Called with the name of each step of a checkpoint's write and commit before it begins (a
 // part's file, "index.json", "trainer_state.json", "rename", "latest"); empty: none. Fault
@@ -101,6 +104,9 @@ TrainerState verify_checkpoint(const std::string& dir);
 // checked). `tensors` false (format 3 only): the parts' JSON, and an empty tensor list for
 // each part that has tensors (ckpt/shards.h reads them).
 Snapshot read_checkpoint(const std::string& dir, bool tensors = true);
+// One part's tensors of the checkpoint folder `dir` (verified as read_checkpoint() does,
+// any format), or nothing when the checkpoint holds no tensors of that part.
+std::optional<NamedTensors> read_part_tensors(const std::string& dir, const std::string& part);
 
 // `latest` in work_dir: the checkpoint it names if valid, else the newest valid one;
 // `warnings` says what was skipped and why. `path` is empty when none is valid. Folders

@@ -212,6 +212,15 @@ struct LoraConfig {
   LoraInit init = LoraInit::gaussian;  // B = 0; A normal(0, 1/rank) or PEFT's default uniform
 };
 
+// train.eval (train/eval_loss.h): a held-out loss, every N steps, on the same samples at the
+// same timesteps with the same noise each time.
+struct EvalConfig {
+  std::vector<std::string> data_dir;  // the held-out samples: folders, JSONL/CSV files or indexes
+  int64_t every_steps = 0;            // 0: never
+  std::vector<int64_t> timesteps = {100, 300, 500, 700, 900};  // of scheduler.train_sampling_steps
+  int64_t max_samples = 0;            // 0: every sample of data_dir; else its first N
+};
+
 struct TrainConfig {
   int64_t seed = 42;
   // Where upstream's train.py keeps the empty prompt's features
@@ -244,6 +253,17 @@ struct TrainConfig {
   LrSchedule lr_schedule = LrSchedule::constant;
   LrScheduleArgs lr_schedule_args;
   AutoLr auto_lr = AutoLr::sqrt;  // scale lr by sqrt (or linear) of global_batch_size / 256
+  // Upstream's train.py: a resume from a named checkpoint (not latest) restarts the schedule
+  // when false; resume_from latest that finds no checkpoint starts from model.load_from, and
+  // these carry that checkpoint's optimizer state and schedule position over (a sana-train
+  // checkpoint folder; train/lr_scheduler.h).
+  bool resume_lr_scheduler = true;
+  bool load_from_optimizer = false;
+  bool load_from_lr_scheduler = false;
+  // OneTrainer's masked training: each sample's `mask` image (JSONL/CSV) weights its loss per
+  // latent cell (the mask averaged over the cell), at least masked_loss_unmasked_weight.
+  bool masked_loss = false;
+  double masked_loss_unmasked_weight = 0.1;
   bool ema_update = false;       // keep an EMA copy of the weights (upstream's default: off)
   double ema_rate = 0.9999;      // its decay; 0 turns it off too
   int64_t log_interval = 50;
@@ -268,6 +288,7 @@ struct TrainConfig {
   // What a frozen base's Linear and Conv2d weights are kept in (model/frozen_storage.h):
   // fp32 as loaded, bf16 / fp16 casts, or int8 per output channel.
   FrozenDtype frozen_base_dtype = FrozenDtype::fp32;
+  EvalConfig eval;
 };
 
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet

@@ -6,36 +6,12 @@
 #include <type_traits>
 
 #include "sana/config/checks.h"
+#include "sana/config/schema_section.h"
 #include "sana/config/upstream.h"
 
 namespace sana::config {
 
 namespace {
-
-// Adds fields with a common key prefix, so each section below reads as a table.
-class Section {
- public:
-  Section(std::vector<Field>& out, std::string prefix) : out_(out), prefix_(std::move(prefix)) {}
-
-  // An enum field takes its choices from its names (config/choices.h).
-  template <class T>
-  Field& add(const char* name, T& value, const char* help) {
-    Field& f = out_.emplace_back();
-    f.key = prefix_.empty() ? name : prefix_ + "." + name;
-    if constexpr (std::is_enum_v<T>) {
-      f.ref = ChoiceRef::of(value);
-      f.choices = names_of<T>();
-    } else {
-      f.ref = &value;
-    }
-    f.help = help;
-    return f;
-  }
-
- private:
-  std::vector<Field>& out_;
-  std::string prefix_;
-};
 
 void describe_data(std::vector<Field>& f, DataConfig& d) {
   Section s(f, "data");
@@ -183,139 +159,6 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
 }
 
 // What a run shows while it trains: log lines, TensorBoard, previews.
-void describe_reporting(Section& s, TrainConfig& t) {
-  s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
-      .commonly_used();
-  s.add("report_to", t.report_to,
-        "tensorboard: event files in work_dir/tensorboard (scalars every step, preview grids) besides "
-        "metrics.jsonl; none: metrics.jsonl and report/ only")
-      .one_of({"tensorboard", "none"})
-      .commonly_used();
-  s.add("peak_tflops", t.peak_tflops,
-        "the accelerator's dense peak TFLOP/s per process for MFU; 0 = known NVIDIA GPUs by name (bf16/fp16 "
-        "or TF32), none on CPUs")
-      .at_least(0);
-  s.add("visualize", t.visualize, "write preview images");
-  s.add("eval_sampling_steps", t.eval_sampling_steps, "steps between previews").at_least(1);
-  s.add("validation_prompts", t.validation_prompts, "captions of the preview images");
-  s.add("preview_steps", t.preview_steps, "sampler steps per preview image").at_least(1);
-  s.add("preview_cfg_scale", t.preview_cfg_scale, "classifier-free guidance scale of previews (1: none)")
-      .at_least(0);
-  s.add("preview_images", t.preview_images, "preview images per bucket").at_least(1);
-  s.add("preview_every_epochs", t.preview_every_epochs,
-        "also preview at the end of every N-th epoch (0: only every eval_sampling_steps)")
-      .at_least(0);
-  s.add("preview_on", t.preview_on,
-        "shared: each rank renders some buckets; rank0: rank 0 renders all while the others wait");
-}
-
-// train.optimizer: which optimizer, its hyperparameters and its 8-bit state's layout.
-void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
-  Section o(f, "train.optimizer");
-  o.add("type", opt.type, "optimizer").commonly_used();
-  o.add("lr", opt.lr, "peak learning rate").above(0).commonly_used();
-  o.add("weight_decay", opt.weight_decay, "decoupled weight decay").at_least(0);
-  o.add("betas", opt.betas, "AdamW, AdamW8bit: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
-      .at_least(0)
-      .at_most(0.999999999);
-  o.add("eps", opt.eps, "AdamW, AdamW8bit: 1 value; CAME: 2 (default: the optimizer's)").above(0);
-  o.add("block_size", opt.block_size, "CAME8bit: rows per quantization block").at_least(1);
-  o.add("min_8bit_size", opt.min_8bit_size,
-        "CAME8bit: weights with more elements than this keep 8-bit first moments; AdamW8bit: "
-        "parameters with at least this many keep 8-bit moments (default: the optimizer's, 16384 / 4096)")
-      .at_least(0);
-}
-
-void describe_lora(std::vector<Field>& f, LoraConfig& l) {
-  Section s(f, "train.lora");
-  s.add("rank", l.rank,
-        "0 = off (every weight trains); else LoRA of this rank on a frozen base (docs/finetune.md)")
-      .at_least(0)
-      .at_most(4096);
-  s.add("alpha", l.alpha, "the update is scaled by alpha / rank; 0 = rank (scale 1)").at_least(0);
-  s.add("dropout", l.dropout, "dropout on the adapters' input while training (PEFT's lora_dropout)")
-      .at_least(0)
-      .at_most(0.99);
-  s.add("target_modules", l.target_modules,
-        "diffusers' module names adapted, matched as PEFT matches (to_q, attn2.to_v, ff.conv_inverted, "
-        "to_out.0, proj_out, ...)");
-  s.add("init", l.init, "B starts at 0; A from a normal(0, 1/rank) (gaussian) or PEFT's default (kaiming)");
-}
-
-void describe_train(std::vector<Field>& f, TrainConfig& t) {
-  Section s(f, "train");
-  s.add("seed", t.seed, "seed of every random stream").at_least(0).commonly_used();
-  s.add("null_embed_root", t.null_embed_root,
-        "folder of upstream's null-embedding files, read when text_encoder.null_embed_path is ''");
-  s.add("num_epochs", t.num_epochs, "epochs to train").at_least(1).commonly_used();
-  s.add("early_stop_hours", t.early_stop_hours,
-        "after the first step that ends this many hours after start-up, save a checkpoint and stop (as upstream; "
-        "a resume starts the clock again); 0 = no limit")
-      .at_least(0);
-  s.add("max_steps", t.max_steps, "optimizer steps to train; 0 = all epochs").at_least(0)
-      .commonly_used();
-  s.add("global_batch_size", t.global_batch_size, "samples per optimizer step, all processes")
-      .at_least(1)
-      .commonly_used();
-  s.add("micro_batch_size", t.micro_batch_size, "samples per process per forward").at_least(1)
-      .commonly_used();
-  s.add("batch_tokens", t.batch_tokens,
-        "0 = off; else tokens (latent patches) per optimizer step: each bucket's global batch is this / its "
-        "tokens per sample, so large images come fewer to a step")
-      .at_least(0);
-  s.add("deterministic", t.deterministic,
-        "bitwise-identical parameters at any process count and accumulation split with the same micro_batch_size "
-        "(gradients summed as integers; ranks take whole micro-batches)");
-  s.add("train_batch_size", t.train_batch_size,
-        "upstream style, 0 = unset: per-process batch; global = it x accumulation x world size")
-      .at_least(0)
-      .at_most(1 << 20);
-  s.add("gradient_accumulation_steps", t.gradient_accumulation_steps,
-        "upstream style, 0 = unset: micro-steps per optimizer step (train_batch_size)")
-      .at_least(0)
-      .at_most(1 << 20);
-  s.add("num_workers", t.num_workers, "data loading threads per process").at_least(0);
-  s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
-  s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
-      .at_least(1);
-  s.add("zero_stage", t.zero_stage,
-        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too; "
-        "3: parameters too (gathered block by block)")
-      .at_least(0)
-      .at_most(3);
-  s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
-  describe_optimizer(f, t.optimizer);
-  s.add("lr_schedule", t.lr_schedule, "learning-rate schedule after warmup");
-  Section a(f, "train.lr_schedule_args");
-  a.add("num_warmup_steps", t.lr_schedule_args.num_warmup_steps, "linear warmup steps")
-      .at_least(0);
-  a.add("final_lr_ratio", t.lr_schedule_args.final_lr_ratio,
-        "cosine_decay_to_constant: final lr / lr; 0 = upstream's 1 / the auto_lr scale")
-      .at_least(0)
-      .at_most(1);
-  a.add("num_decay", t.lr_schedule_args.num_decay,
-        "cosine_decay_to_constant: fraction of the steps the decay takes")
-      .above(0)
-      .at_most(1);
-  a.add("num_cycles", t.lr_schedule_args.num_cycles, "cosine: half-waves over the run").above(0);
-  s.add("auto_lr", t.auto_lr, "scale lr by sqrt (or linear) of global_batch_size / 256");
-  s.add("ema_update", t.ema_update, "keep an EMA copy of the weights (updated before each step)");
-  s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
-      0.999999999);
-  s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = none by step count")
-      .at_least(0)
-      .commonly_used();
-  s.add("save_model_epochs", t.save_model_epochs, "epochs between checkpoints; 0 = none at epoch ends (the last and a stop still save)")
-      .at_least(0);
-  describe_reporting(s, t);
-  s.add("max_nonfinite", t.max_nonfinite, "consecutive non-finite steps before aborting")
-      .at_least(1);
-  describe_lora(f, t.lora);
-  s.add("frozen_base_dtype", t.frozen_base_dtype,
-        "what a frozen base (train.lora) keeps its layers' weights in: fp32, bf16, fp16, or int8 (per output "
-        "channel); each layer computes in the training dtype (docs/finetune.md)");
-}
-
 void describe_dist(std::vector<Field>& f, DistConfig& d) {
   Section s(f, "dist");
   s.add("backend", d.backend, "collective backend");

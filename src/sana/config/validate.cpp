@@ -203,6 +203,26 @@ void check_vae_tiles(Checker& c, const VaeConfig& v) {
   }
 }
 
+// train.eval: samples to measure when it is on, and timesteps in the training table.
+void check_eval(Checker& c, const Config& cfg) {
+  const auto& e = cfg.train.eval;
+  if (e.every_steps > 0 && e.data_dir.empty()) {
+    c.fail("train.eval.data_dir", fmt::format("is empty, but train.eval.every_steps is {}", e.every_steps),
+           "name the held-out samples (a folder, a JSONL/CSV file or an index), or set every_steps: 0");
+  }
+  if (e.every_steps > 0 && e.timesteps.empty()) {
+    c.fail("train.eval.timesteps", "is empty: no timestep to measure the loss at", "e.g. [100, 300, 500, 700, 900]");
+  }
+  const int64_t steps = cfg.scheduler.train_sampling_steps;
+  for (int64_t t : e.timesteps) {
+    if (t >= steps) {
+      c.fail("train.eval.timesteps", fmt::format("{} is not below scheduler.train_sampling_steps {}", t, steps),
+             fmt::format("use timesteps from 0 to {}", steps - 1));
+      break;
+    }
+  }
+}
+
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
   check_optimizer_shape(c, cfg.train.optimizer);
@@ -234,6 +254,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
            "give the TorchScript encoder file, or set vae.vae_type: none");
   }
   check_vae_tiles(c, cfg.vae);
+  check_eval(c, cfg);
   if (cfg.text_encoder.text_encoder_name == "torchscript" && cfg.text_encoder.text_encoder_path.empty()) {
     c.fail("text_encoder.text_encoder_path", "is required when text_encoder_name is torchscript",
            "give the TorchScript encoder file, or set text_encoder.text_encoder_name: none");
@@ -306,14 +327,34 @@ void check_encoder_paths(Checker& c, const Config& cfg) {
   }
 }
 
+// train.load_from_optimizer / load_from_lr_scheduler read model.load_from's optimizer state
+// and schedule position, which only a sana-train checkpoint folder holds (trainer_state.json
+// in the folder named, or beside the file named).
+void check_carried_state(Checker& c, const Config& cfg) {
+  const auto& t = cfg.train;
+  if (!t.load_from_optimizer && !t.load_from_lr_scheduler) return;
+  std::error_code ec;
+  const fs::path p(cfg.model.load_from);
+  const fs::path folder = fs::is_directory(p, ec) ? p : p.parent_path();
+  if (fs::is_regular_file(folder / "trainer_state.json", ec) || !fs::exists(p, ec)) return;
+  c.fail(t.load_from_optimizer ? "train.load_from_optimizer" : "train.load_from_lr_scheduler",
+         fmt::format("model.load_from '{}' is not a sana-train checkpoint folder or a file in one: it keeps no "
+                     "optimizer state or schedule position that sana-train reads (upstream's .pth holds torch's "
+                     "pickled optimizer, ordered by its own parameters)",
+                     cfg.model.load_from),
+         "point model.load_from at a checkpoint folder (work_dir/checkpoints/step_N), or set this key false");
+}
+
 void check_paths(Checker& c, const Config& cfg) {
   if (cfg.data.data_dir.empty()) {
     c.fail("data.data_dir", "is required: no training data given",
            "set it to an image folder, a JSONL/CSV metadata file or an index");
   }
   for (const auto& dir : cfg.data.data_dir) check_existing(c, "data.data_dir", dir, "data source");
+  for (const auto& dir : cfg.train.eval.data_dir) check_existing(c, "train.eval.data_dir", dir, "data source");
   if (!cfg.model.load_from.empty()) {
     check_existing(c, "model.load_from", cfg.model.load_from, "checkpoint");
+    check_carried_state(c, cfg);
   }
   if (!cfg.model_growth.pretrained_ckpt_path.empty()) {
     check_existing(c, "model_growth.pretrained_ckpt_path", cfg.model_growth.pretrained_ckpt_path, "checkpoint");

@@ -309,11 +309,12 @@ std::string ensure_index(const std::vector<std::string>& sources, const std::str
     return sources[0];
   }
   // Header sizes depend on the EXIF setting, wids samples' metadata on the caption
-  // sources; "v3" retires the indexes made before wids metadata was kept.
+  // sources; "v3" retired the indexes made before wids metadata was kept, "v4" those made
+  // before JSONL/CSV `mask` fields were.
   Hasher key;
   key.update_value(sources_key(sources));
   const std::string settings =
-      fmt::format("v3 exif {} {}", options.exif_orientation, options.captions.describe());
+      fmt::format("v4 exif {} {}", options.exif_orientation, options.captions.describe());
   key.update(settings.data(), settings.size());
   const std::string path = (fs::path(cache_dir) / fmt::format("index-{:016x}.sidx", key.digest())).string();
   if (fs::exists(path)) return path;

@@ -202,8 +202,9 @@ class JsonlSource : public RowSource {
       row.label = parse_label(json_text(j, {"label", "class", "class_id"}), where);
       row.latent = resolve(base_, json_text(j, {"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, json_text(j, {"text_feat", "text_feat_path", "caption_feature"}));
-      row.meta = meta_with_control(resolve(base_, json_text(j, {"control", "control_image", "conditioning_image"})),
-                                   resolve(base_, json_text(j, {"control_latent"})));
+      row.meta = meta_with_files(resolve(base_, json_text(j, {"control", "control_image", "conditioning_image"})),
+                                 resolve(base_, json_text(j, {"control_latent"})),
+                                 resolve(base_, json_text(j, {"mask", "mask_image", "mask_path"})));
       check_row_paths(row, where);
       return true;
     }
@@ -302,8 +303,8 @@ class CsvSource : public RowSource {
       row.label = parse_label(get({"label", "class", "class_id"}), where);
       row.latent = resolve(base_, get({"latent", "latent_path", "vae_feat"}));
       row.text_feat = resolve(base_, get({"text_feat", "text_feat_path", "caption_feature"}));
-      row.meta = meta_with_control(resolve(base_, get({"control", "control_image", "conditioning_image"})),
-                                   resolve(base_, get({"control_latent"})));
+      row.meta = meta_with_files(resolve(base_, get({"control", "control_image", "conditioning_image"})),
+                                 resolve(base_, get({"control_latent"})), resolve(base_, get({"mask", "mask_image", "mask_path"})));
       check_row_paths(row, where);
       return true;
     }

@@ -204,16 +204,9 @@ Batch batch_of(const Job& job) {
 }
 }  // namespace
 
-Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
-  Batch b = batch_of(job);
-  const Bucket& bucket = dataset_.buckets().bucket(b.bucket);
-  const int h = bucket.height, w = bucket.width;
-  // The filter is the bucket's table's (upstream's choice) unless data.interpolation names one.
-  DecodeOptions decode = opts_.decode;
-  if (!decode.filter) decode.filter = filter_for_table(dataset_.buckets().table_of(b.bucket).name());
+void Loader::allocate(Batch& b, int h, int w) const {
   const auto n = static_cast<int64_t>(b.ids.size());
   auto options = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(opts_.pin_memory);
-  const auto& index = dataset_.index();
   const int64_t f = opts_.latent_downsample;
   if (opts_.load_latents) {
     b.latents = torch::empty({n, opts_.latent_channels, h / f, w / f}, options);
@@ -222,10 +215,23 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
     b.images = torch::empty({n, 3, h, w}, options);
     if (opts_.control.kind != ControlKind::none) b.control = torch::empty({n, 3, h, w}, options);
   }
+  if (opts_.masks) b.masks = torch::ones({n, 1, h, w}, options);
   if (opts_.load_text_feat) {
     b.text_feat = torch::zeros({n, opts_.text_length, opts_.text_channels}, options);
     b.text_mask = torch::zeros({n, opts_.text_length}, options);
   }
+}
+
+Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
+  Batch b = batch_of(job);
+  const Bucket& bucket = dataset_.buckets().bucket(b.bucket);
+  const int h = bucket.height, w = bucket.width;
+  // The filter is the bucket's table's (upstream's choice) unless data.interpolation names one.
+  DecodeOptions decode = opts_.decode;
+  if (!decode.filter) decode.filter = filter_for_table(dataset_.buckets().table_of(b.bucket).name());
+  allocate(b, h, w);
+  const auto n = static_cast<int64_t>(b.ids.size());
+  const auto& index = dataset_.index();
   for (int64_t i = 0; i < n; ++i) {
     const SampleId planned = b.ids[static_cast<size_t>(i)];
     const SampleId used = with_substitutes(planned, b.bucket, plan_.epoch(), [&](SampleId c) {
@@ -245,10 +251,7 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
         }
       } else {
         const IndexRecord& r = index.record(c);
-        // Flips are a pure function of (seed, epoch, sample): any worker, any world size.
-        util::RandomStream flip_rng(util::stream_key(
-            "sample.flip", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), c}));
-        const bool flip = opts_.random_flip && flip_rng.below(2) == 1;
+        const bool flip = flips(c);
         // Decoded without the flip (that is how the cache keeps it); flipped into the batch.
         cv::Mat rgb = opts_.cache ? opts_.cache->get(c, h, w) : cv::Mat();
         if (rgb.empty()) {
@@ -262,6 +265,10 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
           rgb = d.rgb;
         }
         const std::string bad = place_image(c, rgb, flip, i, b, decode, guard);
+        if (!bad.empty()) return bad;
+      }
+      if (b.masks.defined()) {
+        const std::string bad = read_mask(c, b.masks[i], h, w, decode, guard);
         if (!bad.empty()) return bad;
       }
       if (opts_.load_text_feat) {
@@ -296,6 +303,29 @@ std::string Loader::read_latent(const std::string& path, const char* what, torch
                        fmt::join(row.sizes(), "x"), h, w);
   }
   row.copy_(lat);
+  return "";
+}
+
+// Flips are a pure function of (seed, epoch, sample): any worker, any world size.
+// Precomputed latents are never flipped.
+bool Loader::flips(SampleId id) const {
+  if (!opts_.random_flip || opts_.load_latents) return false;
+  util::RandomStream rng(util::stream_key("sample.flip", {opts_.seed, static_cast<uint64_t>(plan_.epoch()), id}));
+  return rng.below(2) == 1;
+}
+
+std::string Loader::read_mask(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
+                              WorkerGuard& guard) const {
+  const std::string path = mask_image(dataset_.index().text(id).meta);
+  if (path.empty()) return "";  // no mask: the row stays all ones
+  const auto d = outside(guard, [path, h, w, decode] { return decode_to_bucket(path, h, w, false, decode); });
+  if (!d.ok()) return fmt::format("mask '{}': {}: {}", path, reason_name(d.bad), d.detail);
+  const bool flip = flips(id);  // as the image
+  float* out = row.data_ptr<float>();
+  for (int y = 0; y < h; ++y) {
+    const uchar* px = d.rgb.ptr<uchar>(y);
+    for (int x = 0; x < w; ++x) out[static_cast<size_t>(y) * w + x] = px[3 * (flip ? w - 1 - x : x)] / 255.0f;
+  }
   return "";
 }
 

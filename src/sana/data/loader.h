@@ -38,6 +38,9 @@ struct Batch {
   torch::Tensor images;               // [micro, 3, h, w] float32 in [-1, 1] (pixels)
   torch::Tensor latents;              // [micro, C, h/f, w/f] (load_latents)
   torch::Tensor control;              // the images' control maps: [micro, 3, h, w] in [-1, 1], or as latents
+  // train.masked_loss: [micro, 1, h, w] in [0, 1] at the bucket's pixels, flipped with the
+  // image: the sample's `mask` image (its first channel / 255), all ones for a sample without one.
+  torch::Tensor masks;
   torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), padded with the last token
   torch::Tensor text_mask;            // [micro, L] 1 for tokens to attend to
   std::vector<SampleId> ids;          // as planned
@@ -129,6 +132,9 @@ class Loader {
   }
   void work(const std::shared_ptr<WorkerGuard>& guard);
   Batch decode_job(const Job& job, WorkerGuard& guard);
+  // The batch's tensors for its samples at bucket h x w: images or latents, control maps,
+  // masks (ones), caption features, as the options ask.
+  void allocate(Batch& b, int h, int w) const;
   // Tries `read` on `id`, then on substitutes from its bucket (never the same sample
   // twice; from the whole dataset when the bucket has no other); `read` returns "" on
   // success or the reason it failed. Returns the id that worked.
@@ -147,6 +153,13 @@ class Loader {
   // the image, or the sample's control image (ControlKind::dataset). "" or why not.
   std::string place_image(SampleId id, const cv::Mat& rgb, bool flip, int64_t row, Batch& b,
                           const DecodeOptions& decode, WorkerGuard& guard) const;
+  // Whether sample `id` is mirrored this epoch (data.random_flip; never for precomputed latents).
+  bool flips(SampleId id) const;
+  // Sample `id`'s loss mask (its `mask` image at the bucket's h x w, first channel / 255,
+  // flipped as its image) into `row` [1, h, w]; a sample without one leaves the row as it is
+  // (ones). "" or why not.
+  std::string read_mask(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
+                        WorkerGuard& guard) const;
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
 

@@ -26,6 +26,8 @@ struct LoaderOptions {
   DecodeOptions decode;
   // ControlNet runs: each batch carries the control maps of its images (Batch::control).
   ControlMapOptions control;
+  // train.masked_loss: each batch carries its samples' loss masks (Batch::masks).
+  bool masks = false;
   // Which of a sample's captions each batch carries, drawn per (seed, epoch, sample).
   CaptionChoice caption;
   std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)

@@ -58,10 +58,11 @@ std::string SampleFilter::describe() const {
   return fmt::format("hq_only {} del_img_clip_thr {}", hq_only, min_clip_score);
 }
 
-std::string meta_with_control(const std::string& image, const std::string& latent) {
+std::string meta_with_files(const std::string& control, const std::string& control_latent, const std::string& mask) {
   Json j = Json::object();
-  if (!image.empty()) j["control"] = image;
-  if (!latent.empty()) j["control_latent"] = latent;
+  if (!control.empty()) j["control"] = control;
+  if (!control_latent.empty()) j["control_latent"] = control_latent;
+  if (!mask.empty()) j["mask"] = mask;
   return j.empty() ? "" : j.dump();
 }
 
@@ -75,6 +76,7 @@ std::string meta_path(std::string_view meta, const char* key) {
 
 std::string control_image(std::string_view meta) { return meta_path(meta, "control"); }
 std::string control_latent(std::string_view meta) { return meta_path(meta, "control_latent"); }
+std::string mask_image(std::string_view meta) { return meta_path(meta, "mask"); }
 
 const char* SampleFilter::drops(std::string_view meta) const {
   const Json j = parse_meta(meta);

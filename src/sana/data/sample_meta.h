@@ -18,12 +18,14 @@
 
 namespace sana::data {
 
-// A ControlNet's control image for a sample (its JSONL/CSV `control` field, a path) and its
-// precomputed latent (`control_latent`), kept in its metadata: the metadata holding them
-// ("" for neither), and the paths a metadata holds ("" for none).
-std::string meta_with_control(const std::string& image, const std::string& latent);
+// The files a JSONL/CSV row names besides its image, kept in the sample's metadata: a
+// ControlNet's control image (`control`) and its precomputed latent (`control_latent`), and
+// the loss mask (`mask`, train.masked_loss). The metadata holding them ("" for none), and
+// the paths a metadata holds ("" for none).
+std::string meta_with_files(const std::string& control, const std::string& control_latent, const std::string& mask);
 std::string control_image(std::string_view meta);
 std::string control_latent(std::string_view meta);
+std::string mask_image(std::string_view meta);
 
 // The files beside each shard that indexing reads (so part of the index's cache key).
 struct CaptionSources {

@@ -73,27 +73,60 @@ bool caption_dropped(const SampleKey& key, double probability) {
   return rng.uniform() < probability;
 }
 
+namespace {
+
+// The rows of a flow batch: each row's noise, sigma and whether its condition is dropped.
+struct FlowRows {
+  std::vector<torch::Tensor> noise;
+  std::vector<double> sigmas, alphas, timesteps;
+  std::vector<uint8_t> dropped;
+  void add(torch::Tensor eps, double sigma, bool grid, bool drop) {
+    noise.push_back(std::move(eps));
+    sigmas.push_back(sigma);
+    alphas.push_back(1.0 - sigma);  // in float64 before the cast, as upstream's alphas table
+    timesteps.push_back(grid ? std::trunc(sigma * 1000.0) : sigma * 1000.0);
+    dropped.push_back(drop ? 1 : 0);
+  }
+  FlowBatch assemble(const torch::Tensor& x0) const;
+};
+
+}  // namespace
+
 FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& ids,
                           uint64_t seed, int64_t epoch, const TimestepOptions& sched,
                           double drop_probability) {
   TORCH_CHECK(x0.size(0) == static_cast<int64_t>(ids.size()), "one id per sample");
-  std::vector<torch::Tensor> noise;
-  std::vector<double> sigmas, alphas, timesteps;
-  std::vector<uint8_t> dropped;
+  FlowRows rows;
   const auto shape = x0.sizes().slice(1);
   const bool grid = sched.integer_grid;
   for (uint32_t id : ids) {
     const SampleKey key{seed, epoch, id};
-    noise.push_back(sample_noise(key, shape));
     const double u = sample_sigma(key, sched);
     const double sigma = grid ? grid_sigma(grid_index(u, sched.train_sampling_steps), sched.train_sampling_steps,
                                            sched.flow_shift)
                               : shift_sigma(u, sched.flow_shift);
-    sigmas.push_back(sigma);
-    alphas.push_back(1.0 - sigma);  // in float64 before the cast, as upstream's alphas table
-    timesteps.push_back(grid ? std::trunc(sigma * 1000.0) : sigma * 1000.0);
-    dropped.push_back(caption_dropped(key, drop_probability) ? 1 : 0);
+    rows.add(sample_noise(key, shape), sigma, grid, caption_dropped(key, drop_probability));
   }
+  return rows.assemble(x0);
+}
+
+FlowBatch make_eval_batch(const torch::Tensor& x0, uint32_t id, uint64_t seed, const std::vector<int64_t>& timesteps,
+                          const TimestepOptions& sched) {
+  TORCH_CHECK(x0.size(0) == static_cast<int64_t>(timesteps.size()), "one row per timestep");
+  FlowRows rows;
+  const auto shape = x0.sizes().slice(1);
+  const bool grid = sched.integer_grid;
+  const int64_t steps = sched.train_sampling_steps;
+  for (int64_t t : timesteps) {
+    const double sigma = grid ? grid_sigma(t, steps, sched.flow_shift)
+                              : shift_sigma(static_cast<double>(t) / static_cast<double>(steps), sched.flow_shift);
+    const auto eps = torch::randn(shape, sample_generator({seed, t, id}, "eval_noise"), torch::kFloat32);
+    rows.add(eps, sigma, grid, false);
+  }
+  return rows.assemble(x0);
+}
+
+FlowBatch FlowRows::assemble(const torch::Tensor& x0) const {
   FlowBatch b;
   const auto eps = torch::stack(noise).to(x0.device(), x0.scalar_type());
   b.sigmas = torch::tensor(sigmas, torch::kFloat64).to(x0.device(), x0.scalar_type());
@@ -112,6 +145,18 @@ FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& 
 
 torch::Tensor flow_loss(const torch::Tensor& prediction, const torch::Tensor& target) {
   return torch::mse_loss(prediction.to(torch::kFloat32), target.to(torch::kFloat32));
+}
+
+torch::Tensor cell_weights(const torch::Tensor& masks, int64_t h, int64_t w, double unmasked_weight) {
+  const auto m = masks.to(torch::kFloat32);
+  const auto cells = m.size(2) == h && m.size(3) == w ? m : torch::adaptive_avg_pool2d(m, {h, w});
+  return cells.clamp(unmasked_weight, 1.0);
+}
+
+torch::Tensor masked_flow_loss(const torch::Tensor& prediction, const torch::Tensor& target,
+                               const torch::Tensor& weights) {
+  const auto scale = weights.sqrt();
+  return torch::mse_loss(prediction.to(torch::kFloat32) * scale, target.to(torch::kFloat32) * scale);
 }
 
 }  // namespace sana::diffusion

@@ -60,7 +60,24 @@ FlowBatch make_flow_batch(const torch::Tensor& x0, const std::vector<uint32_t>& 
                           uint64_t seed, int64_t epoch, const TimestepOptions& sched,
                           double drop_probability = 0.0);
 
+// A held-out sample at fixed timesteps (train.eval): x0 [T, ...] is the sample repeated, row
+// j at timestep timesteps[j] of the training table (the integer grid's sigma, else
+// shift(t / train_sampling_steps)) with noise drawn from (seed, sample, t) alone: the same
+// at every evaluation and world size. No condition is dropped.
+FlowBatch make_eval_batch(const torch::Tensor& x0, uint32_t id, uint64_t seed, const std::vector<int64_t>& timesteps,
+                          const TimestepOptions& sched);
+
 // Mean squared error between the prediction and the target.
 torch::Tensor flow_loss(const torch::Tensor& prediction, const torch::Tensor& target);
+
+// train.masked_loss (OneTrainer's masked training): masks [B, 1, H, W] in [0, 1] averaged
+// over each cell of an h x w grid (H, W multiples of h, w), then clamped to
+// [unmasked_weight, 1]: the loss weight of each cell [B, 1, h, w].
+torch::Tensor cell_weights(const torch::Tensor& masks, int64_t h, int64_t w, double unmasked_weight);
+// The mean over every element of weights x (prediction - target)^2, the weights broadcast
+// over channels. Computed as flow_loss of both scaled by sqrt(weights): all-ones weights
+// give flow_loss's value and gradients bitwise.
+torch::Tensor masked_flow_loss(const torch::Tensor& prediction, const torch::Tensor& target,
+                               const torch::Tensor& weights);
 
 }  // namespace sana::diffusion

@@ -128,6 +128,34 @@ TensorMap to_diffusers(const TensorMap& upstream) {
   return out;
 }
 
+TensorMap controlnet_to_diffusers(const TensorMap& upstream) {
+  static const std::vector<std::string> kEmbeddings = {"x_embedder.", "t_embedder.", "t_block.", "y_embedder.y_proj.",
+                                                       "attention_y_norm."};
+  const std::string control = "controlnet.";
+  TensorMap picked, out;
+  for (const auto& [name, t] : upstream) {
+    if (!starts_with(name, control)) {
+      const bool embedding = std::any_of(kEmbeddings.begin(), kEmbeddings.end(),
+                                         [&](const std::string& p) { return starts_with(name, p); });
+      if (embedding) picked[name] = t;
+      continue;
+    }
+    const auto [n, rest] = split_block(name, control);
+    const std::string copied = "copied_block.";
+    if (starts_with(rest, copied)) {
+      picked[kUpstreamBlocks + n + "." + rest.substr(copied.size())] = t;  // named as a block of the base
+    } else if (n == "0" && starts_with(rest, "before_proj.")) {
+      out["input_block." + rest.substr(std::string("before_proj.").size())] = t;
+    } else if (starts_with(rest, "after_proj.")) {
+      out["controlnet_blocks." + n + "." + rest.substr(std::string("after_proj.").size())] = t;
+    } else {
+      throw WeightsError(fmt::format("{}: no name for it in diffusers' SanaControlNetModel", name));
+    }
+  }
+  for (auto& [name, t] : to_diffusers(picked)) out[name] = t;
+  return out;
+}
+
 std::vector<DiffusersModule> diffusers_modules(const std::string& module) {
   if (!starts_with(module, kUpstreamBlocks)) {
     const auto renamed = rename(kTop, module + ".", true);
@@ -218,6 +246,14 @@ nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size) {
       {"timestep_scale", 1.0},
   };
   if (spec.use_pe) c["interpolation_scale"] = spec.pe_interpolation;
+  return c;
+}
+
+nlohmann::json diffusers_controlnet_config(const ModelSpec& spec, int64_t image_size) {
+  auto c = diffusers_config(spec, image_size);
+  c["_class_name"] = "SanaControlNetModel";
+  c["num_layers"] = spec.control_blocks;
+  for (const char* field : {"guidance_embeds", "qk_norm", "timestep_scale"}) c.erase(field);  // not SanaControlNetModel's
   return c;
 }
 

@@ -30,6 +30,14 @@ TensorMap to_diffusers(const TensorMap& upstream);
 // a to_q/to_k/to_v (to_k/to_v) group with a part missing.
 TensorMap from_diffusers(const TensorMap& diffusers);
 
+// diffusers' SanaControlNetModel (scripts/convert_sana_controlnet_to_diffusers.py) from a
+// whole upstream ControlNet (the base and controlnet.*): the base's patch, caption and time
+// embeddings and caption norm under the transformer's names, each copied block
+// (controlnet.N.copied_block.*) as transformer_blocks.N.*, controlnet.0.before_proj as
+// input_block and controlnet.N.after_proj as controlnet_blocks.N. Throws WeightsError naming
+// a controlnet.* tensor it has no rule for.
+TensorMap controlnet_to_diffusers(const TensorMap& upstream);
+
 // The diffusers module(s) an upstream layer is ("blocks.3.attn.proj" -> {"transformer_blocks.3.
 // attn1.to_out.0"}): a fused layer several, each rows [part * n / parts, (part + 1) * n /
 // parts) of its output (blocks.N.attn.qkv: to_q, to_k, to_v). The names of LoRA adapters.
@@ -43,6 +51,9 @@ std::vector<DiffusersModule> diffusers_modules(const std::string& upstream_modul
 // grid is sample_size; interpolation_scale as diffusers' converter sets it: none below
 // 2048 px).
 nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size);
+// SanaControlNetModel's config.json for a ControlNet of `spec`: its control blocks as
+// num_layers, the base's other fields.
+nlohmann::json diffusers_controlnet_config(const ModelSpec& spec, int64_t image_size);
 // Each field of a diffusers config.json that disagrees with `spec`, as "field: file X,
 // preset Y" (layers, heads, head dims, cross-attention dims, caption channels, patch size,
 // channels, q/k norm).

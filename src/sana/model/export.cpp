@@ -19,17 +19,15 @@ namespace sana::model {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelSpec& spec, int64_t image_size,
-                                          const std::string& dir, int64_t max_shard_bytes) {
-  if (spec.conditioning != Conditioning::caption) {
-    throw WeightsError(fmt::format("{} is {}-conditioned; diffusers' SanaTransformer2DModel is the caption-conditioned "
-                                   "Sana (export --format upstream keeps any model)",
-                                   spec.name, conditioning_name(spec.conditioning)));
-  }
-  const auto diffusers = to_diffusers(tensors);
+namespace {
+
+// A diffusers model folder as save_pretrained writes it: the tensors (diffusers' names) in
+// shards filled in name order, a new one whenever the next tensor would pass the limit (a
+// tensor over the limit alone), as huggingface_hub's splitter does; their index when more
+// than one; config.json.
+std::vector<std::string> write_diffusers_folder(const TensorMap& diffusers, nlohmann::json config,
+                                                const std::string& dir, int64_t max_shard_bytes) {
   fs::create_directories(dir);
-  // Shards filled in name order, a new one whenever the next tensor would pass the limit
-  // (a tensor over the limit alone), as huggingface_hub's splitter does.
   std::vector<NamedTensors> shards(1);
   int64_t in_shard = 0, total = 0;
   for (const auto& [name, t] : diffusers) {
@@ -59,11 +57,51 @@ std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelS
     std::ofstream(path) << index.dump(2) << "\n";
     written.push_back(path.string());
   }
-  auto config = diffusers_config(spec, image_size);
-  config["_diffusers_version"] = "0.32.0";  // the first release with SanaTransformer2DModel
+  config["_diffusers_version"] = "0.32.0";  // the first release with SanaTransformer2DModel and SanaControlNetModel
   const auto config_path = fs::path(dir) / "config.json";
   std::ofstream(config_path) << config.dump(2) << "\n";
   written.push_back(config_path.string());
+  return written;
+}
+
+void check_caption_model(const ModelSpec& spec) {
+  if (spec.conditioning != Conditioning::caption) {
+    throw WeightsError(fmt::format("{} is {}-conditioned; diffusers' SanaTransformer2DModel is the caption-conditioned "
+                                   "Sana (export --format upstream keeps any model)",
+                                   spec.name, conditioning_name(spec.conditioning)));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelSpec& spec, int64_t image_size,
+                                          const std::string& dir, int64_t max_shard_bytes) {
+  check_caption_model(spec);
+  return write_diffusers_folder(to_diffusers(tensors), diffusers_config(spec, image_size), dir, max_shard_bytes);
+}
+
+std::vector<std::string> export_controlnet_diffusers(const TensorMap& tensors, const ModelSpec& spec,
+                                                     int64_t image_size, const std::string& dir,
+                                                     int64_t max_shard_bytes) {
+  check_caption_model(spec);
+  // SanaControlNetModel always applies its caption norm and builds its blocks without q/k norms.
+  if (!spec.y_norm || spec.qk_norm || spec.cross_norm) {
+    throw WeightsError(fmt::format(
+        "{}: diffusers' SanaControlNetModel always normalises the caption (model.y_norm true) and has no q/k norms "
+        "(model.qk_norm, cross_norm false); this model has y_norm {}, qk_norm {}, cross_norm {}. export --format "
+        "upstream writes what upstream's SanaControlNetPipeline loads",
+        spec.name, spec.y_norm, spec.qk_norm, spec.cross_norm));
+  }
+  TensorMap base;
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind("controlnet.", 0) != 0) base[name] = t;
+  }
+  auto written = write_diffusers_folder(to_diffusers(base), diffusers_config(spec, image_size),
+                                        (fs::path(dir) / "transformer").string(), max_shard_bytes);
+  for (auto& f : write_diffusers_folder(controlnet_to_diffusers(tensors), diffusers_controlnet_config(spec, image_size),
+                                        (fs::path(dir) / "controlnet").string(), max_shard_bytes)) {
+    written.push_back(std::move(f));
+  }
   return written;
 }
 

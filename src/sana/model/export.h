@@ -24,6 +24,14 @@ constexpr int64_t kDiffusersShardBytes = 5'000'000'000;
 // The files written, in order. `tensors` in upstream's names (fp32 as they are).
 std::vector<std::string> export_diffusers(const TensorMap& tensors, const ModelSpec& spec, int64_t image_size,
                                           const std::string& dir, int64_t max_shard_bytes = kDiffusersShardBytes);
+// A ControlNet (`tensors`: the base and controlnet.*, upstream's names) as the folders
+// SanaControlNetPipeline takes: `dir`/transformer (the base, as export_diffusers writes it)
+// and `dir`/controlnet (SanaControlNetModel: diffusers_format.h's controlnet_to_diffusers and
+// its config.json). Throws WeightsError for a model SanaControlNetModel cannot hold (no
+// caption norm, q/k norms).
+std::vector<std::string> export_controlnet_diffusers(const TensorMap& tensors, const ModelSpec& spec,
+                                                     int64_t image_size, const std::string& dir,
+                                                     int64_t max_shard_bytes = kDiffusersShardBytes);
 void export_upstream(const TensorMap& tensors, const std::string& path);
 // Upstream's `pos_embed` buffer, which its .pth files hold and diffusers' single-file loader
 // pops (it fails without it): [1, N, hidden] for the model.image_size grid of N tokens, the

@@ -52,11 +52,25 @@ std::optional<ckpt::Snapshot> Checkpointer::gather(const std::function<ckpt::Tra
 }
 
 void Checkpointer::restore(ckpt::Snapshot& snapshot, const std::string& source) const {
+  restore_of(snapshot, source, parts_);
+}
+
+void Checkpointer::restore_parts(ckpt::Snapshot& snapshot, const std::string& source,
+                                 const std::vector<std::string>& names) const {
+  std::vector<Stateful*> chosen;
+  for (auto* p : parts_) {
+    if (std::find(names.begin(), names.end(), p->state_name()) != names.end()) chosen.push_back(p);
+  }
+  restore_of(snapshot, source, chosen);
+}
+
+void Checkpointer::restore_of(ckpt::Snapshot& snapshot, const std::string& source,
+                              const std::vector<Stateful*>& parts) const {
   if (snapshot.state.format >= 3) {
     if (!sharded_) throw std::logic_error("a format-3 checkpoint needs parallel::ShardedCheckpoints to be read");
-    sharded_->load(snapshot, source, parts_);
+    sharded_->load(snapshot, source, parts);
   }
-  for (auto* p : parts_) p->restore_state(snapshot.part(p->state_name()), source);
+  for (auto* p : parts) p->restore_state(snapshot.part(p->state_name()), source);
 }
 
 void Checkpointer::maybe_save(const RunPosition& next, int64_t total_steps, bool epoch_end, int64_t epoch,
@@ -70,7 +84,7 @@ void Checkpointer::save(const RunPosition& next, const std::string& why,
   if (next.global_step == last_saved_) return;
   last_saved_ = next.global_step;
   const auto start = std::chrono::steady_clock::now();
-  if (sharded_) {
+  if (writes_shards_) {
     saver_.wait();  // the previous write (this rank's share of it) is over
     const double previous = saver_.last_write_seconds();
     std::optional<ckpt::TrainerState> run;

@@ -50,8 +50,12 @@ class Checkpointer {
   // Format 2: only the writing rank (rank 0) captures and writes; every rank follows the
   // policy.
   Checkpointer(CheckpointOptions options, bool writes);
-  // Format 3 (ckpt.format 3): every rank writes and reads its share as `sharded` says.
-  void write_shards(std::unique_ptr<parallel::ShardedCheckpoints> sharded) { sharded_ = std::move(sharded); }
+  // Format-3 checkpoints are read as `sharded` says (every rank its share), whatever this
+  // run writes; `write` (ckpt.format 3): this run writes its checkpoints so too.
+  void use_shards(std::unique_ptr<parallel::ShardedCheckpoints> sharded, bool write) {
+    sharded_ = std::move(sharded);
+    writes_shards_ = write;
+  }
 
   // Adds a part whose state every checkpoint holds, under its state_name() (unique;
   // lower-case letters, digits and '_': it names a file). The part must outlive the
@@ -66,6 +70,8 @@ class Checkpointer {
   // format-3 snapshot (read_checkpoint(dir, false)) gets its tensors first: each rank reads
   // what it keeps (a collective).
   void restore(ckpt::Snapshot& snapshot, const std::string& source) const;
+  // restore() of the named parts alone (the others keep their state).
+  void restore_parts(ckpt::Snapshot& snapshot, const std::string& source, const std::vector<std::string>& names) const;
 
   // After each step: `next` is where a resume continues. Saves when save_reason() says so
   // and this step was not saved yet; run_state() runs only on the writing rank.
@@ -77,6 +83,7 @@ class Checkpointer {
   void finish();
 
  private:
+  void restore_of(ckpt::Snapshot& snapshot, const std::string& source, const std::vector<Stateful*>& parts) const;
   void log_save(const RunPosition& next, const std::string& why, std::chrono::steady_clock::time_point start,
                 double previous);
 
@@ -84,6 +91,7 @@ class Checkpointer {
   bool writes_;
   std::vector<Stateful*> parts_;
   std::unique_ptr<parallel::ShardedCheckpoints> sharded_;  // format 3; outlives the saver's thread
+  bool writes_shards_ = false;
   ckpt::AsyncSaver saver_;
   int64_t last_saved_ = -1;
 };

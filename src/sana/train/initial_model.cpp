@@ -1,5 +1,10 @@
 #include "sana/train/initial_model.h"
 
+#include <fmt/format.h>
+
+#include <map>
+
+#include "sana/ckpt/checkpoint.h"
 #include "sana/data/sample_cache.h"
 #include "sana/model/controlnet.h"
 #include "sana/model/growth.h"
@@ -28,6 +33,25 @@ std::string weights_checksum(const torch::nn::Module& model) {
   return tensors_checksum(named);
 }
 
+namespace {
+
+// model.load_from naming a sana-train checkpoint folder (any format) or a file in it: the
+// weights of its `model` part, which a run that trains the whole model writes.
+model::LoadReport load_from_checkpoint(torch::nn::Module& net, const std::string& folder, bool strict) {
+  const auto tensors = ckpt::read_part_tensors(folder, "model");
+  if (!tensors) {
+    throw model::WeightsError(fmt::format(
+        "model.load_from: the checkpoint {} holds no whole model (a LoRA or ControlNet run's checkpoint keeps "
+        "only what it trained): `sana-train export` it and load that file, or give a checkpoint of a run that trains "
+        "the whole model",
+        folder));
+  }
+  std::map<std::string, torch::Tensor> by_name(tensors->begin(), tensors->end());
+  return model::load_tensors(net, by_name, folder, strict);
+}
+
+}  // namespace
+
 model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt) {
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, o.seed});
   const auto& growth = o.growth;
@@ -36,9 +60,10 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
     log::info("model_growth ({}): {} from {}", o.growth_strategy, report.summary(), growth.source);
   }
   if (!o.load_from.empty()) {
-    const auto report = spec.control_blocks > 0
-                            ? model::load_controlnet_weights(*net, o.load_from, o.load_strict)
-                            : model::load_weights(*net, o.load_from, o.load_strict);
+    const auto report = spec.control_blocks > 0 ? model::load_controlnet_weights(*net, o.load_from, o.load_strict)
+                        : ckpt::checkpoint_folder_of(o.load_from).empty()
+                            ? model::load_weights(*net, o.load_from, o.load_strict)
+                            : load_from_checkpoint(*net, ckpt::checkpoint_folder_of(o.load_from), o.load_strict);
     if (report.clean()) {
       log::info("model.load_from: {} from {}", report.summary(), o.load_from);
     } else {

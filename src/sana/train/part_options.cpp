@@ -102,6 +102,7 @@ StepOptions step_options_for(const config::Config& cfg, int rank, int world_size
   o.class_dropout_prob = cfg.model.class_dropout_prob;
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.timesteps = timestep_options_for(cfg);
+  o.unmasked_weight = cfg.train.masked_loss_unmasked_weight;
   o.rank = rank;
   o.world_size = world_size;
   o.forwards_collective = forwards_collective;

@@ -118,8 +118,7 @@ void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool l
   if (!padding) out.loss_sum += loss.detach().to(torch::kFloat64);
 }
 
-torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
-                                    StepTimes& times) {
+TrainStep::Inputs TrainStep::inputs(const data::Batch& batch, PhaseTimer& compute, StepTimes& times) {
   const auto& spec = model_->spec();
   const bool copy_text = spec.conditioning == model::Conditioning::caption && !encoders_.text;
   torch::Tensor labels;
@@ -128,40 +127,79 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
   }
   const auto on_device = feed_.to_device({o_.precomputed_latents ? batch.latents : batch.images,
                                           copy_text ? batch.text_feat : torch::Tensor(),
-                                          copy_text ? batch.text_mask : torch::Tensor(), labels, batch.control});
-  torch::Tensor x0 = on_device[0];
+                                          copy_text ? batch.text_mask : torch::Tensor(), labels, batch.control,
+                                          batch.masks});
+  Inputs in;
+  in.x0 = on_device[0];
   // ControlNet: the control maps enter the model as the images do (upstream's pipeline
   // VAE-encodes the control image with the run's autoencoder and scale factor).
-  torch::Tensor control = on_device[4];
-  if (encoders_.vae) {
-    compute.pause();
-    PhaseTimer encoding(times.encoders);
-    x0 = encoders_.vae->encode(x0);
-    if (control.defined()) control = encoders_.vae->encode(control);
-    encoding.pause();
-    compute.resume();
-  }
-  const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
-  const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : o_.class_dropout_prob;
-  const auto fb = diffusion::make_flow_batch(x0, ids, o_.seed, epoch, o_.timesteps, drop);
+  in.control = on_device[4];
   compute.pause();
-  model::Condition cond;
+  if (encoders_.vae) {
+    PhaseTimer encoding(times.encoders);
+    in.x0 = encoders_.vae->encode(in.x0);
+    if (in.control.defined()) in.control = encoders_.vae->encode(in.control);
+  }
   {
     PhaseTimer encoding(times.encoders);  // the text encoder, when the run has one
-    cond = condition(batch, on_device);
+    in.cond = condition(batch, on_device);
   }
   compute.resume();
-  cond.drop = fb.dropped;
-  cond.control = control;
-  if (!dump_dir_.empty() && weight > 0) dump(fb, control, weight);
-  model::AutocastGuard autocast(amp_);
-  return diffusion::flow_loss(model_->forward(fb.noisy, fb.timesteps, cond), fb.target) * weight;
+  // train.masked_loss: the masks averaged over each cell of x0's grid (latent or pixel).
+  if (on_device[5].defined()) {
+    in.loss_weights = diffusion::cell_weights(on_device[5], in.x0.size(2), in.x0.size(3), o_.unmasked_weight);
+  }
+  return in;
 }
 
-void TrainStep::dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, double weight) {
+torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
+                                    StepTimes& times) {
+  auto in = inputs(batch, compute, times);
+  const auto& spec = model_->spec();
+  const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
+  const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : o_.class_dropout_prob;
+  const auto fb = diffusion::make_flow_batch(in.x0, ids, o_.seed, epoch, o_.timesteps, drop);
+  in.cond.drop = fb.dropped;
+  in.cond.control = in.control;
+  if (!dump_dir_.empty() && weight > 0) dump(fb, in.control, in.loss_weights, weight);
+  model::AutocastGuard autocast(amp_);
+  const auto prediction = model_->forward(fb.noisy, fb.timesteps, in.cond);
+  return (in.loss_weights.defined() ? diffusion::masked_flow_loss(prediction, fb.target, in.loss_weights)
+                                    : diffusion::flow_loss(prediction, fb.target)) *
+         weight;
+}
+
+std::vector<double> TrainStep::eval_losses(const data::Batch& batch, const std::vector<int64_t>& timesteps) {
+  torch::NoGradGuard no_grad;
+  StepTimes times;
+  PhaseTimer compute(times.forward_backward);
+  auto in = inputs(batch, compute, times);
+  TORCH_CHECK(in.x0.size(0) == 1, "eval_losses takes one sample");
+  const auto rows = static_cast<int64_t>(timesteps.size());
+  // The sample once per timestep: its condition, control and mask repeated alike.
+  const auto repeat = [&](const torch::Tensor& t) {
+    return t.defined() ? t.index_select(0, torch::zeros({rows}, torch::dtype(torch::kInt64).device(t.device())))
+                       : t;
+  };
+  const auto fb = diffusion::make_eval_batch(repeat(in.x0), batch.ids.at(0), o_.seed, timesteps, o_.timesteps);
+  in.cond.y = repeat(in.cond.y);
+  in.cond.mask = repeat(in.cond.mask);
+  in.cond.drop = fb.dropped;
+  in.cond.control = repeat(in.control);
+  model::AutocastGuard autocast(amp_);
+  const auto prediction = model_->forward(fb.noisy, fb.timesteps, in.cond).to(torch::kFloat32);
+  auto squares = (prediction - fb.target.to(torch::kFloat32)).pow(2);
+  if (in.loss_weights.defined()) squares = squares * repeat(in.loss_weights);
+  const auto per_row = squares.flatten(1).mean(1).to(torch::kFloat64).cpu().contiguous();
+  return std::vector<double>(per_row.data_ptr<double>(), per_row.data_ptr<double>() + rows);
+}
+
+void TrainStep::dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, const torch::Tensor& loss_weights,
+                     double weight) {
   NamedTensors tensors{{"noisy", fb.noisy}, {"timesteps", fb.timesteps}, {"target", fb.target},
                        {"weight", torch::tensor({weight}, torch::kFloat64)}};
   if (control.defined()) tensors.emplace_back("control", control);
+  if (loss_weights.defined()) tensors.emplace_back("loss_weights", loss_weights.to(torch::kCPU));
   write_safetensors(fmt::format("{}/r{}.{:06d}.safetensors", dump_dir_, o_.rank, dumped_++), tensors,
                     {{"epoch", std::to_string(dump_epoch_)}, {"step", std::to_string(dump_step_)}});
 }

@@ -45,6 +45,7 @@ struct StepOptions {
   double class_dropout_prob = 0.0;       // model.class_dropout_prob
   uint64_t seed = 0;                     // train.seed: timesteps, noise and dropout draws
   diffusion::TimestepOptions timesteps;  // the scheduler's timestep sampling
+  double unmasked_weight = 0.1;          // train.masked_loss_unmasked_weight (batches with masks)
   int rank = 0, world_size = 1;
   // Every forward is collective (parallel::Zero::forwards_collective): each rank runs as
   // many micro-batches as the rank with the most.
@@ -61,6 +62,11 @@ class TrainStep {
   // `loss_scale` multiplies each loss before its backward (fp16 loss scaling; 1 otherwise).
   StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
+  // train.eval: the loss of `batch`'s one sample at each of `timesteps`, in order (one
+  // forward of a row per timestep, no gradients; train/eval_loss.h): each the mean squared
+  // error over its elements, weighted by its mask's cells under train.masked_loss.
+  std::vector<double> eval_losses(const data::Batch& batch, const std::vector<int64_t>& timesteps);
+
  private:
   // One micro-batch forward and backward (`last`: the step's last on this rank), its loss
   // added to out.loss_sum and its times to out.times.
@@ -75,8 +81,17 @@ class TrainStep {
   // the encoders goes to times.encoders, out of `compute` (forward_backward's phase).
   torch::Tensor micro_loss(const data::Batch& batch, int64_t epoch, double weight, PhaseTimer& compute,
                            StepTimes& times);
+  // What the model gets of a micro-batch before the flow maths: x0 (latents, or pixels),
+  // the control latent, the condition (drop and control not set), the cell weights of its
+  // masks (train.masked_loss). The encoders' time goes to times.encoders, out of `compute`.
+  struct Inputs {
+    torch::Tensor x0, control, loss_weights;
+    model::Condition cond;
+  };
+  Inputs inputs(const data::Batch& batch, PhaseTimer& compute, StepTimes& times);
   // Tests only (TestHooks::dump_batches): the micro-batch as the model gets it, to dump_dir_.
-  void dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, double weight);
+  void dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, const torch::Tensor& loss_weights,
+            double weight);
   // Waits for the gradients' all-reduce (times.allreduce).
   void finalize(StepTimes& times);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);

@@ -107,9 +107,12 @@ void Trainer::start() {
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
-  lr_schedule_ = lr_schedule_options_for(cfg_.train);
+  // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
+  lr_scheduler_.emplace(lr_schedule_options_for(cfg_.train),
+                        [this] { return position_.global_step - scaler_->overflows(); });
   step_.emplace(step_options_for(cfg_, rank, world, zero_->forwards_collective()), model_, encoders_, *reducer_);
   previews_.emplace(preview_policy_for(cfg_), preview_sources_for(cfg_), rt_, model_, encoders_, *dataset_);
+  open_eval_set();  // collective under train.eval: rank 0 indexes the held-out samples
   checkpointer_.emplace(checkpoint_options_for(cfg_, TestHooks::get().checkpoint_stage_delay()), main_rank_);
   register_checkpointed_parts();
 
@@ -119,6 +122,7 @@ void Trainer::start() {
   check_world_fits(first, world, batch_spec_for(cfg_));
   if (cfg_.train.deterministic) check_deterministic(first, batch_options_for(cfg_), rt_);
   resume();                                                   // collective: rank 0 picks the checkpoint
+  if (!resumed_) carry_over_load_from();                      // collective under train.load_from_optimizer
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
   metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, resumed_ && position_.global_step > 0, world,
@@ -126,6 +130,21 @@ void Trainer::start() {
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+}
+
+// train.eval: the held-out samples, indexed and bucketed as the training set is.
+void Trainer::open_eval_set() {
+  const auto& e = cfg_.train.eval;
+  if (e.every_steps <= 0) return;
+  auto o = shared_dataset_options_for(cfg_);
+  o.dataset.sources = e.data_dir;
+  o.dataset.filter = {};  // every held-out sample counts
+  auto held_out = open_dataset(o, rt_);  // collective
+  EvalOptions options{e.every_steps, e.timesteps, e.max_samples};
+  auto loader = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned(), control_maps_);
+  eval_.emplace(std::move(options), std::move(held_out), std::move(loader), rt_);
+  log::info("train.eval: {} held-out samples at timesteps {}, every {} steps", eval_->samples(),
+            fmt::join(e.timesteps, ", "), e.every_steps);
 }
 
 // As upstream, from scratch and on loading weights: the null caption (y_embedding, used for
@@ -247,8 +266,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     torch::NoGradGuard no_grad;
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
-  // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  const double lr = learning_rate(lr_schedule_, position_.global_step - scaler_->overflows(), total_steps_);
+  const double lr = lr_scheduler_->rate(total_steps_);
   const double scale = scaler_->scale();
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
@@ -277,10 +295,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   const int64_t global_step = position_.global_step;
   {
     PhaseTimer timer(out.times.checkpoint_preview);
-    std::optional<parallel::Zero::Whole> whole;  // stage 3: the previews run the whole model
-    if (!previews_->due(global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
-    previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
-    previews_->publish(metrics_->events());
+    preview_and_evaluate(global_step, epoch_end, epoch);
   }
   StepRecord record;
   record.epoch = epoch;
@@ -315,6 +330,18 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
               fmt::join(verdict.stop_ranks, ", "), global_step);
   }
   return false;
+}
+
+void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch) {
+  std::optional<parallel::Zero::Whole> whole;  // stage 3: previews and the held-out loss run the whole model
+  const bool evaluate = eval_ && eval_->due(global_step);
+  if (evaluate || !previews_->due(global_step, total_steps_, epoch_end, epoch).empty()) whole.emplace(*zero_);
+  previews_->maybe_render(global_step, total_steps_, epoch_end, epoch);
+  previews_->publish(metrics_->events());
+  if (!evaluate) return;
+  const auto r = eval_->run(*step_, global_step);  // collective
+  log::info("{}", r.line());
+  metrics_->record_eval(r.global_step, r.samples, r.loss, r.by_timestep);
 }
 
 bool Trainer::out_of_time() const {

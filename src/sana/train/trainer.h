@@ -26,8 +26,9 @@
 #include "sana/train/data_cache.h"
 #include "sana/train/data_guards.h"
 #include "sana/train/ema.h"
+#include "sana/train/eval_loss.h"
 #include "sana/train/loss_scaler.h"
-#include "sana/train/lr_schedule.h"
+#include "sana/train/lr_scheduler.h"
 #include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/optim.h"
@@ -61,6 +62,17 @@ class Trainer {
   // A resume with another train.global_batch_size or batch_tokens: the epoch's unseen
   // samples re-batched.
   void change_batch(const ckpt::TrainerState& saved);
+  // A fresh start (resume_from latest finding none) from model.load_from's checkpoint folder:
+  // its optimizer state (train.load_from_optimizer) and schedule position
+  // (train.load_from_lr_scheduler), as upstream's train.py.
+  void carry_over_load_from();
+  // train.eval: opens the held-out samples (a collective); nothing when it is off.
+  void open_eval_set();
+  // After step `global_step`: the previews due (ending epoch `epoch` when `epoch_end`) and
+  // the held-out loss (train.eval), with the whole model under ZeRO stage 3. Collective.
+  void preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch);
+  // After a resume: train.resume_lr_scheduler false restarts the schedule (a named checkpoint only).
+  void restart_schedule_if_asked();
   // Epoch `epoch`'s plan: data.sampler's; for the epoch in progress with its parts unless
   // `fresh` (what a whole epoch is).
   data::EpochPlan epoch_plan(int64_t epoch, bool fresh = false) const;
@@ -105,6 +117,7 @@ class Trainer {
   std::optional<LossScaler> scaler_;
   std::optional<TrainStep> step_;
   std::optional<Previews> previews_;
+  std::optional<EvalLoss> eval_;  // train.eval (none when off)
   std::optional<parallel::WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
@@ -115,7 +128,7 @@ class Trainer {
   // batch size mid-epoch.
   std::vector<data::EpochPart> segments_;
   int64_t total_steps_ = 0;
-  LrScheduleOptions lr_schedule_;  // train.optimizer.lr and the schedule keys, mapped once
+  std::optional<LrScheduler> lr_scheduler_;  // train.optimizer.lr and the schedule keys; where it stands
   bool resumed_ = false, stopped_ = false;
   bool memory_reported_ = false;
 };

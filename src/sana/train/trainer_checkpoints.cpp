@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "sana/ckpt/checkpoint.h"
 #include "sana/config/loader.h"
 #include "sana/train/part_options.h"
 #include "sana/train/resume.h"
@@ -18,11 +19,12 @@ namespace sana::train {
 // part's own: model, ema and optimizer tensors, and JSON), and under ckpt.format 3 who
 // writes and reads each entry (a collective).
 void Trainer::register_checkpointed_parts() {
-  if (cfg_.ckpt.format >= 3) {
-    parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
-                     [z = &*zero_](const std::string& e) { return z->order_of(e); }};
-    checkpointer_->write_shards(std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s));
-  }
+  // Format-3 checkpoints are read so whatever ckpt.format this run writes (a resume after
+  // switching to format 2, model.load_from's optimizer state).
+  parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
+                             [z = &*zero_](const std::string& e) { return z->order_of(e); }};
+  checkpointer_->use_shards(std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s),
+                            cfg_.ckpt.format >= 3);
   checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
   checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
   checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
@@ -30,6 +32,7 @@ void Trainer::register_checkpointed_parts() {
   checkpointer_->add(*guard_);
   checkpointer_->add(*nonfinite_);
   checkpointer_->add(*scaler_);
+  checkpointer_->add(*lr_scheduler_);
 }
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {
@@ -52,7 +55,7 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
             before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
             plan.steps() - position_.step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
-    const auto& now = lr_schedule_;
+    const auto& now = lr_scheduler_->options();
     auto old = now;
     old.global_batch_size = saved.global_batch_size;
     log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
@@ -94,6 +97,50 @@ void Trainer::resume() {
             s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   log_config_changes(s);
+  restart_schedule_if_asked();
+}
+
+// train.resume_lr_scheduler false: as upstream's train.py, only a resume from a named
+// checkpoint starts the schedule again; resume_from latest (a run continuing after a stop
+// or a failure) always continues it.
+void Trainer::restart_schedule_if_asked() {
+  if (cfg_.train.resume_lr_scheduler) return;
+  if (cfg_.resume_from == "latest") {
+    log::info("train.resume_lr_scheduler false: resume_from latest continues the learning-rate schedule (only a "
+              "resume from a named checkpoint restarts it, as upstream's train.py)");
+    return;
+  }
+  lr_scheduler_->restart();
+  log::info("train.resume_lr_scheduler false: the learning-rate schedule starts again at global step {} (warm-up "
+            "included)",
+            position_.global_step + 1);
+}
+
+void Trainer::carry_over_load_from() {
+  const auto& t = cfg_.train;
+  if (!t.load_from_optimizer && !t.load_from_lr_scheduler) return;
+  const std::string keys = t.load_from_optimizer && t.load_from_lr_scheduler ? "train.load_from_optimizer and "
+                                                                               "load_from_lr_scheduler"
+                           : t.load_from_optimizer ? "train.load_from_optimizer"
+                                                   : "train.load_from_lr_scheduler";
+  if (cfg_.resume_from != "latest" || cfg_.model.load_from.empty()) {
+    log::warn_shared("{} act only when resume_from latest finds no checkpoint and model.load_from is set (as upstream's "
+                     "train.py reads them); this run starts without them",
+                     keys);
+    return;
+  }
+  const auto folder = ckpt::checkpoint_folder_of(cfg_.model.load_from);  // the config check made sure of it
+  auto snapshot = ckpt::read_checkpoint(folder, /*tensors=*/false);       // format 3: the Checkpointer reads its share
+  if (t.load_from_optimizer) {
+    checkpointer_->restore_parts(snapshot, folder, {optimizer_part_->state_name()});  // collective (format 3)
+    log::info("train.load_from_optimizer: the optimizer state of {} (its step {})", folder, snapshot.state.global_step);
+  }
+  if (t.load_from_lr_scheduler) {
+    const int64_t at = LrScheduler::saved_position(snapshot.part(lr_scheduler_->state_name()), snapshot.state.global_step);
+    lr_scheduler_->continue_at(at);
+    log::info("train.load_from_lr_scheduler: the learning-rate schedule continues at its step {}, as {} left it", at,
+              folder);
+  }
 }
 
 // What a resume changed, key by key (any key may change but train.seed and the model;

@@ -184,3 +184,58 @@ TEST_CASE("flow-matching formulas", "[diffusion]") {
     CHECK(sample_sigma({4, 0, i}, mode) == Approx(1.0 - u - 1.29 * (c * c - 1.0 + u)).epsilon(1e-12));
   }
 }
+
+TEST_CASE("masked loss: cell weights average the mask, white masks change nothing", "[diffusion][mask]") {
+  // A 4x4 mask over a 2x2 grid: the left column of cells white, the right half-covered.
+  auto mask = torch::zeros({1, 1, 4, 4});
+  mask.index_put_({0, 0, torch::indexing::Slice(), torch::indexing::Slice(0, 2)}, 1.0);
+  mask.index_put_({0, 0, torch::indexing::Slice(0, 2), 2}, 1.0);
+  mask.index_put_({0, 0, torch::indexing::Slice(2, 4), 3}, 1.0);
+  const auto w = cell_weights(mask, 2, 2, 0.1);
+  CHECK(w[0][0][0][0].item<float>() == 1.0f);
+  CHECK(w[0][0][1][0].item<float>() == 1.0f);
+  CHECK(w[0][0][0][1].item<float>() == 0.5f);  // 2 of its 4 pixels
+  CHECK(w[0][0][1][1].item<float>() == 0.5f);
+  CHECK(cell_weights(torch::zeros({1, 1, 4, 4}), 2, 2, 0.1).min().item<float>() == Approx(0.1));
+
+  // The loss: mean over cells and channels of weight x squared error (OneTrainer's formula).
+  torch::manual_seed(5);
+  const auto pred = torch::randn({2, 3, 2, 2}, torch::requires_grad());
+  const auto target = torch::randn({2, 3, 2, 2});
+  const auto weights = torch::rand({2, 1, 2, 2}) * 0.9 + 0.1;
+  const auto expected = (weights.to(torch::kFloat64) * (pred - target).to(torch::kFloat64).pow(2)).mean();
+  CHECK(masked_flow_loss(pred, target, weights).item<double>() == Approx(expected.item<double>()).epsilon(1e-6));
+
+  // All-ones weights: flow_loss's value and gradient, bitwise.
+  auto a = pred.detach().clone().requires_grad_(true);
+  auto b = pred.detach().clone().requires_grad_(true);
+  const auto plain = flow_loss(a, target);
+  const auto masked = masked_flow_loss(b, target, cell_weights(torch::ones({2, 1, 4, 4}), 2, 2, 0.1));
+  CHECK(plain.item<float>() == masked.item<float>());
+  plain.backward();
+  masked.backward();
+  CHECK(torch::equal(a.grad(), b.grad()));
+}
+
+TEST_CASE("held-out batches: the sample at each timestep, the same noise every time", "[diffusion][eval]") {
+  TimestepOptions sched;
+  sched.flow_shift = 3.0;
+  sched.integer_grid = true;
+  const auto x0 = torch::rand({1, 3, 4, 4}).repeat({3, 1, 1, 1});
+  const std::vector<int64_t> ts = {50, 500, 950};
+  const auto a = make_eval_batch(x0, 7, 1, ts, sched);
+  const auto b = make_eval_batch(x0, 7, 1, ts, sched);
+  CHECK(torch::equal(a.noisy, b.noisy));
+  CHECK_FALSE(a.dropped.any().item<bool>());
+  for (size_t j = 0; j < ts.size(); ++j) {
+    const double s = grid_sigma(ts[j], 1000, 3.0);
+    CHECK(a.sigmas[static_cast<int64_t>(j)].item<double>() == Approx(s));
+    CHECK(a.timesteps[static_cast<int64_t>(j)].item<double>() == std::trunc(s * 1000.0));
+  }
+  // Noise of (seed, sample, t): another sample or seed draws other noise; the training draw too.
+  const auto other = make_eval_batch(x0, 8, 1, ts, sched);
+  CHECK_FALSE(torch::equal(a.target, other.target));
+  const auto eps = a.target[0] + x0[0];
+  const auto training = make_flow_batch(x0.slice(0, 0, 1), {7}, 1, 50, sched);
+  CHECK_FALSE(torch::allclose(eps, training.target[0] + x0[0]));
+}

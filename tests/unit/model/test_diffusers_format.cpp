@@ -185,3 +185,56 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both loa
   unconditional.conditioning = model::Conditioning::none;
   CHECK_THROWS_AS(model::export_diffusers(tensors, unconditional, 32, dir.path("x")), model::WeightsError);
 }
+
+TEST_CASE("a ControlNet exports as SanaControlNetModel, named as diffusers' converter names it", "[torch][diffusers]") {
+  auto spec = model::preset_spec("SanaMSControlNet_tiny_P2_D4");
+  spec.caption_channels = 64;
+  spec.caption_tokens = 8;
+  REQUIRE(spec.control_blocks == 2);
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 13});
+  {
+    torch::NoGradGuard no_grad;  // trained control blocks: not the zero init nor the base's copy
+    for (auto& p : net->named_parameters()) {
+      if (p.key().rfind("controlnet.", 0) == 0) p.value().normal_();
+    }
+  }
+  const auto upstream = tensors_of(net);
+  test::TempDir dir;
+  model::save_weights(*net, dir.path("upstream.safetensors"));
+  const auto written = model::export_controlnet_diffusers(upstream, spec, 64, dir.path("out"));
+  CHECK(written.size() == 4);  // each folder: its weights and config.json
+  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                   "/tests/reference/diffusers_controlnet_convert.py " +
+                                   dir.path("upstream.safetensors") + " " + dir.path("theirs.safetensors"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // The controlnet folder: their tensors under their names, bit for bit, and nothing else.
+  const auto mine = model::read_diffusers(dir.path("out/controlnet"));
+  model::TensorMap theirs;
+  for (auto& [name, t] : read_safetensors(dir.path("theirs.safetensors")).tensors) theirs[name] = t;
+  REQUIRE(mine.tensors.size() == theirs.size());
+  for (const auto& [name, t] : theirs) {
+    INFO(name);
+    REQUIRE(mine.tensors.count(name) == 1);
+    CHECK(torch::equal(mine.tensors.at(name), t));
+  }
+  CHECK(mine.config.at("_class_name") == "SanaControlNetModel");
+  CHECK(mine.config.at("num_layers") == 2);
+  CHECK(mine.config.at("num_attention_heads") == spec.linear_heads());
+  CHECK_FALSE(mine.config.contains("qk_norm"));
+  // The transformer folder: the base, which loads back into the ControlNet's base bit for bit.
+  auto base_spec = spec;
+  base_spec.control_blocks = 0;
+  model::SanaMS base(base_spec, model::BuildOptions{torch::kFloat32, false, 99});
+  CHECK(model::load_weights(*base, dir.path("out/transformer"), /*strict=*/true).clean());
+  for (const auto& [name, t] : tensors_of(base)) {
+    INFO(name);
+    if (name == "y_embedder.y_embedding") continue;  // diffusers keeps no null caption
+    CHECK(torch::equal(t, upstream.at(name)));
+  }
+  // What SanaControlNetModel cannot hold is refused, naming why.
+  spec.qk_norm = true;
+  model::SanaMS normed(spec, model::BuildOptions{torch::kFloat32, false, 13});
+  CHECK_THROWS_WITH(model::export_controlnet_diffusers(tensors_of(normed), spec, 64, dir.path("normed")),
+                    Catch::Contains("has no q/k norms"));
+}

@@ -8,6 +8,7 @@
 
 #include "sana/util/safetensors.h"
 #include "sana/train/adamw8bit.h"
+#include "sana/train/lr_scheduler.h"
 #include "sana/train/component_options.h"
 #include "sana/train/optim.h"
 #include "sana/train/part_options.h"
@@ -385,4 +386,42 @@ TEST_CASE("learning-rate schedules: warmup, constant, cosine, floor, sqrt scalin
   CHECK(train::learning_rate(train::lr_schedule_options_for(t), 100, 110) == Approx(1e-3));
   t.auto_lr = config::AutoLr::linear;
   CHECK(train::peak_learning_rate(train::lr_schedule_options_for(t)) == Approx(4e-3));
+}
+
+TEST_CASE("the schedule as a part: restarted, carried over, kept across a checkpoint", "[train][optim]") {
+  config::TrainConfig t;
+  t.optimizer.lr = 1e-3;
+  t.auto_lr = config::AutoLr::none;
+  t.lr_schedule_args.num_warmup_steps = 10;
+  int64_t taken = 6;  // the run's optimizer steps less fp16 overflows
+  train::LrScheduler s(train::lr_schedule_options_for(t), [&] { return taken; });
+  CHECK(s.position() == 6);
+  CHECK(s.rate(100) == Approx(0.6e-3));
+  s.restart();  // train.resume_lr_scheduler false: warm-up again from here
+  CHECK(s.position() == 0);
+  CHECK(s.rate(100) == 0.0);
+  taken = 9;
+  CHECK(s.position() == 3);
+  const auto saved = s.save_state();
+  CHECK(saved.json.at("position") == 3);
+  CHECK(train::LrScheduler::saved_position(&saved, 9) == 3);
+  CHECK(train::LrScheduler::saved_position(nullptr, 9) == 9);  // written before the part existed
+
+  // A resume: the restart goes on (the offset travels, the steps come from the run).
+  int64_t resumed_taken = 9;
+  train::LrScheduler r(train::lr_schedule_options_for(t), [&] { return resumed_taken; });
+  r.restore_state(&saved, "ckpt");
+  CHECK(r.position() == 3);
+  resumed_taken = 11;
+  CHECK(r.position() == 5);
+  r.restore_state(nullptr, "old ckpt");
+  CHECK(r.position() == 11);
+
+  // train.load_from_lr_scheduler: a fresh run (0 steps) continues at the checkpoint's step.
+  int64_t fresh = 0;
+  train::LrScheduler c(train::lr_schedule_options_for(t), [&] { return fresh; });
+  c.continue_at(train::LrScheduler::saved_position(&saved, 9));
+  CHECK(c.rate(100) == Approx(0.3e-3));
+  fresh = 2;
+  CHECK(c.position() == 5);
 }

@@ -80,6 +80,23 @@ double Metrics::eta_seconds(int64_t global_step, double elapsed) const {
   return elapsed / static_cast<double>(std::max<int64_t>(run_steps_, 1)) * static_cast<double>(total_ - global_step);
 }
 
+void Metrics::record_eval(int64_t global_step, int64_t samples, double loss,
+                          const std::map<int64_t, double>& by_timestep) {
+  if (!main_rank_) return;
+  nlohmann::json per = nlohmann::json::object();
+  std::vector<std::pair<std::string, double>> scalars{{"eval/loss", loss}};
+  for (const auto& [t, v] : by_timestep) {
+    per[std::to_string(t)] = v;
+    scalars.emplace_back(fmt::format("eval/loss_t{}", t), v);
+  }
+  const nlohmann::json m = {{"eval_step", global_step}, {"eval_loss", loss}, {"eval_samples", samples},
+                            {"eval_loss_by_timestep", per}};
+  jsonl_ << m.dump() << "\n" << std::flush;
+  if (!events_) return;
+  events_->scalars(global_step, scalars);
+  events_->flush();
+}
+
 void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {
   const auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   const double step_time = std::max(t.total, 1e-9);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -58,6 +59,10 @@ class Metrics {
   // After each step, with its phases (times.total is ignored: a step's time is the wall
   // time since the previous record). force_log: write the interval line now (a stop request).
   void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
+  // A held-out evaluation (train.eval, rank 0 writes): a metrics.jsonl line {"eval_step",
+  // "eval_loss", "eval_samples", "eval_loss_by_timestep": {"100": ...}} and the TensorBoard
+  // scalars eval/loss and eval/loss_t<T>.
+  void record_eval(int64_t global_step, int64_t samples, double loss, const std::map<int64_t, double>& by_timestep);
   // Time spent after record() in a phase (checkpoint writes): the next record counts it in
   // that phase, as the next step's wall time holds it.
   void add_time(const StepTimes& times) { carried_ += times; }

@@ -1,5 +1,6 @@
 // What `sana-train report WORK_DIR` shows (also made at the end of training): plots of loss, learning
-// rate and samples/s over steps from work_dir/metrics.jsonl, drawn by gnuplot (Debian's
+// rate and samples/s over steps from work_dir/metrics.jsonl (and the held-out loss of
+// train.eval, overall and per timestep, when the run measured one), drawn by gnuplot (Debian's
 // gnuplot-nox) as PNG files in work_dir/report/, and a one-screen text summary. No torch.
 #pragma once
 
