@@ -6,7 +6,9 @@
 #  2. they are the same samples, timesteps and noise every time: with a learning rate of 1e-30
 #     (below every weight's last bit) the model does not move, and steps 2, 4 and 6 give the
 #     same losses bitwise;
-#  3. the report has the plot and the summary line; TensorBoard has eval/loss.
+#  3. the report has the plot and the summary line; TensorBoard has eval/loss;
+#  4. train.eval.fraction 0.25 instead of a folder: the held-out samples and the trained ones
+#     are the test photos, each in one of the two sets, on 2 processes.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 photos=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -49,5 +51,17 @@ if grep -qa "eval/loss_t500" "$SCRATCH"/w2/tensorboard/events.out.tfevents.* 2>/
 else
   fail "no eval/loss_t500 in TensorBoard's events"
 fi
+photo_count=$(find "$photos" -type f \( -name '*.jpg' -o -name '*.png' \) | wc -l)
+run frac 2 "--train.eval.data_dir=[]" --train.eval.fraction=0.25; assert_code $? 0 "a held-out quarter of the photos"
+trained=$(grep -o "train.eval.fraction 0.25 seed [0-9]* trained): kept [0-9]* of [0-9]*" "$SCRATCH/frac.log" | head -1 |
+  sed 's/.*kept \([0-9]*\) of \([0-9]*\)/\1 \2/')
+held=$(grep -o "train.eval: [0-9]* held-out samples" "$SCRATCH/frac.log" | grep -o "[0-9]*" | head -1)
+set -- $trained
+if [ -n "$held" ] && [ "${1:-0}" -gt 0 ] && [ "$held" -gt 0 ] && [ $(( $1 + held )) = "$photo_count" ] && [ "${2:-}" = "$photo_count" ]; then
+  pass "train.eval.fraction 0.25: $held held out, $1 trained, of $photo_count photos"
+else
+  fail "train.eval.fraction: trained '$trained', held out '$held', photos $photo_count"
+fi
+assert_contains "$SCRATCH/frac.log" "eval at step 6: loss " "the held-out quarter is measured"
 assert_no_leftovers
 finish

@@ -219,6 +219,7 @@ struct EvalConfig {
   int64_t every_steps = 0;            // 0: never
   std::vector<int64_t> timesteps = {100, 300, 500, 700, 900};  // of scheduler.train_sampling_steps
   int64_t max_samples = 0;            // 0: every sample of data_dir; else its first N
+  double fraction = 0;                // instead of data_dir: this share of data.data_dir, left out of training
 };
 
 struct TrainConfig {

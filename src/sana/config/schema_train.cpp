@@ -118,6 +118,11 @@ void describe_eval(std::vector<Field>& f, EvalConfig& e) {
   s.add("timesteps", e.timesteps,
         "the timesteps (of scheduler.train_sampling_steps) each sample is measured at, with the same noise every time")
       .at_least(0);
+  s.add("fraction", e.fraction,
+        "instead of data_dir: hold this share of data.data_dir's samples out of training (drawn from train.seed "
+        "and each sample's path) and measure them")
+      .at_least(0)
+      .at_most(0.5);
   s.add("max_samples", e.max_samples, "measure only the first N held-out samples; 0 = all").at_least(0);
 }
 

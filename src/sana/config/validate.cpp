@@ -206,9 +206,14 @@ void check_vae_tiles(Checker& c, const VaeConfig& v) {
 // train.eval: samples to measure when it is on, and timesteps in the training table.
 void check_eval(Checker& c, const Config& cfg) {
   const auto& e = cfg.train.eval;
-  if (e.every_steps > 0 && e.data_dir.empty()) {
-    c.fail("train.eval.data_dir", fmt::format("is empty, but train.eval.every_steps is {}", e.every_steps),
-           "name the held-out samples (a folder, a JSONL/CSV file or an index), or set every_steps: 0");
+  if (e.every_steps > 0 && e.data_dir.empty() && e.fraction == 0) {
+    c.fail("train.eval.data_dir",
+           fmt::format("is empty and train.eval.fraction 0, but train.eval.every_steps is {}", e.every_steps),
+           "name the held-out samples (a folder, a JSONL/CSV file or an index), or hold out a share of the training "
+           "set (train.eval.fraction: 0.05), or set every_steps: 0");
+  }
+  if (!e.data_dir.empty() && e.fraction > 0) {
+    c.fail("train.eval.fraction", "and train.eval.data_dir are both set", "keep one: held-out samples of their own, or a share of data.data_dir");
   }
   if (e.every_steps > 0 && e.timesteps.empty()) {
     c.fail("train.eval.timesteps", "is empty: no timestep to measure the loss at", "e.g. [100, 300, 500, 700, 900]");

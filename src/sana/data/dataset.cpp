@@ -57,7 +57,7 @@ std::string filtered_index(const std::string& full, const SampleFilter& filter, 
   uint64_t seen = 0;
   build.keep = [&](const IndexRow& row) {
     ++seen;
-    const char* why = filter.drops(row.meta);
+    const char* why = filter.drops(row.meta, row.path);
     if (why != nullptr) ++dropped[why];
     return why == nullptr;
   };
@@ -65,6 +65,13 @@ std::string filtered_index(const std::string& full, const SampleFilter& filter, 
   const auto r = build_index({full}, tmp, build);
   std::string why;
   for (const auto& [k, n] : dropped) why += fmt::format("{}{} dropped {}", why.empty() ? "" : ", ", k, n);
+  if (r.rows == 0 && filter.holdout > 0) {
+    std::filesystem::remove(tmp);
+    throw IndexError(fmt::format("train.eval.fraction {} {} none of the {} samples of {} ({}): give a fraction that "
+                                 "holds out some and keeps some, or name held-out samples in train.eval.data_dir",
+                                 filter.holdout, filter.held_out ? "holds out" : "leaves", seen,
+                                 fmt::join(options.sources, ", "), why));
+  }
   if (r.rows == 0) {
     std::filesystem::remove(tmp);
     throw IndexError(fmt::format(

@@ -1,5 +1,7 @@
 #include "sana/data/sample_meta.h"
 
+#include "sana/util/hash.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -55,7 +57,9 @@ std::string CaptionSources::describe() const {
 }
 
 std::string SampleFilter::describe() const {
-  return fmt::format("hq_only {} del_img_clip_thr {}", hq_only, min_clip_score);
+  std::string s = fmt::format("hq_only {} del_img_clip_thr {}", hq_only, min_clip_score);
+  if (holdout > 0) s += fmt::format(" train.eval.fraction {} seed {} {}", holdout, holdout_seed, held_out ? "held out" : "trained");
+  return s;
 }
 
 std::string meta_with_files(const std::string& control, const std::string& control_latent, const std::string& mask) {
@@ -78,7 +82,11 @@ std::string control_image(std::string_view meta) { return meta_path(meta, "contr
 std::string control_latent(std::string_view meta) { return meta_path(meta, "control_latent"); }
 std::string mask_image(std::string_view meta) { return meta_path(meta, "mask"); }
 
-const char* SampleFilter::drops(std::string_view meta) const {
+const char* SampleFilter::drops(std::string_view meta, std::string_view path) const {
+  if (holdout > 0) {
+    util::RandomStream draw(util::stream_key("sample.holdout", {holdout_seed, hash64(path.data(), path.size())}));
+    if ((draw.uniform() < holdout) != held_out) return held_out ? "train.eval.fraction (trained)" : "train.eval.fraction (held out)";
+  }
   const Json j = parse_meta(meta);
   if (hq_only) {
     const auto v = j.find("version");

@@ -37,14 +37,19 @@ struct CaptionSources {
   std::string describe() const;  // "" when there is none
 };
 
-// Upstream's sampler filters, applied to the index once (a filtered index beside it).
+// Upstream's sampler filters, applied to the index once (a filtered index beside it), and
+// the held-out share of train.eval.fraction: a sample is held out when a hash of (seed, its
+// path) falls below the fraction, the same on every machine and at every world size.
 struct SampleFilter {
   bool hq_only = false;         // data.hq_only: only samples whose .json says version "high_quality"
   double min_clip_score = 0.0;  // data.del_img_clip_thr: the prompt's CLIP score at least this
-  bool active() const { return hq_only || min_clip_score > 0; }
+  double holdout = 0.0;         // train.eval.fraction: this share of the samples is held out
+  uint64_t holdout_seed = 0;    // train.seed
+  bool held_out = false;        // keep the held-out samples (train.eval's set), not the others (training's)
+  bool active() const { return hq_only || min_clip_score > 0 || holdout > 0; }
   std::string describe() const;
-  // The key that drops a sample with metadata `meta`, or nullptr to keep it.
-  const char* drops(std::string_view meta) const;
+  // The key that drops the sample at `path` with metadata `meta`, or nullptr to keep it.
+  const char* drops(std::string_view meta, std::string_view path = {}) const;
 };
 
 enum class CaptionSelection { clipscore, proportion };

@@ -62,6 +62,10 @@ data::DatasetOptions dataset_options_for(const config::Config& cfg) {
   }
   o.filter.hq_only = cfg.data.hq_only;
   o.filter.min_clip_score = cfg.data.del_img_clip_thr;
+  if (cfg.train.eval.every_steps > 0) {  // train.eval.fraction: its share is left out of training
+    o.filter.holdout = cfg.train.eval.fraction;
+    o.filter.holdout_seed = static_cast<uint64_t>(cfg.train.seed);
+  }
   return o;
 }
 

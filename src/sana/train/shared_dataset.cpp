@@ -12,11 +12,11 @@ namespace {
 
 // Tests only (TestHooks::index_delay_ms): rank 0's indexing takes longer, with progress
 // every 100 ms, so a fault trial can strike while the others wait for the index.
-void slow_indexing_for_tests(dist::Runtime& rt) {
+void slow_indexing_for_tests(dist::Runtime& rt, const std::string& work) {
   const int64_t rounds = TestHooks::get().index_delay_ms / 100;
   for (int64_t i = 0; i < rounds; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    rt.work_progress("index", -1 - i);
+    rt.work_progress(work, -1 - i);
   }
 }
 
@@ -27,11 +27,11 @@ void slow_indexing_for_tests(dist::Runtime& rt) {
 data::Dataset open_dataset(const SharedDatasetOptions& o, dist::Runtime& rt) {
   const bool main_rank = rt.rank() == 0;
   data::IndexBuildOptions options;
-  if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress("index", static_cast<int64_t>(rows)); };
-  if (!main_rank) rt.wait_for_work("index", 0);
-  if (main_rank) slow_indexing_for_tests(rt);
+  if (main_rank) options.on_rows = [&](uint64_t rows) { rt.work_progress(o.work, static_cast<int64_t>(rows)); };
+  if (!main_rank) rt.wait_for_work(o.work, 0);
+  if (main_rank) slow_indexing_for_tests(rt, o.work);
   auto dataset = data::Dataset::open(o.dataset, options, o.cell);
-  if (main_rank) rt.work_done("index");
+  if (main_rank) rt.work_done(o.work);
   if (main_rank && o.caption_features && o.captions.draws()) {
     log::warn("data.caption_selection_type {}: the caption features are each sample's own (data.load_text_feat), "
               "so no caption is chosen (upstream reads <key>.npz whatever caption it picked)",

@@ -3,6 +3,8 @@
 // that only a stalled rank 0 reaches, then all ranks agree on its content.
 #pragma once
 
+#include <string>
+
 #include "sana/data/dataset.h"
 #include "sana/data/sample_meta.h"
 #include "sana/distributed/runtime.h"
@@ -15,6 +17,9 @@ struct SharedDatasetOptions {
   int64_t cell = 1;               // the model's cell: pixels per latent token side (downsample x patch)
   bool caption_features = false;  // data.load_text_feat: captions come precomputed
   data::CaptionChoice captions;   // data.caption_selection_type and its keys
+  // The name the ranks wait on while rank 0 indexes: one per dataset a run opens (the
+  // training set, train.eval's), or the second would find the first one's work done.
+  std::string work = "index";
 };
 
 // Throws IndexError (a config or data problem), Disagreement (ranks see other data) or

@@ -137,8 +137,13 @@ void Trainer::open_eval_set() {
   const auto& e = cfg_.train.eval;
   if (e.every_steps <= 0) return;
   auto o = shared_dataset_options_for(cfg_);
-  o.dataset.sources = e.data_dir;
-  o.dataset.filter = {};  // every held-out sample counts
+  o.work = "eval index";
+  if (e.fraction > 0) {
+    o.dataset.filter.held_out = true;  // the share of data.data_dir that training leaves out
+  } else {
+    o.dataset.sources = e.data_dir;
+    o.dataset.filter = {};  // every held-out sample counts
+  }
   auto held_out = open_dataset(o, rt_);  // collective
   EvalOptions options{e.every_steps, e.timesteps, e.max_samples};
   auto loader = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned(), control_maps_);

@@ -87,3 +87,30 @@ TEST_CASE("a low temperature draws by score^(1/t) without overflowing", "[data]"
   const double p = 1.0 / (1.0 + std::pow(0.99, 100.0));
   CHECK(std::abs(static_cast<double>(x) / n - p) < 0.03);
 }
+
+TEST_CASE("train.eval.fraction holds out a share of the samples by their paths, training keeps the rest", "[data]") {
+  SampleFilter trained, held;
+  trained.holdout = held.holdout = 0.25;
+  trained.holdout_seed = held.holdout_seed = 3;
+  held.held_out = true;
+  CHECK(trained.active());
+  int out = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string path = "photos/img_" + std::to_string(i) + ".jpg";
+    const bool in_training = trained.drops("", path) == nullptr;
+    const bool in_eval = held.drops("", path) == nullptr;
+    CHECK(in_training != in_eval);                             // each sample in exactly one set
+    CHECK((trained.drops("", path) == nullptr) == in_training);  // the same draw every time
+    out += in_eval ? 1 : 0;
+  }
+  CHECK(out > 2000 * 0.25 - 80);  // binomial(2000, 0.25): sd 19
+  CHECK(out < 2000 * 0.25 + 80);
+  auto other_seed = held;
+  other_seed.holdout_seed = 4;
+  int moved = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::string path = "photos/img_" + std::to_string(i) + ".jpg";
+    moved += (held.drops("", path) == nullptr) != (other_seed.drops("", path) == nullptr) ? 1 : 0;
+  }
+  CHECK(moved > 0);  // another train.seed, another split
+}
