@@ -123,7 +123,9 @@ void print_json(const ModelFacts& f) {
   auto ranks = nlohmann::json::array();
   for (const auto& r : m.ranks) {
     ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
-                     {"ema", r.ema}, {"gathered", r.gathered}});
+                     {"ema", r.ema}, {"gathered", r.gathered}, {"host_weights", r.host_weights},
+                     {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
+                     {"host_ema", r.host_ema}});
   }
   j["memory_per_process"] = {{"world_size", m.world_size},
                              {"trainable_parameters", m.trainable},
@@ -146,7 +148,12 @@ void print_json(const ModelFacts& f) {
                              {"grad_checkpointing", m.checkpointing},
                              {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
                              {"total_for_config", m.total()},
-                             {"fits_gpus_gb", gpus_that_fit(m.total())}};
+                             {"fits_gpus_gb", gpus_that_fit(m.total())},
+                             {"host", {{"weights", m.host_weights},
+                                       {"gradients", m.host_gradients},
+                                       {"optimizer", m.host_optimizer},
+                                       {"ema", m.host_ema},
+                                       {"total", m.host_total()}}}};
   std::cout << j.dump(2) << "\n";
 }
 
@@ -172,7 +179,8 @@ void print_memory(const train::MemoryEstimate& m) {
       m.weights);
   if (m.converted > 0) row("one base layer in fp32 (transient)", m.converted);
   row("gradients (fp32)", m.gradients);
-  row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer);
+  const bool offloaded = m.host_optimizer > 0;
+  row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer, offloaded ? "<- in host memory" : "");
   if (m.ema > 0) row("EMA weights", m.ema);
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
   row("activations", m.activations, m.checkpointing ? "" : "<- train.grad_checkpointing false");
@@ -190,6 +198,15 @@ void print_memory(const train::MemoryEstimate& m) {
                            fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
                            m.world_size == 1 && m.zero_stage == 0 ? "; more processes with train.zero_stage split the state"
                                                                   : "");
+  if (m.host_total() > 0) {
+    std::cout << "host memory per process for the run's state (train.offload_optimizer, train.ema_device cpu; "
+                 "beside the loaded encoders and data):\n";
+    if (m.host_weights > 0) row("master weights (fp32)", m.host_weights);
+    if (m.host_gradients > 0) row("master gradients (fp32)", m.host_gradients);
+    if (m.host_optimizer > 0) row(fmt::format("optimizer state ({})", m.optimizer_name), m.host_optimizer);
+    if (m.host_ema > 0) row("EMA weights", m.host_ema);
+    row("host total", m.host_total());
+  }
 }
 
 void print_text(const ModelFacts& f) {

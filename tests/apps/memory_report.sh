@@ -8,7 +8,8 @@
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
 # or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
-# train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8 and bf16. Tiny preset, the example photos
+# train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8 and bf16;
+# train.offload_optimizer with the EMA on the host at stage 2 on two. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -39,7 +40,9 @@ assert len(est["ranks"]) == len(measured), f"{len(est['ranks'])} ranks estimated
 bad = []
 for r in measured:
     mine = est["ranks"][r["rank"]]
-    for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema")):
+    for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema"),
+                         ("host_weights", "host_weights"), ("host_gradients", "host_gradients"),
+                         ("host_optimizer", "host_optimizer"), ("host_ema", "host_ema")):
         if r[ours] != mine[theirs]:
             bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {mine[theirs]}")
     if (r["gathered"] > 0) != (mine["gathered"] > 0) or r["gathered"] > mine["gathered"]:
@@ -63,9 +66,12 @@ for r in measured:
                    f"for {r['micro_batch']} x {n} tokens ({ratios[-1]:.2f}x)")
 for b in bad:
     print(b)
+def host(r):
+    kept = {k: r[k] for k in ("host_weights", "host_gradients", "host_optimizer", "host_ema") if r[k]}
+    return "".join(f", {k} {v}" for k, v in kept.items())
 r = measured[0]
 print(f"{len(measured)} rank(s): parameters {r['parameters']}, gradients {r['gradients']}, optimizer {r['optimizer']} "
-      f"({est['optimizer_type']}), EMA {r['ema']} bytes as estimated; gathered {r['gathered']} B (at most "
+      f"({est['optimizer_type']}), EMA {r['ema']}{host(r)} bytes as estimated; gathered {r['gathered']} B (at most "
       f"{est['ranks'][0]['gathered']:.0f}); activations peak {r['activations_peak']} B measured, "
       f"{'/'.join(f'{x:.2f}' for x in ratios)} x the estimate at that shape")
 sys.exit(1 if bad else 0)
@@ -87,6 +93,10 @@ check came_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.z
 check adamw_s3_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
 check adamw_s1_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1
 check adamw_s3_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=3
+# train.offload_optimizer and ema_device cpu: the masters, their gradients, the state and the
+# EMA of each rank's share counted in host memory, none of it on the device.
+check came_offload_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=2 \
+  --train.offload_optimizer=true --train.ema_device=cpu
 # train.lora: the base frozen (whole on every rank), the adapters alone in the buckets, the
 # optimizer and the EMA; at stage 3 the adapters sharded.
 lora=(--train.lora.rank=4 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")

@@ -151,10 +151,12 @@ skip() {
 # `common` arguments and work_dir $SCRATCH/NAME (a later --work_dir in ARGS wins), under a
 # 300 s limit; output in $SCRATCH/NAME.log, whose tail is shown when it fails.
 launch_named() {
-  local name=$1 n=$2; shift 2
+  local name=$1 n=$2 t0; shift 2
+  t0=$(now)
   timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "--work_dir=$SCRATCH/$name" "$@" \
     > "$SCRATCH/$name.log" 2>&1
   local code=$?
+  echo "  (run $name on $n processes: $(elapsed_since "$t0") s)"
   [ $code -eq 0 ] || tail -20 "$SCRATCH/$name.log"
   return $code
 }
@@ -192,6 +194,28 @@ PY
     pass "$what: $(cat "$SCRATCH/$b.cmp")"
   else
     fail "$what: the losses differ: $(cat "$SCRATCH/$b.cmp")"
+  fi
+}
+
+# replayed WORK WHAT KEYS [MODEL_ARGS...]: the run in $SCRATCH/WORK (its micro-batches dumped with
+# SANA_TEST_DUMP_BATCHES=1) replayed in python3-torch by tests/reference/train_replay.py on
+# $SCRATCH/base.pth: every step's loss and the final trained tensors must match. KEYS is a
+# JSON object of the run's settings as train_replay.py names them ("kind", "lr", "betas", ...);
+# the model's spec comes from `sana-train model --json` with the script's `common` arguments
+# and MODEL_ARGS.
+replayed() {
+  local work=$1 what=$2 keys=$3 settings; shift 3
+  timeout 120 "$BIN" model --json --no-memory "${common[@]}" "$@" "--work_dir=$SCRATCH/$work" \
+    > "$SCRATCH/$work.model.json" 2> /dev/null
+  settings=$(timeout 60 /usr/bin/python3 -c 'import json, sys
+s = json.loads(sys.argv[2])
+s["spec"] = json.load(open(sys.argv[1]))["spec"]
+print(json.dumps(s))' "$SCRATCH/$work.model.json" "$keys")
+  if timeout 300 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../reference/train_replay.py" "$SCRATCH/$work" \
+      "$SCRATCH/base.pth" "$settings" > "$SCRATCH/$work.replay" 2>&1; then
+    pass "$what: $(tail -1 "$SCRATCH/$work.replay")"
+  else
+    fail "$what: the run against its python3-torch replay:"; tail -25 "$SCRATCH/$work.replay"
   fi
 }
 

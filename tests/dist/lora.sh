@@ -2,11 +2,11 @@
 # train.lora (issue 29, docs/finetune.md): low-rank adapters on a frozen base, on the tiny
 # preset and the test photos. The base is the preset's initial weights exported to
 # upstream's .pth (sana-train export), loaded with model.load_from.
-#  1. 50 steps on 2 processes (the loss curve is held against python3-torch in 4); the
+#  1. 20 steps on 2 processes (the loss curve is held against python3-torch in 4); the
 #     base's checksum at the end equals the one at start-up; pytorch_lora_weights.safetensors has, for every block, the adapters diffusers names for
 #     the targets (transformer.transformer_blocks.N.attn1.to_q.lora_A.weight [r, in], ...),
 #     with the rank and alpha in its metadata.
-#  2. 25 steps on 2 processes, resumed on 1 to step 50: each epoch trains the samples of the
+#  2. 10 steps on 2 processes, resumed on 1 to step 20: each epoch trains the samples of the
 #     uninterrupted run, each once.
 #  3. ZeRO stage 3 on 2 processes (the adapters sharded): 20 losses equal stage 0's.
 #  4. 20 steps replayed in python3-torch (tests/reference/train_replay.py): every step's loss
@@ -19,7 +19,7 @@
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" --train.visualize=false
         --train.log_interval=10 --dist.timeout_s=60 --train.save_model_steps=0 --train.save_model_epochs=0
-        --train.micro_batch_size=2 --train.max_steps=50 --train.optimizer.lr=3e-3 --train.seed=3
+        --train.micro_batch_size=2 --train.max_steps=20 --train.optimizer.lr=3e-3 --train.seed=3
         "--model.load_from=$SCRATCH/base.pth" --train.lora.rank=4
         "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")
 run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
@@ -28,10 +28,10 @@ assert_code $? 0 "the tiny preset's initial weights exported as the base"
 
 # 1. The reference run.
 export SANA_TEST_LOG_IDS=1
-run ref 2; assert_code $? 0 "50 LoRA steps on 2 processes"
+run ref 2; assert_code $? 0 "20 LoRA steps on 2 processes"
 start_sum=$(grep -o "train.lora: the base (checksum [0-9a-f]*)" "$SCRATCH/ref.log" | grep -o "[0-9a-f]\{16\}")
 assert_contains "$SCRATCH/ref.log" "the base weights are unchanged (checksum $start_sum)" \
-  "the base's checksum after 50 steps equals start-up's ($start_sum)"
+  "the base's checksum after 20 steps equals start-up's ($start_sum)"
 if /usr/bin/python3 - "$SCRATCH/ref" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
 import json, struct, sys
 root = sys.argv[1]
@@ -59,7 +59,7 @@ print(f"{len(losses)} steps, loss {first:.4f} (first 10) -> {last:.4f} (last 10)
 if got != want:
     print("missing", sorted(set(want) - set(got))[:4], "unexpected", sorted(set(got) - set(want))[:4],
           "shapes", [(k, got[k], want[k]) for k in want if k in got and got[k] != want[k]][:4])
-sys.exit(0 if got == want and len(losses) == 50 and config["transformer.r"] == 4 and
+sys.exit(0 if got == want and len(losses) == 20 and config["transformer.r"] == 4 and
          config["transformer.lora_alpha"] == 4 else 1)
 PY
   pass "$(cat "$SCRATCH/ref.check")"
@@ -67,8 +67,8 @@ else
   fail "the LoRA run's loss or file: $(cat "$SCRATCH/ref.check")"
 fi
 
-# 2. Stop at 25 on 2 processes, resume on 1.
-resume_on_one LoRA 25 50
+# 2. Stop at 10 on 2 processes, resume on 1.
+resume_on_one LoRA 10 20
 
 # 3. The adapters sharded at stage 3: the same losses as stage 0.
 run zero3 2 --train.zero_stage=3 --train.max_steps=20; assert_code $? 0 "20 LoRA steps at ZeRO stage 3"
@@ -84,16 +84,8 @@ replay=(--train.max_steps=20 --train.save_model_steps=1 --ckpt.keep_last_n=0 --t
         --train.gradient_clip=0.1 --train.lr_schedule=constant --train.lr_schedule_args.num_warmup_steps=10
         --train.lora.alpha=8)
 SANA_TEST_DUMP_BATCHES=1 run replay 2 "${replay[@]}"; assert_code $? 0 "20 LoRA steps with their batches dumped"
-timeout 120 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$SCRATCH/replay" > "$SCRATCH/model.json" 2> /dev/null
-settings=$(timeout 60 /usr/bin/python3 -c 'import json, sys
-print(json.dumps({"kind": "lora", "spec": json.load(open(sys.argv[1]))["spec"], "lr": 3e-3, "betas": [0.9, 0.999], "eps": 1e-10,
-                  "weight_decay": 0.01, "gradient_clip": 0.1, "warmup": 10, "alpha": 8.0}))' "$SCRATCH/model.json")
-if timeout 300 /usr/bin/python3 "$(dirname "$0")/../reference/train_replay.py" "$SCRATCH/replay" "$SCRATCH/base.pth" \
-    "$settings" > "$SCRATCH/replay.check" 2>&1; then
-  pass "$(tail -1 "$SCRATCH/replay.check")"
-else
-  fail "the LoRA run against its python3-torch replay:"; tail -25 "$SCRATCH/replay.check"
-fi
+replayed replay "20 LoRA steps" '{"kind": "lora", "lr": 3e-3, "betas": [0.9, 0.999], "eps": 1e-10,
+  "weight_decay": 0.01, "gradient_clip": 0.1, "warmup": 10, "alpha": 8.0}'
 
 # 5. Other base weights: refused, both checksums named.
 refuses_other_base "adapters" 60

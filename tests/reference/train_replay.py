@@ -18,7 +18,8 @@ What the replay computes is not sana-train's code: the base is upstream's module
 (upstream_model.SanaMS, or SanaMSControlNet with its control blocks, float64), a LoRA's
 adapters PEFT's layers (lora_reference.attach), the loss diffusers' / upstream's
 flow-matching MSE (with masks, each squared error times its cell's weight before the mean,
-as OneTrainer's masked training), each micro-batch weighted by its share of the global batch; the gradients are clipped as torch.nn.utils.clip_grad_norm_ clips them, the
+as OneTrainer's masked training; with class images, diffusers' DreamBooth rule: the mean over
+the samples' rows plus prior_loss_weight x the mean over the class images' rows), each micro-batch weighted by its share of the global batch; the gradients are clipped as torch.nn.utils.clip_grad_norm_ clips them, the
 learning rate is diffusers' get_constant_schedule_with_warmup, the update torch.optim.AdamW.
 Only the batches (data, noise, timesteps) come from the run. Prints every step's loss, the
 run's and the replay's, and the trained tensors' largest difference; exits 1 when a step's
@@ -151,7 +152,12 @@ def main():
             squares = (pred - b["target"].double()).pow(2)
             if "loss_weights" in b:  # train.masked_loss: OneTrainer's weighting, per cell over all channels
                 squares = squares * b["loss_weights"].double()
-            micro = squares.mean() * b["weight"].double()[0]
+            if "prior_rows" in b:  # diffusers' prior preservation: the last rows are class images
+                n = squares.shape[0] - int(b["prior_rows"][0])
+                instance, prior = squares[:n].mean(), squares[n:].mean()
+                micro = (instance + float(b["prior_loss_weight"][0]) * prior) * b["weight"].double()[0]
+            else:
+                micro = squares.mean() * b["weight"].double()[0]
             micro.backward()
             loss += micro.item()
         torch.nn.utils.clip_grad_norm_(params, settings["gradient_clip"])

@@ -33,6 +33,7 @@ enum class LoraInit { gaussian, kaiming };
 enum class FrozenDtype { fp32, bf16, fp16, int8 };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
+enum class StateDevice { device, cpu };
 
 template <> struct Names<Tail> { static constexpr std::array<std::string_view, 2> values{"drop", "pad"}; };
 template <> struct Names<SampleCacheMode> {
@@ -72,6 +73,7 @@ template <> struct Names<Backend> { static constexpr std::array<std::string_view
 template <> struct Names<DeviceKind> {
   static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
 };
+template <> struct Names<StateDevice> { static constexpr std::array<std::string_view, 2> values{"device", "cpu"}; };
 
 // A YAML mapping of names to numbers, in the order written (data.caption_proportion).
 using NamedWeights = std::vector<std::pair<std::string, double>>;
@@ -106,6 +108,14 @@ struct DataConfig {
   std::vector<std::string> external_clipscore_suffixes;
   double clip_thr = 0.0;
   double clip_thr_temperature = 1.0;
+  // DreamBooth's prior preservation (diffusers' train_dreambooth_lora_sana.py): every
+  // sample trains beside an image of its class (from class_data_dir, captioned class_prompt),
+  // and the loss is the instance's + train.prior_loss_weight x the class image's. On when
+  // class_data_dir is set; a folder holding fewer than num_class_images has the rest made
+  // by the model being trained before the first step.
+  std::string class_data_dir;
+  std::string class_prompt;
+  int64_t num_class_images = 100;
 };
 
 struct ModelConfig {
@@ -265,8 +275,16 @@ struct TrainConfig {
   // latent cell (the mask averaged over the cell), at least masked_loss_unmasked_weight.
   bool masked_loss = false;
   double masked_loss_unmasked_weight = 0.1;
+  double prior_loss_weight = 1.0;  // data.class_data_dir: the class images' share of the loss
   bool ema_update = false;       // keep an EMA copy of the weights (upstream's default: off)
   double ema_rate = 0.9999;      // its decay; 0 turns it off too
+  // SimpleTuner's --ema_device / --ema_update_interval: cpu keeps the average in host memory;
+  // it moves every N-th step, by ema_rate^N (so it spans as many steps as with N = 1).
+  StateDevice ema_device = StateDevice::device;
+  int64_t ema_update_interval = 1;
+  // ZeRO-Offload's design (train/host_optimizer.h): this rank's share of the fp32 master
+  // weights and the optimizer state live in host memory, where the update runs.
+  bool offload_optimizer = false;
   int64_t log_interval = 50;
   std::string report_to = "tensorboard";  // or none: metrics.jsonl and report/ only
   double peak_tflops = 0;  // the device's peak for MFU; 0: from its name (CUDA), unknown: no MFU
@@ -390,6 +408,7 @@ std::string null_embed_file(const Config& cfg);
 
 // Whether the EMA copy is kept.
 inline bool ema_enabled(const TrainConfig& t) { return t.ema_update && t.ema_rate > 0; }
+inline bool prior_preservation(const DataConfig& d) { return !d.class_data_dir.empty(); }
 // Whether the run trains LoRA adapters on a frozen base (train.lora.rank > 0).
 inline bool lora_enabled(const TrainConfig& t) { return t.lora.rank > 0; }
 

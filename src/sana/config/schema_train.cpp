@@ -101,6 +101,9 @@ void describe_fine_tuning(std::vector<Field>& f, Section& s, TrainConfig& t) {
   s.add("frozen_base_dtype", t.frozen_base_dtype,
         "what a frozen base (train.lora) keeps its layers' weights in: fp32, bf16, fp16, or int8 (per output "
         "channel); each layer computes in the training dtype (docs/finetune.md)");
+  s.add("prior_loss_weight", t.prior_loss_weight,
+        "data.class_data_dir: loss = the instance's + this x the class image's (diffusers' prior_loss_weight)")
+      .at_least(0);
   s.add("masked_loss", t.masked_loss,
         "weight each sample's loss by its mask (the `mask` field of JSONL/CSV rows: an image, white = 1), "
         "averaged over each latent cell; a sample without one weighs 1 everywhere (docs/finetune.md)");
@@ -175,6 +178,12 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("ema_update", t.ema_update, "keep an EMA copy of the weights (updated before each step)");
   s.add("ema_rate", t.ema_rate, "EMA decay of the weights; 0 disables").at_least(0).at_most(
       0.999999999);
+  s.add("ema_device", t.ema_device, "where the EMA lives: device (the training device) or cpu (host memory)");
+  s.add("ema_update_interval", t.ema_update_interval,
+        "the EMA moves every N-th step, by ema_rate^N (the same span in steps as N = 1)")
+      .at_least(1);
+  s.add("offload_optimizer", t.offload_optimizer,
+        "fp32 master weights and optimizer state of this rank's share in host memory; the update runs there");
   s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = none by step count")
       .at_least(0)
       .commonly_used();

@@ -216,6 +216,7 @@ void Loader::allocate(Batch& b, int h, int w) const {
     if (opts_.control.kind != ControlKind::none) b.control = torch::empty({n, 3, h, w}, options);
   }
   if (opts_.masks) b.masks = torch::ones({n, 1, h, w}, options);
+  if (opts_.prior != nullptr) b.prior_images = torch::empty({n, 3, h, w}, options);
   if (opts_.load_text_feat) {
     b.text_feat = torch::zeros({n, opts_.text_length, opts_.text_channels}, options);
     b.text_mask = torch::zeros({n, opts_.text_length}, options);
@@ -269,6 +270,10 @@ Batch Loader::decode_job(const Job& job, WorkerGuard& guard) {
       }
       if (b.masks.defined()) {
         const std::string bad = read_mask(c, b.masks[i], h, w, decode, guard);
+        if (!bad.empty()) return bad;
+      }
+      if (b.prior_images.defined()) {
+        const std::string bad = read_prior(c, b.prior_images[i], h, w, decode, guard);
         if (!bad.empty()) return bad;
       }
       if (opts_.load_text_feat) {

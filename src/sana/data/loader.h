@@ -41,6 +41,9 @@ struct Batch {
   // train.masked_loss: [micro, 1, h, w] in [0, 1] at the bucket's pixels, flipped with the
   // image: the sample's `mask` image (its first channel / 255), all ones for a sample without one.
   torch::Tensor masks;
+  // data.class_data_dir (LoaderOptions::prior): each sample's class image, [micro, 3, h, w] in
+  // [-1, 1] at the sample's bucket (never flipped).
+  torch::Tensor prior_images;
   torch::Tensor text_feat;            // [micro, L, D] (load_text_feat), padded with the last token
   torch::Tensor text_mask;            // [micro, L] 1 for tokens to attend to
   std::vector<SampleId> ids;          // as planned
@@ -160,6 +163,10 @@ class Loader {
   // (ones). "" or why not.
   std::string read_mask(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
                         WorkerGuard& guard) const;
+  // data.class_data_dir: the class image sample `id` trains beside this epoch
+  // (prior_index()) into `row` [3, h, w], cover-cropped to the sample's bucket. "" or why not.
+  std::string read_prior(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
+                         WorkerGuard& guard) const;
   // Pads or rejects one sample's caption features into its rows of a batch; "" or why not.
   std::string place_text_features(const TextFeatures& feat, torch::Tensor features, torch::Tensor mask) const;
 

@@ -13,6 +13,8 @@
 
 namespace sana::data {
 
+class Dataset;
+
 struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
@@ -28,6 +30,10 @@ struct LoaderOptions {
   ControlMapOptions control;
   // train.masked_loss: each batch carries its samples' loss masks (Batch::masks).
   bool masks = false;
+  // data.class_data_dir: the class images (Batch::prior_images); null: none. Sample s of
+  // epoch e trains beside class image (e x the dataset's size + s) mod the class set's size.
+  const Dataset* prior = nullptr;
+  uint64_t prior_count = 0;  // of its samples, the first this many (data.num_class_images; 0: all)
   // Which of a sample's captions each batch carries, drawn per (seed, epoch, sample).
   CaptionChoice caption;
   std::shared_ptr<SampleCache> cache;  // data.cache: decoded bucket images (null: none)

@@ -46,6 +46,46 @@ void check_model(const config::Config& cfg, config::IssueSink& issues) {
   }
 }
 
+// data.class_data_dir (DreamBooth's prior preservation): the class images go through the
+// VAE and class_prompt through the text encoder, beside each batch.
+void check_prior_preservation(const config::Config& cfg, config::IssueSink& issues) {
+  if (!config::prior_preservation(cfg.data)) return;
+  if (cfg.data.load_vae_feat || cfg.data.load_text_feat) {
+    issues.fail("data.class_data_dir",
+                fmt::format("is set with precomputed features (data.{}): the class images are encoded from "
+                            "pixels, and class_prompt by the text encoder, as each batch trains",
+                            cfg.data.load_vae_feat ? "load_vae_feat" : "load_text_feat"),
+                "train from images (data.load_vae_feat and load_text_feat false), or leave data.class_data_dir empty");
+  }
+  model::ModelSpec spec;
+  try {
+    spec = train::model_spec_for(cfg);
+  } catch (const model::SpecError&) {
+    return;  // the model's own check names it
+  }
+  if (spec.control_blocks > 0) {
+    issues.fail("data.class_data_dir",
+                fmt::format("is set for {}, a ControlNet: prior preservation pairs each sample with a class "
+                            "image, which has no control map here",
+                            spec.name),
+                "leave data.class_data_dir empty for a ControlNet");
+  }
+  if (spec.conditioning == model::Conditioning::class_label) {
+    issues.fail("data.class_data_dir",
+                fmt::format("is set for a class-label model ({}): its class images would need labels; prior "
+                            "preservation is built for caption-conditioned and unconditional models",
+                            spec.name),
+                "leave data.class_data_dir empty");
+  }
+  if (spec.conditioning == model::Conditioning::caption && cfg.data.class_prompt.empty()) {
+    issues.fail("data.class_prompt",
+                fmt::format("is empty, but data.class_data_dir is set and {} is caption-conditioned: the class "
+                            "images train (and missing ones are generated) with this caption",
+                            spec.name),
+                "set it to the class the subject belongs to, e.g. \"a photo of a dog\"");
+  }
+}
+
 }  // namespace
 
 void register_checks() {
@@ -53,6 +93,7 @@ void register_checks() {
   for (const auto& p : model::presets()) names.push_back(p.name);
   config::register_choices("model.model", std::move(names));
   config::register_check("model and buckets", check_model);
+  config::register_check("data.class_data_dir", check_prior_preservation);
 }
 
 }  // namespace sana

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/util/log.h"
@@ -10,20 +12,35 @@
 namespace sana::train {
 
 Ema::Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed,
-         std::map<std::string, std::string> metadata)
-    : params_(std::move(params)), rate_(rate), checkpointed_(checkpointed), metadata_(std::move(metadata)) {
+         std::map<std::string, std::string> metadata, EmaPlacement placement)
+    : params_(std::move(params)),
+      rate_(rate),
+      checkpointed_(checkpointed),
+      metadata_(std::move(metadata)),
+      placement_(placement) {
+  if (placement_.interval < 1) throw std::invalid_argument("Ema: the update interval must be at least 1");
   if (rate_ > 0) reset();
 }
 
 void Ema::reset() {
   torch::NoGradGuard no_grad;
   average_.clear();
-  for (const auto& p : params_) average_.push_back(p.second.detach().clone());
+  for (const auto& p : params_) {
+    average_.push_back(placement_.host ? p.second.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
+                                       : p.second.detach().clone());
+  }
 }
 
-void Ema::update() {
+void Ema::update_at(int64_t step) {
+  if (step % placement_.interval == 0) move(std::pow(rate_, static_cast<double>(placement_.interval)));
+}
+
+void Ema::move(double rate) {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < average_.size(); ++i) average_[i].mul_(rate_).add_(params_[i].second.detach(), 1 - rate_);
+  for (size_t i = 0; i < average_.size(); ++i) {
+    const torch::Tensor p = params_[i].second.detach();
+    average_[i].mul_(rate).add_(p.device() == average_[i].device() ? p : p.to(average_[i].device()), 1 - rate);
+  }
 }
 
 NamedTensors Ema::named_averages() const {

@@ -16,6 +16,12 @@
 
 namespace sana::train {
 
+// Where the average lives and how often it moves (train.ema_device, ema_update_interval).
+struct EmaPlacement {
+  bool host = false;     // in host memory, whatever device the weights are on
+  int64_t interval = 1;  // update_at() moves it on every interval-th step, by rate^interval
+};
+
 class Ema : public Stateful {
  public:
   // params: (name, parameter) in registration order; the average starts at their values.
@@ -23,12 +29,16 @@ class Ema : public Stateful {
   // `metadata`: what its files carry besides (under train.lora diffusers' LoRA settings, so
   // that a checkpoint's EMA adapters load with the run's alpha).
   Ema(std::vector<std::pair<std::string, torch::Tensor>> params, double rate, bool checkpointed = true,
-      std::map<std::string, std::string> metadata = {});
+      std::map<std::string, std::string> metadata = {}, EmaPlacement placement = {});
 
   bool enabled() const { return !average_.empty(); }
   double rate() const { return rate_; }
+  bool on_host() const { return placement_.host; }
   // average = rate * average + (1 - rate) * parameter, for every parameter.
-  void update();
+  void update() { move(rate_); }
+  // Before optimizer step `step` (counted from 1): on every interval-th step, the average
+  // moves by rate^interval (with interval 1, update()).
+  void update_at(int64_t step);
 
   // The averages by parameter name, on the CPU (empty when off): what checkpoints and the
   // run's final EMA file hold.
@@ -48,9 +58,11 @@ class Ema : public Stateful {
  private:
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<torch::Tensor> average_;
+  void move(double rate);
   double rate_;
   bool checkpointed_;
   std::map<std::string, std::string> metadata_;
+  EmaPlacement placement_;
 };
 
 }  // namespace sana::train

@@ -34,6 +34,14 @@ class Optimizer : public Stateful {
   // indices into this optimizer's params): an optimizer that can updates a bucket at a
   // time. The maths and the state() layout stay the same.
   virtual void use_flat_buckets(std::vector<parallel::FlatBucket> /*buckets*/) {}
+  // The parameters were set from outside (a resume, model.load_from): an optimizer keeping
+  // its own copy of them (train.offload_optimizer's masters) takes them again.
+  virtual void weights_changed() {}
+  // train.offload_optimizer (host_optimizer.h): the state lives in host memory, with the
+  // master weights and their gradient buffers.
+  virtual bool on_host() const { return false; }
+  virtual std::vector<torch::Tensor> host_weights() const { return {}; }
+  virtual std::vector<torch::Tensor> host_gradients() const { return {}; }
 
   // ckpt.save_optimizer false: checkpoints hold an empty optimizer.safetensors, and a
   // resume from one restarts the moments (said once).

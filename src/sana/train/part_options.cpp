@@ -103,6 +103,8 @@ StepOptions step_options_for(const config::Config& cfg, int rank, int world_size
   o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.timesteps = timestep_options_for(cfg);
   o.unmasked_weight = cfg.train.masked_loss_unmasked_weight;
+  o.class_prompt = cfg.data.class_prompt;
+  o.prior_loss_weight = cfg.train.prior_loss_weight;
   o.rank = rank;
   o.world_size = world_size;
   o.forwards_collective = forwards_collective;
@@ -163,12 +165,28 @@ PreviewPolicy preview_policy_for(const config::Config& cfg) {
   return o;
 }
 
+ClassImageOptions class_image_options_for(const config::Config& cfg) {
+  ClassImageOptions o;
+  o.dir = cfg.data.class_data_dir;
+  o.prompt = cfg.data.class_prompt;
+  o.count = cfg.data.num_class_images;
+  o.sampling = preview_sources_for(cfg);
+  o.dataset = shared_dataset_options_for(cfg);
+  return o;
+}
+
+EmaPlacement ema_placement_for(const config::TrainConfig& t) {
+  return {t.ema_device == config::StateDevice::cpu, t.ema_update_interval};
+}
+
 MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   MemoryEstimateOptions o;
   o.spec = model_spec_for(cfg);
   o.lora = lora_for(cfg);
   o.optimizer = optimizer_options_for(cfg.train.optimizer);
   o.ema = config::ema_enabled(cfg.train);
+  o.ema_on_host = cfg.train.ema_device == config::StateDevice::cpu;
+  o.offload_optimizer = cfg.train.offload_optimizer;
   o.reducer = reducer_options_for(cfg);
   o.zero_stage = cfg.train.zero_stage;
   o.deterministic = cfg.train.deterministic;

@@ -10,7 +10,9 @@
 #include "sana/model/lora_options.h"
 #include "sana/train/batching.h"
 #include "sana/train/checkpointer.h"
+#include "sana/train/class_images.h"
 #include "sana/train/data_cache.h"
+#include "sana/train/ema.h"
 #include "sana/train/initial_model.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
@@ -38,6 +40,11 @@ SampleCacheOptions sample_cache_options_for(const config::Config& cfg);
 InitialModelOptions initial_model_options_for(const config::Config& cfg);
 // train.optimizer (its defaults filled in by the loader).
 OptimizerOptions optimizer_options_for(const config::OptimizerConfig& o);
+// data.class_data_dir, class_prompt, num_class_images; the preview sampler's keys; the
+// training set's indexing.
+ClassImageOptions class_image_options_for(const config::Config& cfg);
+// train.ema_device and ema_update_interval.
+EmaPlacement ema_placement_for(const config::TrainConfig& t);
 // work_dir, train.log_interval, train.report_to.
 MetricsOptions metrics_options_for(const config::Config& cfg);
 // The half type model.mixed_precision names (kHalf, kBFloat16), or kFloat for fp32.

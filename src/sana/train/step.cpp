@@ -128,9 +128,13 @@ TrainStep::Inputs TrainStep::inputs(const data::Batch& batch, PhaseTimer& comput
   const auto on_device = feed_.to_device({o_.precomputed_latents ? batch.latents : batch.images,
                                           copy_text ? batch.text_feat : torch::Tensor(),
                                           copy_text ? batch.text_mask : torch::Tensor(), labels, batch.control,
-                                          batch.masks});
+                                          batch.masks, batch.prior_images});
   Inputs in;
   in.x0 = on_device[0];
+  if (on_device[6].defined()) {  // data.class_data_dir: the class images' rows after the samples'
+    in.prior_rows = on_device[6].size(0);
+    in.x0 = torch::cat({in.x0, on_device[6]});
+  }
   // ControlNet: the control maps enter the model as the images do (upstream's pipeline
   // VAE-encodes the control image with the run's autoencoder and scale factor).
   in.control = on_device[4];
@@ -145,9 +149,11 @@ TrainStep::Inputs TrainStep::inputs(const data::Batch& batch, PhaseTimer& comput
     in.cond = condition(batch, on_device);
   }
   compute.resume();
-  // train.masked_loss: the masks averaged over each cell of x0's grid (latent or pixel).
+  // train.masked_loss: the masks averaged over each cell of x0's grid (latent or pixel); the
+  // class images' rows are unmasked.
   if (on_device[5].defined()) {
     in.loss_weights = diffusion::cell_weights(on_device[5], in.x0.size(2), in.x0.size(3), o_.unmasked_weight);
+    if (in.prior_rows > 0) in.loss_weights = torch::cat({in.loss_weights, torch::ones_like(in.loss_weights)});
   }
   return in;
 }
@@ -156,17 +162,30 @@ torch::Tensor TrainStep::micro_loss(const data::Batch& batch, int64_t epoch, dou
                                     StepTimes& times) {
   auto in = inputs(batch, compute, times);
   const auto& spec = model_->spec();
-  const std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
+  std::vector<uint32_t> ids(batch.ids.begin(), batch.ids.end());
+  // A class image's noise, timestep and dropout are drawn for the sample it trains beside,
+  // from a stream of their own (the id's top bit).
+  for (int64_t i = 0; i < in.prior_rows; ++i) ids.push_back(batch.ids[static_cast<size_t>(i)] | 0x80000000u);
   const double drop = spec.conditioning == model::Conditioning::none ? 0.0 : o_.class_dropout_prob;
   const auto fb = diffusion::make_flow_batch(in.x0, ids, o_.seed, epoch, o_.timesteps, drop);
   in.cond.drop = fb.dropped;
   in.cond.control = in.control;
-  if (!dump_dir_.empty() && weight > 0) dump(fb, in.control, in.loss_weights, weight);
+  if (!dump_dir_.empty() && weight > 0) dump(fb, in, weight);
   model::AutocastGuard autocast(amp_);
   const auto prediction = model_->forward(fb.noisy, fb.timesteps, in.cond);
-  return (in.loss_weights.defined() ? diffusion::masked_flow_loss(prediction, fb.target, in.loss_weights)
-                                    : diffusion::flow_loss(prediction, fb.target)) *
-         weight;
+  return loss_of(prediction, fb.target, in) * weight;
+}
+
+torch::Tensor TrainStep::loss_of(const torch::Tensor& prediction, const torch::Tensor& target, const Inputs& in) const {
+  const auto loss = [&](int64_t first, int64_t rows, bool masked) {
+    const auto p = prediction.narrow(0, first, rows), t = target.narrow(0, first, rows);
+    return masked ? diffusion::masked_flow_loss(p, t, in.loss_weights.narrow(0, first, rows))
+                  : diffusion::flow_loss(p, t);
+  };
+  const int64_t samples = prediction.size(0) - in.prior_rows;
+  const bool masked = in.loss_weights.defined();
+  if (in.prior_rows == 0) return loss(0, samples, masked);
+  return loss(0, samples, masked) + o_.prior_loss_weight * loss(samples, in.prior_rows, false);
 }
 
 std::vector<double> TrainStep::eval_losses(const data::Batch& batch, const std::vector<int64_t>& timesteps) {
@@ -194,12 +213,15 @@ std::vector<double> TrainStep::eval_losses(const data::Batch& batch, const std::
   return std::vector<double>(per_row.data_ptr<double>(), per_row.data_ptr<double>() + rows);
 }
 
-void TrainStep::dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, const torch::Tensor& loss_weights,
-                     double weight) {
+void TrainStep::dump(const diffusion::FlowBatch& fb, const Inputs& in, double weight) {
   NamedTensors tensors{{"noisy", fb.noisy}, {"timesteps", fb.timesteps}, {"target", fb.target},
                        {"weight", torch::tensor({weight}, torch::kFloat64)}};
-  if (control.defined()) tensors.emplace_back("control", control);
-  if (loss_weights.defined()) tensors.emplace_back("loss_weights", loss_weights.to(torch::kCPU));
+  if (in.control.defined()) tensors.emplace_back("control", in.control);
+  if (in.loss_weights.defined()) tensors.emplace_back("loss_weights", in.loss_weights.to(torch::kCPU));
+  if (in.prior_rows > 0) {  // the last prior_rows rows are class images, weighted prior_loss_weight
+    tensors.emplace_back("prior_rows", torch::tensor({in.prior_rows}, torch::kInt64));
+    tensors.emplace_back("prior_loss_weight", torch::tensor({o_.prior_loss_weight}, torch::kFloat64));
+  }
   write_safetensors(fmt::format("{}/r{}.{:06d}.safetensors", dump_dir_, o_.rank, dumped_++), tensors,
                     {{"epoch", std::to_string(dump_epoch_)}, {"step", std::to_string(dump_step_)}});
 }
@@ -208,7 +230,9 @@ model::Condition TrainStep::condition(const data::Batch& batch, const std::vecto
   model::Condition cond;
   const auto conditioning = model_->spec().conditioning;
   if (conditioning == model::Conditioning::caption && encoders_.text) {
-    std::tie(cond.y, cond.mask) = encoders_.text->encode(batch.captions);
+    auto captions = batch.captions;
+    if (batch.prior_images.defined()) captions.resize(2 * batch.captions.size(), o_.class_prompt);
+    std::tie(cond.y, cond.mask) = encoders_.text->encode(captions);
   } else if (conditioning == model::Conditioning::caption) {
     cond.y = on_device[1];
     cond.mask = on_device[2];

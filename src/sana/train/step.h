@@ -46,6 +46,10 @@ struct StepOptions {
   uint64_t seed = 0;                     // train.seed: timesteps, noise and dropout draws
   diffusion::TimestepOptions timesteps;  // the scheduler's timestep sampling
   double unmasked_weight = 0.1;          // train.masked_loss_unmasked_weight (batches with masks)
+  // data.class_data_dir (batches with prior_images): the class images train beside the
+  // samples, captioned class_prompt; loss = the samples' + prior_loss_weight x theirs.
+  std::string class_prompt;
+  double prior_loss_weight = 1.0;
   int rank = 0, world_size = 1;
   // Every forward is collective (parallel::Zero::forwards_collective): each rank runs as
   // many micro-batches as the rank with the most.
@@ -84,14 +88,18 @@ class TrainStep {
   // What the model gets of a micro-batch before the flow maths: x0 (latents, or pixels),
   // the control latent, the condition (drop and control not set), the cell weights of its
   // masks (train.masked_loss). The encoders' time goes to times.encoders, out of `compute`.
+  // With class images (data.class_data_dir) their rows follow the samples' in every tensor.
   struct Inputs {
     torch::Tensor x0, control, loss_weights;
     model::Condition cond;
+    int64_t prior_rows = 0;
   };
   Inputs inputs(const data::Batch& batch, PhaseTimer& compute, StepTimes& times);
   // Tests only (TestHooks::dump_batches): the micro-batch as the model gets it, to dump_dir_.
-  void dump(const diffusion::FlowBatch& fb, const torch::Tensor& control, const torch::Tensor& loss_weights,
-            double weight);
+  void dump(const diffusion::FlowBatch& fb, const Inputs& in, double weight);
+  // The micro-batch's loss: the flow loss over its samples' rows (cell-weighted under
+  // train.masked_loss), plus prior_loss_weight x that of its class images' rows.
+  torch::Tensor loss_of(const torch::Tensor& prediction, const torch::Tensor& target, const Inputs& in) const;
   // Waits for the gradients' all-reduce (times.allreduce).
   void finalize(StepTimes& times);
   model::Condition condition(const data::Batch& batch, const std::vector<torch::Tensor>& on_device);

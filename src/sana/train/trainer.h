@@ -68,6 +68,7 @@ class Trainer {
   void carry_over_load_from();
   // train.eval: opens the held-out samples (a collective); nothing when it is off.
   void open_eval_set();
+  void open_class_images();
   // After step `global_step`: the previews due (ending epoch `epoch` when `epoch_end`) and
   // the held-out loss (train.eval), with the whole model under ZeRO stage 3. Collective.
   void preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch);
@@ -118,6 +119,7 @@ class Trainer {
   std::optional<TrainStep> step_;
   std::optional<Previews> previews_;
   std::optional<EvalLoss> eval_;  // train.eval (none when off)
+  std::optional<data::Dataset> classes_;  // data.class_data_dir's class images (none when off)
   std::optional<parallel::WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;

@@ -49,6 +49,25 @@ TEST_CASE("Ema averages every parameter with the configured rate after each upda
   CHECK(ema.averages()[0][0].item<double>() == Approx(0.75 * 2.0 + 0.25 * 5.0));
 }
 
+TEST_CASE("Ema with an update interval moves on every N-th step only, by rate^N (train.ema_update_interval)",
+          "[train][ema]") {
+  auto params = two_params();
+  Ema ema(params, 0.5, true, {}, EmaPlacement{/*host=*/true, /*interval=*/3});
+  CHECK(ema.on_host());
+  CHECK(ema.averages()[0].device().is_cpu());
+  params[0].second.copy_(torch::tensor({9.0, 10.0}));
+  ema.update_at(1);
+  ema.update_at(2);
+  CHECK(ema.averages()[0][0].item<double>() == Approx(1.0));  // not yet
+  ema.update_at(3);
+  // 0.5^3 x 1 + (1 - 0.5^3) x 9
+  CHECK(ema.averages()[0][0].item<double>() == Approx(0.125 * 1.0 + 0.875 * 9.0));
+  CHECK(ema.averages()[0][1].item<double>() == Approx(0.125 * 2.0 + 0.875 * 10.0));
+  ema.update_at(4);
+  CHECK(ema.averages()[0][0].item<double>() == Approx(0.125 * 1.0 + 0.875 * 9.0));
+  CHECK_THROWS_AS(Ema(two_params(), 0.5, true, {}, EmaPlacement{false, 0}), std::invalid_argument);
+}
+
 TEST_CASE("Ema's checkpoint file carries the metadata it was given (diffusers' LoRA settings)", "[train][ema]") {
   Ema ema(two_params(), 0.5, true, {{"lora_adapter_metadata", "{}"}});
   CHECK(ema.save_state().metadata == std::map<std::string, std::string>{{"lora_adapter_metadata", "{}"}});

@@ -187,6 +187,13 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
         st.optimizer += 4 * 2 * n;  // first and second moments
       }
     }
+    if (cfg.offload_optimizer) {  // fp32 masters and their gradients, per owned segment, and the state
+      st.host_weights = owned;
+      st.host_gradients = owned;
+      st.host_optimizer = st.optimizer;
+      st.optimizer = 0;
+    }
+    if (cfg.ema_on_host) std::swap(st.host_ema, st.ema);
     out.push_back(st);
   }
   return out;
@@ -232,6 +239,10 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
   e.optimizer = most.optimizer;
   e.ema = most.ema;
   e.gathered = most.gathered;
+  e.host_weights = most.host_weights;
+  e.host_gradients = most.host_gradients;
+  e.host_optimizer = most.host_optimizer;
+  e.host_ema = most.host_ema;
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ struct RankState {
   // ZeRO stage 3: other ranks' parameters held at once, at the most (an upper bound: the
   // outside of the blocks with two neighbouring blocks).
   double gathered = 0;
+  // In host memory (train.offload_optimizer: the fp32 master weights, their gradient buffers
+  // and the optimizer state of this rank's share; train.ema_device cpu: the EMA). The device
+  // fields then leave them out.
+  double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
+  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema; }
 };
 
 struct MemoryEstimate {
@@ -43,6 +48,9 @@ struct MemoryEstimate {
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
   double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
+  // That rank's host memory for the run's state (RankState's host fields).
+  double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
+  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema; }
   // A frozen base stored in less than fp32: the largest layer's weight converted back to
   // fp32 while that layer computes (transient, one layer at a time).
   double converted = 0;
@@ -74,6 +82,8 @@ struct MemoryEstimateOptions {
   std::optional<model::LoraOptions> lora;  // train.lora when on: the adapters train
   OptimizerOptions optimizer;              // train.optimizer
   bool ema = false;                        // the EMA is kept (train.ema_rate)
+  bool ema_on_host = false;                // train.ema_device cpu
+  bool offload_optimizer = false;          // train.offload_optimizer
   parallel::ReducerOptions reducer;        // the bucket caps (ddp.*)
   int64_t zero_stage = 0;                  // train.zero_stage
   bool deterministic = false;              // train.deterministic: gradients stay whole

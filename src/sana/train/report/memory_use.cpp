@@ -24,6 +24,10 @@ std::string MemoryUse::json() const {
                         {"optimizer", optimizer},
                         {"ema", ema},
                         {"gathered", gathered},
+                        {"host_weights", host_weights},
+                        {"host_gradients", host_gradients},
+                        {"host_optimizer", host_optimizer},
+                        {"host_ema", host_ema},
                         {"activations_peak", activations_peak},
                         {"activations_source", activations_source},
                         {"micro_batch", micro_batch},
@@ -41,6 +45,10 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
   m.optimizer = j.at("optimizer").get<int64_t>();
   m.ema = j.at("ema").get<int64_t>();
   m.gathered = j.at("gathered").get<int64_t>();
+  m.host_weights = j.value("host_weights", int64_t{0});
+  m.host_gradients = j.value("host_gradients", int64_t{0});
+  m.host_optimizer = j.value("host_optimizer", int64_t{0});
+  m.host_ema = j.value("host_ema", int64_t{0});
   m.activations_peak = j.at("activations_peak").get<int64_t>();
   m.activations_source = j.at("activations_source").get<std::string>();
   m.micro_batch = j.value("micro_batch", int64_t{0});
@@ -51,9 +59,14 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
 
 std::string MemoryUse::line() const {
   return fmt::format("memory on rank {} after its first step: parameters {}, gradients {}, optimizer state {}, EMA {}, "
-                     "gathered parameters {}, activations {} ({})",
+                     "gathered parameters {}, activations {} ({}){}",
                      rank, gib(parameters), gib(gradients), gib(optimizer), gib(ema), gib(gathered),
-                     activations_peak < 0 ? std::string("not measured") : gib(activations_peak), activations_source);
+                     activations_peak < 0 ? std::string("not measured") : gib(activations_peak), activations_source,
+                     host_weights + host_gradients + host_optimizer + host_ema == 0
+                         ? std::string()
+                         : fmt::format("; in host memory: master weights {}, their gradients {}, optimizer state {}, "
+                                       "EMA {}",
+                                       gib(host_weights), gib(host_gradients), gib(host_optimizer), gib(host_ema)));
 }
 
 int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
