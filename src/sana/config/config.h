@@ -275,6 +275,9 @@ struct TrainConfig {
   // latent cell (the mask averaged over the cell), at least masked_loss_unmasked_weight.
   bool masked_loss = false;
   double masked_loss_unmasked_weight = 0.1;
+  // A sample without a `mask` field takes its image's alpha channel as the mask. Off by
+  // default: many wallpapers and exports carry alpha that is no mask.
+  bool masked_loss_alpha = false;
   double prior_loss_weight = 1.0;  // data.class_data_dir: the class images' share of the loss
   bool ema_update = false;       // keep an EMA copy of the weights (upstream's default: off)
   double ema_rate = 0.9999;      // its decay; 0 turns it off too

@@ -107,6 +107,8 @@ void describe_fine_tuning(std::vector<Field>& f, Section& s, TrainConfig& t) {
   s.add("masked_loss", t.masked_loss,
         "weight each sample's loss by its mask (the `mask` field of JSONL/CSV rows: an image, white = 1), "
         "averaged over each latent cell; a sample without one weighs 1 everywhere (docs/finetune.md)");
+  s.add("masked_loss_alpha", t.masked_loss_alpha,
+        "masked_loss: a sample without a mask field takes its image's alpha channel (PNG, WebP, TIFF) as the mask");
   s.add("masked_loss_unmasked_weight", t.masked_loss_unmasked_weight,
         "masked_loss: the least weight of a cell (OneTrainer's unmasked weight; 0 ignores what the mask leaves out)")
       .at_least(0)

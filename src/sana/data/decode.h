@@ -44,6 +44,17 @@ struct DecodedImage {
 DecodedImage decode_to_bucket(const std::string& path, int target_h, int target_w, bool flip,
                               const DecodeOptions& opts, int source_w = 0, int source_h = 0);
 
+// An image's alpha channel at the bucket, resized and centre-cropped as decode_to_bucket
+// does the image (the same filter; no flip): CV_8UC1 in `alpha`, empty when the file has no
+// alpha channel (JPEG, RGB or gray PNG). `bad`/`detail` as decode_to_bucket's.
+struct DecodedAlpha {
+  cv::Mat alpha;
+  BadReason bad = BadReason::none;
+  std::string detail;
+  bool ok() const { return bad == BadReason::none; }
+};
+DecodedAlpha decode_alpha_to_bucket(const std::string& path, int target_h, int target_w, const DecodeOptions& opts);
+
 // The bucket transform alone, on an already decoded image (for benchmarks and tests):
 // upstream's resize to cover (sizes truncated as its int() does), then torchvision's
 // CenterCrop (offsets rounded half to even).

@@ -321,15 +321,29 @@ bool Loader::flips(SampleId id) const {
 
 std::string Loader::read_mask(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
                               WorkerGuard& guard) const {
-  const std::string path = mask_image(dataset_.index().text(id).meta);
-  if (path.empty()) return "";  // no mask: the row stays all ones
-  const auto d = outside(guard, [path, h, w, decode] { return decode_to_bucket(path, h, w, false, decode); });
-  if (!d.ok()) return fmt::format("mask '{}': {}: {}", path, reason_name(d.bad), d.detail);
+  const SampleText text = dataset_.index().text(id);
+  const std::string path = mask_image(text.meta);
+  cv::Mat mask;  // 8-bit, h x w, `step` bytes from one pixel to the next
+  int step = 1;
+  if (path.empty() && !opts_.alpha_masks) return "";  // no mask: the row stays all ones
+  if (path.empty()) {  // the image's own alpha channel, if it has one; else the row stays all ones
+    const auto d = outside(guard, [image = std::string(text.path), h, w, decode] {
+      return decode_alpha_to_bucket(image, h, w, decode);
+    });
+    if (!d.ok()) return fmt::format("alpha channel: {}: {}", reason_name(d.bad), d.detail);
+    if (d.alpha.empty()) return "";
+    mask = d.alpha;
+  } else {
+    const auto d = outside(guard, [path, h, w, decode] { return decode_to_bucket(path, h, w, false, decode); });
+    if (!d.ok()) return fmt::format("mask '{}': {}: {}", path, reason_name(d.bad), d.detail);
+    mask = d.rgb;  // its first channel
+    step = 3;
+  }
   const bool flip = flips(id);  // as the image
   float* out = row.data_ptr<float>();
   for (int y = 0; y < h; ++y) {
-    const uchar* px = d.rgb.ptr<uchar>(y);
-    for (int x = 0; x < w; ++x) out[static_cast<size_t>(y) * w + x] = px[3 * (flip ? w - 1 - x : x)] / 255.0f;
+    const uchar* px = mask.ptr<uchar>(y);
+    for (int x = 0; x < w; ++x) out[static_cast<size_t>(y) * w + x] = px[step * (flip ? w - 1 - x : x)] / 255.0f;
   }
   return "";
 }

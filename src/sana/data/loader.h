@@ -158,9 +158,10 @@ class Loader {
                           const DecodeOptions& decode, WorkerGuard& guard) const;
   // Whether sample `id` is mirrored this epoch (data.random_flip; never for precomputed latents).
   bool flips(SampleId id) const;
-  // Sample `id`'s loss mask (its `mask` image at the bucket's h x w, first channel / 255,
-  // flipped as its image) into `row` [1, h, w]; a sample without one leaves the row as it is
-  // (ones). "" or why not.
+  // Sample `id`'s loss mask (its `mask` image at the bucket's h x w, first channel / 255;
+  // without one and with LoaderOptions::alpha_masks, its image's alpha channel / 255; flipped
+  // as its image) into `row` [1, h, w];
+  // a sample with neither leaves the row as it is (ones). "" or why not.
   std::string read_mask(SampleId id, torch::Tensor row, int h, int w, const DecodeOptions& decode,
                         WorkerGuard& guard) const;
   // data.class_data_dir: the class image sample `id` trains beside this epoch

@@ -30,6 +30,8 @@ struct LoaderOptions {
   ControlMapOptions control;
   // train.masked_loss: each batch carries its samples' loss masks (Batch::masks).
   bool masks = false;
+  // ... and a sample without a mask file takes its image's alpha channel (train.masked_loss_alpha).
+  bool alpha_masks = false;
   // data.class_data_dir: the class images (Batch::prior_images); null: none. Sample s of
   // epoch e trains beside class image (e x the dataset's size + s) mod the class set's size.
   const Dataset* prior = nullptr;

@@ -101,6 +101,7 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   o.latent_downsample = cfg.vae.vae_downsample_rate;
   o.load_text_feat = cfg.data.load_text_feat;
   o.masks = cfg.train.masked_loss;
+  o.alpha_masks = cfg.train.masked_loss && cfg.train.masked_loss_alpha;
   o.text_length = cfg.text_encoder.model_max_length;
   o.text_channels = cfg.text_encoder.caption_channels;
   return o;
