@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "sana/data/index_fields.h"
 #include "sana/train/preview_images.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -20,15 +20,6 @@ namespace sana::train {
 namespace {
 
 std::string generated_name(int64_t k) { return fmt::format("generated_{:05d}.png", k); }
-
-bool is_image(const fs::path& p) {
-  auto ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const char* known : {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"}) {
-    if (ext == known) return true;
-  }
-  return false;
-}
 
 // This rank's share of `todo` (every world_size-th), each written as one PNG.
 void generate(const ClassImageOptions& o, const std::vector<int64_t>& todo, model::SanaMS& model,
@@ -62,7 +53,7 @@ std::vector<int64_t> missing_class_images(const std::string& dir, int64_t count)
   if (fs::is_directory(dir, ec)) {
     for (const auto& e : fs::directory_iterator(dir)) {
       const auto name = e.path().filename().string();
-      if (e.is_regular_file() && is_image(e.path()) && name.rfind("generated_", 0) != 0) ++others;
+      if (e.is_regular_file() && data::fields::is_image_file(e.path()) && name.rfind("generated_", 0) != 0) ++others;
     }
   }
   std::vector<int64_t> missing;
