@@ -141,6 +141,7 @@ void print_json(const ModelFacts& f) {
                              {"gathered", m.gathered},
                              {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
                              {"converted", m.converted},
+                             {"gradient_buckets_in_flight", m.in_flight},
                              {"activations", m.activations},
                              {"activations_grad_checkpointing", m.activations_checkpointed},
                              {"activation_terms", m.terms},
@@ -178,8 +179,9 @@ void print_memory(const train::MemoryEstimate& m) {
                           : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);
   if (m.converted > 0) row("one base layer in fp32 (transient)", m.converted);
-  row("gradients (fp32)", m.gradients);
   const bool offloaded = m.host_optimizer > 0;
+  row("gradients (fp32)", m.gradients, offloaded && m.gradients == 0 ? "<- streamed to host memory" : "");
+  if (m.in_flight > 0) row("gradient buckets in flight (transient)", m.in_flight);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer, offloaded ? "<- in host memory" : "");
   if (m.ema > 0) row("EMA weights", m.ema);
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);

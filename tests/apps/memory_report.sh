@@ -9,6 +9,7 @@
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
 # or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
 # train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8 and bf16;
+# a ControlNet's base in int8;
 # train.offload_optimizer with the EMA on the host at stage 2 on two. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
@@ -105,6 +106,9 @@ check lora_s3_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.z
 # train.frozen_base_dtype: the base's layers in int8 (their scales counted) and in bf16.
 check lora_int8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=int8
 check lora_bf16_s3_w2 2 --train.optimizer.type=CAME --train.zero_stage=3 "${lora[@]}" --train.frozen_base_dtype=bf16
+# A ControlNet preset's base in int8 (the control blocks fp32 in the buckets).
+check controlnet_int8_w2 2 --model.model=SanaMSControlNet_tiny_P2_D4 --train.optimizer.type=AdamW \
+  --train.frozen_base_dtype=int8
 # share REFERENCE RUN STAGE: each rank keeps 1/W of the reference's optimizer state and EMA
 # (and of its gradients at stage 2), within the largest parameter's bytes (whole parameters
 # are owned).

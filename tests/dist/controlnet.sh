@@ -17,6 +17,8 @@
 #  7. 20 steps with every micro-batch dumped, replayed in python3-torch
 #     (tests/reference/train_replay.py: upstream's SanaMSControlNet, torch's clip_grad_norm_
 #     and AdamW, diffusers' warmup): every step's loss and the final control blocks as the run's.
+#  8. train.frozen_base_dtype bf16: the final model's base is base.pth's in bf16, held in
+#     fp32; a resume on an int8 base is refused.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -140,6 +142,45 @@ replay=(--train.max_steps=20 --train.save_model_steps=1 --ckpt.keep_last_n=0 --t
 SANA_TEST_DUMP_BATCHES=1 run replay 2 "${replay[@]}"; assert_code $? 0 "20 ControlNet steps with their batches dumped"
 replayed replay "20 ControlNet steps" '{"kind": "controlnet", "lr": 3e-3, "betas": [0.9, 0.999], "eps": 1e-10,
   "weight_decay": 0.01, "gradient_clip": 0.1, "warmup": 10}'
+
+# 8. train.frozen_base_dtype bf16: the base's layers stored in bf16 on 2 processes, the
+#    control blocks fp32. The final model.safetensors is all fp32: every base Linear/Conv2d
+#    weight is base.pth's rounded to bf16, every other base tensor base.pth's own, the
+#    control blocks moved; the checkpoint resumed on an int8 base is refused (exit 2).
+run bf16 2 --train.frozen_base_dtype=bf16 --train.max_steps=6 --train.save_model_steps=3
+assert_code $? 0 "6 ControlNet steps on a bf16 base on 2 processes"
+assert_contains "$SCRATCH/bf16.log" "train.frozen_base_dtype bf16: the frozen base's" "the start-up names the stored dtype"
+assert_contains "$SCRATCH/bf16.log" "the base weights are unchanged (checksum bf16:" \
+  "the bf16 base's checksum names its dtype and holds to the end"
+if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/bf16.check" 2>&1 <<'PY'; then
+import sys
+import torch
+root = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from sana_reference import read_safetensors
+base = torch.load(f"{root}/base.pth", map_location="cpu")["state_dict"]
+base.pop("pos_embed")
+final, _ = read_safetensors(f"{root}/bf16/model.safetensors")
+stored = [k for k in base if base[k].dim() >= 2 and k.endswith(".weight") and "embedding" not in k]
+rounded = sum(torch.equal(final[k], base[k].to(torch.bfloat16).float()) for k in stored)
+changed = sum(not torch.equal(final[k], base[k]) for k in stored)
+others = [k for k in base if k not in stored]
+kept = sum(torch.equal(final[k], base[k]) for k in others)
+fp32 = all(t.dtype == torch.float32 for t in final.values())
+extra = sorted(k for k in final if not k.startswith("controlnet.") and k not in base)
+moved = sum(not torch.equal(final[k], torch.zeros_like(final[k])) for k in final if "after_proj" in k)
+print(f"{len(final)} tensors, all fp32: {fp32}; {rounded} of {len(stored)} base layer weights equal base.pth's in bf16 "
+      f"({changed} differ from fp32), {kept} of {len(others)} other base tensors base.pth's; extra {extra[:3]}; "
+      f"{moved} after_proj moved")
+sys.exit(0 if fp32 and rounded == len(stored) > 10 and changed > 0 and kept == len(others) and not extra and moved else 1)
+PY
+  pass "the bf16 base's final model: $(cat "$SCRATCH/bf16.check")"
+else
+  fail "the bf16 base's final model: $(cat "$SCRATCH/bf16.check")"
+fi
+launch_named bf16 1 --train.frozen_base_dtype=int8 --resume_from=latest --train.max_steps=9 > /dev/null
+assert_code $? 2 "resuming the bf16 base's control blocks on an int8 base"
+assert_contains "$SCRATCH/bf16.log" "Set train.frozen_base_dtype: bf16 to resume it" "the refusal says which dtype resumes"
 
 # 5. Other base weights: refused, both checksums named.
 refuses_other_base "control blocks" 50

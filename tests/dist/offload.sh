@@ -2,9 +2,12 @@
 # Host-resident state (issue 45, docs/memory.md): train.offload_optimizer keeps each rank's
 # fp32 master weights and optimizer state in host memory and runs the update there;
 # train.ema_device cpu keeps the EMA there; train.ema_update_interval moves it every N-th step.
-#  1. 12 AdamW steps on 1 process with EMA (interval 5, rate 0.5): offloaded with the EMA on
-#     the host, the final weights and EMA are byte-identical to the device-resident run's;
-#     memory.json counts the optimizer state and EMA on the host, none on the device.
+#  1. 12 AdamW steps on 1 process with EMA (interval 5, rate 0.5; 4 micro-batches a step):
+#     offloaded with the EMA on the host, the final weights and EMA are byte-identical to the
+#     device-resident run's; memory.json counts the optimizer state, EMA and the gradients
+#     (streamed out of the buckets) on the host, none of them on the device.
+#     And with one micro-batch a step (each bucket released as soon as its gradients are on
+#     the host, mid-backward): byte-identical again.
 #  2. The EMA's interval, from the offloaded run's checkpoints (python3): steps 5 to 8 moved
 #     the step-4 EMA once, by rate^5 toward the step-4 weights.
 #  3. 12 CAME steps at ZeRO stage 2 on 2 processes: offloaded, byte-identical again.
@@ -39,17 +42,23 @@ assert_contains "$SCRATCH/host1/train.log" "train.offload_optimizer" "the start-
 if timeout 60 /usr/bin/python3 - "$SCRATCH/device1/memory.json" "$SCRATCH/host1/memory.json" > "$SCRATCH/memory.cmp" 2>&1 <<'PY'; then
 import json, sys
 dev, host = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
-assert host["optimizer"] == 0 and host["ema"] == 0, f"device-side state left: {host}"
+assert host["optimizer"] == 0 and host["ema"] == 0 and host["gradients"] == 0, f"device-side state left: {host}"
 assert host["host_optimizer"] == dev["optimizer"] > 0, (host["host_optimizer"], dev["optimizer"])
 assert host["host_ema"] == dev["ema"] > 0, (host["host_ema"], dev["ema"])
 assert host["host_weights"] == host["host_gradients"] == dev["gradients"], (host, dev["gradients"])
 print(f"optimizer state {host['host_optimizer']} B, EMA {host['host_ema']} B, masters and their gradients "
-      f"{host['host_weights']} B each in host memory; 0 B of them on the device")
+      f"{host['host_weights']} B each in host memory; 0 B of them on the device (the device-resident run: "
+      f"{dev['gradients']} B of gradients)")
 PY
   pass "memory.json: $(cat "$SCRATCH/memory.cmp")"
 else
   fail "memory.json of the offloaded run: $(cat "$SCRATCH/memory.cmp")"
 fi
+
+one=(--train.optimizer.type=AdamW --train.global_batch_size=2 --train.save_model_steps=0)
+run device1one 1 "${one[@]}"; assert_code $? 0 "12 AdamW steps of one micro-batch on 1 process"
+run host1one 1 "${one[@]}" "${offload[@]}"; assert_code $? 0 "the same, offloaded"
+identical device1one host1one "offloaded, one micro-batch a step: the weights of the device-resident run"
 
 # 2. ema_update_interval 5 at rate 0.5: no move before step 5, then one by 0.5^5.
 if timeout 60 /usr/bin/python3 - "$SCRATCH/host1/checkpoints" > "$SCRATCH/interval.cmp" 2>&1 <<'PY'; then

@@ -3,6 +3,7 @@
 #include <torch/autograd.h>
 
 #include <algorithm>
+#include <map>
 
 #include "sana/model/autocast.h"
 
@@ -211,6 +212,36 @@ StorageReport store_frozen_layers(SanaMSImpl& model, StorageDtype dtype,
     module.reset();
   }
   return report;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> restored_tensors(const SanaMSImpl& model) {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, const Storage*> stored;  // layer path -> its storage
+  std::map<std::string, torch::Tensor> weights;  // layer path -> its stored weight
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (const auto* l = dynamic_cast<const StoredLinearImpl*>(item.value().get())) {
+      stored[item.key()] = &l->storage();
+      weights[item.key()] = l->weight;
+    } else if (const auto* c = dynamic_cast<const StoredConv2dImpl*>(item.value().get())) {
+      stored[item.key()] = &c->storage();
+      weights[item.key()] = c->weight;
+    }
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  const auto add = [&](const std::string& name, const torch::Tensor& t) {
+    const auto dot = name.rfind('.');
+    const auto it = dot == std::string::npos ? stored.end() : stored.find(name.substr(0, dot));
+    const auto field = it == stored.end() ? std::string() : name.substr(dot + 1);
+    if (field == "weight") {
+      const auto& s = *it->second;
+      out.emplace_back(name, restore(weights[it->first], or_none(s.scale), s.compute));
+    } else if (field != "weight_scale") {  // the scales are folded into the weight
+      out.emplace_back(name, t);
+    }
+  };
+  for (const auto& p : model.named_parameters()) add(p.key(), p.value());
+  for (const auto& b : model.named_buffers()) add(b.key(), b.value());
+  return out;
 }
 
 StorageDtype frozen_storage_dtype(const SanaMSImpl& model) {

@@ -42,6 +42,12 @@ StorageReport store_frozen_layers(SanaMSImpl& model, StorageDtype dtype,
 // The dtype `model`'s stored layers are in (fp32 when none is).
 StorageDtype frozen_storage_dtype(const SanaMSImpl& model);
 
+// Every parameter and buffer of `model` (registration order) as the model holds them without
+// stored layers: each stored weight back in the dtype its layer computes in (a cast, or the
+// int8 codes times their scales), the int8 scales left out. What a file of the whole model
+// holds (a ControlNet's final model.safetensors).
+std::vector<std::pair<std::string, torch::Tensor>> restored_tensors(const SanaMSImpl& model);
+
 // The weight of a stored int8 layer in `dtype`: q * scale, per output channel.
 torch::Tensor dequantize_int8(const torch::Tensor& q, const torch::Tensor& scale, torch::ScalarType dtype);
 // int8 codes and fp32 scales of `weight`, as int8 storage keeps them.

@@ -19,4 +19,11 @@ inline std::string storage_dtype_name(StorageDtype d) {
   return "fp32";
 }
 
+// A frozen base's checksum as checkpoints record it: a base stored in less than fp32 names
+// its dtype first (int8:0123abcd...), so what trained on it resumes on the same storage only
+// (model/weights.h's check_saved_base reads the prefix back).
+inline std::string stored_base_checksum(StorageDtype d, const std::string& sum) {
+  return d == StorageDtype::fp32 ? sum : storage_dtype_name(d) + ":" + sum;
+}
+
 }  // namespace sana::model

@@ -27,6 +27,13 @@ struct ReducerOptions {
   // last bit, and the owners keep their segments. Off under `exact`, whose integer sums
   // every rank keeps whole.
   bool shard_gradients = false;
+  // train.offload_optimizer: the kept gradients (this rank's segments, every segment on one
+  // process) live in host memory (page-locked on CUDA), where the optimizer reads them. As
+  // under shard_gradients, each bucket is allocated on the device when its first gradient
+  // arrives and released once its reduced segments are copied out, so the device never
+  // holds more than the buckets the backward is filling; at any process count and stage.
+  // Off under `exact` (its integer sums stay on the device).
+  bool gradients_on_host = false;
 };
 
 }  // namespace sana::parallel

@@ -38,6 +38,7 @@ class BucketedReducer : public Reducer {
   std::vector<FlatBucket> flatten_parameters() override;
   const ShardPlan& shard_plan() const override { return plan_; }
   bool gradients_sharded() const override { return shard_; }
+  bool gradients_on_host() const override { return on_host_; }
   torch::Tensor segment_gradient(size_t bucket, size_t segment) const override;
   bool overflowed() const override { return overflowed_; }
   std::vector<int64_t> exact_scales() const override;
@@ -87,6 +88,7 @@ class BucketedReducer : public Reducer {
   std::set<std::string> warned_;  // parameters already named in the no-gradient warning
   ShardPlan plan_;
   bool shard_ = false;
+  bool on_host_ = false;  // ReducerOptions::gradients_on_host: owned_ in host memory
   // Each segment reduced to its owner (NCCL), or the whole bucket all-reduced as at stage 0
   // and only the owned segments kept (Gloo: the same sums as stage 0, to the last bit).
   bool reduce_to_owners_ = false;
@@ -102,8 +104,9 @@ BucketedReducer::BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::s
       overlap_(opts.overlap),
       average_(opts.average),
       exact_(opts.exact),
-      shard_(opts.shard_gradients && !opts.exact && rt.world_size() > 1),
-      reduce_to_owners_(shard_ && rt.backend_name() == "nccl") {
+      shard_(!opts.exact && ((opts.shard_gradients && rt.world_size() > 1) || opts.gradients_on_host)),
+      on_host_(shard_ && opts.gradients_on_host),
+      reduce_to_owners_(shard_ && rt.world_size() > 1 && rt.backend_name() == "nccl") {
   std::vector<ParamInfo> infos;
   infos.reserve(params_.size());
   for (const auto& [name, p] : params_) {
@@ -139,7 +142,12 @@ BucketedReducer::BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::s
         if (seg.owner == rt.rank()) at += seg.numel();
       }
     }
-    owned_ = torch::zeros({at}, params_.front().second.options());
+    auto kept = params_.front().second.options();
+    if (on_host_) {  // page-locked on a GPU: the copies out of the buckets run at full speed
+      const bool pin = kept.device().is_cuda();
+      kept = kept.device(torch::kCPU).pinned_memory(pin);
+    }
+    owned_ = torch::zeros({at}, kept);
     for (size_t i = 0; i < buckets_.size(); ++i) {
       const auto& b = buckets_[i].plan;
       for (size_t s = 0; s < plan_.segments[i].size(); ++s) {
@@ -250,8 +258,19 @@ void BucketedReducer::bind_gradients() {
 }
 
 std::vector<torch::Tensor> BucketedReducer::flat_gradients() const {
-  if (shard_) return {owned_};
   std::vector<torch::Tensor> out;
+  if (shard_) {  // per bucket, its owned segments: contiguous in owned_ (shard_plan.h)
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      int64_t begin = -1, numel = 0;
+      for (size_t s = 0; s < plan_.segments[i].size(); ++s) {
+        if (owned_at_[i][s] < 0) continue;
+        if (begin < 0) begin = owned_at_[i][s];
+        numel += plan_.segments[i][s].numel();
+      }
+      if (begin >= 0) out.push_back(owned_.narrow(0, begin, numel));
+    }
+    return out;
+  }
   out.reserve(buckets_.size());
   for (const auto& b : buckets_) out.push_back(b.flat);
   return out;

@@ -60,8 +60,9 @@ class Reducer : public Stateful {
   virtual void finalize() = 0;
   virtual size_t bucket_count() const = 0;
   // The gradients this rank keeps after finalize(), each element once (norms, scaling and
-  // zeroing run over these): every bucket's flat tensor, or with sharded gradients only
-  // this rank's segments, in one tensor.
+  // zeroing run over these): every bucket's flat tensor, or with sharded gradients this
+  // rank's segments of each bucket that has some (one tensor per such bucket, views of one
+  // buffer: on one process the same tensors, element for element, as unsharded).
   virtual std::vector<torch::Tensor> flat_gradients() const = 0;
   // Every gradient to zero (after the optimizer step); with sharded gradients every
   // parameter's .grad is undefined until its next backward.
@@ -71,6 +72,9 @@ class Reducer : public Stateful {
   // ReducerOptions::shard_gradients in effect: flat_gradients() holds only this rank's
   // segments, so a norm over it is this rank's part.
   virtual bool gradients_sharded() const = 0;
+  // ReducerOptions::gradients_on_host in effect: flat_gradients() are in host memory (and
+  // gradients_sharded() is true, at any process count).
+  virtual bool gradients_on_host() const { return false; }
   // After finalize(): the reduced gradient of segment `segment` of bucket `bucket`, owned
   // by this rank (a view that stays valid across steps).
   virtual torch::Tensor segment_gradient(size_t bucket, size_t segment) const = 0;

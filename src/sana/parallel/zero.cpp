@@ -64,7 +64,9 @@ void Zero::sort_by_parameter(NamedTensors& entries) const {
 }
 
 std::vector<parallel::FlatBucket> Zero::optimizer_buckets() const {
-  if (!shards_state()) return flat_;
+  // Unsharded gradients are the buckets' own; sharded ones (also on one process, when they
+  // live in host memory) are the reducer's segments.
+  if (!shards_state() && !reducer_.gradients_sharded()) return flat_;
   std::vector<parallel::FlatBucket> out;
   const auto& plan = reducer_.shard_plan();
   for (size_t i = 0; i < flat_.size(); ++i) {

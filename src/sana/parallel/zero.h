@@ -63,7 +63,9 @@ class Zero {
   // order (gathered shares come in rank order): the files stage 0 writes, byte for byte.
   void sort_by_parameter(NamedTensors& entries) const;
   // The flat buckets the optimizer updates: every bucket at stage 0, else this rank's
-  // segments (layout indices into owned()).
+  // segments (layout indices into owned()); their gradients are the reducer's
+  // (Reducer::segment_gradient() where it shards them: in host memory under
+  // ReducerOptions::gradients_on_host).
   std::vector<parallel::FlatBucket> optimizer_buckets() const;
   // The start line's part: what this rank keeps ("" at stage 0).
   std::string describe(bool deterministic) const;

@@ -148,6 +148,7 @@ parallel::ReducerOptions reducer_options_for(const config::Config& cfg) {
   o.average = false;
   o.exact = cfg.train.deterministic;
   o.shard_gradients = cfg.train.zero_stage >= 2;
+  o.gradients_on_host = cfg.train.offload_optimizer;
   return o;
 }
 

@@ -19,13 +19,16 @@ torch::Tensor host_flat(int64_t numel, const torch::Device& device) {
 }  // namespace
 
 HostOptimizer::HostOptimizer(const OptimizerOptions& options, const NamedParams& params,
-                             std::vector<parallel::FlatBucket> buckets)
-    : device_(std::move(buckets)), masters_(params.size()) {
+                             std::vector<parallel::FlatBucket> buckets, bool gradients_on_host)
+    : device_(std::move(buckets)), copy_gradients_(!gradients_on_host), masters_(params.size()) {
   torch::NoGradGuard no_grad;
   std::vector<bool> covered(params.size(), false);
   for (const auto& b : device_) {
-    parallel::FlatBucket h{host_flat(b.params.numel(), b.params.device()), host_flat(b.params.numel(), b.params.device()),
-                           b.layout};
+    if (!copy_gradients_ && (!b.grads.defined() || !b.grads.is_cpu())) {
+      throw std::logic_error("train.offload_optimizer: the reducer's gradients are not in host memory");
+    }
+    parallel::FlatBucket h{host_flat(b.params.numel(), b.params.device()),
+                           copy_gradients_ ? host_flat(b.params.numel(), b.params.device()) : b.grads, b.layout};
     h.layout.dtype = static_cast<int>(torch::kFloat32);
     h.params.copy_(b.params);
     for (size_t j = 0; j < b.layout.params.size(); ++j) {
@@ -54,7 +57,9 @@ void HostOptimizer::step(double lr) {
   torch::NoGradGuard no_grad;
   // Blocking: the host reads the gradients right after (and the copy waits for the backward
   // and the reduction queued before it on the device).
-  for (size_t b = 0; b < device_.size(); ++b) host_[b].grads.copy_(device_[b].grads);
+  if (copy_gradients_) {
+    for (size_t b = 0; b < device_.size(); ++b) host_[b].grads.copy_(device_[b].grads);
+  }
   inner_->step(lr);
   // From page-locked memory on a GPU these run asynchronously, in order with the next
   // forward on the same stream; the next step's gradient copy waits for them.

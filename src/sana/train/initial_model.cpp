@@ -70,9 +70,15 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
       log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), o.load_from);
     }
   }
-  if (o.frozen_base) {
-    for (auto& p : net->parameters()) p.requires_grad_(false);
-    const auto r = model::store_frozen_layers(*net, o.frozen_dtype, [](const std::string&) { return true; });
+  // A ControlNet's base is what is not a control block (model/controlnet.h; ControlNetState
+  // freezes it later too); LoRA's, everything.
+  const bool control = spec.control_blocks > 0 && o.frozen_dtype != model::StorageDtype::fp32;
+  if (o.frozen_base || control) {
+    const auto frozen = [control](const std::string& name) { return !control || !model::is_control_parameter(name); };
+    for (const auto& p : net->named_parameters()) {
+      if (frozen(p.key())) p.value().requires_grad_(false);
+    }
+    const auto r = model::store_frozen_layers(*net, o.frozen_dtype, frozen);
     if (r.layers > 0) {
       log::info("train.frozen_base_dtype {}: the frozen base's {} Linear and Conv2d weights take {} ({} in fp32)",
                 model::storage_dtype_name(o.frozen_dtype), r.layers,

@@ -34,11 +34,15 @@ void register_lora_check() {
   });
   config::register_check("train.frozen_base_dtype", [](const config::Config& cfg, config::IssueSink& issues) {
     if (cfg.train.frozen_base_dtype == config::FrozenDtype::fp32 || config::lora_enabled(cfg.train)) return;
+    try {
+      if (model_spec_for(cfg).control_blocks > 0) return;  // a ControlNet's base is frozen
+    } catch (const model::SpecError&) {
+      return;  // the model's own check names it
+    }
     issues.fail("train.frozen_base_dtype",
-                fmt::format("is {}, which applies to a frozen base: under train.lora (rank > 0) the base is frozen; "
-                            "here every weight trains, or a ControlNet preset's control blocks do (its final "
-                            "model.safetensors holds the base, which it would write in that dtype: not built yet). "
-                            "Set it to fp32, or train LoRA",
+                fmt::format("is {}, which applies to a frozen base: under train.lora (rank > 0) the base is frozen, "
+                            "and a ControlNet preset's (model.model SanaMSControlNet_*); here every weight trains. "
+                            "Set it to fp32, train LoRA, or a ControlNet",
                             config::name_of(cfg.train.frozen_base_dtype)));
   });
 }

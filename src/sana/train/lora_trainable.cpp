@@ -24,12 +24,9 @@ std::string LoraAdapters::checksum() const {
   return Hasher().update(weights_checksum(*model_)).update(tensors_checksum(lora_->parameters())).hex();
 }
 
-// The base's weights as stored; a base stored in less than fp32 names its dtype first
-// (int8:0123abcd...), so adapters trained on it resume on the same storage only.
+// The base's weights as stored, with the storage's dtype.
 std::string LoraAdapters::base_checksum_now() const {
-  const auto sum = weights_checksum(*model_);
-  if (frozen_dtype_ == model::StorageDtype::fp32) return sum;
-  return model::storage_dtype_name(frozen_dtype_) + ":" + sum;
+  return model::stored_base_checksum(frozen_dtype_, weights_checksum(*model_));
 }
 
 void LoraAdapters::check_base() const {

@@ -106,6 +106,8 @@ class ControlNetBlocks : public Trainable {
   std::string describe() const override;
 
  private:
+  std::string base_checksum_now() const;
+  model::StorageDtype frozen_dtype_;  // what the base's layers are stored in (train.frozen_base_dtype)
   std::unique_ptr<model::ControlNetState> control_;
 };
 

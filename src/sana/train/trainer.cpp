@@ -103,7 +103,8 @@ void Trainer::start() {
                 compute_type(rt_.device(), half_type(cfg_.model.mixed_precision)));
   const auto optimizer_options = optimizer_options_for(cfg_.train.optimizer);
   if (cfg_.train.offload_optimizer) {  // this rank's masters and state in host memory
-    optimizer_ = std::make_unique<HostOptimizer>(optimizer_options, zero_->owned(), zero_->optimizer_buckets());
+    optimizer_ = std::make_unique<HostOptimizer>(optimizer_options, zero_->owned(), zero_->optimizer_buckets(),
+                                                 reducer_->gradients_on_host());
   } else {
     optimizer_ = make_optimizer(optimizer_options, zero_->owned());
     optimizer_->use_flat_buckets(zero_->optimizer_buckets());
@@ -279,7 +280,8 @@ void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step
   params = trainable_->all_tensors();  // the base and its adapters
   for (const auto& [name, t] : optimizer_->state()) state.push_back(t);
   mine.parameters = bytes_of(params);
-  mine.gradients = bytes_of(reducer_->flat_gradients());
+  // Streamed to the host, the gradients are the optimizer's host gradients.
+  if (!reducer_->gradients_on_host()) mine.gradients = bytes_of(reducer_->flat_gradients());
   (optimizer_->on_host() ? mine.host_optimizer : mine.optimizer) = bytes_of(state);
   mine.host_weights = bytes_of(optimizer_->host_weights());
   mine.host_gradients = bytes_of(optimizer_->host_gradients());

@@ -180,3 +180,39 @@ TEST_CASE("storage on the meta device: the dtypes and shapes alone", "[model][fr
   CHECK(params["blocks.0.attn.qkv.weight_scale"].sizes() == torch::IntArrayRef{3 * spec.hidden});
   CHECK(params["blocks.0.attn.qkv.weight"].is_meta());
 }
+
+TEST_CASE("restored_tensors: the whole model in fp32, each stored weight as its layer computes with it",
+          "[model][frozen]") {
+  const auto spec = sana::test::small_spec();
+  auto plain = trained_like_model(spec);
+  std::vector<std::pair<std::string, torch::Tensor>> want;
+  for (const auto& p : plain->named_parameters()) want.emplace_back(p.key(), p.value().clone());
+  for (const auto& b : plain->named_buffers()) want.emplace_back(b.key(), b.value().clone());
+  for (const auto dtype : {StorageDtype::bf16, StorageDtype::int8}) {
+    auto model = trained_like_model(spec);
+    // Only the blocks' layers stored, as a ControlNet stores its base and not its control blocks.
+    const auto r = store_frozen_layers(*model, dtype, [](const std::string& layer) { return layer.rfind("blocks.", 0) == 0; });
+    REQUIRE(r.layers > 0);
+    const auto got = restored_tensors(*model);
+    REQUIRE(got.size() == want.size());  // no weight_scale
+    int64_t rounded = 0, exact = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const auto& [name, t] = got[i];
+      REQUIRE(name == want[i].first);
+      REQUIRE(t.scalar_type() == torch::kFloat32);
+      const auto& w = want[i].second;
+      const bool stored = name.rfind("blocks.", 0) == 0 && name.size() > 7 && name.substr(name.size() - 7) == ".weight" &&
+                          w.dim() >= 2;
+      if (!stored) {
+        exact += torch::equal(t, w) ? 1 : 0;
+        continue;
+      }
+      const auto expected = dtype == StorageDtype::bf16
+                                ? w.to(torch::kBFloat16).to(torch::kFloat32)
+                                : dequantize_int8(quantize_int8(w).first, quantize_int8(w).second, torch::kFloat32);
+      rounded += torch::equal(t, expected) ? 1 : 0;
+    }
+    CHECK(rounded == r.layers);
+    CHECK(exact + rounded == static_cast<int64_t>(got.size()));
+  }
+}

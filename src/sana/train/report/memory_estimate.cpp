@@ -118,7 +118,7 @@ double MemoryEstimate::activations_for_config() const {
 }
 
 double MemoryEstimate::total() const {
-  return weights + gradients + optimizer + ema + gathered + converted + activations_for_config();
+  return weights + gradients + optimizer + ema + gathered + converted + in_flight + activations_for_config();
 }
 
 namespace {
@@ -133,7 +133,10 @@ namespace {
 // parameter's int64 step count.
 // Under train.lora `trained` are the adapters and `frozen` the base's bytes, which every
 // rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
-std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const NamedParams& trained, double frozen, int world) {
+// `in_flight` gets the device's transient gradient buckets where the gradients are kept
+// elsewhere (MemoryEstimate::in_flight).
+std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const NamedParams& trained, double frozen, int world,
+                                   double& in_flight) {
   std::vector<parallel::ParamInfo> infos;
   std::vector<int64_t> numels;
   std::vector<size_t> units;
@@ -148,8 +151,17 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
   const auto buckets = parallel::compute_buckets_mb(infos, opts.bucket_cap_mb, opts.first_bucket_mb);
   const bool sharded = cfg.zero_stage >= 1 && world > 1;
   const auto plan = parallel::plan_shards(buckets, infos.size(), numels, sharded ? world : 1);
-  double flat = 0;
-  for (const auto& b : buckets) flat += 4 * static_cast<double>(b.numel);
+  double flat = 0, largest = 0;
+  for (const auto& b : buckets) {
+    flat += 4 * static_cast<double>(b.numel);
+    largest = std::max(largest, 4 * static_cast<double>(b.numel));
+  }
+  // The reducer keeps only the reduced segments (ZeRO 2 on several processes), or streams
+  // them to the host (train.offload_optimizer): each bucket lives on the device from its
+  // first gradient until its reduction ends. train.deterministic keeps them all.
+  const bool streamed = cfg.offload_optimizer && !cfg.deterministic;
+  const bool kept_sharded = cfg.zero_stage >= 2 && sharded && !cfg.deterministic;
+  in_flight = streamed || kept_sharded ? 2 * largest : 0;
   const auto& o = cfg.optimizer;
   const EightBitState eight_bit = EightBitState::of(o);
   // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
@@ -163,7 +175,7 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
     const bool stage3 = cfg.zero_stage >= 3 && sharded;
     st.weights = (stage3 ? owned : flat) + frozen;  // stage 3: each owned segment its own tensor
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(parallel::largest_gather(plan, buckets, units, owner, half)) : 0;
-    st.gradients = cfg.zero_stage >= 2 && sharded && !cfg.deterministic ? owned : flat;
+    st.gradients = streamed ? 0 : kept_sharded ? owned : flat;
     const bool adamw8 = o.type == OptimizerOptions::Kind::AdamW8bit;
     if (o.type == OptimizerOptions::Kind::AdamW) st.optimizer = 2 * owned;  // two flat moments
     for (size_t k = 0; k < params.size(); ++k) {
@@ -187,7 +199,7 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
         st.optimizer += 4 * 2 * n;  // first and second moments
       }
     }
-    if (cfg.offload_optimizer) {  // fp32 masters and their gradients, per owned segment, and the state
+    if (cfg.offload_optimizer) {  // fp32 masters, their gradients (the streamed ones), per owned segment; the state
       st.host_weights = owned;
       st.host_gradients = owned;
       st.host_optimizer = st.optimizer;
@@ -215,20 +227,28 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     e.frozen_dtype = cfg.frozen_dtype;
     const model::Lora lora(*meta, *cfg.lora, "");
     e.trainable = lora.parameter_count();
-    e.ranks = state_bytes(cfg, lora.parameters(), base, world_size);
+    e.ranks = state_bytes(cfg, lora.parameters(), base, world_size, e.in_flight);
     e.trained = "adapters";
     e.frozen = e.parameters;
   } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
     const model::ControlNetState control(*meta, "");
     e.trainable = control.parameter_count();
-    e.ranks = state_bytes(cfg, control.parameters(), 4 * static_cast<double>(e.parameters - e.trainable), world_size);
+    // The base's layers in frozen_dtype (train.frozen_base_dtype), the control blocks fp32.
+    const auto stored = model::store_frozen_layers(*meta, cfg.frozen_dtype, [](const std::string& layer) {
+      return !model::is_control_parameter(layer);
+    });
+    double base = 0;
+    for (const auto& [name, p] : model::base_parameters(*meta)) base += static_cast<double>(p.numel() * p.element_size());
+    e.converted = 4 * static_cast<double>(stored.largest);
+    e.frozen_dtype = cfg.frozen_dtype;
+    e.ranks = state_bytes(cfg, control.parameters(), base, world_size, e.in_flight);
     e.trained = "control blocks";
     e.frozen = e.parameters - e.trainable;
   } else {
     NamedParams all;
     for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
     e.trainable = e.parameters;
-    e.ranks = state_bytes(cfg, all, 0, world_size);
+    e.ranks = state_bytes(cfg, all, 0, world_size, e.in_flight);
   }
   const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
     return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <

@@ -54,6 +54,10 @@ struct MemoryEstimate {
   // A frozen base stored in less than fp32: the largest layer's weight converted back to
   // fp32 while that layer computes (transient, one layer at a time).
   double converted = 0;
+  // Gradients kept off the device's buckets (train.offload_optimizer streams them to the
+  // host; ZeRO 2 keeps the reduced segments): the buckets the backward fills and reduces at
+  // once, counted as two of the largest (one filling, one in reduction).
+  double in_flight = 0;
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;
   std::vector<RankState> ranks;
   std::string optimizer_name;
@@ -92,7 +96,7 @@ struct MemoryEstimateOptions {
   int64_t micro_batch_size = 1;            // train.micro_batch_size
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
-  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (under train.lora)
+  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base)
 };
 
 // On `world_size` processes (train.zero_stage splits the state over them); without

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The one-GPU memory table (README "On one GPU", docs/finetune.md, issue 45): `sana-train model
+# --json` on the three configurations the README's rows name, with gradient checkpointing at
+# 1024 px, holds each to the budget it was built for and the README to the figures:
+#   1.6B LoRA r16 (configs/Sana_1600M_img1024_lora.yaml, micro-batch 4), bf16 base:  <= 6 GiB
+#   4.8B (SanaMS_4800M_P1_D60) LoRA r16, micro-batch 1, int8 base:                  <= 8 GiB
+#   1.6B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 8 GiB,
+#     no gradients or optimizer state on the device, the masters, their gradients and
+#     the state in host memory.
+# Each row's per-GPU total (and host total) in README.md must be the estimate's, to 0.1 GiB.
+# Each estimate measures the model's activations on the CPU at depth 1 and 2 (about 45 s
+# each alone on 2 cores); the three run at once, each bounded, in this test's scratch folder.
+. "$(dirname "$0")/../dist/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cat > "$SCRATCH/lora16.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
+train: {frozen_base_dtype: bf16}
+YAML
+cat > "$SCRATCH/lora48.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
+model: {model: SanaMS_4800M_P1_D60}
+train: {frozen_base_dtype: int8, micro_batch_size: 1, global_batch_size: 1}
+YAML
+cat > "$SCRATCH/full16.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024.yaml
+train: {offload_optimizer: true, micro_batch_size: 1, global_batch_size: 1}
+YAML
+# The three at once (each mostly on one core).
+declare -A pid
+for c in lora16 lora48 full16; do
+  start_bounded 300 "$SCRATCH/$c.err" bash -c 'cd "$1" && exec "$2" model --config "$1/$3.yaml" --json > "$1/$3.json"' \
+    _ "$SCRATCH" "$BIN" "$c"
+  pid[$c]=$BG
+done
+for c in lora16 lora48 full16; do
+  code_of "${pid[$c]}"
+  assert_code "$CODE" 0 "sana-train model --json on the $c row"
+done
+if timeout 60 /usr/bin/python3 - "$SCRATCH" "$ROOT/README.md" > "$SCRATCH/rows.txt" 2>&1 <<'PY'; then
+import json, re, sys
+folder, readme = sys.argv[1], open(sys.argv[2]).read()
+G = 2 ** 30
+m = {c: json.load(open(f"{folder}/{c}.json"))["memory_per_process"] for c in ("lora16", "lora48", "full16")}
+bad, text = [], []
+def row(key, needle, budget, host=False):
+    e = m[key]
+    total = e["total_for_config"] / G
+    text.append(f"{key} {total:.2f} GiB (<= {budget})" + (f", host {e['host']['total'] / G:.2f} GiB" if host else ""))
+    if not e["grad_checkpointing"] or e["bucket"]["tokens"] != 1024:
+        bad.append(f"{key}: not at 1024 px with gradient checkpointing: {e['bucket']}")
+    if total > budget:
+        bad.append(f"{key}: {total:.2f} GiB over {budget} GiB")
+    lines = [l for l in readme.splitlines() if l.startswith("| ") and needle in l]
+    if len(lines) != 1:
+        bad.append(f"{key}: {len(lines)} README rows with {needle!r}")
+        return e
+    shown = re.search(r"= ([0-9.]+) GiB", lines[0])
+    if not shown or abs(float(shown.group(1)) - total) > 0.051:
+        bad.append(f"{key}: the README row says {shown.group(0) if shown else lines[0]!r}, the estimate {total:.2f} GiB")
+    if host:
+        h = re.findall(r"\| ([0-9.]+) GiB \(masters", lines[0])
+        if not h or abs(float(h[0]) - e["host"]["total"] / G) > 0.051:
+            bad.append(f"{key}: the README's host figure {h} against {e['host']['total'] / G:.2f} GiB")
+    return e
+a = row("lora16", "`configs/Sana_1600M_img1024_lora.yaml`", 6)
+if a["frozen_dtype"] != "bf16" or a["micro_batch"] != 4:
+    bad.append(f"lora16: base {a['frozen_dtype']}, micro-batch {a['micro_batch']}")
+b = row("lora48", "4.8B 1024 (`--model.model=SanaMS_4800M_P1_D60`)", 8)
+if b["frozen_dtype"] != "int8" or b["micro_batch"] != 1:
+    bad.append(f"lora48: base {b['frozen_dtype']}, micro-batch {b['micro_batch']}")
+c = row("full16", "`offload_optimizer`", 8, host=True)
+h = c["host"]
+if c["gradients"] != 0 or c["optimizer"] != 0 or c["trainable_parameters"] < 1.5e9:
+    bad.append(f"full16: on the device gradients {c['gradients']}, optimizer {c['optimizer']}, "
+               f"{c['trainable_parameters']} trainable")
+if not (h["weights"] == h["gradients"] > 0 and h["optimizer"] > 0):
+    bad.append(f"full16: host {h}")
+print("; ".join(text))
+for line in bad:
+    print(line)
+sys.exit(1 if bad else 0)
+PY
+  pass "the one-GPU rows: $(head -1 "$SCRATCH/rows.txt")"
+else
+  fail "the one-GPU rows: $(cat "$SCRATCH/rows.txt")"
+fi
+finish
