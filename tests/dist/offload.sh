@@ -2,7 +2,7 @@
 # Host-resident state (issue 45, docs/memory.md): train.offload_optimizer keeps each rank's
 # fp32 master weights and optimizer state in host memory and runs the update there;
 # train.ema_device cpu keeps the EMA there; train.ema_update_interval moves it every N-th step.
-#  1. 12 AdamW steps on 1 process with EMA (interval 5, rate 0.5; 4 micro-batches a step):
+#  1. 20 AdamW steps on 1 process with EMA (interval 5, rate 0.5; 4 micro-batches a step):
 #     offloaded with the EMA on the host, the final weights and EMA are byte-identical to the
 #     device-resident run's; memory.json counts the optimizer state, EMA and the gradients
 #     (streamed out of the buckets) on the host, none of them on the device.
@@ -10,16 +10,16 @@
 #     the host, mid-backward): byte-identical again.
 #  2. The EMA's interval, from the offloaded run's checkpoints (python3): steps 5 to 8 moved
 #     the step-4 EMA once, by rate^5 toward the step-4 weights.
-#  3. 12 CAME steps at ZeRO stage 2 on 2 processes: offloaded, byte-identical again.
+#  3. 20 CAME steps at ZeRO stage 2 on 2 processes: offloaded, byte-identical again.
 #  4. train.deterministic: offloaded at stage 2 on 2 processes to step 5, resumed on 3
-#     without offloading to step 9, then on 1 offloaded to step 12: the weights are
+#     without offloading to step 9, then on 1 offloaded to step 20: the weights are
 #     byte-identical to an uninterrupted device-resident run on 1 process.
 # Tiny preset on the test photos; every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" --train.visualize=false
         --train.log_interval=10 --dist.timeout_s=60 --train.save_model_epochs=0 --train.micro_batch_size=2
-        --train.max_steps=12 --ckpt.format=2 "--work_dir=$SCRATCH/$TOKEN")
+        --train.max_steps=20 --ckpt.format=2 "--work_dir=$SCRATCH/$TOKEN")
 run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 offload=(--train.offload_optimizer=true --train.ema_device=cpu)
 # identical A B WHAT: A's and B's final weights (and EMA files, where A has one) byte for byte.
@@ -35,7 +35,7 @@ identical() {
 
 # 1. AdamW on 1 process.
 ema=(--train.optimizer.type=AdamW --train.ema_update=true --train.ema_rate=0.5 --train.ema_update_interval=5)
-run device1 1 "${ema[@]}" --train.save_model_steps=0; assert_code $? 0 "12 AdamW steps on 1 process"
+run device1 1 "${ema[@]}" --train.save_model_steps=0; assert_code $? 0 "20 AdamW steps on 1 process"
 run host1 1 "${ema[@]}" "${offload[@]}" --train.save_model_steps=4 --ckpt.keep_last_n=0; assert_code $? 0 "the same, offloaded"
 identical device1 host1 "offloaded AdamW and host EMA on 1 process: the weights and EMA of the device-resident run"
 assert_contains "$SCRATCH/host1/train.log" "train.offload_optimizer" "the start-up says where the optimizer runs"
@@ -56,7 +56,7 @@ else
 fi
 
 one=(--train.optimizer.type=AdamW --train.global_batch_size=2 --train.save_model_steps=0)
-run device1one 1 "${one[@]}"; assert_code $? 0 "12 AdamW steps of one micro-batch on 1 process"
+run device1one 1 "${one[@]}"; assert_code $? 0 "20 AdamW steps of one micro-batch on 1 process"
 run host1one 1 "${one[@]}" "${offload[@]}"; assert_code $? 0 "the same, offloaded"
 identical device1one host1one "offloaded, one micro-batch a step: the weights of the device-resident run"
 
@@ -88,7 +88,7 @@ fi
 
 # 3. CAME at ZeRO stage 2 on 2 processes.
 came=(--train.optimizer.type=CAME --train.zero_stage=2 --train.save_model_steps=0)
-run device2 2 "${came[@]}"; assert_code $? 0 "12 CAME steps at stage 2 on 2 processes"
+run device2 2 "${came[@]}"; assert_code $? 0 "20 CAME steps at stage 2 on 2 processes"
 run host2 2 "${came[@]}" "${offload[@]}"; assert_code $? 0 "the same, offloaded"
 identical device2 host2 "offloaded CAME at ZeRO 2 on 2 processes: the weights of the device-resident run"
 
@@ -99,7 +99,7 @@ run det-ref 1 "${det[@]}"; assert_code $? 0 "the uninterrupted deterministic run
 run chain2 2 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.zero_stage=2 --train.max_steps=5
 assert_code $? 0 "5 steps offloaded at stage 2 on 2 processes"
 run chain3 3 "${det[@]}" "${chain[@]}" --train.max_steps=9; assert_code $? 0 "resumed on 3 without offloading to 9"
-run chain1 1 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.max_steps=12; assert_code $? 0 "resumed on 1 offloaded to 12"
+run chain1 1 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.max_steps=20; assert_code $? 0 "resumed on 1 offloaded to 20"
 assert_contains "$SCRATCH/chain1.log" "resumed from" "the last run resumed"
 identical det-ref chain "offloaded on 2, device-resident on 3, offloaded on 1: the uninterrupted run's weights and EMA"
 finish
