@@ -183,6 +183,8 @@ struct SchedulerConfig {
   // integer: upstream's grid (t = floor(1000 u), sigma from the shifted t/1000 table, the model
   // sees trunc(1000 sigma)); continuous: sigma = shift(u), the model sees 1000 sigma.
   TimestepGrid timestep_grid = TimestepGrid::integer;
+  // The model divides its timestep input by it (upstream's SanaMS; SANA-Sprint's teacher: 1000).
+  double timestep_norm_scale_factor = 1.0;
   std::string vis_sampler = "flow_dpm-solver";
 };
 

@@ -161,6 +161,10 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
   s.add("mode_scale", sc.mode_scale, "scale of the sd3_mode timestep density");
   s.add("timestep_grid", sc.timestep_grid,
         "integer: upstream's 1/1000 grid and integer model timesteps; continuous: any sigma");
+  s.add("timestep_norm_scale_factor", sc.timestep_norm_scale_factor,
+        "the model divides its timestep input (1000 sigma) by it, in fp32 and without truncation; 1 = off "
+        "(SANA-Sprint's teacher: 1000)")
+      .above(0);
   s.add("vis_sampler", sc.vis_sampler, "sampler for preview images")
       .one_of({"flow_euler", "flow_dpm-solver"});
 }

@@ -82,7 +82,6 @@ const Rule kRules[] = {
     {"scheduler.predict_v", "scheduler.predict_flow_v", nullptr, nullptr},
     {"scheduler.pred_sigma", nullptr, "flow matching predicts no variance", "false"},
     {"scheduler.learn_sigma", nullptr, "only with pred_sigma", nullptr},
-    {"scheduler.timestep_norm_scale_factor", nullptr, "timesteps enter the model unscaled", "1.0"},
     {"scheduler.extra", nullptr, "unused upstream too", nullptr},
     // train
     {"train.work_dir", "work_dir", nullptr, nullptr},

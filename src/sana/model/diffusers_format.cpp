@@ -243,7 +243,8 @@ nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size) {
       {"interpolation_scale", nullptr},
       {"guidance_embeds", false},
       {"qk_norm", spec.qk_norm ? nlohmann::json("rms_norm_across_heads") : nlohmann::json(nullptr)},
-      {"timestep_scale", 1.0},
+      // diffusers' pipeline multiplies its timesteps by it; ours divides: the inverse.
+      {"timestep_scale", 1.0 / spec.timestep_norm_scale},
   };
   if (spec.use_pe) c["interpolation_scale"] = spec.pe_interpolation;
   return c;
@@ -262,7 +263,7 @@ std::vector<std::string> config_mismatches(const nlohmann::json& config, const M
   std::vector<std::string> out;
   for (const char* field : {"num_layers", "num_attention_heads", "attention_head_dim", "num_cross_attention_heads",
                             "cross_attention_head_dim", "cross_attention_dim", "caption_channels", "patch_size",
-                            "in_channels", "out_channels", "qk_norm"}) {
+                            "in_channels", "out_channels", "qk_norm", "timestep_scale"}) {
     if (!config.contains(field)) continue;  // diffusers' default applies; the tensors' shapes still must fit
     const auto& got = config.at(field);
     if (got != want.at(field)) out.push_back(fmt::format("{}: file {}, preset {}", field, got.dump(), want.at(field).dump()));

@@ -383,8 +383,12 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   const auto dtype = x_embedder->proj->compute_dtype();
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
-  // Upstream's forward truncates (timestep.long()): the sampler's 1000 sigma too.
-  const auto t = t_embedder->forward(spec_.integer_timesteps ? timestep.reshape({B}).trunc() : timestep.reshape({B}));
+  // Upstream's forward divides by timestep_norm_scale_factor where it is not 1, else
+  // truncates (timestep.long()): the sampler's 1000 sigma too.
+  const auto flat = timestep.reshape({B});
+  const auto t = t_embedder->forward(spec_.timestep_norm_scale != 1.0 ? flat.to(torch::kFloat32) / spec_.timestep_norm_scale
+                                     : spec_.integer_timesteps      ? flat.trunc()
+                                                                    : flat);
   const auto t0 = t_block->forward(t);
   const auto [y, bias] = embed_condition(cond, B);
   const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();

@@ -45,6 +45,9 @@ struct ModelSpec {
   int64_t pe_base_size = 16;     // its reference grid: model.image_size / (downsample x patch)
   bool fp32_attention = true;    // linear attention in fp32 with autocast off (as upstream)
   bool integer_timesteps = true; // truncate timesteps to integers, as upstream's forward (timestep_grid)
+  // scheduler.timestep_norm_scale_factor: the forward divides the timestep by it (in fp32, no
+  // truncation: SANA-Sprint's teacher sees sigma, not 1000 sigma); 1 = off.
+  double timestep_norm_scale = 1.0;
   double class_dropout_prob = 0.0;
   // ControlNet (upstream's SanaMSControlNet, copy_blocks_num): copies of the first blocks
   // fed a control latent, each one's output added to the next base block's input; 0 = none.

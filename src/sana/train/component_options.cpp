@@ -186,6 +186,7 @@ model::ModelSpec model_spec_for(const config::Config& cfg) {
   s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
   s.fp32_attention = cfg.model.fp32_attention;
   s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
+  s.timestep_norm_scale = cfg.scheduler.timestep_norm_scale_factor;
   s.class_dropout_prob = cfg.model.class_dropout_prob;
   model::check_spec(s);
   return s;

@@ -37,6 +37,8 @@ TEST_CASE("every upstream sana_config YAML loads unchanged", "[config][upstream]
       // configs/sana_controlnet_config/
       "controlnet/Sana_600M_img1024_controlnet.yaml",
       "controlnet/Sana_1600M_1024px_controlnet_bf16.yaml",
+      // SANA-Sprint's stage 1, the teacher fine-tune (configs/sana_sprint_config/1024ms/)
+      "sana_sprint_1024ms/SanaSprint_1600M_img1024_bf16_normT_allqknorm_teacher_ft.yaml",
   };
   for (const char* name : files) {
     INFO(name);
@@ -227,4 +229,16 @@ TEST_CASE("upstream's ControlNet YAMLs load: the preset and its control signal",
     CHECK(sana::train::model_spec_for(c).control_blocks == 7);  // upstream's copy_blocks_num
     CHECK(noted(c, "data.type"));  // SanaWebDatasetMSControl: the dataset kind follows data_dir
   }
+}
+
+TEST_CASE("SANA-Sprint's teacher fine-tune: the model divides its timestep by 1000", "[config][upstream]") {
+  const Config c = load_config({upstream_yaml("sana_sprint_1024ms/SanaSprint_1600M_img1024_bf16_normT_allqknorm_teacher_ft.yaml")},
+                               {}, no_paths());
+  CHECK(c.scheduler.timestep_norm_scale_factor == 1000.0);
+  CHECK(c.model.qk_norm);
+  CHECK(c.model.cross_norm);
+  CHECK_FALSE(noted(c, "timestep_norm_scale_factor"));  // it acts: no "no effect" note
+  const auto spec = sana::train::model_spec_for(c);
+  CHECK(spec.timestep_norm_scale == 1000.0);
+  CHECK(spec.name == "SanaMS_1600M_P1_D20");
 }

@@ -147,6 +147,12 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both loa
   CHECK(config.at("num_layers") == 4);
   CHECK(config.at("sample_size") == 1);  // 32 px over the latent rate 32
   CHECK(model::config_mismatches(config, spec).empty());
+  // scheduler.timestep_norm_scale_factor: diffusers' pipeline multiplies by timestep_scale.
+  CHECK(config.at("timestep_scale") == 1.0);
+  auto sprint_teacher = spec;
+  sprint_teacher.timestep_norm_scale = 1000.0;
+  CHECK(model::diffusers_config(sprint_teacher, 32).at("timestep_scale") == 0.001);
+  CHECK(model::config_mismatches(config, sprint_teacher).size() == 1);  // the factor differs
   model::SanaMS from_diffusers(spec, model::BuildOptions{torch::kFloat32, false, 6});
   CHECK(model::load_weights(*from_diffusers, dir.path("transformer"), true).clean());
   // Upstream's layout: {"state_dict": ...}, read here and by python3-torch's torch.load in its

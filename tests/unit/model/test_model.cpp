@@ -242,6 +242,36 @@ TEST_CASE("SANA 1.5's cross_norm and upstream's use_pe", "[model]") {
   CHECK(rel_diff(with_pe->forward(img, t, c), without->forward(img, t, c)) > 1e-3);
 }
 
+TEST_CASE("timestep_norm_scale_factor: the model sees timestep / factor, untruncated (SANA-Sprint's teacher)",
+          "[model]") {
+  auto spec = small_spec(Conditioning::caption);
+  SanaMS integer(spec, BuildOptions{torch::kFloat32, false, 4});  // upstream's default: trunc(timestep)
+  spec.integer_timesteps = false;
+  SanaMS continuous(spec, BuildOptions{torch::kFloat32, false, 4});
+  spec.timestep_norm_scale = 1000.0;
+  SanaMS scaled(spec, BuildOptions{torch::kFloat32, false, 4});  // upstream: timestep.float() / 1000
+  // Trained-like weights (the zero-initialised output layers would hide the timestep).
+  torch::manual_seed(3);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : continuous->parameters()) p.add_(torch::randn(p.sizes()) * 0.05);
+    for (auto* m : {&integer, &scaled}) {
+      auto dst = (*m)->parameters();
+      auto src = continuous->parameters();
+      for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const auto img = torch::randn({2, spec.in_channels, 8, 8});
+  const auto c = condition_for(spec, 2);
+  const auto t = torch::tensor({437.75f, 912.5f});
+  const auto out = scaled->forward(img, t, c);
+  // Bitwise: the same fp32 division upstream does, then the unscaled path.
+  CHECK(torch::equal(out, continuous->forward(img, t / 1000.0, c)));
+  CHECK(rel_diff(out, integer->forward(img, t, c)) > 1e-3);  // not the 1000-sigma embedding
+  CHECK(rel_diff(out, scaled->forward(img, torch::trunc(t), c)) > 1e-6);  // 437.75 is not truncated to 437
+}
+
 TEST_CASE("float64 gradients agree with finite differences", "[model]") {
   for (auto cond : {Conditioning::caption, Conditioning::class_label}) {
     const auto spec = small_spec(cond);
