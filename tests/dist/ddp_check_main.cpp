@@ -37,7 +37,7 @@ torch::Tensor loss_of(model::SanaMS& net, const torch::Tensor& x0, const torch::
   for (int64_t i = first; i < first + n; ++i) ids.push_back(static_cast<uint32_t>(100 + i));
   const auto xs = x0.narrow(0, first, n);
   const auto fb = diffusion::make_flow_batch(xs, ids, 3, 0, diffusion::TimestepOptions{}, 0.25);
-  model::Condition c{labels.narrow(0, first, n), {}, fb.dropped, {}, 1.0};
+  model::Condition c{labels.narrow(0, first, n), {}, fb.dropped, {}, 1.0, {}};
   return diffusion::flow_loss(net->forward(fb.noisy, fb.timesteps, c), fb.target) * scale;
 }
 

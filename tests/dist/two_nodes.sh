@@ -6,11 +6,12 @@
 #   2. the link is cut mid-run: every process exits within dist.timeout_s + 10 s, each
 #      node naming the peer it lost; with the link back, --resume_from latest finishes;
 #   3. one node given a wrong --master-addr: both stop within the timeout, saying so;
-#   4. a node that starts LATE_S (default 60) seconds after the other: the first waits,
+#   4. a node that starts LATE_S (default 40: past the 30 s that connect timeouts often default to)
+#      seconds after the other: the first waits,
 #      bounded by dist.timeout_s, and the run finishes.
 # Needs root (ip netns); where namespaces cannot be made it says so and exits 77 (Skipped).
 . "$(dirname "$0")/lib.sh"
-late_s=${LATE_S:-60}
+late_s=${LATE_S:-40}
 ns0=sana$$a ns1=sana$$b veth0=sv$$a veth1=sv$$b
 cleanup() {
   pkill -KILL -f "$TOKEN" 2>/dev/null

@@ -15,7 +15,12 @@ strictly (a name or shape that differs from upstream's modules fails here), and 
 float64. Class-label cases are skipped: upstream's SanaMS conditions on captions only. A case
 whose spec has "control_blocks" is upstream's SanaMSControlNet (sana_multi_scale_controlnet.py:
 ControlSanaMSBlock's copied_block, before_proj and after_proj, the injection of its forward),
-fed the control latent "in.control".
+fed the control latent "in.control". A case whose spec has "trigflow" is SANA-Sprint's student,
+upstream's SanaMSCM (its forward: the TrigFlow to flow transformation and back) with
+cfg_embedder (TimestepEmbedder of cfg_scale x cfg_embed_scale added to t), logvar_linear
+(its log-variance of t, checked against "out.logvar") and timestep_norm_scale_factor (the
+timestep divided by it in float32, not truncated), fed "in.s" (TrigFlow times) and
+"in.cfg_scale".
 Prints the largest relative difference per case; exits 1 above 1e-5.
 
        upstream_model.py --save-init SPEC_JSON CAPTION_CHANNELS TOKENS OUT.safetensors
@@ -206,13 +211,26 @@ class SanaMS(nn.Module):
         self.final_layer = nn.Module()
         self.final_layer.linear = nn.Linear(c, p * p * spec["out_channels"])
         self.final_layer.scale_shift_table = nn.Parameter(torch.zeros(2, c))
+        self.timestep_norm_scale_factor = spec.get("timestep_norm_scale", 1.0)
+        self.cfg_embed_scale = spec.get("cfg_embed_scale", 1.0)
+        self.logvar_scale_factor = spec.get("logvar_scale", 1.0)
+        self.cfg_embedder = None
+        if spec.get("cfg_embed"):  # sana.py: TimestepEmbedder(hidden_size)
+            self.cfg_embedder = nn.Module()
+            self.cfg_embedder.mlp = nn.Sequential(nn.Linear(256, c), nn.SiLU(), nn.Linear(c, c))
+        self.logvar_linear = nn.Linear(c, 1) if spec.get("logvar") else None
 
-    def embed(self, x, timestep, y, force_drop_ids):
+    def embed(self, x, timestep, y, force_drop_ids, cfg_scale=None):
         """The tokens, t, t0 and the caption tokens (None without captions), as SanaMS.forward
         makes them."""
-        timestep = timestep.long().to(torch.float32)  # SanaMS.forward: integer timesteps
+        if self.timestep_norm_scale_factor != 1.0:  # SanaMS.forward
+            timestep = (timestep.float() / self.timestep_norm_scale_factor).to(torch.float32)
+        else:
+            timestep = timestep.long().to(torch.float32)  # integer timesteps
         x = self.x_embedder.proj(x).flatten(2).transpose(1, 2)  # PatchEmbedMS
         t = self.t_embedder.mlp(timestep_embedding(timestep, 256).to(x.dtype))
+        if self.cfg_embedder is not None:  # t += cfg_embedder(cfg_scale * cfg_embed_scale)
+            t = t + self.cfg_embedder.mlp(timestep_embedding(cfg_scale * self.cfg_embed_scale, 256).to(x.dtype))
         t0 = self.t_block(t)
         if y is None:
             return x, t, t0, None
@@ -228,6 +246,21 @@ class SanaMS(nn.Module):
         for block in self.blocks:
             x = block(x, y, t0, mask, (h, w))
         return self.final(x, t, h, w)
+
+    def forward_cm(self, x, timestep, y, mask, force_drop_ids, cfg_scale):
+        """SanaMSCM.forward with return_logvar: (TrigFlow output, logvar)."""
+        t = torch.sin(timestep) / (torch.cos(timestep) + torch.sin(timestep))
+        pretrain_timestep = t * 1000
+        t = t.view(-1, 1, 1, 1)
+        x = x * torch.sqrt(t**2 + (1 - t) ** 2)
+        h, w = x.shape[-2] // self.p, x.shape[-1] // self.p
+        xs, temb, t0, yy = self.embed(x, pretrain_timestep, y, force_drop_ids, cfg_scale)
+        for block in self.blocks:
+            xs = block(xs, yy, t0, mask, (h, w))
+        model_out = self.final(xs, temb, h, w)
+        logvar = self.logvar_linear(temb) * self.logvar_scale_factor
+        out = ((1 - 2 * t) * x + (1 - 2 * t + 2 * t**2) * model_out) / torch.sqrt(t**2 + (1 - t) ** 2)
+        return out, logvar
 
     def final(self, x, t, h, w):
         b = x.shape[0]
@@ -306,11 +339,18 @@ def check(path):
         return 0.0
     model = model_of_case(tensors, spec)
     control = (tensors["in.control"].double(),) if "in.control" in tensors else ()
+    logvar_worst = 0.0
     with torch.no_grad():
-        pred = model(tensors["in.x"].double(), tensors["in.t"].double(), tensors["in.y"].double(),
-                     tensors["in.mask"], tensors["in.drop"].long(), *control)
+        if spec.get("trigflow"):
+            pred, logvar = model.forward_cm(tensors["in.x"].double(), tensors["in.s"].double(), tensors["in.y"].double(),
+                                            tensors["in.mask"], tensors["in.drop"].long(), tensors["in.cfg_scale"])
+            ours_logvar = tensors["out.logvar"].double()
+            logvar_worst = ((logvar - ours_logvar).abs().max() / ours_logvar.abs().max()).item()
+        else:
+            pred = model(tensors["in.x"].double(), tensors["in.t"].double(), tensors["in.y"].double(),
+                         tensors["in.mask"], tensors["in.drop"].long(), *control)
     ours = tensors["out.pred"].double()
-    worst = ((pred - ours).abs().max() / ours.abs().max()).item()
+    worst = max(((pred - ours).abs().max() / ours.abs().max()).item(), logvar_worst)
     print(f"{name}: max relative difference {worst:.3g}")
     return worst
 

@@ -39,6 +39,11 @@ void SanaMSImpl::initialize(uint64_t seed) {
     if (p.key().find("weight") != std::string::npos) normal(p.value(), 0.02);
   }
   normal(t_block->named_parameters()["1.weight"], 0.02);
+  if (cfg_embedder) {  // as upstream's initialize: the guidance embedding starts at zero
+    normal(cfg_embedder->mlp->first->weight, 0.02);
+    cfg_embedder->mlp->second->weight.zero_();
+    cfg_embedder->mlp->second->bias.zero_();
+  }
   const double inv_sqrt_c = 1.0 / std::sqrt(static_cast<double>(spec_.hidden));
   for (auto& b : *blocks) {
     auto& table = b->as<SanaMSBlockImpl>()->scale_shift_table;

@@ -331,6 +331,7 @@ SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spe
   if (options.meta) o = o.device(torch::kMeta);
   x_embedder = register_module("x_embedder", PatchEmbed(spec, o));
   t_embedder = register_module("t_embedder", TimestepEmbedder(spec.hidden, o));
+  if (spec.cfg_embed) cfg_embedder = register_module("cfg_embedder", TimestepEmbedder(spec.hidden, o));
   t_block = register_module("t_block", TimeBlock(spec.hidden, o));
   if (spec.conditioning == Conditioning::caption) {
     caption_embedder = register_module("y_embedder", CaptionEmbedder(spec, o));
@@ -343,6 +344,7 @@ SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spe
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < spec.depth; ++i) blocks->push_back(SanaMSBlock(spec, o));
   final_layer = register_module("final_layer", FinalLayer(spec, o));
+  if (spec.logvar) logvar_linear = register_module("logvar_linear", Linear(spec.hidden, 1, true, o));
   if (spec.control_blocks > 0) {
     controlnet = register_module("controlnet", torch::nn::ModuleList());
     for (int64_t i = 0; i < spec.control_blocks; ++i) controlnet->push_back(ControlSanaMSBlock(spec, i, o));
@@ -371,7 +373,7 @@ std::pair<torch::Tensor, torch::Tensor> SanaMSImpl::embed_condition(const Condit
 }
 
 torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor& timestep,
-                                  const Condition& cond) {
+                                  const Condition& cond, torch::Tensor* logvar) {
   const int64_t B = x_in.size(0), p = spec_.patch;
   if (x_in.dim() != 4 || x_in.size(1) != spec_.in_channels || x_in.size(2) % p || x_in.size(3) % p) {
     throw std::invalid_argument(fmt::format(
@@ -386,9 +388,15 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   // Upstream's forward divides by timestep_norm_scale_factor where it is not 1, else
   // truncates (timestep.long()): the sampler's 1000 sigma too.
   const auto flat = timestep.reshape({B});
-  const auto t = t_embedder->forward(spec_.timestep_norm_scale != 1.0 ? flat.to(torch::kFloat32) / spec_.timestep_norm_scale
-                                     : spec_.integer_timesteps      ? flat.trunc()
-                                                                    : flat);
+  auto t = t_embedder->forward(spec_.timestep_norm_scale != 1.0 ? flat.to(torch::kFloat32) / spec_.timestep_norm_scale
+                               : spec_.integer_timesteps      ? flat.trunc()
+                                                              : flat);
+  if (cfg_embedder) {  // upstream: t += cfg_embedder(cfg_scale * cfg_embed_scale)
+    TORCH_CHECK(cond.cfg_scale.defined() && cond.cfg_scale.numel() == B,
+                "model.cfg_embed: the forward needs each sample's guidance scale (Condition::cfg_scale, [B])");
+    t = t + cfg_embedder->forward(cond.cfg_scale.reshape({B}).to(torch::kFloat32) * spec_.cfg_embed_scale);
+  }
+  if (logvar != nullptr && logvar_linear) *logvar = logvar_linear->forward(t) * spec_.logvar_scale;
   const auto t0 = t_block->forward(t);
   const auto [y, bias] = embed_condition(cond, B);
   const bool checkpoint = grad_checkpointing_ && is_training() && torch::GradMode::is_enabled();

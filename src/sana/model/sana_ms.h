@@ -207,6 +207,8 @@ struct Condition {
   // base model alone), and the weight of the control blocks' outputs (1 as trained).
   torch::Tensor control;
   double control_scale = 1.0;
+  // ModelSpec::cfg_embed: each sample's guidance scale, [B] (required then).
+  torch::Tensor cfg_scale;
 };
 
 struct BuildOptions {
@@ -328,9 +330,10 @@ class SanaMSImpl : public torch::nn::Module {
   explicit SanaMSImpl(const ModelSpec& spec, const BuildOptions& options = {});
 
   // x: [B, in_channels, H, W] with H, W multiples of the patch; timestep: [B] (sigma * 1000).
-  // Returns [B, out_channels, H, W].
+  // Returns [B, out_channels, H, W]. With ModelSpec::logvar and `logvar` given, *logvar gets
+  // the log-variance, [B, 1] (upstream's return_logvar).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& timestep,
-                        const Condition& cond = {});
+                        const Condition& cond = {}, torch::Tensor* logvar = nullptr);
 
   const ModelSpec& spec() const { return spec_; }
   // Gradient checkpointing of every `every`-th block, the first included (train.gc_step);
@@ -352,12 +355,14 @@ class SanaMSImpl : public torch::nn::Module {
 
   PatchEmbed x_embedder{nullptr};
   TimestepEmbedder t_embedder{nullptr};
+  TimestepEmbedder cfg_embedder{nullptr};  // spec.cfg_embed
   TimeBlock t_block{nullptr};
   CaptionEmbedder caption_embedder{nullptr};  // registered as y_embedder (captions)
   LabelEmbedder label_embedder{nullptr};      // registered as y_embedder (classes)
   RMSNorm attention_y_norm{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   FinalLayer final_layer{nullptr};
+  Linear logvar_linear{nullptr};              // spec.logvar
   torch::nn::ModuleList controlnet{nullptr};  // spec.control_blocks > 0: ControlSanaMSBlocks
 
   // ControlNet's start, as upstream's initialize_all_and_copy_from_base: each copied block

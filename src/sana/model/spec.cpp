@@ -102,6 +102,8 @@ Flops forward_flops(const ModelSpec& s, int64_t height_px, int64_t width_px) {
              2 * n * c * c * static_cast<double>(s.control_blocks + 1);
   }
   total += 2 * (256 * c + c * c) + 2 * c * 6 * c;                  // t_embedder, t_block
+  if (s.cfg_embed) total += 2 * (256 * c + c * c);                // cfg_embedder (SANA-Sprint)
+  if (s.logvar) total += 2 * c;                                    // logvar_linear
   if (s.conditioning == Conditioning::caption) {
     total += 2 * l * (static_cast<double>(s.caption_channels) * c + c * c);  // y_proj
   }

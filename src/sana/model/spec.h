@@ -48,6 +48,13 @@ struct ModelSpec {
   // scheduler.timestep_norm_scale_factor: the forward divides the timestep by it (in fp32, no
   // truncation: SANA-Sprint's teacher sees sigma, not 1000 sigma); 1 = off.
   double timestep_norm_scale = 1.0;
+  // SANA-Sprint's student (upstream's cfg_embed / logvar): a second timestep embedder of the
+  // guidance scale x cfg_embed_scale, added to the time embedding (cfg_embedder.*), and a
+  // log-variance read from that embedding, Linear(hidden, 1) x logvar_scale (logvar_linear.*).
+  bool cfg_embed = false;
+  double cfg_embed_scale = 1.0;
+  bool logvar = false;
+  double logvar_scale = 1.0;
   double class_dropout_prob = 0.0;
   // ControlNet (upstream's SanaMSControlNet, copy_blocks_num): copies of the first blocks
   // fed a control latent, each one's output added to the next base block's input; 0 = none.

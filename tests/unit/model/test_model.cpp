@@ -13,6 +13,7 @@
 #include "sana/util/safetensors.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/trigflow.h"
 #include "sana/torch_compat.h"
 #include "sana/train/component_options.h"
 #include "model_specs.h"
@@ -426,12 +427,12 @@ TEST_CASE("conditioning: padding, dropout to the null caption, class labels", "[
 
   auto cspec = small_spec(Conditioning::class_label);
   SanaMS cmodel(cspec);
-  Condition labels{torch::tensor({4, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0};
-  Condition null{torch::tensor({5, 0}, torch::kInt64), {}, {}, {}, 1.0};
+  Condition labels{torch::tensor({4, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0, {}};
+  Condition null{torch::tensor({5, 0}, torch::kInt64), {}, {}, {}, 1.0, {}};
   CHECK_THROWS_WITH(cmodel->forward(x, t, null), Catch::Contains("outside [0, 5)"));
-  Condition minus{torch::tensor({-1, 0}, torch::kInt64), {}, {}, {}, 1.0};
+  Condition minus{torch::tensor({-1, 0}, torch::kInt64), {}, {}, {}, 1.0, {}};
   CHECK_THROWS_WITH(cmodel->forward(x, t, minus), Catch::Contains("without a label"));
-  Condition other{torch::tensor({1, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0};
+  Condition other{torch::tensor({1, 0}, torch::kInt64), {}, torch::tensor({true, false}), {}, 1.0, {}};
   CHECK(torch::equal(cmodel->forward(x, t, labels), cmodel->forward(x, t, other)));
 }
 
@@ -515,6 +516,52 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
   CHECK(u.output.find("captions + qk_norm, 8x32 bucket: max relative difference") != std::string::npos);
   WARN(u.output);
 
+  // SANA-Sprint's student: upstream's SanaMSCM (the TrigFlow wrapper) with cfg_embed (scale
+  // 0.1), logvar, qk_norm, cross_norm and the timestep factor 1000, at TrigFlow times up to
+  // pi/2: the output and the log-variance against upstream_model.py's SanaMSCM.
+  {
+    auto spec = small_spec(Conditioning::caption);
+    spec.qk_norm = spec.cross_norm = spec.cfg_embed = spec.logvar = true;
+    spec.cfg_embed_scale = 0.1;
+    spec.timestep_norm_scale = 1000.0;
+    SanaMS model(spec, BuildOptions{torch::kFloat32, false, 150});
+    perturb(model, 250);  // cfg_embedder's last layer starts at zero
+    torch::manual_seed(9);
+    const int64_t B = 3;
+    const auto x = torch::randn({B, spec.in_channels, 16, 8});
+    const auto s = torch::tensor({0.3f, 1.0f, 1.5708f});
+    auto c = condition_for(spec, B);
+    c.drop = torch::tensor({false, true, false});
+    c.cfg_scale = torch::tensor({4.0f, 4.5f, 5.0f});
+    torch::Tensor out, logvar;
+    {
+      torch::NoGradGuard no_grad;
+      out = trigflow_forward(*model, x, s, c, &logvar);
+    }
+    REQUIRE(logvar.sizes() == torch::IntArrayRef{B, 1});
+    sana::NamedTensors file;
+    for (const auto& p : model->named_parameters()) file.emplace_back("w." + p.key(), p.value());
+    for (const auto& p : model->named_buffers()) file.emplace_back("w." + p.key(), p.value());
+    for (const auto& [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{
+             {"in.x", x}, {"in.s", s}, {"in.y", c.y}, {"in.mask", c.mask}, {"in.drop", c.drop},
+             {"in.cfg_scale", c.cfg_scale}, {"out.pred", out}, {"out.logvar", logvar}}) {
+      file.emplace_back(name, t);
+    }
+    const nlohmann::json js = {
+        {"hidden", spec.hidden}, {"depth", spec.depth}, {"cross_heads", spec.cross_heads}, {"patch", spec.patch},
+        {"out_channels", spec.out_channels}, {"linear_head_dim", spec.linear_head_dim},
+        {"mlp_hidden", spec.mlp_hidden()}, {"conditioning", "caption"}, {"num_classes", 0},
+        {"norm_eps", spec.norm_eps}, {"trigflow", true}, {"cfg_embed", true}, {"cfg_embed_scale", 0.1},
+        {"logvar", true}, {"logvar_scale", 1.0}, {"timestep_norm_scale", 1000.0}};
+    const auto sprint = dir.path("sprint.safetensors");
+    sana::write_safetensors(sprint, file, {{"spec", js.dump()}, {"case", "SANA-Sprint student (TrigFlow)"}});
+    const auto r2 = sana::test::run_command("/usr/bin/python3 " + upstream + " " + sprint);
+    INFO(r2.output);
+    CHECK(r2.exit_code == 0);
+    CHECK(r2.output.find("SANA-Sprint student (TrigFlow): max relative difference") != std::string::npos);
+    WARN(r2.output);
+  }
+
   // The reference notices a wrong output: scale one C++ prediction slightly and it fails.
   auto file = sana::read_safetensors(files[0]);
   for (auto& [name, t] : file.tensors) {
@@ -561,4 +608,33 @@ TEST_CASE("upstream's presets, SANA-1.5's included, have the parameter counts of
       CHECK(ours[i] == upstream);
     }
   }
+}
+
+TEST_CASE("SANA-Sprint's cfg_embedder and logvar_linear: upstream's names, shapes and initial weights", "[model]") {
+  auto spec = small_spec(Conditioning::caption);
+  spec.cfg_embed = spec.logvar = true;
+  spec.cfg_embed_scale = 0.1;
+  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 3});
+  auto params = model->named_parameters();
+  CHECK(params["cfg_embedder.mlp.0.weight"].sizes() == torch::IntArrayRef{spec.hidden, 256});
+  CHECK(params["cfg_embedder.mlp.2.weight"].abs().max().item<float>() == 0.0f);  // starts at zero, as upstream
+  CHECK(params["cfg_embedder.mlp.2.bias"].abs().max().item<float>() == 0.0f);
+  CHECK(params["cfg_embedder.mlp.0.weight"].std().item<float>() == Approx(0.02).epsilon(0.1));
+  CHECK(params["logvar_linear.weight"].sizes() == torch::IntArrayRef{1, spec.hidden});
+  spec.cfg_embed = spec.logvar = false;
+  SanaMS plain(spec, BuildOptions{torch::kFloat32, false, 3});
+  CHECK(model->parameter_count() == plain->parameter_count() + (256 * spec.hidden + spec.hidden) +
+                                        (spec.hidden * spec.hidden + spec.hidden) + (spec.hidden + 1));
+  // The guidance scale is required; once the embedder's last layer is not zero it moves the output.
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, spec.in_channels, 8, 8});
+  const auto t = torch::tensor({300.0f, 700.0f});
+  auto c = condition_for(spec, 2);
+  CHECK_THROWS_WITH(model->forward(x, t, c), Catch::Contains("Condition::cfg_scale"));
+  c.cfg_scale = torch::tensor({4.0f, 5.0f});
+  torch::Tensor logvar;
+  const auto out = model->forward(x, t, c, &logvar);
+  CHECK(logvar.sizes() == torch::IntArrayRef{2, 1});
+  params["cfg_embedder.mlp.2.bias"].fill_(0.5);
+  CHECK_FALSE(torch::equal(model->forward(x, t, c), out));
 }
