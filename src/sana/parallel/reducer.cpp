@@ -1,102 +1,18 @@
 #include "sana/parallel/reducer.h"
 
-#include "sana/parallel/accumulator_hooks.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <optional>
-#include <cmath>
-#include <limits>
-#include <mutex>
-#include <set>
 #include <stdexcept>
 
 #include "sana/parallel/bucket_assignment.h"
+#include "sana/parallel/bucketed_reducer.h"
 #include "sana/util/log.h"
 
 namespace sana::parallel {
 
-namespace {
-
-// The overlapped engine: executes compute_buckets()'s assignment with one flat tensor and
-// one asynchronous all-reduce per bucket.
-class BucketedReducer : public Reducer {
- public:
-  BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params, const ReducerOptions& opts);
-  ~BucketedReducer() override;
-  BucketedReducer(const BucketedReducer&) = delete;
-  BucketedReducer& operator=(const BucketedReducer&) = delete;
-
-  void begin_backward(bool sync) override;
-  void add_gradient(size_t param) override;
-  void finalize() override;
-  size_t bucket_count() const override { return buckets_.size(); }
-  std::vector<torch::Tensor> flat_gradients() const override;
-  void zero_gradients() override;
-  std::vector<FlatBucket> flatten_parameters() override;
-  const ShardPlan& shard_plan() const override { return plan_; }
-  bool gradients_sharded() const override { return shard_; }
-  bool gradients_on_host() const override { return on_host_; }
-  torch::Tensor segment_gradient(size_t bucket, size_t segment) const override;
-  bool overflowed() const override { return overflowed_; }
-  std::vector<int64_t> exact_scales() const override;
-  void set_exact_scales(const std::vector<int64_t>& scales) override;
-
- private:
-  // Exact mode: one bucket's integer accumulator (its elements, then two counters: ranks'
-  // micro-batches that overflowed, and that were not finite) and scale exponent.
-  struct Exact {
-    torch::Tensor acc;
-    int64_t scale = 32;
-  };
-  void absorb();          // the flat gradients into the accumulators; flats zeroed
-  void finalize_exact();
-  struct Bucket {
-    GradBucket plan;
-    size_t pending = 0;
-    torch::Tensor flat;  // undefined while released (sharded gradients)
-    std::vector<dist::PendingCollective> works;  // one all-reduce, or one reduce per segment
-    bool harvested = false;
-  };
-  void launch(size_t bucket);    // mutex_ held
-  void launch_ready_in_order();  // mutex_ held
-  void bind_gradients();         // mutex_ held
-  // Sharded gradients (mutex_ held):
-  void allocate(size_t bucket);     // the bucket's flat tensor, zero, and its parameters' views
-  void bind_lazily(size_t param);   // the parameter's new gradient into its bucket
-  void harvest(size_t bucket);      // waits; owned segments into owned_; the bucket released
-  void harvest_completed();         // harvest() for the launched buckets already reduced
-
-  dist::Runtime& rt_;
-  std::vector<std::pair<std::string, torch::Tensor>> params_;
-  std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
-  std::vector<torch::Tensor> grad_views_;  // per parameter: its shape over its bucket's slice
-  std::vector<char> ready_;
-  std::optional<AccumulatorHooks> hooks_;  // add_gradient() as each gradient arrives
-  bool overlap_ = true;
-  bool average_ = true;
-  bool exact_ = false;
-  std::vector<Exact> exact_state_;
-  bool unabsorbed_ = false;  // a backward ran since the last absorb()
-  bool overflowed_ = false;
-  std::mutex mutex_;
-  size_t next_launch_ = 0;
-  bool syncing_ = false;
-  std::set<std::string> warned_;  // parameters already named in the no-gradient warning
-  ShardPlan plan_;
-  bool shard_ = false;
-  bool on_host_ = false;  // ReducerOptions::gradients_on_host: owned_ in host memory
-  // Each segment reduced to its owner (NCCL), or the whole bucket all-reduced as at stage 0
-  // and only the owned segments kept (Gloo: the same sums as stage 0, to the last bit).
-  bool reduce_to_owners_ = false;
-  torch::Tensor owned_;                            // this rank's segments, end to end
-  std::vector<std::vector<int64_t>> owned_at_;     // per bucket and segment: its offset in owned_, or -1
-  std::vector<torch::Tensor> owned_views_;         // per owned parameter: its gradient in owned_
-  size_t next_harvest_ = 0;
-};
+namespace detail {
 
 BucketedReducer::BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                  const ReducerOptions& opts)
@@ -394,78 +310,7 @@ void BucketedReducer::finalize() {
   }
 }
 
-// A micro-batch's gradient times 2^scale must stay below 2^52, so that the sum of up to
-// 1024 micro-batches (the trainer's limit in this mode) stays below 2^62.
-constexpr double kExactLimit = 4503599627370496.0;  // 2^52
-constexpr int64_t kExactTarget = 48;                // the summed peak's bits aimed at
-constexpr int64_t kExactLowest = -120, kExactHighest = 120;  // 2^scale stays a finite float
-
-void BucketedReducer::absorb() {
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    auto& flat = buckets_[i].flat;
-    auto& e = exact_state_[i];
-    const int64_t n = flat.numel();
-    auto scaled = flat * std::ldexp(1.0, static_cast<int>(e.scale));  // exact: a power of two
-    const float peak = scaled.abs().max().item<float>();
-    if (!std::isfinite(peak)) {
-      e.acc[n + 1] += 1;
-    } else if (peak >= kExactLimit) {
-      e.acc[n] += 1;
-    } else {
-      e.acc.narrow(0, 0, n).add_(scaled.round_().to(torch::kInt64));
-    }
-    flat.zero_();
-  }
-  unabsorbed_ = false;
-}
-
-void BucketedReducer::finalize_exact() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  torch::NoGradGuard no_grad;
-  if (unabsorbed_) absorb();
-  bool overflow = false, nonfinite = false;
-  for (auto& e : exact_state_) {
-    rt_.all_reduce(e.acc);  // integers: the same sum in any order
-    const int64_t n = e.acc.numel() - 2;
-    overflow = overflow || e.acc[n].item<int64_t>() > 0;
-    nonfinite = nonfinite || e.acc[n + 1].item<int64_t>() > 0;
-  }
-  overflowed_ = overflow && !nonfinite;
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    auto& e = exact_state_[i];
-    auto& flat = buckets_[i].flat;
-    const auto values = e.acc.narrow(0, 0, flat.numel());
-    if (nonfinite) {
-      flat.fill_(std::numeric_limits<float>::quiet_NaN());  // the trainer skips the step, as any non-finite one
-    } else if (overflowed_) {
-      // The caller runs the backward again; the buckets that overflowed with a smaller scale.
-      if (e.acc[flat.numel()].item<int64_t>() > 0) e.scale = std::max(kExactLowest, e.scale - 12);
-    } else {
-      flat.copy_(values.to(torch::kFloat64).mul_(std::ldexp(1.0, static_cast<int>(-e.scale))));
-      // The next step's scale from this sum's peak (the same on every rank).
-      const auto peak = static_cast<uint64_t>(values.abs().max().item<int64_t>());
-      if (peak > 0) {
-        const int64_t bits = 64 - __builtin_clzll(peak);
-        e.scale = std::clamp(e.scale + kExactTarget - bits, kExactLowest, kExactHighest);
-      }
-    }
-    e.acc.zero_();
-  }
-}
-
-std::vector<int64_t> BucketedReducer::exact_scales() const {
-  std::vector<int64_t> out;
-  for (const auto& e : exact_state_) out.push_back(e.scale);
-  return out;
-}
-
-void BucketedReducer::set_exact_scales(const std::vector<int64_t>& scales) {
-  if (scales.size() != exact_state_.size()) return;  // another bucket layout: start afresh
-  for (size_t i = 0; i < scales.size(); ++i) exact_state_[i].scale = std::clamp(scales[i], kExactLowest, kExactHighest);
-}
-
-}  // namespace
+}  // namespace detail
 
 PartState Reducer::save_state() const { return {{{"exact_scales", exact_scales()}}, std::nullopt, {}}; }
 
@@ -477,7 +322,7 @@ void Reducer::restore_state(const PartState* saved, const std::string& /*source*
 
 std::unique_ptr<Reducer> make_reducer(dist::Runtime& rt, std::vector<std::pair<std::string, torch::Tensor>> params,
                                       ReducerOptions opts) {
-  return std::make_unique<BucketedReducer>(rt, std::move(params), opts);
+  return std::make_unique<detail::BucketedReducer>(rt, std::move(params), opts);
 }
 
 }  // namespace sana::parallel
