@@ -1,0 +1,68 @@
+// SANA-Sprint's LADD discriminator heads (upstream's diffusion/model/nets/ladd_blocks.py and
+// sana_ladd.py's SanaMSCMDiscriminator; docs/upstream.md "SANA-Sprint"): one head per chosen
+// teacher block, each reading that block's output tokens [B, N, C] as [B, C, N]:
+//   block(k=1) -> ResidualBlock(block(k=9)) -> SpectralConv1d(C, 1, k=1): one logit per token,
+// block(k) = SpectralConv1d(C, C, k, circular padding k/2) -> BatchNormLocal(C) -> LeakyReLU(0.2),
+// ResidualBlock(f)(x) = (f(x) + x) / sqrt(2). Upstream's parameter names (heads.<i>.main.0.0.
+// weight_orig, ...), so a checkpoint of the heads is upstream's DiscHeadModel state dict.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace sana::model {
+
+// torch.nn.utils.spectral_norm over a Conv1d (dim 0, one power iteration, eps 1e-12): the
+// weight used is weight_orig / sigma, sigma = u . (W v) with W = weight_orig as [out, in k];
+// in training mode each forward first moves v = normalize(W^T u), u = normalize(W v) (the
+// buffers weight_u, weight_v, updated in place); in eval mode they stay.
+class SpectralConv1dImpl : public torch::nn::Module {
+ public:
+  // Conv1d's default initialisation and normalised N(0, 1) u and v, drawn from `gen`.
+  SpectralConv1dImpl(int64_t in, int64_t out, int64_t kernel, at::Generator& gen,
+                     const torch::TensorOptions& options = {});
+  torch::Tensor forward(const torch::Tensor& x);  // [B, in, N] -> [B, out, N]
+  torch::Tensor weight_orig, bias, weight_u, weight_v;
+  int64_t kernel;
+};
+TORCH_MODULE(SpectralConv1d);
+
+// Upstream's BatchNormLocal: the batch split into G = ceil(B / virtual_bs) equal groups (B
+// must be a multiple of G, as upstream's view requires), each normalised per channel by its
+// own mean and biased variance over its samples and tokens; then weight and bias.
+class BatchNormLocalImpl : public torch::nn::Module {
+ public:
+  explicit BatchNormLocalImpl(int64_t channels, const torch::TensorOptions& options = {});
+  torch::Tensor forward(const torch::Tensor& x);  // [B, C, N]
+  torch::Tensor weight, bias;
+  int64_t virtual_bs = 8;
+  double eps = 1e-5;
+};
+TORCH_MODULE(BatchNormLocal);
+
+class DiscHeadImpl : public torch::nn::Module {
+ public:
+  DiscHeadImpl(int64_t channels, at::Generator& gen, const torch::TensorOptions& options = {});
+  torch::Tensor forward(const torch::Tensor& x);  // [B, C, N] -> [B, 1, N]
+};
+TORCH_MODULE(DiscHead);
+
+class LaddHeadsImpl : public torch::nn::Module {
+ public:
+  // Initial weights a pure function of `seed`.
+  LaddHeadsImpl(int64_t channels, int64_t count, uint64_t seed, const torch::TensorOptions& options = {});
+  // One [B, N, C] feature per head (the teacher's chosen blocks' outputs, in order) ->
+  // [B, sum of N]: every head's logits, concatenated as upstream's forward does.
+  torch::Tensor forward(const std::vector<torch::Tensor>& features);
+  torch::nn::ModuleList heads{nullptr};
+};
+TORCH_MODULE(LaddHeads);
+
+// The discriminator's hinge loss, 0.5 (mean relu(1 - real) + mean relu(1 + fake)), and the
+// generator's adversarial loss, -mean(fake) (upstream's train_scm_ladd.py).
+torch::Tensor hinge_discriminator_loss(const torch::Tensor& real, const torch::Tensor& fake);
+torch::Tensor hinge_generator_loss(const torch::Tensor& fake);
+
+}  // namespace sana::model
