@@ -2,6 +2,7 @@
 // torch's own spectral norm, in float64 (tests/reference/ladd_heads.py): logits, the hinge
 // losses and the power iteration's vectors after two training-mode forwards.
 #include "catch.h"
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "sana/model/ladd_heads.h"
