@@ -70,9 +70,8 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
       log::warn_shared("model.load_from (model.load_strict false): {} from {}", report.summary(), o.load_from);
     }
   }
-  // A ControlNet's base is what is not a control block (model/controlnet.h; ControlNetState
-  // freezes it later too); LoRA's, everything.
-  const bool control = spec.control_blocks > 0 && o.frozen_dtype != model::StorageDtype::fp32;
+  // A ControlNet's base is what is not a control block (model/controlnet.h); LoRA's, everything.
+  const bool control = spec.control_blocks > 0;
   if (o.frozen_base || control) {
     const auto frozen = [control](const std::string& name) { return !control || !model::is_control_parameter(name); };
     for (const auto& p : net->named_parameters()) {

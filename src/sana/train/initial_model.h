@@ -27,8 +27,8 @@ struct InitialModelOptions {
   bool load_strict = true;        // model.load_strict
   bool grad_checkpointing = false;  // train.grad_checkpointing
   int64_t gc_step = 1;              // train.gc_step
-  // A frozen base (train.lora: every parameter; a ControlNet preset's: all but its control
-  // blocks, when frozen_dtype is not fp32; none otherwise): frozen before it reaches the
+  // A frozen base (train.lora: every parameter; a ControlNet preset's, whatever this says:
+  // all but its control blocks; none otherwise): frozen before it reaches the
   // device, its layers stored in `frozen_dtype` there (train.frozen_base_dtype), so the
   // device never holds it in fp32.
   bool frozen_base = false;
