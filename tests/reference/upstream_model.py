@@ -52,6 +52,11 @@ from sana_reference import read_safetensors  # the case-file reader only; none o
 
 TOLERANCE = 1e-5
 
+# The dtype of upstream's float32 islands (the timestep and its sinusoidal features, RMSNorm's
+# x.float()): float32 as upstream, float64 where the C++ model ran in float64 (it computes
+# them in float64 then); model_of_case sets it from the case's weights.
+ISLAND_DTYPE = torch.float32
+
 
 def t2i_modulate(x, shift, scale):  # sana_blocks.t2i_modulate
     return x * (1 + scale) + shift
@@ -64,8 +69,9 @@ class RMSNorm(nn.Module):  # norms.RMSNorm
         self.weight = nn.Parameter(torch.ones(dim) * scale_factor)
 
     def forward(self, x):
-        normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return (normed * self.weight.float()).type_as(x)
+        xf = x.to(ISLAND_DTYPE)
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight.to(ISLAND_DTYPE)).type_as(x)
 
 
 class LiteLA(nn.Module):  # sana_blocks.LiteLA, heads of `dim` channels, ReLU kernel
@@ -181,8 +187,8 @@ class SanaMSBlock(nn.Module):
 
 def timestep_embedding(t, dim, max_period=10000):  # sana_blocks.TimestepEmbedder.timestep_embedding
     half = dim // 2
-    freqs = torch.exp(-math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32) / half)
-    args = t[:, None].float() * freqs[None]
+    freqs = torch.exp(-math.log(max_period) * torch.arange(start=0, end=half, dtype=ISLAND_DTYPE) / half)
+    args = t[:, None].to(ISLAND_DTYPE) * freqs[None]
     return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 
 
@@ -224,7 +230,7 @@ class SanaMS(nn.Module):
         """The tokens, t, t0 and the caption tokens (None without captions), as SanaMS.forward
         makes them."""
         if self.timestep_norm_scale_factor != 1.0:  # SanaMS.forward
-            timestep = (timestep.float() / self.timestep_norm_scale_factor).to(torch.float32)
+            timestep = (timestep.to(ISLAND_DTYPE) / self.timestep_norm_scale_factor).to(ISLAND_DTYPE)
         else:
             timestep = timestep.long().to(torch.float32)  # integer timesteps
         x = self.x_embedder.proj(x).flatten(2).transpose(1, 2)  # PatchEmbedMS
@@ -318,6 +324,9 @@ class SanaMSControlNet(SanaMS):  # sana_multi_scale_controlnet.SanaMSControlNet,
 def model_of_case(tensors, spec):
     """SanaMS in float64 with a case file's weights ("w.<name>"), loaded strictly: upstream's
     names and shapes, every one."""
+    global ISLAND_DTYPE
+    float64 = any(v.dtype == torch.float64 for k, v in tensors.items() if k.startswith("w."))
+    ISLAND_DTYPE = torch.float64 if float64 else torch.float32
     weights = {k[2:]: v.double() for k, v in tensors.items() if k.startswith("w.")}
     spec["in_channels"] = tensors["in.x"].shape[1]
     spec["qk_norm"] = "blocks.0.attn.q_norm.weight" in weights

@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 
 namespace sana::test {
@@ -30,6 +31,30 @@ inline double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
           b.to(torch::kFloat64).abs().max().clamp_min(1e-300))
       .item<double>();
+}
+
+// A condition of `batch` random captions (the first with two padded tokens) or labels.
+inline model::Condition condition_for(const model::ModelSpec& s, int64_t batch, torch::Dtype dtype = torch::kFloat32) {
+  model::Condition c;
+  if (s.conditioning == model::Conditioning::caption) {
+    c.y = torch::randn({batch, s.caption_tokens, s.caption_channels}, dtype);
+    c.mask = torch::ones({batch, s.caption_tokens}, torch::kInt64);
+    if (s.caption_tokens > 2) c.mask.index_put_({0, torch::indexing::Slice(s.caption_tokens - 2)}, 0);
+  } else if (s.conditioning == model::Conditioning::class_label) {
+    c.y = torch::arange(batch, torch::kInt64) % s.num_classes;
+  }
+  return c;
+}
+
+// Every parameter and buffer nudged away from its initial value, so zero biases and unit
+// norms cannot hide a wrong formula.
+inline void perturb(model::SanaMS& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& p : model->parameters()) {
+    p.add_(torch::empty(p.sizes(), p.options()).normal_(0, 0.05, gen));
+  }
+  for (auto& b : model->buffers()) b.add_(torch::empty(b.sizes(), b.options()).normal_(0, 0.05, gen));
 }
 
 }  // namespace sana::test

@@ -149,16 +149,42 @@ struct GluGateFn : public torch::autograd::Function<GluGateFn> {
   }
 };
 
+thread_local bool g_composed = false;
+
+// LinearAttentionFn's forward as ATen operators, head-major: what forward-mode AD runs.
+torch::Tensor composed_linear_attention(const torch::Tensor& qkv, double eps, bool fp32) {
+  const auto dtype = product_dtype(qkv, fp32);
+  const auto out_dtype = half_precision(dtype) ? torch::kFloat32 : dtype;
+  NoAutocast off;
+  const int64_t B = qkv.size(0), N = qkv.size(1), H = qkv.size(3), D = qkv.size(4);
+  const auto x = qkv.to(dtype).permute({2, 0, 3, 1, 4});  // [3, B, H, N, D]
+  const auto q = torch::relu(x[0]), k = torch::relu(x[1]), v = x[2];
+  const auto vp = torch::cat({v, torch::ones({B, H, N, 1}, v.options())}, 3);  // [B, H, N, D+1]
+  const auto M = torch::matmul(vp.transpose(2, 3), k);                         // [B, H, D+1, D]
+  const auto O = torch::matmul(q, M.transpose(2, 3)).to(out_dtype);             // [B, H, N, D+1]
+  if (FlopTrace::active()) FlopTrace::add(4.0 * static_cast<double>(B * H * N) * static_cast<double>((D + 1) * D));
+  return (O.narrow(3, 0, D) / (O.narrow(3, D, 1) + eps)).permute({0, 2, 1, 3});
+}
+
 }  // namespace
+
+ComposedKernels::ComposedKernels() : outer_(g_composed) { g_composed = true; }
+ComposedKernels::~ComposedKernels() { g_composed = outer_; }
+bool ComposedKernels::active() { return g_composed; }
 
 torch::Tensor linear_attention(const torch::Tensor& qkv, double eps, bool fp32, AttentionLayout layout) {
   TORCH_CHECK(qkv.dim() == 5 && qkv.size(2) == 3, "linear_attention takes [B, N, 3, heads, head_dim], got ",
               qkv.sizes());
+  if (g_composed) return composed_linear_attention(qkv, eps, fp32);
   return LinearAttentionFn::apply(qkv, eps, fp32, static_cast<int64_t>(layout));
 }
 
 torch::Tensor glu_gate(const torch::Tensor& t) {
   TORCH_CHECK(t.size(-1) % 2 == 0, "glu_gate takes an even last dimension, got ", t.sizes());
+  if (g_composed) {
+    const int64_t H = t.size(-1) / 2;
+    return t.narrow(-1, 0, H) * torch::silu(t.narrow(-1, H, H));
+  }
   return GluGateFn::apply(t);
 }
 

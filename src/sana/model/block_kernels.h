@@ -29,4 +29,20 @@ torch::Tensor linear_attention(const torch::Tensor& qkv, double eps, bool fp32,
 // GLUMBConv's gate: t = [..., 2H] -> t[..., :H] * silu(t[..., H:]), [..., H].
 torch::Tensor glu_gate(const torch::Tensor& t);
 
+// The two functions above have reverse-mode derivatives only (ATen's forward-mode AD does
+// not see through an autograd function's own backward). While a ComposedKernels lives on
+// this thread they compute the same maths as a composition of ATen operators instead,
+// which forward-mode AD differentiates exactly: the JVP of model/trigflow.h holds one.
+class ComposedKernels {
+ public:
+  ComposedKernels();
+  ~ComposedKernels();
+  ComposedKernels(const ComposedKernels&) = delete;
+  ComposedKernels& operator=(const ComposedKernels&) = delete;
+  static bool active();
+
+ private:
+  bool outer_;
+};
+
 }  // namespace sana::model

@@ -251,11 +251,12 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden, const torch::TensorOp
 
 torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
   const int64_t half = dim / 2;
+  const auto dtype = t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   const auto freqs = torch::exp(-std::log(10000.0) *
-                                torch::arange(half, torch::TensorOptions().dtype(torch::kFloat32)) /
+                                torch::arange(half, torch::TensorOptions().dtype(dtype)) /
                                 static_cast<double>(half))
                          .to(t.device());
-  const auto args = t.to(torch::kFloat32).unsqueeze(1) * freqs.unsqueeze(0);
+  const auto args = t.to(dtype).unsqueeze(1) * freqs.unsqueeze(0);
   auto emb = torch::cat({torch::cos(args), torch::sin(args)}, -1);
   if (dim % 2) emb = torch::cat({emb, torch::zeros_like(emb.narrow(1, 0, 1))}, -1);
   return emb;
@@ -386,15 +387,17 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
   // Upstream's forward divides by timestep_norm_scale_factor where it is not 1, else
-  // truncates (timestep.long()): the sampler's 1000 sigma too.
+  // truncates (timestep.long()): the sampler's 1000 sigma too. Times are float32 as
+  // upstream's, float64 in a float64 model.
+  const auto time_dtype = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
   const auto flat = timestep.reshape({B});
-  auto t = t_embedder->forward(spec_.timestep_norm_scale != 1.0 ? flat.to(torch::kFloat32) / spec_.timestep_norm_scale
+  auto t = t_embedder->forward(spec_.timestep_norm_scale != 1.0 ? flat.to(time_dtype) / spec_.timestep_norm_scale
                                : spec_.integer_timesteps      ? flat.trunc()
                                                               : flat);
   if (cfg_embedder) {  // upstream: t += cfg_embedder(cfg_scale * cfg_embed_scale)
     TORCH_CHECK(cond.cfg_scale.defined() && cond.cfg_scale.numel() == B,
                 "model.cfg_embed: the forward needs each sample's guidance scale (Condition::cfg_scale, [B])");
-    t = t + cfg_embedder->forward(cond.cfg_scale.reshape({B}).to(torch::kFloat32) * spec_.cfg_embed_scale);
+    t = t + cfg_embedder->forward(cond.cfg_scale.reshape({B}).to(time_dtype) * spec_.cfg_embed_scale);
   }
   if (logvar != nullptr && logvar_linear) *logvar = logvar_linear->forward(t) * spec_.logvar_scale;
   const auto t0 = t_block->forward(t);

@@ -385,7 +385,8 @@ class SanaMSImpl : public torch::nn::Module {
 TORCH_MODULE(SanaMS);
 
 // The sinusoidal timestep features upstream feeds t_embedder: [cos(t f), sin(t f)],
-// f_i = exp(-ln(10000) i / half), float32.
+// f_i = exp(-ln(10000) i / half), float32 as upstream; float64 for a float64 t (a float64
+// model: the references' precision).
 torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim = 256);
 
 }  // namespace sana::model

@@ -1,5 +1,9 @@
 #include "sana/model/trigflow.h"
 
+#include <torch/csrc/autograd/autograd.h>
+
+#include "sana/model/block_kernels.h"
+
 namespace sana::model {
 
 torch::Tensor trigflow_forward(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
@@ -12,6 +16,43 @@ torch::Tensor trigflow_forward(SanaMSImpl& model, const torch::Tensor& x_hat, co
   const auto x = x_hat * norm;
   const auto v = model.forward(x, flow_time, cond, logvar);
   return ((1 - 2 * tt) * x + (1 - 2 * tt + 2 * tt * tt) * v) / norm;
+}
+
+namespace {
+
+// One forward-mode level, left however the forward ends (the level's tangents go with it).
+class DualLevel {
+ public:
+  DualLevel() : id_(torch::autograd::forward_ad::enter_dual_level()) {}
+  ~DualLevel() { torch::autograd::forward_ad::exit_dual_level(id_); }
+  DualLevel(const DualLevel&) = delete;
+  DualLevel& operator=(const DualLevel&) = delete;
+  uint64_t id() const { return id_; }
+
+ private:
+  uint64_t id_;
+};
+
+}  // namespace
+
+TrigflowJvp trigflow_jvp(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
+                         const Condition& cond, const torch::Tensor& dx_hat, const torch::Tensor& ds) {
+  TORCH_CHECK(dx_hat.sizes() == x_hat.sizes() && ds.sizes() == s.sizes(),
+              "trigflow_jvp: the tangents take the shapes of x_hat and s");
+  torch::NoGradGuard no_grad;
+  ComposedKernels composed;
+  TrigflowJvp r;
+  DualLevel level;
+  const auto x = at::_make_dual(x_hat, dx_hat.to(x_hat.scalar_type()), static_cast<int64_t>(level.id()));
+  const auto t = at::_make_dual(s, ds.to(s.scalar_type()), static_cast<int64_t>(level.id()));
+  torch::Tensor logvar;
+  const auto out = trigflow_forward(model, x, t, cond, model.spec().logvar ? &logvar : nullptr);
+  auto [primal, tangent] = at::_unpack_dual(out, static_cast<int64_t>(level.id()));
+  TORCH_CHECK(tangent.defined(), "trigflow_jvp: the forward lost its tangent (an operator without a forward derivative)");
+  r.out = primal.clone();
+  r.tangent = tangent.clone();
+  if (logvar.defined()) r.logvar = std::get<0>(at::_unpack_dual(logvar, static_cast<int64_t>(level.id()))).clone();
+  return r;
 }
 
 }  // namespace sana::model

@@ -18,4 +18,18 @@ namespace sana::model {
 torch::Tensor trigflow_forward(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
                                const Condition& cond, torch::Tensor* logvar = nullptr);
 
+struct TrigflowJvp {
+  torch::Tensor out;      // F(x_hat, s)
+  torch::Tensor tangent;  // dF = the derivative of F along (dx_hat, ds)
+  torch::Tensor logvar;   // [B, 1] with ModelSpec::logvar, else undefined
+};
+
+// F and its exact directional derivative along (dx_hat [like x_hat], ds [B]) in one forward
+// pass with ATen's forward-mode AD (dual tensors), as upstream's torch.func.jvp of the
+// student: no reverse-mode graph is recorded (so gradient checkpointing is off), and the
+// attention and GLU kernels run composed (model/block_kernels.h's ComposedKernels). The
+// condition carries no tangent.
+TrigflowJvp trigflow_jvp(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
+                         const Condition& cond, const torch::Tensor& dx_hat, const torch::Tensor& ds);
+
 }  // namespace sana::model

@@ -25,6 +25,8 @@ namespace {
 
 using sana::test::small_spec;
 using sana::test::rel_diff;
+using sana::test::condition_for;
+using sana::test::perturb;
 
 ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   sana::config::Config cfg;
@@ -35,29 +37,6 @@ ModelSpec tiny_preset(const std::string& name, Conditioning cond) {
   if (cond == Conditioning::caption) cfg.data.load_text_feat = true;
   if (cond == Conditioning::class_label) cfg.model.num_classes = 10;
   return sana::train::model_spec_for(cfg);
-}
-
-Condition condition_for(const ModelSpec& s, int64_t batch, torch::Dtype dtype = torch::kFloat32) {
-  Condition c;
-  if (s.conditioning == Conditioning::caption) {
-    c.y = torch::randn({batch, s.caption_tokens, s.caption_channels}, dtype);
-    c.mask = torch::ones({batch, s.caption_tokens}, torch::kInt64);
-    if (s.caption_tokens > 2) c.mask.index_put_({0, torch::indexing::Slice(s.caption_tokens - 2)}, 0);
-  } else if (s.conditioning == Conditioning::class_label) {
-    c.y = torch::arange(batch, torch::kInt64) % s.num_classes;
-  }
-  return c;
-}
-
-// Every parameter and buffer nudged away from its initial value, so zero biases and unit
-// norms cannot hide a wrong formula.
-void perturb(SanaMS& model, uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(seed);
-  for (auto& p : model->parameters()) {
-    p.add_(torch::empty(p.sizes(), p.options()).normal_(0, 0.05, gen));
-  }
-  for (auto& b : model->buffers()) b.add_(torch::empty(b.sizes(), b.options()).normal_(0, 0.05, gen));
 }
 
 }  // namespace
