@@ -82,6 +82,11 @@ def main(path):
             return 1
         grads = max(grads, rel(ours, p.grad))
     worst["parameter gradients"] = grads
+    return report(worst)
+
+
+def report(worst):
+    """Prints each quantity's largest relative difference and the worst; the exit code."""
     for k, v in worst.items():
         print(f"{k}: max relative difference {v:.3g}")
     top = max(worst.values())

@@ -264,7 +264,7 @@ class SanaMS(nn.Module):
         for block in self.blocks:
             xs = block(xs, yy, t0, mask, (h, w))
         model_out = self.final(xs, temb, h, w)
-        logvar = self.logvar_linear(temb) * self.logvar_scale_factor
+        logvar = self.logvar_linear(temb) * self.logvar_scale_factor if self.logvar_linear is not None else None
         out = ((1 - 2 * t) * x + (1 - 2 * t + 2 * t**2) * model_out) / torch.sqrt(t**2 + (1 - t) ** 2)
         return out, logvar
 

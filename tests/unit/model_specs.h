@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <nlohmann/json.hpp>
+
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
 
@@ -55,6 +57,16 @@ inline void perturb(model::SanaMS& model, uint64_t seed) {
     p.add_(torch::empty(p.sizes(), p.options()).normal_(0, 0.05, gen));
   }
   for (auto& b : model->buffers()) b.add_(torch::empty(b.sizes(), b.options()).normal_(0, 0.05, gen));
+}
+
+// The spec as tests/reference/upstream_model.py reads it from a case file's metadata.
+inline nlohmann::json reference_spec_json(const model::ModelSpec& s) {
+  return {{"hidden", s.hidden}, {"depth", s.depth}, {"cross_heads", s.cross_heads}, {"patch", s.patch},
+          {"out_channels", s.out_channels}, {"linear_head_dim", s.linear_head_dim},
+          {"mlp_hidden", s.mlp_hidden()}, {"conditioning", model::conditioning_name(s.conditioning)},
+          {"num_classes", s.num_classes}, {"norm_eps", s.norm_eps}, {"control_blocks", s.control_blocks},
+          {"cfg_embed", s.cfg_embed}, {"cfg_embed_scale", s.cfg_embed_scale}, {"logvar", s.logvar},
+          {"logvar_scale", s.logvar_scale}, {"timestep_norm_scale", s.timestep_norm_scale}};
 }
 
 }  // namespace sana::test

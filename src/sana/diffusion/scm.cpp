@@ -1,5 +1,7 @@
 #include "sana/diffusion/scm.h"
 
+#include <cmath>
+
 namespace sana::diffusion {
 
 namespace {
@@ -10,6 +12,64 @@ torch::Tensor per_sample(const torch::Tensor& v) { return v.reshape({-1, 1, 1, 1
 
 torch::Tensor trigflow_time(const torch::Tensor& normal, double logit_mean, double logit_std) {
   return torch::atan(torch::exp(normal * logit_std + logit_mean) / 0.5);
+}
+
+namespace {
+
+// One sample's draws of one purpose: a TrigFlow time, a uniform, a choice, a noise.
+struct Draw {
+  const SampleKey& key;
+  double time(const char* purpose, double mean, double std) const {
+    const double n = torch::randn({1}, sample_generator(key, purpose), torch::kFloat64).item<double>();
+    return std::atan(std::exp(n * std + mean) / 0.5);
+  }
+  double uniform(const char* purpose) const {
+    return torch::rand({1}, sample_generator(key, purpose), torch::kFloat64).item<double>();
+  }
+  double choice(const char* purpose, const std::vector<double>& values) const {
+    TORCH_CHECK(!values.empty(), "train.scm_cfg_scale is empty");
+    const auto i = torch::randint(static_cast<int64_t>(values.size()), {1}, sample_generator(key, purpose),
+                                  torch::kInt64).item<int64_t>();
+    return values[static_cast<size_t>(i)];
+  }
+  torch::Tensor noise(const char* purpose, at::IntArrayRef shape) const {
+    return torch::randn(shape, sample_generator(key, purpose), torch::kFloat32);
+  }
+};
+
+}  // namespace
+
+GeneratorDraws generator_draws(const SampleKey& key, const SprintDrawOptions& o, at::IntArrayRef shape) {
+  const Draw d{key};
+  GeneratorDraws g;
+  g.s = d.time("sprint.s", o.logit_mean, o.logit_std);
+  g.z = d.noise("sprint.z", shape);
+  g.cfg = d.choice("sprint.cfg", o.cfg_scales);
+  g.s_x0 = g.s;
+  if (o.largest_timestep) {
+    g.s_x0 = d.uniform("sprint.largest") < o.largest_prob ? o.largest
+                                                           : d.time("sprint.s_x0", o.logit_mean, o.logit_std);
+    g.z_x0 = d.noise("sprint.z_x0", shape);
+  }
+  g.s_d = d.time("sprint.s_d", o.logit_mean_d, o.logit_std_d);
+  g.z_d = d.noise("sprint.z_d", shape);
+  return g;
+}
+
+DiscriminatorDraws discriminator_draws(const SampleKey& key, const SprintDrawOptions& o, at::IntArrayRef shape) {
+  const Draw d{key};
+  DiscriminatorDraws r;
+  r.cfg = d.choice("sprint.cfg", o.cfg_scales);
+  r.s_g = d.time("sprint.s", o.logit_mean, o.logit_std);
+  if (o.largest_timestep && d.uniform("sprint.largest") < o.largest_prob) r.s_g = o.largest;
+  r.z_g = d.noise("sprint.z", shape);
+  r.s_fake = d.time("sprint.s_fake", o.logit_mean_d, o.logit_std_d);
+  r.s_real = o.diff_timesteps_d ? d.time("sprint.s_real", o.logit_mean_d, o.logit_std_d) : r.s_fake;
+  r.s_shift = d.time("sprint.s_shift", o.logit_mean_d, o.logit_std_d);
+  r.z_fake = d.noise("sprint.z_fake", shape);
+  r.z_real = d.noise("sprint.z_real", shape);
+  r.z_shift = d.noise("sprint.z_shift", shape);
+  return r;
 }
 
 torch::Tensor scm_direction(const torch::Tensor& F_minus, const torch::Tensor& dF, const torch::Tensor& dxds,

@@ -13,7 +13,42 @@
 
 #include <torch/torch.h>
 
+#include <vector>
+
+#include "sana/diffusion/flow_matching.h"
+
 namespace sana::diffusion {
+
+// How stage 2 draws its times and guidance scales (the scheduler.* and train.* keys of
+// upstream's Sprint YAMLs).
+struct SprintDrawOptions {
+  double logit_mean = 0.2, logit_std = 1.6;        // the student's times: scheduler.logit_mean / logit_std
+  double logit_mean_d = -0.6, logit_std_d = 1.0;   // the discriminator's: scheduler.*_discriminator
+  std::vector<double> cfg_scales = {4.0, 4.5, 5.0};  // train.scm_cfg_scale: drawn uniformly per sample
+  bool largest_timestep = true;                    // train.train_largest_timestep
+  double largest = 1.5708, largest_prob = 0.5;     // train.largest_timestep, train.largest_timestep_prob
+  bool diff_timesteps_d = true;                    // train.diff_timesteps_D: real and fake at other times
+};
+
+// Every random draw of one sample in one step of stage 2, a pure function of (train.seed,
+// the step, the sample id): key = {seed, global step, id} (SampleKey's epoch field holds the
+// step). Times are TrigFlow times; noises are N(0, 1) of the sample's shape (the caller
+// scales them by sigma_d).
+struct GeneratorDraws {
+  double s = 0, cfg = 0;  // the sCM time and the guidance scale
+  double s_x0 = 0;        // the time of the student's x0 prediction: s, or with train_largest_timestep
+                          // a fresh time, the largest with probability largest_prob
+  double s_d = 0;         // the time the prediction is re-noised at for the discriminator
+  torch::Tensor z, z_x0, z_d;  // z_x0 undefined without train_largest_timestep (the sCM's x_s is used)
+};
+struct DiscriminatorDraws {
+  double cfg = 0;
+  double s_g = 0;  // the student's time: a fresh time, the largest with probability largest_prob
+  double s_fake = 0, s_real = 0, s_shift = 0;
+  torch::Tensor z_g, z_fake, z_real, z_shift;
+};
+GeneratorDraws generator_draws(const SampleKey& key, const SprintDrawOptions& o, at::IntArrayRef shape);
+DiscriminatorDraws discriminator_draws(const SampleKey& key, const SprintDrawOptions& o, at::IntArrayRef shape);
 
 // A TrigFlow time from a standard normal draw n (upstream's logit_normal_trigflow
 // density): s = atan(exp(mean + std n) / 0.5) (0.5 is upstream's constant, not sigma_d).

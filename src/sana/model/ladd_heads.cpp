@@ -32,7 +32,9 @@ class BlockImpl : public torch::nn::Module {
     conv = register_module("0", SpectralConv1d(channels, channels, kernel, gen, o));
     norm = register_module("1", BatchNormLocal(channels, o));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return torch::leaky_relu(norm->forward(conv->forward(x)), 0.2); }
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups) {
+    return torch::leaky_relu(norm->forward(conv->forward(x), groups), 0.2);
+  }
   SpectralConv1d conv{nullptr};
   BatchNormLocal norm{nullptr};
 };
@@ -44,7 +46,9 @@ class ResidualImpl : public torch::nn::Module {
   ResidualImpl(int64_t channels, at::Generator& gen, const torch::TensorOptions& o) {
     fn = register_module("fn", Block(channels, 9, gen, o));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return (fn->forward(x) + x) / std::sqrt(2.0); }
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups) {
+    return (fn->forward(x, groups) + x) / std::sqrt(2.0);
+  }
   Block fn{nullptr};
 };
 TORCH_MODULE(Residual);
@@ -56,7 +60,9 @@ class MainImpl : public torch::nn::Module {
     first = register_module("0", Block(channels, 1, gen, o));
     residual = register_module("1", Residual(channels, gen, o));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return residual->forward(first->forward(x)); }
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups) {
+    return residual->forward(first->forward(x, groups), groups);
+  }
   Block first{nullptr};
   Residual residual{nullptr};
 };
@@ -103,7 +109,48 @@ BatchNormLocalImpl::BatchNormLocalImpl(int64_t channels, const torch::TensorOpti
   bias = register_parameter("bias", torch::zeros({channels}, o));
 }
 
-torch::Tensor BatchNormLocalImpl::forward(const torch::Tensor& x) {
+BatchGroups batch_groups(const std::vector<int64_t>& positions, int64_t total, int64_t virtual_bs) {
+  BatchGroups g;
+  g.count = (total + virtual_bs - 1) / virtual_bs;
+  std::vector<int64_t> group;
+  for (const int64_t r : positions) {
+    if (r < 0 || r >= total) throw std::out_of_range(fmt::format("row {} of a batch of {}", r, total));
+    group.push_back(r * g.count / total);
+  }
+  g.group = torch::tensor(group, torch::kInt64);
+  return g;
+}
+
+namespace {
+
+// Per group and channel, the sum of x [B, C, N] over the group's rows and tokens: [G, C],
+// added over the processes by `sum` where there is one.
+torch::Tensor group_sums(const torch::Tensor& x, const torch::Tensor& members, const BatchGroups& g) {
+  auto s = torch::matmul(members.t(), x.sum(2));  // [G, B] x [B, C]
+  return g.sum ? g.sum(s) : s;
+}
+
+// BatchNormLocal's normalisation over `g`'s groups: two passes (mean, then the variance of
+// the differences), as upstream's x.var, not E[x^2] - E[x]^2.
+torch::Tensor normalise_in_groups(const torch::Tensor& x, const BatchGroups& g, double eps) {
+  TORCH_CHECK(g.group.dim() == 1 && g.group.size(0) == x.size(0), "BatchGroups: one group per row, ", x.size(0),
+              " rows, got ", g.group.sizes());
+  const auto members = torch::one_hot(g.group.to(x.device()), g.count).to(x.scalar_type());  // [B, G]
+  auto count = members.sum(0) * static_cast<double>(x.size(2));                          // [G]
+  if (g.sum) count = g.sum(count);
+  count = count.clamp_min(1).unsqueeze(1);  // a group with no rows anywhere is never read
+  const auto mean = torch::matmul(members, group_sums(x, members, g) / count);  // [B, C]
+  const auto d = x - mean.unsqueeze(2);
+  const auto var = torch::matmul(members, group_sums(d * d, members, g) / count);
+  return d / torch::sqrt(var + eps).unsqueeze(2);
+}
+
+}  // namespace
+
+torch::Tensor BatchNormLocalImpl::forward(const torch::Tensor& x, const BatchGroups* across) {
+  if (across != nullptr) {
+    return normalise_in_groups(x, *across, eps) * weight.view({1, -1, 1}) + bias.view({1, -1, 1});
+  }
   const int64_t b = x.size(0);
   const int64_t groups = (b + virtual_bs - 1) / virtual_bs;
   if (b % groups != 0) {
@@ -122,9 +169,9 @@ DiscHeadImpl::DiscHeadImpl(int64_t channels, at::Generator& gen, const torch::Te
   register_module("cls", SpectralConv1d(channels, 1, 1, gen, o));
 }
 
-torch::Tensor DiscHeadImpl::forward(const torch::Tensor& x) {
+torch::Tensor DiscHeadImpl::forward(const torch::Tensor& x, const BatchGroups* groups) {
   const auto children = named_children();
-  const auto h = children["main"]->as<MainImpl>()->forward(x);
+  const auto h = children["main"]->as<MainImpl>()->forward(x, groups);
   return children["cls"]->as<SpectralConv1dImpl>()->forward(h);
 }
 
@@ -134,14 +181,14 @@ LaddHeadsImpl::LaddHeadsImpl(int64_t channels, int64_t count, uint64_t seed, con
   for (int64_t i = 0; i < count; ++i) heads->push_back(DiscHead(channels, gen, o));
 }
 
-torch::Tensor LaddHeadsImpl::forward(const std::vector<torch::Tensor>& features) {
+torch::Tensor LaddHeadsImpl::forward(const std::vector<torch::Tensor>& features, const BatchGroups* groups) {
   if (static_cast<int64_t>(features.size()) != static_cast<int64_t>(heads->size())) {
     throw std::invalid_argument(fmt::format("{} features for {} discriminator heads", features.size(), heads->size()));
   }
   std::vector<torch::Tensor> logits;
   for (size_t i = 0; i < features.size(); ++i) {
     const auto& f = features[i];  // [B, N, C]
-    logits.push_back(heads[i]->as<DiscHeadImpl>()->forward(f.transpose(1, 2)).reshape({f.size(0), -1}));
+    logits.push_back(heads[i]->as<DiscHeadImpl>()->forward(f.transpose(1, 2), groups).reshape({f.size(0), -1}));
   }
   return torch::cat(logits, 1);
 }

@@ -10,6 +10,7 @@
 #include <ATen/core/Generator.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 namespace sana::model {
@@ -29,13 +30,30 @@ class SpectralConv1dImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SpectralConv1d);
 
+// BatchNormLocal's groups over a whole step's batch, wherever its rows are (W-invariant
+// training, docs/sprint.md): this process's row i is in group group[i] of `count`; `sum`
+// adds a tensor over every process of the step, with a backward that adds the gradients the
+// same way (null: this process holds every row).
+struct BatchGroups {
+  torch::Tensor group;  // [rows] int64
+  int64_t count = 0;
+  std::function<torch::Tensor(const torch::Tensor&)> sum;
+};
+
+// Upstream's grouping applied to a whole batch of `total` rows: G = ceil(total / virtual_bs)
+// groups, row r in group floor(r G / total) (upstream's G equal groups where G divides the
+// rows; upstream fails where it does not). `positions`: this process's rows' places in the
+// batch.
+BatchGroups batch_groups(const std::vector<int64_t>& positions, int64_t total, int64_t virtual_bs = 8);
+
 // Upstream's BatchNormLocal: the batch split into G = ceil(B / virtual_bs) equal groups (B
 // must be a multiple of G, as upstream's view requires), each normalised per channel by its
-// own mean and biased variance over its samples and tokens; then weight and bias.
+// own mean and biased variance over its samples and tokens; then weight and bias. With
+// `groups`, the groups are those (over a whole step's batch, across processes).
 class BatchNormLocalImpl : public torch::nn::Module {
  public:
   explicit BatchNormLocalImpl(int64_t channels, const torch::TensorOptions& options = {});
-  torch::Tensor forward(const torch::Tensor& x);  // [B, C, N]
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups = nullptr);  // [B, C, N]
   torch::Tensor weight, bias;
   int64_t virtual_bs = 8;
   double eps = 1e-5;
@@ -45,7 +63,7 @@ TORCH_MODULE(BatchNormLocal);
 class DiscHeadImpl : public torch::nn::Module {
  public:
   DiscHeadImpl(int64_t channels, at::Generator& gen, const torch::TensorOptions& options = {});
-  torch::Tensor forward(const torch::Tensor& x);  // [B, C, N] -> [B, 1, N]
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups = nullptr);  // [B, C, N] -> [B, 1, N]
 };
 TORCH_MODULE(DiscHead);
 
@@ -54,8 +72,9 @@ class LaddHeadsImpl : public torch::nn::Module {
   // Initial weights a pure function of `seed`.
   LaddHeadsImpl(int64_t channels, int64_t count, uint64_t seed, const torch::TensorOptions& options = {});
   // One [B, N, C] feature per head (the teacher's chosen blocks' outputs, in order) ->
-  // [B, sum of N]: every head's logits, concatenated as upstream's forward does.
-  torch::Tensor forward(const std::vector<torch::Tensor>& features);
+  // [B, sum of N]: every head's logits, concatenated as upstream's forward does. `groups`:
+  // BatchNormLocal's groups (null: upstream's, over these rows).
+  torch::Tensor forward(const std::vector<torch::Tensor>& features, const BatchGroups* groups = nullptr);
   torch::nn::ModuleList heads{nullptr};
 };
 TORCH_MODULE(LaddHeads);

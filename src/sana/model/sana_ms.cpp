@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -373,8 +374,28 @@ std::pair<torch::Tensor, torch::Tensor> SanaMSImpl::embed_condition(const Condit
   return {y, bias};
 }
 
-torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor& timestep,
-                                  const Condition& cond, torch::Tensor* logvar) {
+torch::Tensor SanaMSImpl::forward(const torch::Tensor& x, const torch::Tensor& timestep, const Condition& cond,
+                                  torch::Tensor* logvar) {
+  return run(x, timestep, cond, logvar, nullptr, nullptr);
+}
+
+std::vector<torch::Tensor> SanaMSImpl::block_outputs(const torch::Tensor& x, const torch::Tensor& timestep,
+                                                     const Condition& cond, const std::vector<int64_t>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= spec_.depth || (i > 0 && ids[i] <= ids[i - 1])) {
+      throw std::invalid_argument(fmt::format("block_outputs: blocks [{}] are not ascending indexes of {}'s {} blocks",
+                                              fmt::join(ids, ", "), spec_.name, spec_.depth));
+    }
+  }
+  TORCH_CHECK(hooks_ == nullptr, "block_outputs: a model with block hooks runs whole forwards only");
+  std::vector<torch::Tensor> out;
+  if (!ids.empty()) run(x, timestep, cond, nullptr, &ids, &out);
+  return out;
+}
+
+torch::Tensor SanaMSImpl::run(const torch::Tensor& x_in, const torch::Tensor& timestep, const Condition& cond,
+                              torch::Tensor* logvar, const std::vector<int64_t>* capture,
+                              std::vector<torch::Tensor>* captured) {
   const int64_t B = x_in.size(0), p = spec_.patch;
   if (x_in.dim() != 4 || x_in.size(1) != spec_.in_channels || x_in.size(2) % p || x_in.size(3) % p) {
     throw std::invalid_argument(fmt::format(
@@ -420,6 +441,10 @@ torch::Tensor SanaMSImpl::forward(const torch::Tensor& x_in, const torch::Tensor
       x = x + cb->after_proj->forward(ctl) * cond.control_scale;
     }
     x = run_block(block, x, y, t0, bias, h, w, checkpoint && k % checkpoint_every_ == 0);
+    if (capture != nullptr && std::find(capture->begin(), capture->end(), k) != capture->end()) {
+      captured->push_back(x);
+      if (k == capture->back()) return {};
+    }
     if (hooks_) {
       hooks_->block_forward(k, false);
       if (x.requires_grad()) {

@@ -334,6 +334,12 @@ class SanaMSImpl : public torch::nn::Module {
   // the log-variance, [B, 1] (upstream's return_logvar).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& timestep,
                         const Condition& cond = {}, torch::Tensor* logvar = nullptr);
+  // The outputs [B, N, C] of blocks `ids` (strictly ascending) of the forward at (x,
+  // timestep, cond); the blocks after the last of them and the final layer do not run. What
+  // SANA-Sprint's discriminator heads read of the teacher (upstream's forward hooks on
+  // blocks[i], whose forward runs to the end for nothing).
+  std::vector<torch::Tensor> block_outputs(const torch::Tensor& x, const torch::Tensor& timestep,
+                                           const Condition& cond, const std::vector<int64_t>& ids);
 
   const ModelSpec& spec() const { return spec_; }
   // Gradient checkpointing of every `every`-th block, the first included (train.gc_step);
@@ -371,6 +377,10 @@ class SanaMSImpl : public torch::nn::Module {
 
  private:
   void initialize(uint64_t seed);
+  // forward(), or with `capture` block_outputs(): the blocks in `capture` into *captured,
+  // up to the last of them, and an undefined result.
+  torch::Tensor run(const torch::Tensor& x, const torch::Tensor& timestep, const Condition& cond,
+                    torch::Tensor* logvar, const std::vector<int64_t>* capture, std::vector<torch::Tensor>* captured);
   // Block `block` on x (checkpointed when `checkpoint`).
   torch::Tensor run_block(SanaMSBlockImpl* block, const torch::Tensor& x, const torch::Tensor& y,
                           const torch::Tensor& t0, const torch::Tensor& bias, int64_t h, int64_t w, bool checkpoint);

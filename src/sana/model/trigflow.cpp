@@ -6,16 +6,34 @@
 
 namespace sana::model {
 
+namespace {
+
+// The flow model's time t [B, 1, 1, 1], its input x_f and sqrt(t^2 + (1 - t)^2) at (x_hat, s).
+struct FlowInput {
+  torch::Tensor t, x, norm;
+};
+
+FlowInput flow_input(const torch::Tensor& x_hat, const torch::Tensor& s) {
+  const auto sin = torch::sin(s), cos = torch::cos(s);
+  const auto t = (sin / (cos + sin)).view({-1, 1, 1, 1});  // upstream's order of the sum
+  const auto norm = torch::sqrt(t * t + (1 - t) * (1 - t));
+  return {t, x_hat * norm, norm};
+}
+
+}  // namespace
+
 torch::Tensor trigflow_forward(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
                                const Condition& cond, torch::Tensor* logvar) {
-  const auto sin = torch::sin(s), cos = torch::cos(s);
-  const auto t = sin / (cos + sin);  // upstream's order of the sum
-  const auto flow_time = t * 1000;
-  const auto tt = t.view({-1, 1, 1, 1});
-  const auto norm = torch::sqrt(tt * tt + (1 - tt) * (1 - tt));
-  const auto x = x_hat * norm;
-  const auto v = model.forward(x, flow_time, cond, logvar);
-  return ((1 - 2 * tt) * x + (1 - 2 * tt + 2 * tt * tt) * v) / norm;
+  const auto in = flow_input(x_hat, s);
+  const auto& t = in.t;
+  const auto v = model.forward(in.x, t.flatten() * 1000, cond, logvar);
+  return ((1 - 2 * t) * in.x + (1 - 2 * t + 2 * t * t) * v) / in.norm;
+}
+
+std::vector<torch::Tensor> trigflow_block_outputs(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
+                                                  const Condition& cond, const std::vector<int64_t>& ids) {
+  const auto in = flow_input(x_hat, s);
+  return model.block_outputs(in.x, in.t.flatten() * 1000, cond, ids);
 }
 
 namespace {

@@ -18,6 +18,12 @@ namespace sana::model {
 torch::Tensor trigflow_forward(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
                                const Condition& cond, torch::Tensor* logvar = nullptr);
 
+// The outputs of blocks `ids` (ascending; SanaMSImpl::block_outputs) of the TrigFlow
+// forward at (x_hat, s): what the discriminator heads read (upstream's SanaMSCMDiscriminator
+// hooks its teacher's blocks while the teacher runs SanaMSCM.forward).
+std::vector<torch::Tensor> trigflow_block_outputs(SanaMSImpl& model, const torch::Tensor& x_hat, const torch::Tensor& s,
+                                                  const Condition& cond, const std::vector<int64_t>& ids);
+
 struct TrigflowJvp {
   torch::Tensor out;      // F(x_hat, s)
   torch::Tensor tangent;  // dF = the derivative of F along (dx_hat, ds)

@@ -48,15 +48,6 @@ Batch batch_for(const ModelSpec& s, torch::Dtype dtype) {
   return b;
 }
 
-nlohmann::json spec_json(const ModelSpec& s) {
-  return {{"hidden", s.hidden},         {"depth", s.depth},
-          {"cross_heads", s.cross_heads}, {"patch", s.patch},
-          {"out_channels", s.out_channels}, {"linear_head_dim", s.linear_head_dim},
-          {"mlp_hidden", s.mlp_hidden()}, {"conditioning", conditioning_name(s.conditioning)},
-          {"num_classes", s.num_classes}, {"norm_eps", s.norm_eps},
-          {"control_blocks", s.control_blocks}};
-}
-
 }  // namespace
 
 TEST_CASE("a ControlNet model starts as its base model exactly, with upstream's names", "[model][controlnet]") {
@@ -164,7 +155,7 @@ TEST_CASE("the ControlNet forward equals upstream's SanaMSControlNet, and the na
   out.emplace_back("in.drop", b.c.drop);
   out.emplace_back("in.control", b.c.control);
   out.emplace_back("out.pred", pred);
-  sana::write_safetensors(dir.path("case.safetensors"), out, {{"spec", spec_json(spec).dump()}, {"case", "controlnet"}});
+  sana::write_safetensors(dir.path("case.safetensors"), out, {{"spec", sana::test::reference_spec_json(spec).dump()}, {"case", "controlnet"}});
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/upstream_model.py";
   const auto r = sana::test::run_command("/usr/bin/python3 " + script + " " + dir.path("case.safetensors"));
   INFO(r.output);
@@ -174,7 +165,7 @@ TEST_CASE("the ControlNet forward equals upstream's SanaMSControlNet, and the na
 
   // Upstream's modules' own state dict (their names, their initialisation) loads here strictly.
   const auto saved = sana::test::run_command(fmt::format("/usr/bin/python3 {} --save-init '{}' {} {} {}", script,
-                                                         spec_json(spec).dump(), spec.caption_channels,
+                                                         sana::test::reference_spec_json(spec).dump(), spec.caption_channels,
                                                          spec.caption_tokens, dir.path("upstream.safetensors")));
   INFO(saved.output);
   REQUIRE(saved.exit_code == 0);

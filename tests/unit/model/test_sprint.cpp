@@ -146,12 +146,7 @@ TEST_CASE("the student's JVP and sCM loss match upstream's in float64", "[.refer
            {"out.g", g}, {"out.loss", loss.loss.detach().reshape({1})}}) {
     file.emplace_back(name, t);
   }
-  const nlohmann::json js = {
-      {"hidden", spec.hidden}, {"depth", spec.depth}, {"cross_heads", spec.cross_heads}, {"patch", spec.patch},
-      {"out_channels", spec.out_channels}, {"linear_head_dim", spec.linear_head_dim},
-      {"mlp_hidden", spec.mlp_hidden()}, {"conditioning", "caption"}, {"num_classes", 0},
-      {"norm_eps", spec.norm_eps}, {"cfg_embed", true}, {"cfg_embed_scale", spec.cfg_embed_scale},
-      {"logvar", true}, {"logvar_scale", spec.logvar_scale}, {"timestep_norm_scale", spec.timestep_norm_scale}};
+  const auto js = sana::test::reference_spec_json(spec);
   const auto path = dir.path("scm.safetensors");
   const std::map<std::string, std::string> meta = {
       {"spec", js.dump()}, {"sigma_data", fmt::format("{}", sigma_d)}, {"r", fmt::format("{}", r)}};
