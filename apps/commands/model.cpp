@@ -14,6 +14,7 @@
 #include "command.h"
 #include "sana/data/dataset.h"
 #include "sana/data/sample_cache.h"
+#include "sana/model/ladd_heads.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
@@ -48,10 +49,29 @@ struct ModelFacts {
   std::vector<BucketSize> buckets;      // the showcase ones
   std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
   std::optional<train::MemoryEstimate> memory;  // without --no-memory
+  // SANA-Sprint stage 2 (a SanaMSCM preset): the frozen teacher and the discriminator heads.
+  struct Sprint {
+    std::string teacher;
+    int64_t teacher_params = 0;
+    std::vector<int64_t> blocks;
+    int64_t heads_params = 0;
+  };
+  std::optional<Sprint> sprint;
 };
 
+// A SanaMSCM preset's stage-2 companions, counted without building them.
+ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
+  ModelFacts::Sprint s;
+  const auto teacher = train::teacher_spec_for(cfg);
+  s.teacher = teacher.name;
+  s.teacher_params = model::SanaMS(teacher, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0})->parameter_count();
+  s.blocks = train::head_blocks_for(cfg);
+  s.heads_params = model::ladd_heads_parameters(teacher.hidden, static_cast<int64_t>(s.blocks.size()));
+  return s;
+}
+
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}, {}};
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
@@ -60,6 +80,7 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
   const auto preset =
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
+  if (f.spec.trigflow) f.sprint = sprint_facts(cfg);
   for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
     const auto size = [&](const data::Bucket& b) {
       const auto forward = model::forward_flops(f.spec, b.height, b.width);
@@ -79,6 +100,45 @@ std::vector<int> gpus_that_fit(double bytes) {
     if (bytes + 2.0 * (1 << 30) <= gb * 1e9) out.push_back(gb);
   }
   return out;
+}
+
+// The memory estimate's JSON: every figure in bytes, the largest rank's and each rank's.
+nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
+  auto ranks = nlohmann::json::array();
+  for (const auto& r : m.ranks) {
+    ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
+                     {"ema", r.ema}, {"gathered", r.gathered}, {"host_weights", r.host_weights},
+                     {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
+                     {"host_ema", r.host_ema}});
+  }
+  return {{"world_size", m.world_size},
+          {"trainable_parameters", m.trainable},
+          {"zero_stage", m.zero_stage},
+          {"ranks", ranks},
+          {"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
+          {"micro_batch", m.micro_batch},
+          {"weights", m.weights},
+          {"gradients", m.gradients},
+          {"optimizer", m.optimizer},
+          {"optimizer_type", m.optimizer_name},
+          {"ema", m.ema},
+          {"gathered", m.gathered},
+          {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
+          {"converted", m.converted},
+          {"gradient_buckets_in_flight", m.in_flight},
+          {"activations", m.activations},
+          {"activations_grad_checkpointing", m.activations_checkpointed},
+          {"activation_terms", m.terms},
+          {"activation_terms_grad_checkpointing", m.terms_checkpointed},
+          {"grad_checkpointing", m.checkpointing},
+          {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
+          {"total_for_config", m.total()},
+          {"fits_gpus_gb", gpus_that_fit(m.total())},
+          {"host", {{"weights", m.host_weights},
+                    {"gradients", m.host_gradients},
+                    {"optimizer", m.host_optimizer},
+                    {"ema", m.host_ema},
+                    {"total", m.host_total()}}}};
 }
 
 void print_json(const ModelFacts& f) {
@@ -101,6 +161,12 @@ void print_json(const ModelFacts& f) {
   p["total"] = f.total;
   j["parameters"] = p;
   if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
+  if (f.sprint) {
+    j["sprint"] = {{"teacher", f.sprint->teacher},
+                   {"teacher_parameters", f.sprint->teacher_params},
+                   {"head_block_ids", f.sprint->blocks},
+                   {"heads_parameters", f.sprint->heads_params}};
+  }
   const auto flops_of = [&](const std::vector<BucketSize>& buckets) {
     auto out = nlohmann::json::array();
     for (const auto& b : buckets) {
@@ -119,42 +185,7 @@ void print_json(const ModelFacts& f) {
     std::cout << j.dump(2) << "\n";
     return;
   }
-  const auto& m = *f.memory;
-  auto ranks = nlohmann::json::array();
-  for (const auto& r : m.ranks) {
-    ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
-                     {"ema", r.ema}, {"gathered", r.gathered}, {"host_weights", r.host_weights},
-                     {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
-                     {"host_ema", r.host_ema}});
-  }
-  j["memory_per_process"] = {{"world_size", m.world_size},
-                             {"trainable_parameters", m.trainable},
-                             {"zero_stage", m.zero_stage},
-                             {"ranks", ranks},
-                             {"bucket", {{"height", m.height}, {"width", m.width}, {"tokens", m.tokens}}},
-                             {"micro_batch", m.micro_batch},
-                             {"weights", m.weights},
-                             {"gradients", m.gradients},
-                             {"optimizer", m.optimizer},
-                             {"optimizer_type", m.optimizer_name},
-                             {"ema", m.ema},
-                             {"gathered", m.gathered},
-                             {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
-                             {"converted", m.converted},
-                             {"gradient_buckets_in_flight", m.in_flight},
-                             {"activations", m.activations},
-                             {"activations_grad_checkpointing", m.activations_checkpointed},
-                             {"activation_terms", m.terms},
-                             {"activation_terms_grad_checkpointing", m.terms_checkpointed},
-                             {"grad_checkpointing", m.checkpointing},
-                             {"activations_are_fp32_upper_bound_under_autocast", m.autocast},
-                             {"total_for_config", m.total()},
-                             {"fits_gpus_gb", gpus_that_fit(m.total())},
-                             {"host", {{"weights", m.host_weights},
-                                       {"gradients", m.host_gradients},
-                                       {"optimizer", m.host_optimizer},
-                                       {"ema", m.host_ema},
-                                       {"total", m.host_total()}}}};
+  j["memory_per_process"] = memory_json(*f.memory);
   std::cout << j.dump(2) << "\n";
 }
 
@@ -232,6 +263,13 @@ void print_text(const ModelFacts& f) {
   std::cout << fmt::format("  {:<18} {:>15}  ({:.3f} B)\n", "total", thousands(f.total),
                            static_cast<double>(f.total) / 1e9);
   if (!f.upstream_params.empty()) std::cout << fmt::format("  upstream reports   {}\n", f.upstream_params);
+  if (f.sprint) {
+    std::cout << fmt::format("SANA-Sprint stage 2 (docs/sprint.md): the teacher {} {} parameters (frozen); "
+                             "discriminator heads on its blocks [{}] {} parameters (trained). The memory estimate "
+                             "below is the student's alone.\n",
+                             f.sprint->teacher, thousands(f.sprint->teacher_params), fmt::join(f.sprint->blocks, ", "),
+                             thousands(f.sprint->heads_params));
+  }
   std::cout << "\nFLOPs per sample (2 x multiply-adds; train: the forward, the backward, and the weight gradients "
                "of what trains: 3 x forward for a whole model, less on a frozen base):\n";
   std::cout << fmt::format("  {:>5}  {:>11}  {:>7}  {:>14}  {:>14}\n", "base", "bucket", "tokens", "forward GFLOP",

@@ -21,7 +21,10 @@ The rules: a rename everywhere except two row splits, no reshapes:
   ff.conv_inverted, mlp.depth_conv.conv -> ff.conv_depth, mlp.point_conv.conv ->
   ff.conv_point; scale_shift_table stays;
 - dropped: y_embedder.y_embedding (the null caption), pos_embed (diffusers computes its
-  own, or none).
+  own, or none);
+- a SANA-Sprint student (it has cfg_embedder.*): t_embedder.mlp.0/2 ->
+  time_embed.timestep_embedder.linear_1/2, cfg_embedder.mlp.0/2 ->
+  time_embed.guidance_embedder.linear_1/2, logvar_linear dropped.
 Exits 1 naming any key it has no rule for."""
 import json
 import struct
@@ -54,6 +57,16 @@ BLOCK = {
     "mlp.point_conv.conv.": "ff.conv_point.",
 }
 DROPPED = ("y_embedder.y_embedding", "pos_embed")
+# SANA-Sprint's student (diffusers' script, model types SanaSprint_*): the time embedding as
+# SanaCombinedTimestepGuidanceEmbeddings' timestep_embedder, cfg_embedder as its
+# guidance_embedder, logvar_linear dropped.
+SPRINT_TOP = {
+    "t_embedder.mlp.0.": "time_embed.timestep_embedder.linear_1.",
+    "t_embedder.mlp.2.": "time_embed.timestep_embedder.linear_2.",
+    "cfg_embedder.mlp.0.": "time_embed.guidance_embedder.linear_1.",
+    "cfg_embedder.mlp.2.": "time_embed.guidance_embedder.linear_2.",
+}
+SPRINT_DROPPED = ("logvar_linear.weight", "logvar_linear.bias")
 
 
 def read(path):
@@ -92,8 +105,10 @@ def rename(prefix_map, key, to):
 
 def convert(sd):
     out, unknown = {}, []
+    sprint = any(k.startswith("cfg_embedder.") for k in sd)
+    top = {**TOP, **SPRINT_TOP} if sprint else TOP
     for key, t in sd.items():
-        if key in DROPPED:
+        if key in DROPPED or (sprint and key in SPRINT_DROPPED):
             continue
         if key.startswith("blocks."):
             _, n, rest = key.split(".", 2)
@@ -110,7 +125,7 @@ def convert(sd):
                 continue
             new = rename(BLOCK, rest, to)
         else:
-            new = rename(TOP, key, "")
+            new = rename(top, key, "")
         if new is None:
             unknown.append(key)
         else:

@@ -15,6 +15,9 @@ SanaMSCMDiscriminator.forward (tokens transposed to [B, C, N], one logit per tok
 concatenated); the losses train_scm_ladd.py's hinge: D 0.5 (mean relu(1 - real) + mean
 relu(1 + fake)), G -mean(fake). Torch's own spectral norm is the independent part: the C++
 code implements it anew. Exits 1 above a relative difference of 1e-9.
+
+       ladd_heads.py --count CHANNELS HEADS
+prints the parameters of HEADS heads on blocks of CHANNELS.
 """
 import json
 import math
@@ -122,5 +125,13 @@ def main():
     return 0 if worst <= TOLERANCE else 1
 
 
+def count(channels, heads):
+    """The parameters of `heads` DiscHeads of `channels` (one built; they are alike)."""
+    print(heads * sum(p.numel() for p in DiscHead(channels).parameters()))
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--count"]:
+        sys.exit(count(int(sys.argv[2]), int(sys.argv[3])))
     sys.exit(main())

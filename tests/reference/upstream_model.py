@@ -32,6 +32,10 @@ python3-torch's profiler records them (with_flops: every aten::mm, addmm, bmm, b
 conv2d these modules run), for the spec `sana-train model --json` prints: an oracle for the
 model's FLOP count that shares no code with it (see flops).
 
+       upstream_model.py --count-sprint HIDDEN HEADS DEPTH
+prints the parameters of SANA-Sprint's stage-2 student (cfg_embed, logvar, q/k norms) and of
+its teacher (no cfg_embed, no logvar), one line each.
+
        upstream_model.py --count HIDDEN HEADS PATCH QK_NORM CROSS_NORM DEPTH...
 prints, one line per DEPTH, the parameter count of SanaMS built from these modules for a
 registry preset
@@ -375,6 +379,20 @@ def count(hidden, heads, patch, qk_norm, cross_norm, depths):
         print(one + (depth - 1) * (two - one))
 
 
+def count_sprint(hidden, heads, depth):
+    """SANA-Sprint's stage-2 student and teacher at `depth`: SanaMSCM with qk_norm and
+    cross_norm, the student with cfg_embedder and logvar_linear (model.cfg_embed, model.logvar),
+    the teacher without; from modules built at depths 1 and 2, as count()."""
+    def built(d, student):
+        spec = {"hidden": hidden, "depth": d, "cross_heads": heads, "patch": 1, "in_channels": 32,
+                "out_channels": 32, "linear_head_dim": 32, "mlp_hidden": int(hidden * 2.5), "norm_eps": 1e-5,
+                "qk_norm": True, "cross_norm": True, "cfg_embed": student, "logvar": student}
+        return sum(p.numel() for p in SanaMS(spec, 2304, 300, 1.0).parameters())
+    for student in (True, False):
+        one, two = built(1, student), built(2, student)
+        print(one + (depth - 1) * (two - one))
+
+
 def count_control(hidden, heads, depth, copies):
     """SanaMSControlNet's parameters at `depth` with `copies` control blocks, from upstream's
     modules built at (depth, copies) = (1, 1), (2, 1), (2, 2): every block, and every control
@@ -438,6 +456,9 @@ def main():
         return
     if sys.argv[1:2] == ["--flops"]:
         flops(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return
+    if sys.argv[1:2] == ["--count-sprint"]:
+        count_sprint(*(int(a) for a in sys.argv[2:5]))
         return
     if sys.argv[1:2] == ["--count-control"]:
         count_control(*(int(a) for a in sys.argv[2:6]))

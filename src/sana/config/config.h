@@ -20,7 +20,7 @@ enum class SampleCacheMode { none, memory, disk };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
 enum class VaeType { none, torchscript, dc_ae };
-enum class Weighting { logit_normal, sd3_mode, uniform };
+enum class Weighting { logit_normal, sd3_mode, uniform, logit_normal_trigflow };
 enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit };
 // CAME with or without 8-bit first moments: the same betas, eps and maths.
 inline bool is_came(OptimizerType t) { return t == OptimizerType::CAME || t == OptimizerType::CAME8bit; }
@@ -49,7 +49,7 @@ template <> struct Names<VaeType> {
   static constexpr std::array<std::string_view, 3> values{"none", "torchscript", "dc-ae"};
 };
 template <> struct Names<Weighting> {
-  static constexpr std::array<std::string_view, 3> values{"logit_normal", "sd3_mode", "uniform"};
+  static constexpr std::array<std::string_view, 4> values{"logit_normal", "sd3_mode", "uniform", "logit_normal_trigflow"};
 };
 template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 4> values{"AdamW", "CAME", "CAME8bit", "AdamW8bit"}; };
 template <> struct Names<LrSchedule> {
@@ -118,6 +118,38 @@ struct DataConfig {
   int64_t num_class_images = 100;
 };
 
+// SANA-Sprint (docs/sprint.md) at upstream's keys: the student's guidance embedding and
+// log-variance head (model.*), and stage 2's teacher, discriminator heads and objective
+// (model.*, scheduler.*, train.*). Defaults are upstream's config.py's.
+struct SprintModelConfig {
+  bool cfg_embed = false;        // model.cfg_embed
+  double cfg_embed_scale = 1.0;  // model.cfg_embed_scale
+  bool logvar = false;           // model.logvar
+  std::string teacher;           // model.teacher: the teacher's preset ("": model.model's)
+  std::string teacher_model;     // model.teacher_model: the teacher's weights
+  bool ladd_multi_scale = true;  // model.ladd_multi_scale
+  std::vector<int64_t> head_block_ids;  // model.head_block_ids ([]: upstream's default)
+};
+struct SprintSchedulerConfig {
+  double sigma_data = 1.0;                 // scheduler.sigma_data
+  double logit_mean_discriminator = 0.0;   // scheduler.logit_mean_discriminator
+  double logit_std_discriminator = 1.0;    // scheduler.logit_std_discriminator
+  Weighting weighting_scheme_discriminator = Weighting::logit_normal_trigflow;
+};
+struct SprintTrainConfig {
+  int64_t tangent_warmup_steps = 10000;
+  std::vector<double> scm_cfg_scale = {1.0};
+  bool scm_loss = true;
+  double scm_lambda = 1.0;
+  double adv_lambda = 1.0;
+  bool misaligned_pairs_D = false;
+  std::string discriminator_loss = "cross entropy";
+  bool train_largest_timestep = false;
+  double largest_timestep = 1.5708;
+  double largest_timestep_prob = 0.5;
+  bool diff_timesteps_D = true;
+};
+
 struct ModelConfig {
   std::string model = "SanaMS_600M_P1_D28";
   int64_t image_size = 512;
@@ -136,6 +168,7 @@ struct ModelConfig {
   double class_dropout_prob = 0.0;
   int64_t num_classes = 0;  // >0 without captions: class-conditional (labels from the data)
   bool load_strict = true;  // load_from: every tensor must match (false: load what fits)
+  SprintModelConfig sprint;
 };
 
 struct VaeConfig {
@@ -186,6 +219,7 @@ struct SchedulerConfig {
   // The model divides its timestep input by it (upstream's SanaMS; SANA-Sprint's teacher: 1000).
   double timestep_norm_scale_factor = 1.0;
   std::string vis_sampler = "flow_dpm-solver";
+  SprintSchedulerConfig sprint;
 };
 
 struct OptimizerConfig {
@@ -313,6 +347,7 @@ struct TrainConfig {
   // fp32 as loaded, bf16 / fp16 casts, or int8 per output channel.
   FrozenDtype frozen_base_dtype = FrozenDtype::fp32;
   EvalConfig eval;
+  SprintTrainConfig sprint;  // SANA-Sprint stage 2 (SprintModelConfig says)
 };
 
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet

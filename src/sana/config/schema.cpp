@@ -108,6 +108,7 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
   s.add("num_classes", m.num_classes,
         "without captions: >0 conditions on the data's class labels, 0 trains unconditionally")
       .at_least(0);
+  describe_sprint_model(s, m.sprint);
 }
 
 void describe_vae(std::vector<Field>& f, VaeConfig& v) {
@@ -165,8 +166,9 @@ void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {
         "the model divides its timestep input (1000 sigma) by it, in fp32 and without truncation; 1 = off "
         "(SANA-Sprint's teacher: 1000)")
       .above(0);
-  s.add("vis_sampler", sc.vis_sampler, "sampler for preview images")
-      .one_of({"flow_euler", "flow_dpm-solver"});
+  s.add("vis_sampler", sc.vis_sampler, "sampler for preview images (scm: SANA-Sprint's few-step sampler)")
+      .one_of({"flow_euler", "flow_dpm-solver", "scm"});
+  describe_sprint_scheduler(s, sc.sprint);
 }
 
 // What a run shows while it trains: log lines, TensorBoard, previews.

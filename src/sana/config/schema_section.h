@@ -41,4 +41,9 @@ class Section {
 // Every train.* key.
 void describe_train(std::vector<Field>& f, TrainConfig& t);
 
+// SANA-Sprint's keys of each section (schema_sprint.cpp).
+void describe_sprint_model(Section& s, SprintModelConfig& m);
+void describe_sprint_scheduler(Section& s, SprintSchedulerConfig& sc);
+void describe_sprint_train(Section& s, SprintTrainConfig& t);
+
 }  // namespace sana::config

@@ -196,6 +196,7 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .at_least(1);
   describe_fine_tuning(f, s, t);
   describe_eval(f, t.eval);
+  describe_sprint_train(s, t.sprint);
 }
 
 }  // namespace sana::config

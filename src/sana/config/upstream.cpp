@@ -28,7 +28,8 @@ constexpr const char* kInference = "an inference option; previews use train.prev
 constexpr const char* kDistill = "a consistency-distillation option that upstream's train.py does not read";
 constexpr const char* kResume = "a resume restores weights, EMA, optimizer, schedule and data position together";
 constexpr const char* kTracker = "no experiment tracker: metrics go to work_dir/metrics.jsonl and TensorBoard";
-constexpr const char* kLadd = "Sana-Sprint / LADD training is not supported";
+constexpr const char* kLadd = "this SANA-Sprint / LADD option is not built (docs/sprint.md)";
+constexpr const char* kSprintUnused = "upstream's train_scm_ladd.py never reads it";
 constexpr const char* kVideo = "SANA-Video training is not supported";
 
 const Rule kRules[] = {
@@ -114,47 +115,25 @@ const Rule kRules[] = {
     {"train.ema_decay", nullptr, kDistill, nullptr},
     {"train.debug_nan", nullptr, "non-finite steps are always counted (train.max_nonfinite)", nullptr},
     // Sana-Sprint / LADD / sCM (upstream's config.py "for ladd", discriminator, teacher)
-    {"model.teacher", nullptr, kLadd, nullptr, true},
-    {"model.teacher_model", nullptr, kLadd, nullptr, true},
     {"model.teacher_model_weight_dtype", nullptr, kLadd, nullptr, true},
     {"model.discriminator_model", nullptr, kLadd, nullptr, true},
-    {"model.ladd_multi_scale", nullptr, kLadd, nullptr, true},
-    {"model.head_block_ids", nullptr, kLadd, nullptr, true},
-    {"model.logvar", nullptr, kLadd, nullptr, true},
-    {"model.cfg_embed", nullptr, kLadd, nullptr, true},
-    {"model.cfg_embed_scale", nullptr, kLadd, nullptr, true},
-    {"scheduler.weighting_scheme_discriminator", nullptr, kLadd, nullptr, true},
-    {"scheduler.logit_mean_discriminator", nullptr, kLadd, nullptr, true},
-    {"scheduler.logit_std_discriminator", nullptr, kLadd, nullptr, true},
     {"scheduler.add_noise_timesteps", nullptr, kLadd, nullptr, true},
-    {"scheduler.sigma_data", nullptr, kLadd, nullptr, true},
     {"scheduler.p_low", nullptr, kLadd, nullptr, true},
     {"scheduler.p_high", nullptr, kLadd, nullptr, true},
     {"scheduler.pretrain_timestep_norm_scale_factor", nullptr, kLadd, nullptr, true},
     {"scheduler.discrete_norm_timestep", nullptr, kLadd, nullptr, true},
-    {"train.optimizer_D", nullptr, kLadd, nullptr, true},
-    {"train.tangent_warmup_steps", nullptr, kLadd, nullptr, true},
-    {"train.scm_cfg_scale", nullptr, kLadd, nullptr, true},
-    {"train.cfg_interval", nullptr, kLadd, nullptr, true},
-    {"train.scm_logvar_loss", nullptr, kLadd, nullptr, true},
-    {"train.scm_loss", nullptr, kLadd, nullptr, true},
-    {"train.scm_lambda", nullptr, kLadd, nullptr, true},
+    {"train.optimizer_D", nullptr, "the discriminator's optimizer is train.optimizer's, as upstream's train_scm_ladd.py builds it (it never reads optimizer_D)", nullptr},
+    {"train.cfg_interval", nullptr, kSprintUnused, nullptr},
+    {"train.scm_logvar_loss", nullptr, kSprintUnused, nullptr},
     {"train.weight_loss", nullptr, kLadd, nullptr, true},
-    {"train.norm_invariant_to_spatial_dim", nullptr, kLadd, nullptr, true},
+    {"train.norm_invariant_to_spatial_dim", nullptr, kSprintUnused, nullptr},
     {"train.norm_same_as_512_scale", nullptr, kLadd, nullptr, true},
-    {"train.g_norm_constant", nullptr, kLadd, nullptr, true},
-    {"train.g_norm_r", nullptr, kLadd, nullptr, true},
-    {"train.adv_lambda", nullptr, kLadd, nullptr, true},
+    {"train.g_norm_constant", nullptr, kSprintUnused, nullptr},
+    {"train.g_norm_r", nullptr, kSprintUnused, nullptr},
     {"train.loss_scale", nullptr, kLadd, nullptr, true},
-    {"train.r1_penalty", nullptr, kLadd, nullptr, true},
+    {"train.r1_penalty", nullptr, "no R1 penalty (off in upstream's Sprint YAMLs)", "false"},
     {"train.r1_penalty_weight", nullptr, kLadd, nullptr, true},
-    {"train.diff_timesteps_D", nullptr, kLadd, nullptr, true},
     {"train.suffix_checkpoints", nullptr, kLadd, nullptr, true},
-    {"train.misaligned_pairs_D", nullptr, kLadd, nullptr, true},
-    {"train.discriminator_loss", nullptr, kLadd, nullptr, true},
-    {"train.largest_timestep", nullptr, kLadd, nullptr, true},
-    {"train.train_largest_timestep", nullptr, kLadd, nullptr, true},
-    {"train.largest_timestep_prob", nullptr, kLadd, nullptr, true},
     // SANA-Video (upstream's TrainVideoConfig / ModelVideoConfig)
     {"train.validation_images", nullptr, kVideo, nullptr, true},
     {"train.image_prior_type", nullptr, kVideo, nullptr, true},

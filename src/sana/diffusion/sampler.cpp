@@ -83,4 +83,31 @@ Velocity guided(const std::function<torch::Tensor(const torch::Tensor& x2, doubl
   };
 }
 
+std::vector<double> scm_times(int steps, double max, double mid) {
+  if (steps < 1) throw std::invalid_argument("a sampler needs at least one step");
+  if (steps == 2 && mid > 0) return {max, mid, 0.0};
+  std::vector<double> times;
+  // torch.linspace in float32, as upstream's (its times are float32 tensors).
+  const auto t = torch::linspace(max, 0, steps + 1, torch::kFloat32);
+  for (int i = 0; i <= steps; ++i) times.push_back(t[i].item<float>());
+  return times;
+}
+
+torch::Tensor sample_scm(const TrigflowOutput& model, const torch::Tensor& noise,
+                         const std::vector<torch::Tensor>& step_noise, const std::vector<double>& times,
+                         double sigma_d) {
+  if (times.size() < 2 || step_noise.size() + 1 < times.size()) {
+    throw std::invalid_argument("sample_scm: one fresh noise per step and at least two times");
+  }
+  auto x = noise * sigma_d;
+  torch::Tensor x0;
+  for (size_t i = 0; i + 1 < times.size(); ++i) {
+    const double s = times[i], t = times[i + 1];
+    const auto F = model(x / sigma_d, s) * sigma_d;
+    x0 = std::cos(s) * x - std::sin(s) * F;
+    x = std::cos(t) * x0 + std::sin(t) * sigma_d * step_noise[i].to(x.device(), x.scalar_type());
+  }
+  return x0 / sigma_d;
+}
+
 }  // namespace sana::diffusion

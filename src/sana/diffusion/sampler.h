@@ -34,4 +34,21 @@ torch::Tensor sample_flow(const Velocity& velocity, const torch::Tensor& noise, 
 Velocity guided(const std::function<torch::Tensor(const torch::Tensor& x2, double sigma)>& both,
                 double scale);
 
+// SANA-Sprint's few-step sampler (upstream's SCMScheduler with scripts/inference_sana_sprint.py's
+// loop). The TrigFlow times it visits: linspace(max, 0, steps + 1), or with 2 steps and an
+// intermediate time `mid` > 0, [max, mid, 0] (upstream's pipeline: 1.3; its training
+// previews: 1.0).
+std::vector<double> scm_times(int steps, double max = 1.5708, double mid = 0);
+
+// The student's TrigFlow output F at x_hat = x / sigma_d and TrigFlow time s (the guidance
+// goes in through its embedding).
+using TrigflowOutput = std::function<torch::Tensor(const torch::Tensor& x_hat, double s)>;
+
+// From x = sigma_d noise at times[0]: each step x0 = cos s x - sin s sigma_d F(x / sigma_d, s),
+// then x = cos t x0 + sin t sigma_d z with fresh noise z = step_noise[i] (N(0, 1), one per
+// step). Returns the last x0 / sigma_d: the latent the VAE decodes. No randomness inside.
+torch::Tensor sample_scm(const TrigflowOutput& model, const torch::Tensor& noise,
+                         const std::vector<torch::Tensor>& step_noise, const std::vector<double>& times,
+                         double sigma_d);
+
 }  // namespace sana::diffusion

@@ -30,6 +30,16 @@ const std::vector<std::pair<std::string, std::string>> kTop = {
     {"final_layer.linear.", "proj_out."},
     {"final_layer.scale_shift_table", "scale_shift_table"},
 };
+// SANA-Sprint's student (diffusers' guidance_embeds): its time embedding is
+// SanaCombinedTimestepGuidanceEmbeddings, and the guidance embedder sits beside it.
+const std::vector<std::pair<std::string, std::string>> kGuidedTop = {
+    {"t_embedder.mlp.0.", "time_embed.timestep_embedder.linear_1."},
+    {"t_embedder.mlp.2.", "time_embed.timestep_embedder.linear_2."},
+    {"cfg_embedder.mlp.0.", "time_embed.guidance_embedder.linear_1."},
+    {"cfg_embedder.mlp.2.", "time_embed.guidance_embedder.linear_2."},
+};
+// The student's log-variance head, which diffusers' converter drops.
+const char* const kLogvar = "logvar_linear.";
 const std::vector<std::pair<std::string, std::string>> kBlock = {
     {"scale_shift_table", "scale_shift_table"},
     {"attn.proj.", "attn1.to_out.0."},
@@ -102,10 +112,13 @@ bool is_diffusers_layout(const TensorMap& tensors) {
 
 TensorMap to_diffusers(const TensorMap& upstream) {
   TensorMap out;
+  const bool guided = std::any_of(upstream.begin(), upstream.end(),
+                                  [](const auto& item) { return starts_with(item.first, "cfg_embedder."); });
   for (const auto& [name, t] : upstream) {
-    if (kNotInDiffusers.count(name) != 0) continue;
+    if (kNotInDiffusers.count(name) != 0 || starts_with(name, kLogvar)) continue;
     if (!starts_with(name, kUpstreamBlocks)) {
-      const auto renamed = rename(kTop, name, true);
+      auto renamed = guided ? rename(kGuidedTop, name, true) : "";
+      if (renamed.empty()) renamed = rename(kTop, name, true);
       if (renamed.empty()) no_rule(name, "diffusers");
       out[renamed] = t;
       continue;
@@ -186,7 +199,8 @@ TensorMap from_diffusers(const TensorMap& diffusers) {
   };
   for (const auto& [name, t] : diffusers) {
     if (!starts_with(name, kDiffusersBlocks)) {
-      const auto renamed = rename(kTop, name, false);
+      auto renamed = rename(kTop, name, false);
+      if (renamed.empty()) renamed = rename(kGuidedTop, name, false);
       if (renamed.empty()) no_rule(name, "upstream");
       out[renamed] = t;
       continue;
@@ -241,7 +255,8 @@ nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size) {
       {"norm_elementwise_affine", false},
       {"norm_eps", 1e-6},
       {"interpolation_scale", nullptr},
-      {"guidance_embeds", false},
+      {"guidance_embeds", spec.cfg_embed},
+      {"guidance_embeds_scale", spec.cfg_embed ? spec.cfg_embed_scale : 0.1},  // diffusers' default where unused
       {"qk_norm", spec.qk_norm ? nlohmann::json("rms_norm_across_heads") : nlohmann::json(nullptr)},
       // diffusers' pipeline multiplies its timesteps by it; ours divides: the inverse.
       {"timestep_scale", 1.0 / spec.timestep_norm_scale},
@@ -254,7 +269,9 @@ nlohmann::json diffusers_controlnet_config(const ModelSpec& spec, int64_t image_
   auto c = diffusers_config(spec, image_size);
   c["_class_name"] = "SanaControlNetModel";
   c["num_layers"] = spec.control_blocks;
-  for (const char* field : {"guidance_embeds", "qk_norm", "timestep_scale"}) c.erase(field);  // not SanaControlNetModel's
+  for (const char* field : {"guidance_embeds", "guidance_embeds_scale", "qk_norm", "timestep_scale"}) {
+    c.erase(field);  // not SanaControlNetModel's
+  }
   return c;
 }
 
@@ -263,7 +280,7 @@ std::vector<std::string> config_mismatches(const nlohmann::json& config, const M
   std::vector<std::string> out;
   for (const char* field : {"num_layers", "num_attention_heads", "attention_head_dim", "num_cross_attention_heads",
                             "cross_attention_head_dim", "cross_attention_dim", "caption_channels", "patch_size",
-                            "in_channels", "out_channels", "qk_norm", "timestep_scale"}) {
+                            "in_channels", "out_channels", "qk_norm", "timestep_scale", "guidance_embeds"}) {
     if (!config.contains(field)) continue;  // diffusers' default applies; the tensors' shapes still must fit
     const auto& got = config.at(field);
     if (got != want.at(field)) out.push_back(fmt::format("{}: file {}, preset {}", field, got.dump(), want.at(field).dump()));

@@ -193,6 +193,12 @@ torch::Tensor LaddHeadsImpl::forward(const std::vector<torch::Tensor>& features,
   return torch::cat(logits, 1);
 }
 
+int64_t ladd_heads_parameters(int64_t channels, int64_t count) {
+  const int64_t c = channels;
+  // k=1 conv C^2 + C, its norm 2C; k=9 conv 9 C^2 + C, its norm 2C; the logit conv C + 1.
+  return count * (10 * c * c + 7 * c + 1);
+}
+
 torch::Tensor hinge_discriminator_loss(const torch::Tensor& real, const torch::Tensor& fake) {
   return 0.5 * (torch::relu(1 - real).mean() + torch::relu(1 + fake).mean());
 }

@@ -79,6 +79,9 @@ class LaddHeadsImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LaddHeads);
 
+// The parameters of `count` heads on blocks of `channels`: 10 C^2 + 7 C + 1 each.
+int64_t ladd_heads_parameters(int64_t channels, int64_t count);
+
 // The discriminator's hinge loss, 0.5 (mean relu(1 - real) + mean relu(1 + fake)), and the
 // generator's adversarial loss, -mean(fake) (upstream's train_scm_ladd.py).
 torch::Tensor hinge_discriminator_loss(const torch::Tensor& real, const torch::Tensor& fake);

@@ -44,6 +44,12 @@ const std::vector<Preset>& presets() {
       {"SanaMSControlNet_600M_P1_D28", 1152, 28, 16, 1, false, "the 600M base and 7 ControlNet blocks", 7},
       {"SanaMSControlNet_1600M_P1_D20", 2240, 20, 20, 1, false, "the 1.6B base and 7 ControlNet blocks", 7},
       {"SanaMSControlNet_tiny_P2_D4", 128, 4, 4, 2, true, "", 2},
+      // SANA-Sprint's students (upstream's SanaMSCM_*: SanaMS's parameters, the TrigFlow
+      // forward); and a CPU-sized one.
+      {"SanaMSCM_600M_P1_D28", 1152, 28, 16, 1, false, "SANA-Sprint 0.6B", 0, true},
+      {"SanaMSCM_1600M_P1_D20", 2240, 20, 20, 1, false, "SANA-Sprint 1.6B", 0, true},
+      {"SanaMSCM_2400M_P1_D30", 2240, 30, 20, 1, false, "", 0, true},
+      {"SanaMSCM_tiny_P2_D4", 128, 4, 4, 2, true, "", 0, true},
   };
   return all;
 }
@@ -59,6 +65,7 @@ ModelSpec preset_spec(const std::string& name) {
   s.cross_heads = it->cross_heads;
   s.patch = it->patch;
   s.control_blocks = it->control_blocks;
+  s.trigflow = it->trigflow;
   return s;
 }
 

@@ -59,6 +59,9 @@ struct ModelSpec {
   // ControlNet (upstream's SanaMSControlNet, copy_blocks_num): copies of the first blocks
   // fed a control latent, each one's output added to the next base block's input; 0 = none.
   int64_t control_blocks = 0;
+  // A SanaMSCM preset: SANA-Sprint's TrigFlow student (upstream's SanaMSCM, the same
+  // parameters as SanaMS; model/trigflow.h), trained by stage 2 (docs/sprint.md).
+  bool trigflow = false;
 
   int64_t mlp_hidden() const { return static_cast<int64_t>(static_cast<double>(hidden) * mlp_ratio); }
   int64_t linear_heads() const { return hidden / linear_head_dim; }
@@ -71,6 +74,7 @@ struct Preset {
   bool cpu_sized;  // made for CPUs (pixel space works); not an upstream model
   std::string upstream_params;  // what upstream reports, "" for our own presets
   int64_t control_blocks;       // ControlNet presets: upstream's copy_blocks_num (7); 0 otherwise
+  bool trigflow = false;        // SanaMSCM presets (ModelSpec::trigflow)
 };
 const std::vector<Preset>& presets();
 

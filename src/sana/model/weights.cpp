@@ -132,6 +132,16 @@ LoadReport load_diffusers(torch::nn::Module& model, const TensorMap& tensors, co
               "encoder or null-embedding file makes it",
               path);
   }
+  for (const auto& p : model.named_parameters()) {  // a Sprint student's log-variance head
+    if (p.key().rfind("logvar_linear.", 0) != 0 || upstream.count(p.key()) != 0) continue;
+    upstream[p.key()] = p.value().detach();
+    made_by_run.push_back(p.key());
+    if (p.key() == "logvar_linear.weight") {
+      log::info("'{}': diffusers' transformer has no logvar_linear (its converter drops SANA-Sprint's log-variance "
+                "head); the student's starts from its initial weights",
+                path);
+    }
+  }
   auto report = load_tensors(model, upstream, path, strict);
   report.made_by_run = std::move(made_by_run);
   return report;

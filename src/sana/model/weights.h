@@ -36,7 +36,8 @@ struct LoadReport {
   // loaded, not a misfit, named once in the log.
   std::vector<std::string> ignored;
   // Not in the file and left as the model had it, for the run to make: the null caption
-  // (y_embedder.y_embedding), which diffusers' layout does not keep.
+  // (y_embedder.y_embedding), which diffusers' layout does not keep, and a SANA-Sprint
+  // student's logvar_linear, which diffusers' converter drops.
   std::vector<std::string> made_by_run;
   int64_t loaded = 0;
   bool clean() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }

@@ -188,8 +188,26 @@ model::ModelSpec model_spec_for(const config::Config& cfg) {
   s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
   s.timestep_norm_scale = cfg.scheduler.timestep_norm_scale_factor;
   s.class_dropout_prob = cfg.model.class_dropout_prob;
+  s.cfg_embed = cfg.model.sprint.cfg_embed;
+  s.cfg_embed_scale = cfg.model.sprint.cfg_embed_scale;
+  s.logvar = cfg.model.sprint.logvar;
   model::check_spec(s);
   return s;
+}
+
+model::ModelSpec teacher_spec_for(const config::Config& cfg) {
+  auto c = cfg;
+  if (!cfg.model.sprint.teacher.empty()) c.model.model = cfg.model.sprint.teacher;
+  c.model.sprint.cfg_embed = c.model.sprint.logvar = false;
+  return model_spec_for(c);
+}
+
+std::vector<int64_t> head_blocks_for(const config::Config& cfg) {
+  const auto& m = cfg.model.sprint;
+  if (!m.head_block_ids.empty()) return m.head_block_ids;
+  // Upstream's SanaMSCMDiscriminator: {2, 8, 14, 20, 27} multi-scale, else the last block.
+  if (m.ladd_multi_scale) return {2, 8, 14, 20, 27};
+  return {teacher_spec_for(cfg).depth - 1};
 }
 
 model::VaeOptions vae_options_for(const config::Config& cfg) {

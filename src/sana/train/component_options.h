@@ -50,6 +50,12 @@ data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg);
 // pixel space, conditioning from the text encoder / data.load_text_feat / model.num_classes.
 // Throws model::SpecError naming the key when the combination cannot work.
 model::ModelSpec model_spec_for(const config::Config& cfg);
+// SANA-Sprint stage 2 (a SanaMSCM preset, docs/sprint.md): the teacher's spec (model.teacher's
+// preset, else model.model's architecture, with the student's other keys and neither
+// guidance embedding nor log-variance head), and the blocks its discriminator heads read
+// (model.head_block_ids; []: upstream's default by model.ladd_multi_scale).
+model::ModelSpec teacher_spec_for(const config::Config& cfg);
+std::vector<int64_t> head_blocks_for(const config::Config& cfg);
 model::VaeOptions vae_options_for(const config::Config& cfg);
 model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg);
 // The model_growth section and train.seed (source "" when there is no growth).

@@ -1,6 +1,9 @@
 #include "sana/train/config_checks.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "sana/config/checks.h"
 #include "sana/data/buckets.h"
@@ -86,6 +89,76 @@ void check_prior_preservation(const config::Config& cfg, config::IssueSink& issu
   }
 }
 
+// SANA-Sprint: the student's keys only on a SanaMSCM preset, and stage 2's options where
+// the preset asks for it (docs/sprint.md).
+void check_sprint(const config::Config& cfg, config::IssueSink& issues) {
+  model::ModelSpec spec;
+  try {
+    spec = train::model_spec_for(cfg);
+  } catch (const model::SpecError&) {
+    return;  // the model's own check names it
+  }
+  const auto& m = cfg.model.sprint;
+  if (!spec.trigflow) {
+    const auto student_only = [&](const char* key, bool set) {
+      if (!set) return;
+      issues.fail(key, fmt::format("is SANA-Sprint's stage 2, which trains a SanaMSCM_* preset; {} is a flow model",
+                                   spec.name),
+                  "use a SanaMSCM_* preset for stage 2 (docs/sprint.md), or remove the key");
+    };
+    student_only("model.cfg_embed", m.cfg_embed);
+    student_only("model.logvar", m.logvar);
+    student_only("scheduler.weighting_scheme", cfg.scheduler.weighting_scheme == config::Weighting::logit_normal_trigflow);
+    student_only("scheduler.vis_sampler", cfg.scheduler.vis_sampler == "scm");
+    return;
+  }
+  if (spec.conditioning != model::Conditioning::caption) {
+    issues.fail("model.model", fmt::format("{} is SANA-Sprint's caption-conditioned student; this config has no "
+                                           "captions (text_encoder or data.load_text_feat)", spec.name));
+  }
+  // Without a teacher the config only describes a student (previews, export, `sana-train
+  // model`); training one says so (train/trainer.cpp).
+  if (m.teacher_model.empty()) return;
+  const auto& t = cfg.train.sprint;
+  if (t.discriminator_loss != "hinge") {
+    issues.fail("train.discriminator_loss", fmt::format("'{}' is not built; the hinge loss is (upstream's Sprint "
+                                                        "YAMLs set it)", t.discriminator_loss),
+                "set it to hinge");
+  }
+  if (!t.scm_loss) issues.fail("train.scm_loss", "false is not built: the generator's phase trains the sCM loss");
+  if (t.scm_cfg_scale.empty()) issues.fail("train.scm_cfg_scale", "is empty: each sample draws its guidance scale from it");
+  for (const auto& [key, w] : {std::pair{"scheduler.weighting_scheme", cfg.scheduler.weighting_scheme},
+                               std::pair{"scheduler.weighting_scheme_discriminator",
+                                         cfg.scheduler.sprint.weighting_scheme_discriminator}}) {
+    if (w != config::Weighting::logit_normal_trigflow) {
+      issues.fail(key, "stage 2 draws TrigFlow times", "set it to logit_normal_trigflow");
+    }
+  }
+  if (!m.teacher.empty()) {
+    const auto& p = model::presets();
+    if (std::none_of(p.begin(), p.end(), [&](const model::Preset& x) { return x.name == m.teacher; })) {
+      issues.fail("model.teacher", fmt::format("unknown preset '{}'", m.teacher));
+      return;
+    }
+  }
+  const auto teacher = train::teacher_spec_for(cfg);
+  if (teacher.hidden != spec.hidden) {
+    issues.fail("model.teacher", fmt::format("{} is {} wide, the student {} {}: the heads read the teacher's tokens "
+                                             "at the student's width", teacher.name, teacher.hidden, spec.name,
+                                             spec.hidden));
+  }
+  const auto blocks = train::head_blocks_for(cfg);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] >= teacher.depth || (i > 0 && blocks[i] <= blocks[i - 1])) {
+      issues.fail("model.head_block_ids",
+                  fmt::format("[{}]{} are not ascending blocks of the teacher {}'s {}", fmt::join(blocks, ", "),
+                              m.head_block_ids.empty() ? " (upstream's default)" : "", teacher.name, teacher.depth),
+                  "name the teacher blocks the heads read, e.g. [2, 8, 14, 19] as upstream's 1.6B YAML");
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 void register_checks() {
@@ -94,6 +167,7 @@ void register_checks() {
   config::register_choices("model.model", std::move(names));
   config::register_check("model and buckets", check_model);
   config::register_check("data.class_data_dir", check_prior_preservation);
+  config::register_check("SANA-Sprint", check_sprint);
 }
 
 }  // namespace sana

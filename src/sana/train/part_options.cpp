@@ -140,6 +140,7 @@ PreviewSources preview_sources_for(const config::Config& cfg) {
   s.seed = static_cast<uint64_t>(cfg.train.seed);
   s.flow_shift = cfg.scheduler.flow_shift;
   s.sampler = cfg.scheduler.vis_sampler;
+  s.sigma_data = cfg.scheduler.sprint.sigma_data;
   for (const auto& b : data::showcase_buckets(data::bucket_tables_for(bucket_options_for(cfg)).front())) {
     o.buckets.push_back({b.height, b.width});
   }
@@ -205,6 +206,29 @@ ResumeOptions resume_options_for(const config::Config& cfg, const std::string& m
   o.work_dir = cfg.work_dir;
   o.seed = cfg.train.seed;
   o.model = model;
+  return o;
+}
+
+SprintOptions sprint_options_for(const config::Config& cfg) {
+  const auto& t = cfg.train.sprint;
+  const auto& sc = cfg.scheduler;
+  SprintOptions o;
+  o.draws.logit_mean = sc.logit_mean;
+  o.draws.logit_std = sc.logit_std;
+  o.draws.logit_mean_d = sc.sprint.logit_mean_discriminator;
+  o.draws.logit_std_d = sc.sprint.logit_std_discriminator;
+  o.draws.cfg_scales = t.scm_cfg_scale;
+  o.draws.largest_timestep = t.train_largest_timestep;
+  o.draws.largest = t.largest_timestep;
+  o.draws.largest_prob = t.largest_timestep_prob;
+  o.draws.diff_timesteps_d = t.diff_timesteps_D;
+  o.sigma_data = sc.sprint.sigma_data;
+  o.tangent_warmup_steps = t.tangent_warmup_steps;
+  o.scm_lambda = t.scm_lambda;
+  o.adv_lambda = t.adv_lambda;
+  o.misaligned_pairs = t.misaligned_pairs_D;
+  o.head_blocks = head_blocks_for(cfg);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
   return o;
 }
 

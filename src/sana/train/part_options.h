@@ -21,6 +21,7 @@
 #include "sana/train/resume.h"
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
+#include "sana/train/sprint_step.h"
 #include "sana/train/step.h"
 
 namespace sana::train {
@@ -52,6 +53,9 @@ at::ScalarType half_type(config::Precision mixed_precision);
 // What the step reads of the config; rank, world size and whether forwards are collective
 // are the caller's (the runtime's and parallel::Zero's).
 StepOptions step_options_for(const config::Config& cfg, int rank, int world_size, bool forwards_collective);
+// SANA-Sprint stage 2's objective (a SanaMSCM preset, docs/sprint.md): scheduler.* and
+// train.* Sprint keys, the heads' blocks (component_options.h's head_blocks_for), train.seed.
+SprintOptions sprint_options_for(const config::Config& cfg);
 // train.lora when it is on (lora_enabled), else nothing: what Trainable adapts.
 std::optional<model::LoraOptions> lora_for(const config::Config& cfg);
 // vae.*, text_encoder.*, controlnet.hed_model (for a ControlNet preset on scribble or HED

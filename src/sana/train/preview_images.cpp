@@ -9,6 +9,7 @@
 #include "sana/data/dataset.h"
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
+#include "sana/model/trigflow.h"
 
 namespace sana::train {
 
@@ -60,6 +61,22 @@ model::Condition guided_condition(const model::ModelSpec& spec, const PreviewOpt
   return both;
 }
 
+// The conditioned half of guided_condition's doubled batch (and its control).
+model::Condition first_half(const model::Condition& both, int64_t n, bool conditioned, bool controlled,
+                            const PreviewOptions& o) {
+  model::Condition single;
+  if (controlled) {
+    single.control = both.control.narrow(0, 0, n);
+    single.control_scale = o.control_scale;
+  }
+  if (conditioned) {
+    single.y = both.y.narrow(0, 0, n);
+    if (both.mask.defined()) single.mask = both.mask.narrow(0, 0, n);
+    single.drop = both.drop.narrow(0, 0, n);
+  }
+  return single;
+}
+
 // Sampled latents (or pixels) as images in [-1, 1]: the decoder's, or a latent model's
 // channels 0-2 each stretched to [-1, 1] without one.
 torch::Tensor to_images(const torch::Tensor& x0, const model::ModelSpec& spec, const PreviewOptions& o) {
@@ -108,20 +125,35 @@ std::vector<torch::Tensor> sample_previews(model::SanaMS& model, const std::vect
       if (o.on_step) o.on_step();
       return v;
     };
+    if (spec.trigflow) {  // SANA-Sprint's student: guidance by its embedding, fresh noise every step
+      auto single = first_half(both, n, conditioned, false, o);
+      single.cfg_scale = torch::full({n}, o.cfg_scale, torch::TensorOptions().device(o.device));
+      const auto times = diffusion::scm_times(o.steps, 1.5708, o.scm_mid);
+      std::vector<torch::Tensor> step_noise;
+      for (int k = 0; k + 1 < static_cast<int>(times.size()); ++k) {
+        std::vector<torch::Tensor> z;
+        for (int64_t i = 0; i < n; ++i) {
+          const auto gen = sample_generator(SampleKey{o.seed, static_cast<int64_t>(b), static_cast<uint64_t>(i)},
+                                            fmt::format("preview_step{}", k));
+          z.push_back(torch::randn({spec.in_channels, h, w}, gen, torch::kFloat32));
+        }
+        step_noise.push_back(torch::stack(z).to(o.device));
+      }
+      const auto F = [&](const torch::Tensor& x_hat, double s) {
+        const auto t = torch::full({x_hat.size(0)}, s, torch::TensorOptions().device(o.device));
+        auto out = model::trigflow_forward(*model, x_hat, t, single).to(torch::kFloat32);
+        if (o.on_step) o.on_step();
+        return out;
+      };
+      const auto x0 = diffusion::sample_scm(F, x1, step_noise, times, o.sigma_data);
+      out.push_back(to_images(x0, spec, o).to(torch::kCPU, torch::kFloat32).clamp(-1, 1));
+      continue;
+    }
     Velocity v;
     if (guide) {
       v = guided([&](const torch::Tensor& x2, double sigma) { return run(x2, sigma, both); }, o.cfg_scale);
     } else {
-      model::Condition single;
-      if (controlled) {
-        single.control = both.control.narrow(0, 0, n);
-        single.control_scale = o.control_scale;
-      }
-      if (conditioned) {
-        single.y = both.y.narrow(0, 0, n);
-        if (both.mask.defined()) single.mask = both.mask.narrow(0, 0, n);
-        single.drop = both.drop.narrow(0, 0, n);
-      }
+      const auto single = first_half(both, n, conditioned, controlled, o);
       v = [&, single](const torch::Tensor& x, double sigma) { return run(x, sigma, single); };
     }
     auto x0 = sample_flow(v, x1, o.steps, o.flow_shift, o.sampler);

@@ -23,7 +23,9 @@ struct PreviewOptions {
   int images = 4;                 // per bucket
   uint64_t seed = 0;
   double flow_shift = 1.0;
-  std::string sampler = "flow_euler";
+  std::string sampler = "flow_euler";  // a SanaMSCM student samples with "scm" whatever it says
+  double sigma_data = 0.5;             // scm: scheduler.sigma_data
+  double scm_mid = 1.0;                // scm with 2 steps: the intermediate TrigFlow time (0: none)
   torch::Device device = torch::kCPU;
   // Turns model outputs into images in [-1, 1] (a VAE decoder); empty: pixel space, or the
   // first three latent channels stretched to [-1, 1] for a latent model without decoder.

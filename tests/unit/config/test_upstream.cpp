@@ -39,6 +39,11 @@ TEST_CASE("every upstream sana_config YAML loads unchanged", "[config][upstream]
       "controlnet/Sana_1600M_1024px_controlnet_bf16.yaml",
       // SANA-Sprint's stage 1, the teacher fine-tune (configs/sana_sprint_config/1024ms/)
       "sana_sprint_1024ms/SanaSprint_1600M_img1024_bf16_normT_allqknorm_teacher_ft.yaml",
+      // and stage 2, sCM + LADD
+      "sana_sprint_1024ms/SanaSprint_1600M_1024px_allqknorm_bf16_scm_ladd.yaml",
+      "sana_sprint_1024ms/SanaSprint_1600M_1024px_allqknorm_bf16_scm_ladd_dc_ae_lite.yaml",
+      "sana_sprint_1024ms/SanaSprint_600M_1024px_allqknorm_bf16_scm_ladd.yaml",
+      "sana_sprint_1024ms/SanaSprint_600M_1024px_allqknorm_bf16_scm_ladd_dc_ae_lite.yaml",
   };
   for (const char* name : files) {
     INFO(name);
@@ -241,4 +246,32 @@ TEST_CASE("SANA-Sprint's teacher fine-tune: the model divides its timestep by 10
   const auto spec = sana::train::model_spec_for(c);
   CHECK(spec.timestep_norm_scale == 1000.0);
   CHECK(spec.name == "SanaMS_1600M_P1_D20");
+}
+
+TEST_CASE("SANA-Sprint's stage-2 YAMLs: their keys reach the student, the teacher, the heads and the step",
+          "[config][upstream]") {
+  const Config c = load_config({upstream_yaml("sana_sprint_1024ms/SanaSprint_1600M_1024px_allqknorm_bf16_scm_ladd.yaml")},
+                               {}, no_paths());
+  const auto spec = sana::train::model_spec_for(c);
+  CHECK(spec.trigflow);
+  CHECK(spec.cfg_embed);
+  CHECK(spec.cfg_embed_scale == 0.1);
+  CHECK(spec.logvar);
+  CHECK(spec.qk_norm);
+  CHECK(spec.timestep_norm_scale == 1000.0);
+  const auto teacher = sana::train::teacher_spec_for(c);
+  CHECK(teacher.depth == 20);
+  CHECK_FALSE(teacher.cfg_embed);
+  CHECK_FALSE(teacher.logvar);
+  CHECK(sana::train::head_blocks_for(c) == std::vector<int64_t>{2, 8, 14, 19});
+  CHECK(c.scheduler.sprint.sigma_data == 0.5);
+  CHECK(c.train.sprint.tangent_warmup_steps == 4000);
+  CHECK(c.train.sprint.scm_cfg_scale == std::vector<double>{4.0, 4.5, 5.0});
+  CHECK(c.scheduler.sprint.logit_mean_discriminator == -0.6);
+  CHECK(c.train.sprint.train_largest_timestep);
+  CHECK(c.train.sprint.adv_lambda == 0.5);
+  CHECK(c.train.sprint.misaligned_pairs_D);
+  CHECK(c.train.sprint.discriminator_loss == "hinge");
+  CHECK(c.scheduler.vis_sampler == "scm");
+  CHECK(noted(c, "train.optimizer_D"));  // accepted with no effect, as upstream never reads it
 }

@@ -108,6 +108,61 @@ TEST_CASE("samplers visit upstream's noise levels in upstream's orders", "[sampl
   CHECK(torch::allclose(diffusion::sample_flow(v, x_T, 3, 3.0, "flow_dpm-solver"), expected, 0, 1e-12));
 }
 
+TEST_CASE("SANA-Sprint's sampler: upstream's times, and a perfect student gives the data", "[sampling][sprint]") {
+  CHECK(diffusion::scm_times(1) == std::vector<double>{1.5708f, 0.0});
+  CHECK(diffusion::scm_times(2, 1.5708, 1.3) == std::vector<double>{1.5708, 1.3, 0.0});
+  const auto four = diffusion::scm_times(4);
+  REQUIRE(four.size() == 5);
+  CHECK(four[2] == Approx(0.7854).epsilon(1e-6));
+  // A student whose x0 prediction is always the data point: F = (cos s x - x0) / (sin s sigma_d).
+  torch::manual_seed(4);
+  const double sd = 0.5;
+  const auto data = torch::randn({2, 3, 4, 4}, torch::kFloat64) * sd;
+  const auto perfect = [&](const torch::Tensor& x_hat, double s) {
+    return (std::cos(s) * x_hat * sd - data) / (std::sin(s) * sd);
+  };
+  const auto noise = torch::randn_like(data);
+  std::vector<torch::Tensor> fresh;
+  for (int i = 0; i < 4; ++i) fresh.push_back(torch::randn_like(data));
+  for (int steps : {1, 2, 4}) {
+    const auto x0 = diffusion::sample_scm(perfect, noise, fresh, diffusion::scm_times(steps, 1.5708, 1.0), sd);
+    CHECK(torch::allclose(x0, data / sd, 1e-9, 1e-9));
+  }
+  // A student that predicts zero data instead: the output follows the prediction, not the noise.
+  const auto blind = [&](const torch::Tensor& x_hat, double s) { return std::cos(s) * x_hat / std::sin(s); };
+  CHECK(diffusion::sample_scm(blind, noise, fresh, diffusion::scm_times(2), sd).abs().max().item<double>() < 1e-9);
+}
+
+TEST_CASE("a SANA-Sprint student previews in its few steps, guided by its embedding", "[sampling][preview][sprint]") {
+  auto spec = preview_spec(model::Conditioning::caption);
+  spec.trigflow = spec.cfg_embed = spec.logvar = true;
+  spec.cfg_embed_scale = 0.1;
+  spec.timestep_norm_scale = 1000;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 5});
+  train::PreviewOptions o;
+  o.images = 2;
+  o.caption_features = torch::randn({2, spec.caption_tokens, spec.caption_channels});
+  int calls = 0;
+  o.on_step = [&] { ++calls; };
+  const std::vector<train::PreviewBucket> buckets = {{16, 16}};
+  for (int steps : {1, 2, 4}) {
+    o.steps = steps;
+    calls = 0;
+    const auto grids = train::sample_previews(net, buckets, o);
+    CHECK(calls == steps);  // one evaluation a step, no doubled batch for guidance
+    CHECK(grids.front().sizes() == torch::IntArrayRef{2, 3, 16, 16});
+  }
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : net->cfg_embedder->parameters()) p.add_(0.1);  // its last layer starts at zero
+  }
+  o.steps = 2;
+  const auto a = train::sample_previews(net, buckets, o).front(), b = train::sample_previews(net, buckets, o).front();
+  CHECK(torch::equal(a, b));
+  o.cfg_scale = 2.0;  // another guidance scale reaches the model through cfg_embedder
+  CHECK_FALSE(torch::equal(train::sample_previews(net, buckets, o).front(), a));
+}
+
 TEST_CASE("previews are deterministic PNG grids, one per bucket", "[sampling][preview]") {
   sana::test::TempDir dir;
   for (auto cond : {model::Conditioning::class_label, model::Conditioning::none}) {

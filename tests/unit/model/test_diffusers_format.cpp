@@ -27,6 +27,19 @@ model::TensorMap tensors_of(model::SanaMS& net) {
   return out;
 }
 
+// The model through tests/reference/diffusers_convert.py (diffusers' rules, written in
+// python3-torch): dir/transformer holds its diffusers file; its tensors.
+model::TensorMap independent_conversion(model::SanaMS& net, test::TempDir& dir) {
+  model::save_weights(*net, dir.path("upstream.safetensors"));
+  std::filesystem::create_directories(dir.path("transformer"));
+  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+                                   "/tests/reference/diffusers_convert.py " + dir.path("upstream.safetensors") + " " +
+                                   dir.path("transformer/diffusion_pytorch_model.safetensors"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return model::read_diffusers(dir.path("transformer")).tensors;
+}
+
 // The preset's spec, with SANA-1.5's q/k norms on the presets that have them upstream.
 model::ModelSpec spec_for(const model::Preset& p) {
   auto spec = model::preset_spec(p.name);
@@ -82,15 +95,8 @@ TEST_CASE("a diffusers folder from an independent converter loads as the upstrea
   spec.qk_norm = spec.cross_norm = true;
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 11});
   test::TempDir dir;
-  model::save_weights(*net, dir.path("upstream.safetensors"));
-  std::filesystem::create_directories(dir.path("transformer"));
-  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
-                                   "/tests/reference/diffusers_convert.py " + dir.path("upstream.safetensors") + " " +
-                                   dir.path("transformer/diffusion_pytorch_model.safetensors"));
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
   // The same tensors under the same names as ours.
-  const auto theirs = model::read_diffusers(dir.path("transformer")).tensors;
+  const auto theirs = independent_conversion(net, dir);
   auto upstream = tensors_of(net);
   const auto mine = model::to_diffusers(upstream);
   REQUIRE(theirs.size() == mine.size());
@@ -123,6 +129,55 @@ TEST_CASE("a diffusers folder from an independent converter loads as the upstrea
     CHECK(what.find("num_layers: file 6, preset 4") != std::string::npos);
     CHECK(what.find("qk_norm: file null, preset \"rms_norm_across_heads\"") != std::string::npos);
   }
+}
+
+TEST_CASE("a SANA-Sprint student exports to diffusers' Sprint layout, as an independent converter names it",
+          "[torch][diffusers][sprint]") {
+  auto spec = model::preset_spec("SanaMSCM_tiny_P2_D4");
+  spec.caption_channels = 64;
+  spec.caption_tokens = 8;
+  spec.qk_norm = spec.cross_norm = spec.cfg_embed = spec.logvar = true;
+  spec.cfg_embed_scale = 0.1;
+  spec.timestep_norm_scale = 1000;
+  model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 12});
+  test::TempDir dir;
+  const auto theirs = independent_conversion(net, dir);
+  const auto upstream = tensors_of(net);
+  const auto mine = model::to_diffusers(upstream);
+  CHECK(mine.count("time_embed.guidance_embedder.linear_2.weight") == 1);
+  CHECK(mine.count("time_embed.timestep_embedder.linear_1.bias") == 1);
+  CHECK(mine.count("time_embed.emb.timestep_embedder.linear_1.bias") == 0);
+  REQUIRE(theirs.size() == mine.size());
+  for (const auto& [name, t] : mine) {
+    INFO(name);
+    REQUIRE(theirs.count(name) == 1);
+    CHECK(torch::equal(theirs.at(name), t));
+  }
+  // The config says guidance_embeds with the student's scale and the timestep scale.
+  const auto config = model::diffusers_config(spec, 32);
+  CHECK(config.at("guidance_embeds") == true);
+  CHECK(config.at("guidance_embeds_scale") == 0.1);
+  CHECK(config.at("timestep_scale") == 0.001);
+  std::ofstream(dir.path("transformer/config.json")) << config.dump(2);
+  // Their folder loads into a student: everything but the log-variance head, which diffusers drops.
+  model::SanaMS loaded(spec, model::BuildOptions{torch::kFloat32, false, 98});
+  const auto before = tensors_of(loaded).at("logvar_linear.weight").clone();
+  const auto report = model::load_weights(*loaded, dir.path("transformer"), /*strict=*/true);
+  CHECK(report.clean());
+  for (const auto& [name, t] : tensors_of(loaded)) {
+    INFO(name);
+    if (name == "y_embedder.y_embedding") continue;
+    if (name.rfind("logvar_linear.", 0) == 0) {
+      if (name == "logvar_linear.weight") CHECK(torch::equal(t, before));
+      continue;
+    }
+    CHECK(torch::equal(t, upstream.at(name)));
+  }
+  // A flow model is not a student: the folder's guidance_embeds says so.
+  auto flow = spec;
+  flow.cfg_embed = flow.logvar = false;
+  model::SanaMS plain(flow, model::BuildOptions{torch::kFloat32, false, 97});
+  CHECK_THROWS_WITH(model::load_weights(*plain, dir.path("transformer"), true), Catch::Contains("guidance_embeds: file true"));
 }
 
 TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both load back bit for bit",

@@ -10,9 +10,13 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 #include "sana/diffusion/scm.h"
 #include "sana/model/ladd_heads.h"
+#include "sana/config/loader.h"
+#include "sana/train/component_options.h"
+#include "sana/train/part_options.h"
 #include "sana/train/sprint_step.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
@@ -124,7 +128,7 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
   const std::vector<uint64_t> ids{40, 41, 42, 43, 44};
   train::SprintShare share;
   share.global_batch = B;
-  for (const auto [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 2}, {4, 1}}) {
+  for (const auto& [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 2}, {2, 2}, {4, 1}}) {
     share.micro.push_back({x0.narrow(0, first, n), rows(cond, first, n),
                            std::vector<uint64_t>(ids.begin() + first, ids.begin() + first + n)});
   }
@@ -182,4 +186,51 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
   const auto bad = test::run_command("/usr/bin/python3 " + script + " " + path);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
+}
+
+TEST_CASE("SANA-Sprint's stage-2 YAMLs build upstream's student, teacher and heads, to the parameter",
+          "[sprint][reference]") {
+  const std::string dir = std::string(SANA_SOURCE_DIR) + "/tests/configs/upstream/sana_sprint_1024ms/";
+  for (const char* name : {"SanaSprint_600M_1024px_allqknorm_bf16_scm_ladd.yaml",
+                           "SanaSprint_1600M_1024px_allqknorm_bf16_scm_ladd.yaml"}) {
+    INFO(name);
+    const auto cfg = config::load_config({dir + name}, {}, config::ValidationContext{1, false});
+    const auto student = train::model_spec_for(cfg), teacher = train::teacher_spec_for(cfg);
+    const auto o = train::sprint_options_for(cfg);  // the YAML's objective keys reach the step
+    CHECK(o.head_blocks == train::head_blocks_for(cfg));
+    CHECK(o.sigma_data == 0.5);
+    CHECK(o.tangent_warmup_steps == 4000);
+    CHECK(o.draws.cfg_scales == std::vector<double>{4.0, 4.5, 5.0});
+    CHECK(o.draws.logit_mean == 0.2);
+    CHECK(o.draws.logit_std == 1.6);
+    CHECK(o.draws.logit_mean_d == -0.6);
+    CHECK(o.draws.largest_timestep);
+    CHECK(o.draws.largest_prob == 0.5);
+    CHECK(o.adv_lambda == 0.5);
+    CHECK(o.misaligned_pairs);
+    const auto blocks = train::head_blocks_for(cfg);
+    const int64_t ours_student = model::SanaMS(student, model::BuildOptions{torch::kFloat32, true, 0})->parameter_count();
+    const int64_t ours_teacher = model::SanaMS(teacher, model::BuildOptions{torch::kFloat32, true, 0})->parameter_count();
+    const auto r = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/upstream_model.py --count-sprint {} {} {}",
+                                                 SANA_SOURCE_DIR, student.hidden, student.cross_heads, student.depth));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream counts(r.output);
+    int64_t upstream_student = 0, upstream_teacher = 0;
+    counts >> upstream_student >> upstream_teacher;
+    CHECK(ours_student == upstream_student);
+    CHECK(ours_teacher == upstream_teacher);
+    CHECK(ours_student - ours_teacher == 256 * student.hidden + student.hidden * student.hidden + 2 * student.hidden +
+                                             student.hidden + 1);  // cfg_embedder and logvar_linear
+    const auto h = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/ladd_heads.py --count {} {}",
+                                                 SANA_SOURCE_DIR, teacher.hidden, blocks.size()));
+    INFO(h.output);
+    REQUIRE(h.exit_code == 0);
+    CHECK(model::ladd_heads_parameters(teacher.hidden, static_cast<int64_t>(blocks.size())) == std::stoll(h.output));
+  }
+  // The count is the modules' own.
+  model::LaddHeads heads(16, 3, 1);
+  int64_t n = 0;
+  for (const auto& p : heads->parameters()) n += p.numel();
+  CHECK(model::ladd_heads_parameters(16, 3) == n);
 }
