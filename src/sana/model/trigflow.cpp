@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/autograd.h>
 
+#include <mutex>
+
 #include "sana/model/block_kernels.h"
 
 namespace sana::model {
@@ -60,6 +62,10 @@ TrigflowJvp trigflow_jvp(SanaMSImpl& model, const torch::Tensor& x_hat, const to
   torch::NoGradGuard no_grad;
   ComposedKernels composed;
   TrigflowJvp r;
+  // LibTorch's forward-mode levels are one per process, not per thread ("Nested forward
+  // mode AD is not supported"): one JVP at a time in a process.
+  static std::mutex one_at_a_time;
+  const std::lock_guard<std::mutex> lock(one_at_a_time);
   DualLevel level;
   const auto x = at::_make_dual(x_hat, dx_hat.to(x_hat.scalar_type()), static_cast<int64_t>(level.id()));
   const auto t = at::_make_dual(s, ds.to(s.scalar_type()), static_cast<int64_t>(level.id()));

@@ -61,7 +61,30 @@ std::vector<Tensor> rows_of(const std::vector<Tensor>& per_head, int64_t first, 
   return out;
 }
 
+// A sum over ranks as an autograd function: forward and backward both all-reduce.
+struct RankSum : public torch::autograd::Function<RankSum> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                        const std::shared_ptr<std::function<void(Tensor&)>>& reduce) {
+    ctx->saved_data["reduce"] = reinterpret_cast<int64_t>(reduce.get());
+    auto out = x.clone();
+    (*reduce)(out);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* reduce = reinterpret_cast<const std::function<void(Tensor&)>*>(ctx->saved_data["reduce"].toInt());
+    auto g = grads[0].clone();
+    (*reduce)(g);
+    return {g, Tensor()};
+  }
+};
+
 }  // namespace
+
+std::function<Tensor(const Tensor&)> summed_over_ranks(std::function<void(Tensor&)> all_reduce) {
+  auto reduce = std::make_shared<std::function<void(Tensor&)>>(std::move(all_reduce));
+  return [reduce](const Tensor& x) { return RankSum::apply(x, reduce); };
+}
 
 // The heads' inputs of a phase: per head, this rank's rows of every micro-batch, and where
 // those rows are in the phase's whole batch.

@@ -63,6 +63,11 @@ struct SprintLosses {
   torch::Tensor parts;  // [3]
 };
 
+// SprintStep::Sum from an in-place all-reduce (sum) over the step's ranks: the forward adds
+// a copy over the ranks, the backward adds the gradients over them the same way (each
+// rank's loss is its part of the step's, so the sum's gradient is every rank's part's).
+std::function<torch::Tensor(const torch::Tensor&)> summed_over_ranks(std::function<void(torch::Tensor&)> all_reduce);
+
 class SprintStep {
  public:
   // Adds a tensor over every rank of the step with a backward that adds the gradients the

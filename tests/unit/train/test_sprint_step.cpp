@@ -9,7 +9,11 @@
 
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <sstream>
 
 #include "sana/diffusion/scm.h"
@@ -52,7 +56,147 @@ model::Condition rows(const model::Condition& c, int64_t first, int64_t n) {
   return out;
 }
 
+// An all-reduce (sum, in rank order) among threads standing for the ranks of a step;
+// a thread that waits 60 s for the others throws.
+class ThreadAllReduce {
+ public:
+  explicit ThreadAllReduce(int world) : world_(world), slots_(static_cast<size_t>(world)) {}
+  void operator()(int rank, torch::Tensor& t) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t generation = generation_;
+    slots_[static_cast<size_t>(rank)] = t.clone();
+    if (++arrived_ == world_) {
+      result_ = slots_[0];
+      for (size_t r = 1; r < slots_.size(); ++r) result_ = result_ + slots_[r];
+      arrived_ = 0;
+      ++generation_;
+      done_.notify_all();
+    } else if (!done_.wait_for(lock, std::chrono::seconds(60), [&] { return generation_ != generation; })) {
+      throw std::runtime_error("a rank's all-reduce waited 60 s for the others");
+    }
+    t.copy_(result_);
+  }
+
+ private:
+  int world_;
+  std::vector<torch::Tensor> slots_;
+  torch::Tensor result_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+  std::mutex mutex_;
+  std::condition_variable done_;
+};
+
+// One rank's models: the same seeds on every rank, as rank 0's broadcast weights.
+struct RankModels {
+  model::SanaMS student, teacher;
+  model::LaddHeads heads;
+};
+RankModels rank_models() {
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  RankModels m{model::SanaMS(sprint_student(), model::BuildOptions{torch::kFloat64, false, 80}),
+               model::SanaMS(sprint_teacher(), model::BuildOptions{torch::kFloat64, false, 81}),
+               model::LaddHeads(sprint_student().hidden, 2, 84, f64)};
+  perturb(m.student, 82);
+  perturb(m.teacher, 83);
+  return m;
+}
+
+// What a generator step (2) then a discriminator step (3) leave on one rank: the student's
+// gradients, the heads' gradients and spectral-norm vectors, each phase's loss parts.
+struct RankResult {
+  std::map<std::string, torch::Tensor> student, heads;
+  torch::Tensor g, d;
+};
+
+RankResult run_rank(RankModels m, const train::SprintOptions& o, const torch::Tensor& x0, const model::Condition& cond,
+                    const std::vector<uint64_t>& ids, int64_t first, int64_t count, int64_t micro,
+                    train::SprintStep::Sum sum) {
+  train::SprintStep step(o, m.student, m.teacher, m.heads, std::move(sum));
+  train::SprintShare share;
+  share.global_batch = x0.size(0);
+  share.first = first;
+  if (count < x0.size(0)) share.previous_x0 = x0.narrow(0, (first + x0.size(0) - 1) % x0.size(0), 1);
+  for (int64_t i = first; i < first + count; i += micro) {
+    const int64_t n = std::min(micro, first + count - i);
+    share.micro.push_back({x0.narrow(0, i, n), rows(cond, i, n), std::vector<uint64_t>(ids.begin() + i, ids.begin() + i + n)});
+  }
+  RankResult r;
+  share.step = 2;
+  r.g = step.generator(share).parts;
+  share.step = 3;
+  r.d = step.discriminator(share).parts;
+  for (const auto& p : m.student->named_parameters()) r.student[p.key()] = p.value().grad().clone();
+  for (const auto& p : m.heads->named_parameters()) r.heads[p.key()] = p.value().grad().clone();
+  for (const auto& b : m.heads->named_buffers()) r.heads[b.key()] = b.value().clone();
+  return r;
+}
+
 }  // namespace
+
+TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses and spectral norms",
+          "[sprint]") {
+  train::SprintOptions o;
+  o.head_blocks = {0, 2};
+  o.tangent_warmup_steps = 4;
+  o.seed = 12;
+  o.virtual_bs = 4;  // 5 samples: the fakes' 10 rows in 3 groups, the reals' 5 in 2, across ranks
+  torch::manual_seed(85);
+  const int64_t B = 5;
+  const auto spec = sprint_student();
+  const auto x0 = torch::randn({B, spec.in_channels, 8, 8}, torch::kFloat64) * o.sigma_data;
+  const auto cond = condition_for(spec, B, torch::kFloat64);
+  const std::vector<uint64_t> ids{50, 51, 52, 53, 54};
+  const auto whole = run_rank(rank_models(), o, x0, cond, ids, 0, B, 2, nullptr);
+  for (int world : {2, 3}) {
+    INFO(world << " ranks");
+    ThreadAllReduce exchange(world);
+    std::vector<RankResult> results(static_cast<size_t>(world));
+    std::vector<RankModels> models;
+    for (int r = 0; r < world; ++r) models.push_back(rank_models());
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          // rank_share's split: consecutive, sizes differing by one at most; micro-batches of 1.
+          const int64_t first = B * r / world, last = B * (r + 1) / world;
+          auto sum = train::summed_over_ranks([&exchange, r](torch::Tensor& t) { exchange(r, t); });
+          results[static_cast<size_t>(r)] = run_rank(models[static_cast<size_t>(r)], o, x0, cond, ids, first,
+                                                     last - first, 1, sum);
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) CHECK(e == "");
+    REQUIRE(std::all_of(errors.begin(), errors.end(), [](const std::string& e) { return e.empty(); }));
+    torch::Tensor g = torch::zeros_like(whole.g), d = torch::zeros_like(whole.d);
+    for (const auto& r : results) {
+      g = g + r.g;
+      d = d + r.d;
+    }
+    CHECK(rel_diff(g, whole.g) < 1e-12);
+    CHECK(rel_diff(d, whole.d) < 1e-12);
+    for (const auto& [name, t] : whole.student) {
+      INFO(name);
+      auto total = torch::zeros_like(t);
+      for (const auto& r : results) total = total + r.student.at(name);
+      CHECK(rel_diff(total, t) < 1e-10);
+    }
+    for (const auto& [name, t] : whole.heads) {
+      INFO(name);
+      if (name.find("_u") != std::string::npos || name.find("_v") != std::string::npos) {
+        for (const auto& r : results) CHECK(torch::equal(r.heads.at(name), t));  // every rank's power iteration
+        continue;
+      }
+      auto total = torch::zeros_like(t);
+      for (const auto& r : results) total = total + r.heads.at(name);
+      CHECK((total - t).abs().max().item<double>() <= 1e-10 * t.abs().max().item<double>() + 1e-14);
+    }
+  }
+}
 
 TEST_CASE("Sprint's draws are a pure function of (seed, step, sample)", "[sprint]") {
   diffusion::SprintDrawOptions o;
