@@ -185,7 +185,7 @@ std::vector<Tensor> SprintStep::adversarial_gradients(const SprintShare& share, 
 }
 
 Tensor SprintStep::generator_backward(const SprintMicroBatch& m, const MicroDraws& d, double r, int64_t global_batch,
-                                      const std::vector<Tensor>& feature_grads) {
+                                      const std::vector<Tensor>& feature_grads, bool last) {
   const double sd = o_.sigma_data;
   const auto cond = with_cfg(m.cond, d.cfg, m.x0);
   const auto x_s = noised(m.x0, d.s, d.z, sd);
@@ -209,11 +209,23 @@ Tensor SprintStep::generator_backward(const SprintMicroBatch& m, const MicroDraw
     roots.push_back(fake[h]);
     grads.push_back(feature_grads[h].to(fake[h].scalar_type()) * o_.adv_lambda);
   }
+  if (before_backward_) before_backward_(last);
   torch::autograd::backward(roots, grads);
   return scm.detach().to(torch::kCPU, torch::kFloat64);
 }
 
+namespace {
+
+void check_share(const SprintShare& share) {
+  if (share.micro.empty()) {  // the batching keeps at least one sample on every rank (check_world_fits)
+    throw std::logic_error(fmt::format("SANA-Sprint step {}: this rank's share is empty", share.step));
+  }
+}
+
+}  // namespace
+
 SprintLosses SprintStep::generator(const SprintShare& share) {
+  check_share(share);
   const double r = std::min(1.0, static_cast<double>(share.step) /
                                      static_cast<double>(std::max<int64_t>(1, o_.tangent_warmup_steps)));
   student_->train();
@@ -226,7 +238,8 @@ SprintLosses SprintStep::generator(const SprintShare& share) {
   int64_t row = 0;
   for (size_t i = 0; i < share.micro.size(); ++i) {
     const int64_t b = share.micro[i].x0.size(0);
-    scm = scm + generator_backward(share.micro[i], draws[i], r, share.global_batch, rows_of(feature_grads, row, b));
+    scm = scm + generator_backward(share.micro[i], draws[i], r, share.global_batch, rows_of(feature_grads, row, b),
+                                   i + 1 == share.micro.size());
     row += b;
   }
   SprintLosses out;
@@ -235,6 +248,7 @@ SprintLosses SprintStep::generator(const SprintShare& share) {
 }
 
 SprintLosses SprintStep::discriminator(const SprintShare& share) {
+  check_share(share);
   const double sd = o_.sigma_data;
   const int64_t B = share.global_batch;
   const bool misaligned = o_.misaligned_pairs && B > 1;
@@ -293,6 +307,7 @@ SprintLosses SprintStep::discriminator(const SprintShare& share) {
   const auto loss_real = torch::relu(1 - logits_real).sum() / (static_cast<double>(B) * T);
   const auto loss_fake = torch::relu(1 + logits_fake).sum() / (static_cast<double>(fake_rows) * T);
   const auto loss = 0.5 * (loss_real + loss_fake);
+  if (before_backward_) before_backward_(true);
   loss.backward();
   SprintLosses out;
   out.parts = torch::stack({loss, loss_real, loss_fake}).detach().to(torch::kCPU, torch::kFloat64);

@@ -76,6 +76,10 @@ class SprintStep {
   SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads, Sum sum);
 
   static bool generator_phase(int64_t step) { return step % 2 == 0; }
+  // Called before each backward that reaches what trains in the phase, `last` on the phase's
+  // last (the reducer syncs then: parallel::Reducer::begin_backward). The generator runs one
+  // per micro-batch, the discriminator one.
+  void before_backward(std::function<void(bool last)> hook) { before_backward_ = std::move(hook); }
   SprintLosses generator(const SprintShare& share);
   SprintLosses discriminator(const SprintShare& share);
 
@@ -93,15 +97,17 @@ class SprintStep {
   // *adv) and its gradient of every feature, per head [share rows, N, C].
   std::vector<torch::Tensor> adversarial_gradients(const SprintShare& share, const std::vector<MicroDraws>& draws,
                                                    torch::Tensor* adv);
-  // The second pass on one micro-batch: the sCM loss with the JVP, backpropagated with the
-  // features' gradients `feature_grads` (its rows); returns its part of the sCM loss.
+  // The second pass on one micro-batch (`last`: the share's last): the sCM loss with the JVP,
+  // backpropagated with the features' gradients `feature_grads` (its rows); returns its part
+  // of the sCM loss.
   torch::Tensor generator_backward(const SprintMicroBatch& m, const MicroDraws& d, double r, int64_t global_batch,
-                                   const std::vector<torch::Tensor>& feature_grads);
+                                   const std::vector<torch::Tensor>& feature_grads, bool last);
 
   SprintOptions o_;
   model::SanaMS student_, teacher_;
   model::LaddHeads heads_;
   Sum sum_;
+  std::function<void(bool)> before_backward_;
 };
 
 }  // namespace sana::train

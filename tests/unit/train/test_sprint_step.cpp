@@ -276,8 +276,11 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
     share.micro.push_back({x0.narrow(0, first, n), rows(cond, first, n),
                            std::vector<uint64_t>(ids.begin() + first, ids.begin() + first + n)});
   }
+  std::vector<bool> backwards;  // what the reducer would be told
+  step.before_backward([&](bool last) { backwards.push_back(last); });
   share.step = 2;  // a generator step, r = 2 / 4
   const auto g = step.generator(share);
+  CHECK(backwards == std::vector<bool>{false, false, true});  // one a micro-batch, the last syncs
   for (const auto& p : heads->parameters()) CHECK_FALSE((p.grad().defined() && p.grad().abs().max().item<double>() > 0));
   for (const auto& p : student->named_parameters()) {
     REQUIRE(p.value().grad().defined());
@@ -285,6 +288,7 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
   }
   share.step = 3;  // the discriminator's
   const auto d = step.discriminator(share);
+  CHECK(backwards == std::vector<bool>{false, false, true, true});
   for (const auto& p : heads->named_parameters()) file.emplace_back("grad.h." + p.key(), p.value().grad().clone());
   for (const auto& p : heads->named_buffers()) file.emplace_back("out.h." + p.key(), p.value().clone());
   file.emplace_back("out.g", g.parts);
