@@ -10,6 +10,7 @@
 #include "sana/train/adamw8bit.h"
 #include "sana/train/lr_scheduler.h"
 #include "sana/train/component_options.h"
+#include "sana/model/ladd_heads.h"
 #include "sana/train/optim.h"
 #include "sana/train/part_options.h"
 #include "test_support.h"
@@ -92,6 +93,35 @@ TEST_CASE("CAME matches an independent implementation of the paper's algorithm",
     came.step(lr);
   }
   for (size_t i = 0; i < params.size(); ++i) file.emplace_back("out." + shapes[i].first, params[i].detach());
+  const nlohmann::json config = {{"lr", lr}, {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
+                                 {"weight_decay", wd}, {"steps", steps}};
+  check_with_reference("came.py", file, config);
+}
+
+TEST_CASE("CAME on SANA-Sprint's discriminator heads matches the independent CAME", "[train][optim][sprint]") {
+  // The heads' parameters: spectral-norm Conv1d weights [C, C, 1] and [C, C, 9] and the logit
+  // conv's [1, C, 1] (3-D: not factored, as upstream's CAMEWrapper's _get_options), biases and
+  // batch-norm affines, with the optimizer's settings of upstream's Sprint YAMLs.
+  torch::manual_seed(6);
+  model::LaddHeads heads(8, 2, 3);
+  train::NamedParams named;
+  NamedTensors file;
+  for (const auto& p : heads->named_parameters()) {
+    named.emplace_back(p.key(), p.value());
+    file.emplace_back("p0." + p.key(), p.value().detach().clone());
+  }
+  CHECK_FALSE(train::Came::factored(heads->named_parameters()["heads.0.main.0.0.weight_orig"].sizes()));
+  const double lr = 2e-6 * 1000, wd = 0.0;  // a larger lr than the YAML's, so the steps show
+  train::Came came(named, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, wd);
+  const int steps = 4;
+  for (int s = 0; s < steps; ++s) {
+    for (auto& [name, p] : named) {
+      p.mutable_grad() = torch::randn(p.sizes()) * (0.1 + s);
+      file.emplace_back(fmt::format("g{}.{}", s, name), p.grad().clone());
+    }
+    came.step(lr);
+  }
+  for (const auto& [name, p] : named) file.emplace_back("out." + name, p.detach().clone());
   const nlohmann::json config = {{"lr", lr}, {"betas", {0.9, 0.999, 0.9999}}, {"eps", {1e-30, 1e-16}},
                                  {"weight_decay", wd}, {"steps", steps}};
   check_with_reference("came.py", file, config);
