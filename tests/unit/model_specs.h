@@ -28,6 +28,17 @@ inline model::ModelSpec small_spec(model::Conditioning cond = model::Conditionin
   return s;
 }
 
+// SANA-Sprint's stage-2 student of upstream's YAMLs, small: q/k norms in both attentions,
+// the guidance embedding (scale 0.1), the log-variance head and the timestep factor 1000.
+inline model::ModelSpec sprint_student_spec(int64_t depth = 2) {
+  auto spec = small_spec(model::Conditioning::caption);
+  spec.qk_norm = spec.cross_norm = spec.cfg_embed = spec.logvar = true;
+  spec.cfg_embed_scale = 0.1;
+  spec.timestep_norm_scale = 1000.0;
+  spec.depth = depth;
+  return spec;
+}
+
 // max |a - b| / max |b|, in float64.
 inline double rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /

@@ -66,17 +66,15 @@ void inject_test_failure(int rank, int64_t global_step) {
 }  // namespace
 
 int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  if (model_spec_for(cfg).trigflow && cfg.model.sprint.teacher_model.empty()) {
-    throw UsageError(fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage 2 "
-                                 "distils a teacher; point it at the stage-1 fine-tune's weights",
-                                 cfg.model.model),
-                     "config error");
-  }
-  if (model_spec_for(cfg).trigflow) {
-    throw UsageError(fmt::format("model.model: {} is SANA-Sprint's stage-2 student; training stage 2 (sCM + LADD) "
-                                 "is not built yet, only its step and checks (docs/sprint.md). `sana-train model` "
-                                 "gives its parameters and memory; stage 1 (the teacher fine-tune) trains",
-                                 cfg.model.model),
+  if (model_spec_for(cfg).trigflow) {  // SANA-Sprint's stage 2 (docs/sprint.md)
+    throw UsageError(cfg.model.sprint.teacher_model.empty()
+                         ? fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage "
+                                       "2 distils a teacher; point it at the stage-1 fine-tune's weights",
+                                       cfg.model.model)
+                         : fmt::format("model.model: {} is SANA-Sprint's stage-2 student; training stage 2 (sCM + "
+                                       "LADD) is not built yet, only its step and checks (docs/sprint.md). `sana-train "
+                                       "model` gives its parameters and memory; stage 1 (the teacher fine-tune) trains",
+                                       cfg.model.model),
                      "config error");
   }
   auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},

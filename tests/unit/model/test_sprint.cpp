@@ -21,20 +21,6 @@ using sana::test::condition_for;
 using sana::test::perturb;
 using sana::test::rel_diff;
 
-namespace {
-
-// The stage-2 student of upstream's Sprint YAMLs, small: q/k norms in both attentions, the
-// guidance embedding (scale 0.1), the log-variance head and the timestep factor 1000.
-ModelSpec student_spec() {
-  auto spec = sana::test::small_spec(Conditioning::caption);
-  spec.qk_norm = spec.cross_norm = spec.cfg_embed = spec.logvar = true;
-  spec.cfg_embed_scale = 0.1;
-  spec.timestep_norm_scale = 1000.0;
-  return spec;
-}
-
-}  // namespace
-
 TEST_CASE("the composed attention and gate compute what their autograd functions do", "[model][sprint]") {
   torch::manual_seed(3);
   const auto qkv = torch::randn({2, 10, 3, 4, 8}, torch::kFloat64);
@@ -54,7 +40,7 @@ TEST_CASE("the composed attention and gate compute what their autograd functions
 }
 
 TEST_CASE("the student's JVP is the derivative: float64 central differences", "[model][sprint]") {
-  const auto spec = student_spec();
+  const auto spec = sana::test::sprint_student_spec();
   SanaMS model(spec, BuildOptions{torch::kFloat64, false, 40});
   perturb(model, 41);
   model->set_grad_checkpointing(true);  // the JVP pass records no graph, so nothing to checkpoint
@@ -113,7 +99,7 @@ TEST_CASE("the sCM direction is normalised per sample and the loss has upstream'
 // Hidden from the default run ([.]); ctest runs it with the other [reference] cases.
 TEST_CASE("the student's JVP and sCM loss match upstream's in float64", "[.reference]") {
   sana::test::TempDir dir;
-  const auto spec = student_spec();
+  const auto spec = sana::test::sprint_student_spec();
   SanaMS model(spec, BuildOptions{torch::kFloat64, false, 60});
   perturb(model, 61);  // cfg_embedder's last layer starts at zero
   torch::manual_seed(62);

@@ -33,17 +33,8 @@ using sana::test::rel_diff;
 
 namespace {
 
-model::ModelSpec sprint_student() {
-  auto spec = test::small_spec(model::Conditioning::caption);
-  spec.qk_norm = spec.cross_norm = spec.cfg_embed = spec.logvar = true;
-  spec.cfg_embed_scale = 0.1;
-  spec.timestep_norm_scale = 1000.0;
-  spec.depth = 3;
-  return spec;
-}
-
 model::ModelSpec sprint_teacher() {
-  auto spec = sprint_student();
+  auto spec = test::sprint_student_spec(3);
   spec.cfg_embed = spec.logvar = false;
   return spec;
 }
@@ -94,9 +85,9 @@ struct RankModels {
 };
 RankModels rank_models() {
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  RankModels m{model::SanaMS(sprint_student(), model::BuildOptions{torch::kFloat64, false, 80}),
+  RankModels m{model::SanaMS(test::sprint_student_spec(3), model::BuildOptions{torch::kFloat64, false, 80}),
                model::SanaMS(sprint_teacher(), model::BuildOptions{torch::kFloat64, false, 81}),
-               model::LaddHeads(sprint_student().hidden, 2, 84, f64)};
+               model::LaddHeads(test::sprint_student_spec(3).hidden, 2, 84, f64)};
   perturb(m.student, 82);
   perturb(m.teacher, 83);
   return m;
@@ -143,7 +134,7 @@ TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses an
   o.virtual_bs = 4;  // 5 samples: the fakes' 10 rows in 3 groups, the reals' 5 in 2, across ranks
   torch::manual_seed(85);
   const int64_t B = 5;
-  const auto spec = sprint_student();
+  const auto spec = test::sprint_student_spec(3);
   const auto x0 = torch::randn({B, spec.in_channels, 8, 8}, torch::kFloat64) * o.sigma_data;
   const auto cond = condition_for(spec, B, torch::kFloat64);
   const std::vector<uint64_t> ids{50, 51, 52, 53, 54};
@@ -246,7 +237,7 @@ TEST_CASE("BatchNormLocal's groups over a whole batch equal upstream's local one
 TEST_CASE("a Sprint generator and discriminator step match upstream's in float64", "[.reference]") {
   test::TempDir dir;
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  const auto sspec = sprint_student(), tspec = sprint_teacher();
+  const auto sspec = test::sprint_student_spec(3), tspec = sprint_teacher();
   model::SanaMS student(sspec, model::BuildOptions{torch::kFloat64, false, 70});
   model::SanaMS teacher(tspec, model::BuildOptions{torch::kFloat64, false, 71});
   perturb(student, 72);
