@@ -263,6 +263,8 @@ model::GrowthOptions growth_options_for(const config::Config& cfg) {
 diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
   const auto& s = cfg.scheduler;
   diffusion::TimestepOptions o;
+  // SANA-Sprint's TrigFlow times are its own draws (diffusion/scm.h); no flow step runs.
+  if (s.weighting_scheme == config::Weighting::logit_normal_trigflow) return o;
   o.weighting = mapped(s.weighting_scheme,
                        std::array{std::pair{config::Weighting::logit_normal, diffusion::Weighting::logit_normal},
                                   std::pair{config::Weighting::sd3_mode, diffusion::Weighting::sd3_mode},

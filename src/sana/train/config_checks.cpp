@@ -89,36 +89,30 @@ void check_prior_preservation(const config::Config& cfg, config::IssueSink& issu
   }
 }
 
-// SANA-Sprint: the student's keys only on a SanaMSCM preset, and stage 2's options where
-// the preset asks for it (docs/sprint.md).
-void check_sprint(const config::Config& cfg, config::IssueSink& issues) {
-  model::ModelSpec spec;
-  try {
-    spec = train::model_spec_for(cfg);
-  } catch (const model::SpecError&) {
-    return;  // the model's own check names it
-  }
+// What a flow run offers that stage 2 does not act on yet: refused, not ignored.
+void check_stage2_keys(const config::Config& cfg, config::IssueSink& issues) {
+  const auto not_in_stage2 = [&](const char* key, bool set, const char* why) {
+    if (set) issues.fail(key, fmt::format("is not built for SANA-Sprint's stage 2: {}", why), "remove it for stage 2");
+  };
+  const auto& tr = cfg.train;
+  not_in_stage2("train.lora", config::lora_enabled(tr), "stage 2 trains the whole student");
+  not_in_stage2("train.zero_stage", tr.zero_stage > 1,
+                "stages 2 and 3 are not built with the two-pass generator and the JVP; 0 or 1 are");
+  not_in_stage2("train.offload_optimizer", tr.offload_optimizer, "the heads' optimizer has no host copy");
+  not_in_stage2("train.deterministic", tr.deterministic,
+                "the discriminator's batch-norm groups and losses are summed over ranks in floating point "
+                "(world sizes agree to about 1e-6, not bitwise)");
+  not_in_stage2("model.mixed_precision", cfg.model.mixed_precision == config::Precision::fp16,
+                "fp16 loss scaling is not built for the two optimizers; bf16 is upstream's");
+  not_in_stage2("data.class_data_dir", config::prior_preservation(cfg.data), "there is no flow loss to add it to");
+  not_in_stage2("train.eval", tr.eval.every_steps > 0, "the held-out loss is the flow loss, which the student leaves");
+  not_in_stage2("train.masked_loss", tr.masked_loss, "the sCM and adversarial losses take no masks");
+}
+
+// Stage 2's own options and its teacher: the losses and times built, the teacher's width
+// and the blocks the heads read.
+void check_stage2_teacher(const config::Config& cfg, const model::ModelSpec& spec, config::IssueSink& issues) {
   const auto& m = cfg.model.sprint;
-  if (!spec.trigflow) {
-    const auto student_only = [&](const char* key, bool set) {
-      if (!set) return;
-      issues.fail(key, fmt::format("is SANA-Sprint's stage 2, which trains a SanaMSCM_* preset; {} is a flow model",
-                                   spec.name),
-                  "use a SanaMSCM_* preset for stage 2 (docs/sprint.md), or remove the key");
-    };
-    student_only("model.cfg_embed", m.cfg_embed);
-    student_only("model.logvar", m.logvar);
-    student_only("scheduler.weighting_scheme", cfg.scheduler.weighting_scheme == config::Weighting::logit_normal_trigflow);
-    student_only("scheduler.vis_sampler", cfg.scheduler.vis_sampler == "scm");
-    return;
-  }
-  if (spec.conditioning != model::Conditioning::caption) {
-    issues.fail("model.model", fmt::format("{} is SANA-Sprint's caption-conditioned student; this config has no "
-                                           "captions (text_encoder or data.load_text_feat)", spec.name));
-  }
-  // Without a teacher the config only describes a student (previews, export, `sana-train
-  // model`); training one says so (train/trainer.cpp).
-  if (m.teacher_model.empty()) return;
   const auto& t = cfg.train.sprint;
   if (t.discriminator_loss != "hinge") {
     issues.fail("train.discriminator_loss", fmt::format("'{}' is not built; the hinge loss is (upstream's Sprint "
@@ -157,6 +151,40 @@ void check_sprint(const config::Config& cfg, config::IssueSink& issues) {
       break;
     }
   }
+}
+
+// SANA-Sprint: the student's keys only on a SanaMSCM preset, and stage 2's options where
+// the preset asks for it (docs/sprint.md).
+void check_sprint(const config::Config& cfg, config::IssueSink& issues) {
+  model::ModelSpec spec;
+  try {
+    spec = train::model_spec_for(cfg);
+  } catch (const model::SpecError&) {
+    return;  // the model's own check names it
+  }
+  const auto& m = cfg.model.sprint;
+  if (!spec.trigflow) {
+    const auto student_only = [&](const char* key, bool set) {
+      if (!set) return;
+      issues.fail(key, fmt::format("is SANA-Sprint's stage 2, which trains a SanaMSCM_* preset; {} is a flow model",
+                                   spec.name),
+                  "use a SanaMSCM_* preset for stage 2 (docs/sprint.md), or remove the key");
+    };
+    student_only("model.cfg_embed", m.cfg_embed);
+    student_only("model.logvar", m.logvar);
+    student_only("scheduler.weighting_scheme", cfg.scheduler.weighting_scheme == config::Weighting::logit_normal_trigflow);
+    student_only("scheduler.vis_sampler", cfg.scheduler.vis_sampler == "scm");
+    return;
+  }
+  if (spec.conditioning != model::Conditioning::caption) {
+    issues.fail("model.model", fmt::format("{} is SANA-Sprint's caption-conditioned student; this config has no "
+                                           "captions (text_encoder or data.load_text_feat)", spec.name));
+  }
+  // Without a teacher the config only describes a student (previews, export, `sana-train
+  // model`); training one says so (train/trainer.cpp).
+  if (m.teacher_model.empty()) return;
+  check_stage2_keys(cfg, issues);
+  check_stage2_teacher(cfg, spec, issues);
 }
 
 }  // namespace

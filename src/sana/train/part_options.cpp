@@ -232,4 +232,16 @@ SprintOptions sprint_options_for(const config::Config& cfg) {
   return o;
 }
 
+SprintTrainingOptions sprint_training_options_for(const config::Config& cfg) {
+  SprintTrainingOptions o;
+  o.teacher = teacher_spec_for(cfg);
+  o.teacher_model = cfg.model.sprint.teacher_model;
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.step = sprint_options_for(cfg);
+  o.reducer = reducer_options_for(cfg);
+  o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  return o;
+}
+
 }  // namespace sana::train

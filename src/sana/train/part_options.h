@@ -22,6 +22,7 @@
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
 #include "sana/train/sprint_step.h"
+#include "sana/train/sprint_training.h"
 #include "sana/train/step.h"
 
 namespace sana::train {
@@ -56,6 +57,9 @@ StepOptions step_options_for(const config::Config& cfg, int rank, int world_size
 // SANA-Sprint stage 2's objective (a SanaMSCM preset, docs/sprint.md): scheduler.* and
 // train.* Sprint keys, the heads' blocks (component_options.h's head_blocks_for), train.seed.
 SprintOptions sprint_options_for(const config::Config& cfg);
+// Stage 2's parts in a run: the teacher (model.teacher, model.teacher_model,
+// train.frozen_base_dtype), the heads' seed, reducer (ddp.*) and optimizer (train.optimizer).
+SprintTrainingOptions sprint_training_options_for(const config::Config& cfg);
 // train.lora when it is on (lora_enabled), else nothing: what Trainable adapts.
 std::optional<model::LoraOptions> lora_for(const config::Config& cfg);
 // vae.*, text_encoder.*, controlnet.hed_model (for a ControlNet preset on scribble or HED

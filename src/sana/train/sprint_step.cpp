@@ -44,11 +44,14 @@ model::Condition with_cfg(const model::Condition& c, const std::vector<double>& 
 Tensor teacher_velocity(model::SanaMSImpl& teacher, const Tensor& x_s, const Tensor& s, const model::Condition& c,
                         const Tensor& w, double sigma_d) {
   torch::NoGradGuard no_grad;
+  // An unconditional teacher has no null branch: its one output is the guided one.
+  if (!c.y.defined()) return sigma_d * model::trigflow_forward(teacher, x_s / sigma_d, s.flatten(), c);
   const int64_t b = x_s.size(0);
   model::Condition both;
   both.y = torch::cat({c.y, c.y});
   if (c.mask.defined()) both.mask = torch::cat({c.mask, c.mask});
-  both.drop = torch::cat({torch::ones({b}, torch::kBool), torch::zeros({b}, torch::kBool)});
+  const auto on = torch::TensorOptions().dtype(torch::kBool).device(x_s.device());
+  both.drop = torch::cat({torch::ones({b}, on), torch::zeros({b}, on)});
   const auto F = model::trigflow_forward(teacher, torch::cat({x_s, x_s}) / sigma_d, torch::cat({s, s}).flatten(), both);
   const auto u = F.narrow(0, 0, b), cnd = F.narrow(0, b, b);
   return sigma_d * (u + w * (cnd - u));

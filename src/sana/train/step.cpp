@@ -43,30 +43,14 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
   dump_epoch_ = epoch;
   dump_step_ = step;
   out.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat64).device(device));
-  const int64_t downsample = model_->spec().downsample;
   std::vector<data::Batch> kept;  // train.deterministic: for a run again after an overflow
   int64_t count = 1;  // this rank's micro-batches in the step: known from the first
   int64_t runs = 1;   // and how many it runs (runs_for)
   std::optional<data::Batch> last;  // for the padding
   for (int64_t micro = 0; micro < count; ++micro) {
-    std::optional<data::Batch> batch;
-    {
-      PhaseTimer waiting(out.times.data);
-      batch = loader.next();
-    }
-    if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step + 1, epoch + 1));
-    if (batch->step != step || batch->micro_step != micro) {
-      throw RunError(fmt::format("the loader gave micro-batch {} of step {} for micro-batch {} of step {}",
-                                 batch->micro_step, batch->step, micro, step));
-    }
+    std::optional<data::Batch> batch = next_batch(loader, epoch, step, micro, guard, out);
     count = batch->micro_count;
     runs = runs_for(*batch);
-    out.largest_micro_batch = std::max<int64_t>(out.largest_micro_batch, static_cast<int64_t>(batch->ids.size()));
-    out.samples = batch->global_batch;
-    guard.add(*batch);
-    if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
-    out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
-    out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
     forward_backward(*batch, epoch, micro == runs - 1, loss_scale, out);
     if (runs > count && micro == count - 1) last = *batch;
     if (o_.deterministic) kept.push_back(std::move(*batch));
@@ -92,6 +76,43 @@ StepOutput TrainStep::run(data::Loader& loader, int64_t epoch, int64_t step, Bad
     finalize(out.times);
   }
   return out;
+}
+
+data::Batch TrainStep::next_batch(data::Loader& loader, int64_t epoch, int64_t step, int64_t micro,
+                                  BadSampleGuard& guard, StepOutput& out) {
+  std::optional<data::Batch> batch;
+  {
+    PhaseTimer waiting(out.times.data);
+    batch = loader.next();
+  }
+  if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step + 1, epoch + 1));
+  if (batch->step != step || batch->micro_step != micro) {
+    throw RunError(fmt::format("the loader gave micro-batch {} of step {} for micro-batch {} of step {}",
+                               batch->micro_step, batch->step, micro, step));
+  }
+  out.largest_micro_batch = std::max<int64_t>(out.largest_micro_batch, static_cast<int64_t>(batch->ids.size()));
+  out.samples = batch->global_batch;
+  guard.add(*batch);
+  if (ids_log_) *ids_log_ << epoch << ' ' << step << ' ' << fmt::format("{}", fmt::join(batch->ids, " ")) << std::endl;
+  const int64_t downsample = model_->spec().downsample;
+  out.height = batch->images.defined() ? batch->images.size(2) : batch->latents.size(2) * downsample;
+  out.width = batch->images.defined() ? batch->images.size(3) : batch->latents.size(3) * downsample;
+  return std::move(*batch);
+}
+
+std::vector<TrainStep::Prepared> TrainStep::prepare(data::Loader& loader, int64_t epoch, int64_t step,
+                                                    BadSampleGuard& guard, StepOutput& out) {
+  std::vector<Prepared> micro;
+  PhaseTimer compute(out.times.forward_backward);  // the encoders' time goes to out.times.encoders
+  for (int64_t i = 0, count = 1; i < count; ++i) {
+    compute.pause();
+    const auto batch = next_batch(loader, epoch, step, i, guard, out);
+    compute.resume();
+    count = batch.micro_count;
+    auto in = inputs(batch, compute, out.times);
+    micro.push_back({in.x0, in.cond, batch.ids});
+  }
+  return micro;
 }
 
 void TrainStep::finalize(StepTimes& times) {

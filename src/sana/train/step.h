@@ -66,12 +66,31 @@ class TrainStep {
   // `loss_scale` multiplies each loss before its backward (fp16 loss scaling; 1 otherwise).
   StepOutput run(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard, double loss_scale = 1.0);
 
+  // A micro-batch as the model takes it: x0 (latents, or pixels), its condition (drop not
+  // set) and its samples' ids.
+  struct Prepared {
+    torch::Tensor x0;
+    model::Condition cond;
+    std::vector<data::SampleId> ids;
+  };
+  // This rank's micro-batches of step `step` of `epoch`, read, counted by `guard`, on the
+  // device and through the encoders, but run through nothing: for an objective that needs
+  // the rank's whole share before its first backward (SANA-Sprint's stage 2,
+  // train/sprint_training.h). Fills out's samples, size and data/encoder times.
+  std::vector<Prepared> prepare(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard,
+                                StepOutput& out);
+  const model::AutocastState& autocast() const { return amp_; }
+
   // train.eval: the loss of `batch`'s one sample at each of `timesteps`, in order (one
   // forward of a row per timestep, no gradients; train/eval_loss.h): each the mean squared
   // error over its elements, weighted by its mask's cells under train.masked_loss.
   std::vector<double> eval_losses(const data::Batch& batch, const std::vector<int64_t>& timesteps);
 
  private:
+  // Micro-batch `micro` of step `step` from the loader, checked to be that one and counted
+  // (guard, out's sizes, the tests' id log).
+  data::Batch next_batch(data::Loader& loader, int64_t epoch, int64_t step, int64_t micro, BadSampleGuard& guard,
+                         StepOutput& out);
   // One micro-batch forward and backward (`last`: the step's last on this rank), its loss
   // added to out.loss_sum and its times to out.times.
   // `padding`: a micro-batch run only so that this rank runs as many forwards as the rank

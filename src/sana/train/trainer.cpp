@@ -66,15 +66,10 @@ void inject_test_failure(int rank, int64_t global_step) {
 }  // namespace
 
 int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  if (model_spec_for(cfg).trigflow) {  // SANA-Sprint's stage 2 (docs/sprint.md)
-    throw UsageError(cfg.model.sprint.teacher_model.empty()
-                         ? fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage "
-                                       "2 distils a teacher; point it at the stage-1 fine-tune's weights",
-                                       cfg.model.model)
-                         : fmt::format("model.model: {} is SANA-Sprint's stage-2 student; training stage 2 (sCM + "
-                                       "LADD) is not built yet, only its step and checks (docs/sprint.md). `sana-train "
-                                       "model` gives its parameters and memory; stage 1 (the teacher fine-tune) trains",
-                                       cfg.model.model),
+  if (model_spec_for(cfg).trigflow && cfg.model.sprint.teacher_model.empty()) {  // SANA-Sprint's stage 2
+    throw UsageError(fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage 2 "
+                                 "distils a teacher; point it at the stage-1 fine-tune's weights (docs/sprint.md)",
+                                 cfg.model.model),
                      "config error");
   }
   auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
@@ -127,9 +122,14 @@ void Trainer::start() {
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
   // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  lr_scheduler_.emplace(lr_schedule_options_for(cfg_.train),
-                        [this] { return position_.global_step - scaler_->overflows(); });
+  // SANA-Sprint: as upstream, the schedule steps with the generator only (even steps).
+  lr_scheduler_.emplace(lr_schedule_options_for(cfg_.train), [this] {
+    return sprint_ ? (position_.global_step + 1) / 2 : position_.global_step - scaler_->overflows();
+  });
   step_.emplace(step_options_for(cfg_, rank, world, zero_->forwards_collective()), model_, encoders_, *reducer_);
+  if (spec_.trigflow) {  // collective: the teacher's weights agreed
+    sprint_ = std::make_unique<SprintTraining>(sprint_training_options_for(cfg_), model_, rt_);
+  }
   previews_.emplace(preview_policy_for(cfg_), preview_sources_for(cfg_), rt_, model_, encoders_, *dataset_);
   open_eval_set();  // collective under train.eval: rank 0 indexes the held-out samples
   checkpointer_.emplace(checkpoint_options_for(cfg_, TestHooks::get().checkpoint_stage_delay()), main_rank_);
@@ -216,45 +216,6 @@ int64_t Trainer::count_total_steps() const {
   return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
 }
 
-// One device's peak FLOP/s for MFU: train.peak_tflops, else a known CUDA GPU's by name
-// (bf16/fp16 under autocast, TF32 otherwise); 0 on CPUs and unknown GPUs (no MFU).
-double Trainer::device_peak_flops() const {
-  if (cfg_.train.peak_tflops > 0) return cfg_.train.peak_tflops * 1e12;
-  if (!rt_.device().is_cuda()) return 0;
-  const std::string name = cuda_device_name(rt_.device().index());
-  const bool half = cfg_.model.mixed_precision != config::Precision::fp32;
-  const double tflops = peak_tflops_for(name, half);
-  if (tflops > 0) {
-    log::info("MFU against {}'s {:.0f} TFLOP/s ({}, dense; train.peak_tflops overrides)", name, tflops,
-              half ? "bf16/fp16" : "TF32; fp32 products that do not use TF32 reach less");
-  } else {
-    log::info("MFU: the peak of '{}' is not known here; set train.peak_tflops to see it", name);
-  }
-  return tflops * 1e12;
-}
-
-void Trainer::log_start() const {
-  const int world = rt_.world_size();
-  if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != config::Precision::fp32) {
-    log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
-              config::name_of(cfg_.model.mixed_precision));
-  } else if (scaler_->enabled()) {
-    log::info("model.mixed_precision fp16: dynamic loss scaling from {:g} (as torch's GradScaler)", scaler_->scale());
-  }
-  const char* conditioning = spec_.conditioning == model::Conditioning::caption       ? "caption-conditioned"
-                             : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
-                                                                                       : "unconditional";
-  log::info("{}: {:.2f} M parameters, {}, {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
-            "optimizer {}{}, {} gradient buckets{}{}",
-            spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
-            spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            batch_text(*dataset_, batch_options_for(cfg_), rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_,
-            optimizer_->name(),
-            optimizer_->on_host() ? " in host memory with fp32 master weights (train.offload_optimizer)" : "",
-            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic),
-            trainable_->describe());
-}
-
 void Trainer::run() {
   for (int64_t epoch = position_.epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
     if (position_.global_step >= total_steps_) break;
@@ -284,60 +245,24 @@ bool Trainer::run_epoch(int64_t epoch) {
   return true;
 }
 
-void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {
-  memory_reported_ = true;
-  MemoryUse mine;
-  mine.rank = rt_.rank();
-  std::vector<torch::Tensor> params, state;
-  params = trainable_->all_tensors();  // the base and its adapters
-  for (const auto& [name, t] : optimizer_->state()) state.push_back(t);
-  mine.parameters = bytes_of(params);
-  // Streamed to the host, the gradients are the optimizer's host gradients.
-  if (!reducer_->gradients_on_host()) mine.gradients = bytes_of(reducer_->flat_gradients());
-  (optimizer_->on_host() ? mine.host_optimizer : mine.optimizer) = bytes_of(state);
-  mine.host_weights = bytes_of(optimizer_->host_weights());
-  mine.host_gradients = bytes_of(optimizer_->host_gradients());
-  (ema_->on_host() ? mine.host_ema : mine.ema) = bytes_of(ema_->averages());
-  mine.gathered = zero_->peak_gathered();
-  mine.activations_peak = activations.growth();
-  mine.activations_source = activations.source();
-  const int64_t cell = spec_.downsample * spec_.patch;
-  mine.micro_batch = step.largest_micro_batch;
-  mine.h_tokens = step.height / cell;
-  mine.w_tokens = step.width / cell;
-  log::info("{}", mine.line());
-  const auto all = rt_.all_gather("memory", mine.json());  // collective
-  if (!main_rank_) return;
-  std::vector<MemoryUse> ranks;
-  for (const auto& j : all) ranks.push_back(MemoryUse::from_json(j));
-  write_memory_json((std::filesystem::path(cfg_.work_dir) / "memory.json").string(), ranks);
-}
-
 bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch) {
   if (cfg_.ddp.broadcast_buffers) {
     torch::NoGradGuard no_grad;
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
-  const double lr = lr_scheduler_->rate(total_steps_);
+  const bool generator = !sprint_ || SprintTraining::generator_phase(position_.global_step);
+  // SANA-Sprint's heads: as upstream's optimizer_D, train.optimizer.lr (auto_lr applied), no schedule.
+  const double lr = generator ? lr_scheduler_->rate(total_steps_) : peak_learning_rate(lr_scheduler_->options());
   const double scale = scaler_->scale();
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
-  auto out = step_->run(loader, epoch, step, *guard_, scale);
+  PhaseLosses phase_losses;
+  auto out = sprint_ ? sprint_->run(*step_, loader, epoch, step, position_.global_step, *guard_, *reducer_,
+                                    phase_losses)
+                     : step_->run(loader, epoch, step, *guard_, scale);
   if (!memory_reported_) peak.end();
   zero_->step_done();
-  StepVerdict verdict;
-  double grad_norm = 0;
-  bool applied = false;
-  {
-    PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
-    const auto [scaled_norm, loss] = grad_norm_and_loss(reducer_->flat_gradients(), out.loss_sum);
-    const bool parts = reducer_->gradients_sharded();  // ZeRO 2: each rank has its part of the norm
-    timer.pause();
-    verdict = agree_on_step(loss, scaled_norm / scale, parts ? scaled_norm * scaled_norm : 0.0);
-    timer.resume();
-    grad_norm = (parts ? std::sqrt(verdict.grad_square_sum) : scaled_norm) / scale;
-    applied = update(verdict, grad_norm, lr, scale);
-  }
+  const auto [verdict, grad_norm, applied] = agree_and_update(out, lr, scale, generator);
 
   if (!memory_reported_) report_memory(peak, out);
   const bool epoch_end = step + 1 == steps_in_epoch;
@@ -362,9 +287,14 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   record.samples = out.samples;
   record.bad_samples = guard_->totals().first;
   const auto forward = model::forward_flops(spec_, out.height, out.width);
-  // data.class_data_dir: each sample's class image runs through the model too.
-  record.train_flops = train_flops(config::lora_enabled(cfg_.train), spec_, forward) *
-                       static_cast<double>(out.samples) * (classes_ ? 2.0 : 1.0);
+  // data.class_data_dir: each sample's class image runs through the model too. SANA-Sprint's
+  // steps are not counted (no FLOP/s, no MFU).
+  if (!sprint_) {
+    record.train_flops = train_flops(config::lora_enabled(cfg_.train), spec_, forward) *
+                         static_cast<double>(out.samples) * (classes_ ? 2.0 : 1.0);
+  }
+  record.has_loss = generator;
+  record.figures = std::move(phase_losses);
   metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
   inject_test_failure(rt_.rank(), global_step);
   StepTimes saving;
@@ -384,6 +314,20 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
               fmt::join(verdict.stop_ranks, ", "), global_step);
   }
   return false;
+}
+
+Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double scale, bool generator) {
+  Outcome o;
+  PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
+  auto& reducer = reducer_of(position_.global_step);
+  const auto [scaled_norm, loss] = grad_norm_and_loss(reducer.flat_gradients(), out.loss_sum);
+  const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
+  timer.pause();
+  o.verdict = agree_on_step(loss, scaled_norm / scale, parts ? scaled_norm * scaled_norm : 0.0);
+  timer.resume();
+  o.grad_norm = (parts ? std::sqrt(o.verdict.grad_square_sum) : scaled_norm) / scale;
+  o.applied = update(o.verdict, o.grad_norm, lr, scale, generator);
+  return o;
 }
 
 void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch) {
@@ -417,7 +361,11 @@ StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_sq
   return verdict;
 }
 
-bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale) {
+parallel::Reducer& Trainer::reducer_of(int64_t global_step) {
+  return !sprint_ || SprintTraining::generator_phase(global_step) ? *reducer_ : sprint_->heads_reducer();
+}
+
+bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator) {
   // fp16: gradients that overflow with a finite loss are the scaler's (skip, halve the scale),
   // not a non-finite step; torch's GradScaler does the same.
   const bool overflow = scaler_->enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
@@ -430,13 +378,17 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   // Upstream updates the EMA on every synced step, the ones its GradScaler then skips
   // included: the average moves toward the unchanged (finite) weights.
   if (overflow) ema_->update_at(position_.global_step + 1);
-  if (apply) {
+  if (apply && !generator) {  // SANA-Sprint's heads: their optimizer, no EMA
+    unscale_and_clip(sprint_->heads_reducer().flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
+    sprint_->heads_optimizer().step(lr);
+  } else if (apply) {
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update_at(position_.global_step + 1);  // as upstream: before the step (the average lags by one)
     optimizer_->step(lr);
     zero_->gather_parameters();  // ZeRO: each owner's updated parameters to every rank
   }
-  reducer_->zero_gradients();
+  reducer_->zero_gradients();  // a skipped step zeroes both of SANA-Sprint's
+  if (sprint_) sprint_->heads_reducer().zero_gradients();
   return apply;
 }
 
@@ -451,6 +403,15 @@ void Trainer::finish() {
   }
   const int world = rt_.world_size();
   log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
+  if (sprint_) {
+    const auto heads = rt_.all_gather("final discriminator checksum", sprint_->heads_checksum());
+    if (std::adjacent_find(heads.begin(), heads.end(), std::not_equal_to<>()) != heads.end()) {
+      throw dist::Disagreement(fmt::format("the discriminator heads differ between ranks after step {}: checksums {}",
+                                           global_step, fmt::join(heads, ", ")));
+    }
+    log::info("discriminator heads identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s",
+              heads.front());
+  }
   trainable_->check_base();
   previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) trainable_->write_final(cfg_.work_dir, {{"model", spec_.name}, {"step", std::to_string(global_step)}});

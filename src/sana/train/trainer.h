@@ -33,6 +33,7 @@
 #include "sana/train/report/metrics.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
+#include "sana/train/sprint_training.h"
 #include "sana/train/step.h"
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
@@ -85,14 +86,26 @@ class Trainer {
   // (a collective) and written to work_dir/memory.json by rank 0. `activations`: the
   // peak's rise during the step's forward and backward (`step`).
   void report_memory(const PeakProbe& activations, const StepOutput& step);
+  // The step's agreement and, when every rank accepts it, the update of what the step trains
+  // (`generator`: the model; false: SANA-Sprint's heads).
+  struct Outcome {
+    StepVerdict verdict;
+    double grad_norm = 0;
+    bool applied = false;
+  };
+  Outcome agree_and_update(StepOutput& out, double lr, double scale, bool generator);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   // `grad_square_part`: this rank's part of the squared gradient norm (ZeRO 2), else 0.
   StepVerdict agree_on_step(double loss, double grad_norm, double grad_square_part);
   // train.early_stop_hours have passed since start-up on this rank.
   bool out_of_time() const;
-  // false: skipped. `scale`: the loss scale the step's backward ran at.
-  bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale);
+  // false: skipped. `scale`: the loss scale the step's backward ran at. `generator`: the
+  // step trains the model (false: SANA-Sprint's discriminator heads).
+  bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator = true);
+  // The reducer of what step `global_step` (from 0) trains: the model's, or under SANA-Sprint
+  // on odd steps the discriminator heads'.
+  parallel::Reducer& reducer_of(int64_t global_step);
   // The run's position and metadata, as the checkpoint's trainer_state.json holds them.
   ckpt::TrainerState run_state() const;
   void finish();
@@ -117,6 +130,9 @@ class Trainer {
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
   std::optional<TrainStep> step_;
+  // SANA-Sprint's stage 2 (a SanaMSCM student with model.teacher_model): the teacher, the
+  // discriminator heads and the alternation; null in a flow run.
+  std::unique_ptr<SprintTraining> sprint_;
   std::optional<Previews> previews_;
   std::optional<EvalLoss> eval_;  // train.eval (none when off)
   std::optional<data::Dataset> classes_;  // data.class_data_dir's class images (none when off)

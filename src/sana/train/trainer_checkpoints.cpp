@@ -7,6 +7,7 @@
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/loader.h"
+#include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
 #include "sana/train/resume.h"
 #include "sana/train/trainer.h"
@@ -33,6 +34,9 @@ void Trainer::register_checkpointed_parts() {
   checkpointer_->add(*nonfinite_);
   checkpointer_->add(*scaler_);
   checkpointer_->add(*lr_scheduler_);
+  if (sprint_) {
+    for (auto* part : sprint_->parts()) checkpointer_->add(*part);
+  }
 }
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {

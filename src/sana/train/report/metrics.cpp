@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -52,11 +53,20 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   times.total = std::chrono::duration<double>(now - last_record_).count();
   last_record_ = now;
   iv_.times += times;
-  if (std::isfinite(s.loss)) {
+  if (s.has_loss && std::isfinite(s.loss)) {
     if (std::isnan(first_loss_)) first_loss_ = s.loss;
     last_loss_ = s.loss;
   }
-  iv_.loss += s.loss;
+  if (s.has_loss) {
+    iv_.loss += s.loss;
+    ++iv_.loss_steps;
+  }
+  for (const auto& [name, v] : s.figures) {
+    auto it = std::find_if(iv_.figures.begin(), iv_.figures.end(), [&](const auto& f) { return f.first == name; });
+    if (it == iv_.figures.end()) it = iv_.figures.insert(iv_.figures.end(), {name, {0.0, 0}});
+    it->second.first += v;
+    ++it->second.second;
+  }
   iv_.grad_norm += s.grad_norm;
   iv_.samples += static_cast<double>(s.samples);
   iv_.flops += s.train_flops;
@@ -104,7 +114,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
   nlohmann::json m = {{"epoch", s.epoch + 1},
                       {"step", s.global_step},
                       {"epoch_step", s.epoch_step + 1},
-                      {"loss", number_or_null(s.loss)},
+                      {"loss", s.has_loss ? number_or_null(s.loss) : nlohmann::json(nullptr)},
                       {"grad_norm", number_or_null(s.grad_norm)},
                       {"lr", s.lr},
                       {"samples", s.samples},
@@ -124,13 +134,13 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                 {"optimizer", t.optimizer},
                                 {"checkpoint_preview", t.checkpoint_preview},
                                 {"other", t.other()}}}};
+  for (const auto& [name, v] : s.figures) m[name] = number_or_null(v);
   const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
-  m["tflops_per_process"] = flops_per_s / 1e12;
-  if (peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;
+  if (s.train_flops > 0) m["tflops_per_process"] = flops_per_s / 1e12;
+  if (s.train_flops > 0 && peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;
   jsonl_ << m.dump() << "\n" << std::flush;
   if (!events_) return;
-  std::vector<std::pair<std::string, double>> scalars{{"train/loss", s.loss},
-                                   {"train/grad_norm", s.grad_norm},
+  std::vector<std::pair<std::string, double>> scalars{{"train/grad_norm", s.grad_norm},
                                    {"train/lr", s.lr},
                                    {"train/samples_per_s", samples_per_s},
                                    {"train/data_wait", t.data / step_time},
@@ -143,9 +153,11 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                    {"time/allreduce", t.allreduce},
                                    {"time/optimizer", t.optimizer},
                                    {"time/checkpoint_preview", t.checkpoint_preview},
-                                   {"time/other", t.other()},
-                                   {"perf/tflops_per_process", flops_per_s / 1e12}};
-  if (peak_flops_ > 0) scalars.emplace_back("perf/mfu", flops_per_s / peak_flops_);
+                                   {"time/other", t.other()}};
+  if (s.has_loss) scalars.emplace_back("train/loss", s.loss);
+  for (const auto& [name, v] : s.figures) scalars.emplace_back("train/" + name, v);
+  if (s.train_flops > 0) scalars.emplace_back("perf/tflops_per_process", flops_per_s / 1e12);
+  if (s.train_flops > 0 && peak_flops_ > 0) scalars.emplace_back("perf/mfu", flops_per_s / peak_flops_);
   events_->scalars(s.global_step, scalars);
   events_->flush();
 }
@@ -175,11 +187,19 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
   if (tty_) fmt::print(stderr, "\n");
   const double flops_per_s = iv_.flops / world_ / std::max(secs, 1e-9);
   // The model's FLOP/s per process: GFLOP/s on a CPU, TFLOP/s on a GPU; MFU where the peak is known.
-  std::string perf = flops_per_s >= 1e12 ? fmt::format(" {:.3g} TFLOP/s", flops_per_s / 1e12)
-                                         : fmt::format(" {:.3g} GFLOP/s", flops_per_s / 1e9);
-  if (peak_flops_ > 0) perf += fmt::format(" MFU {:.1f}%", 100.0 * flops_per_s / peak_flops_);
-  log::info("epoch {} step {}/{} loss {:.4f} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}",
-            s.epoch + 1, s.global_step, total_, iv_.loss / steps, iv_.grad_norm / steps, s.lr,
+  std::string perf;
+  if (iv_.flops > 0) {
+    perf = flops_per_s >= 1e12 ? fmt::format(" {:.3g} TFLOP/s", flops_per_s / 1e12)
+                               : fmt::format(" {:.3g} GFLOP/s", flops_per_s / 1e9);
+    if (peak_flops_ > 0) perf += fmt::format(" MFU {:.1f}%", 100.0 * flops_per_s / peak_flops_);
+  }
+  std::string losses = iv_.loss_steps > 0 ? fmt::format(" loss {:.4f}", iv_.loss / static_cast<double>(iv_.loss_steps))
+                                          : std::string();
+  for (const auto& [name, f] : iv_.figures) {
+    losses += fmt::format(" {} {:.4f}", name, f.first / static_cast<double>(f.second));
+  }
+  log::info("epoch {} step {}/{}{} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}",
+            s.epoch + 1, s.global_step, total_, losses, iv_.grad_norm / steps, s.lr,
             iv_.samples / std::max(secs, 1e-9), perf, 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
             duration_text(eta), phase_text(iv_.times));
   begin_interval(wait_seconds);

@@ -14,6 +14,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sana/train/step_times.h"
 #include "sana/train/report/tensorboard.h"
@@ -30,7 +32,13 @@ struct StepRecord {
   bool skipped = false;           // non-finite: no update
   int64_t samples = 0;            // the step's global batch
   int64_t bad_samples = 0;        // the run's bad samples so far, all ranks
-  double train_flops = 0;         // the model's training FLOPs for the step, all ranks (3 x forward)
+  double train_flops = 0;         // the model's training FLOPs for the step, all ranks (3 x forward; 0: not counted)
+  // false: the step trains nothing whose loss "loss" is (SANA-Sprint's discriminator steps):
+  // "loss" is null in metrics.jsonl, and the averages and first/last losses leave it out.
+  bool has_loss = true;
+  // More of the step's figures by name (SANA-Sprint's losses of each phase): beside "loss"
+  // in metrics.jsonl, train/<name> in TensorBoard, their interval means on the log line.
+  std::vector<std::pair<std::string, double>> figures;
 };
 
 // "1m05s", "2h03m"; "?" for unknown.
@@ -94,7 +102,8 @@ class Metrics {
   struct Interval {
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, flops = 0;
     StepTimes times;
-    int64_t steps = 0;
+    int64_t steps = 0, loss_steps = 0;
+    std::vector<std::pair<std::string, std::pair<double, int64_t>>> figures;  // name -> (sum, count), first seen first
     Clock::time_point start = Clock::now();
   } iv_;
 };
