@@ -126,6 +126,8 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
           {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
           {"converted", m.converted},
           {"gradient_buckets_in_flight", m.in_flight},
+          {"sprint_teacher", m.teacher},
+          {"sprint_heads", m.heads},
           {"activations", m.activations},
           {"activations_grad_checkpointing", m.activations_checkpointed},
           {"activation_terms", m.terms},
@@ -215,7 +217,17 @@ void print_memory(const train::MemoryEstimate& m) {
   if (m.in_flight > 0) row("gradient buckets in flight (transient)", m.in_flight);
   row(fmt::format("optimizer state ({})", m.optimizer_name), m.optimizer, offloaded ? "<- in host memory" : "");
   if (m.ema > 0) row("EMA weights", m.ema);
+  if (m.teacher > 0) {
+    row(fmt::format("SANA-Sprint teacher ({}, frozen)", model::storage_dtype_name(m.frozen_dtype)), m.teacher,
+        fmt::format("{} parameters", thousands(m.teacher_parameters)));
+    row(fmt::format("discriminator heads (fp32, {})", m.optimizer_name), m.heads,
+        fmt::format("{} parameters: weights, gradients, optimizer state", thousands(m.heads_parameters)));
+  }
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
+  if (m.teacher > 0) {
+    std::cout << "  (activations below: the student's flow step; stage 2's further passes, the teacher's features "
+                 "and the JVP, are not measured yet)\n";
+  }
   row("activations", m.activations, m.checkpointing ? "" : "<- train.grad_checkpointing false");
   row("activations, gradient checkpointing", m.activations_checkpointed,
       m.checkpointing ? "<- train.grad_checkpointing true" : "");
@@ -265,8 +277,7 @@ void print_text(const ModelFacts& f) {
   if (!f.upstream_params.empty()) std::cout << fmt::format("  upstream reports   {}\n", f.upstream_params);
   if (f.sprint) {
     std::cout << fmt::format("SANA-Sprint stage 2 (docs/sprint.md): the teacher {} {} parameters (frozen); "
-                             "discriminator heads on its blocks [{}] {} parameters (trained). The memory estimate "
-                             "below is the student's alone.\n",
+                             "discriminator heads on its blocks [{}] {} parameters (trained).\n",
                              f.sprint->teacher, thousands(f.sprint->teacher_params), fmt::join(f.sprint->blocks, ", "),
                              thousands(f.sprint->heads_params));
   }

@@ -7,6 +7,8 @@
 
 #include "sana/config/config.h"
 #include "sana/config/loader.h"
+#include "sana/model/frozen_storage.h"
+#include "sana/model/ladd_heads.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/optim.h"
 #include "sana/train/part_options.h"
@@ -143,4 +145,42 @@ TEST_CASE("train.gc_step: checkpointing every other block keeps what the estimat
   // activations, which the backward frees before it recomputes the first blocks.
   CHECK(measured < e.activations_checkpointed);
   CHECK(e.activations_checkpointed < 1.5 * measured);
+}
+
+TEST_CASE("SANA-Sprint's stage 2: the teacher and the heads in the estimate are the bytes they hold", "[train][memory]") {
+  auto cfg = tiny_config();
+  cfg.model.model = "SanaMSCM_tiny_P2_D4";
+  cfg.model.sprint.teacher_model = "teacher.safetensors";  // a stage-2 run; nothing is read
+  cfg.model.sprint.head_block_ids = {1, 3};
+  cfg.train.optimizer.type = config::OptimizerType::CAME;
+  cfg.train.optimizer.betas.clear();
+  cfg.train.optimizer.eps.clear();
+  cfg.train.frozen_base_dtype = config::FrozenDtype::bf16;
+  config::resolve_defaults(cfg);
+  const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg), 1, /*activations=*/false);
+  // The teacher, built for real with its layers stored in bf16.
+  model::SanaMS teacher(train::teacher_spec_for(cfg));
+  for (auto& p : teacher->parameters()) p.requires_grad_(false);
+  model::store_frozen_layers(*teacher, model::StorageDtype::bf16, [](const std::string&) { return true; });
+  double held = 0;
+  for (const auto& p : teacher->parameters()) held += static_cast<double>(p.nbytes());
+  CHECK(e.teacher == held);
+  CHECK(e.teacher_parameters == teacher->parameter_count());
+  // The heads, built for real, after one CAME step: weights, gradients and the state.
+  model::LaddHeads heads(teacher->spec().hidden, 2, 0);
+  train::NamedParams params;
+  double weights = 0;
+  for (const auto& item : heads->named_parameters()) {
+    params.emplace_back(item.key(), item.value());
+    weights += static_cast<double>(item.value().nbytes());
+  }
+  auto opt = train::make_optimizer(train::optimizer_options_for(cfg.train.optimizer), params);
+  for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
+  opt->step(1e-4);
+  double state = 0;
+  for (const auto& [name, t] : opt->state()) state += static_cast<double>(t.nbytes());
+  CHECK(e.heads_parameters == model::ladd_heads_parameters(teacher->spec().hidden, 2));
+  // The gradient buckets align each parameter to 64 bytes: a few hundred bytes over.
+  CHECK(e.heads == Approx(2 * weights + state).epsilon(0.001));
+  CHECK(e.total() > e.weights + e.teacher + e.heads);
 }

@@ -118,7 +118,8 @@ double MemoryEstimate::activations_for_config() const {
 }
 
 double MemoryEstimate::total() const {
-  return weights + gradients + optimizer + ema + gathered + converted + in_flight + activations_for_config();
+  return weights + gradients + optimizer + ema + gathered + converted + in_flight + teacher + heads +
+         activations_for_config();
 }
 
 namespace {
@@ -265,6 +266,39 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
   e.host_ema = most.host_ema;
 }
 
+// SANA-Sprint's stage 2: the teacher on the meta device with its layers in frozen_dtype, and
+// the heads' parameters by their shapes (model/ladd_heads.h: per head two C x C convolutions
+// of kernel 1 and 9, two batch norms, a 1 x C output), trained whole on every rank with the
+// run's optimizer kind (no ZeRO, no EMA).
+void estimate_sprint_state(const MemoryEstimateOptions& cfg, MemoryEstimate& e) {
+  const auto& sp = *cfg.sprint;
+  model::SanaMS teacher(sp.teacher, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+  for (auto& p : teacher->parameters()) p.requires_grad_(false);
+  const auto stored = model::store_frozen_layers(*teacher, cfg.frozen_dtype, [](const std::string&) { return true; });
+  e.teacher_parameters = teacher->parameter_count();
+  for (const auto& p : teacher->parameters()) e.teacher += static_cast<double>(p.numel() * p.element_size());
+  e.converted = std::max(e.converted, 4 * static_cast<double>(stored.largest));
+  const int64_t C = sp.teacher.hidden;
+  const auto meta = [](std::vector<int64_t> shape) { return torch::empty(shape, torch::device(torch::kMeta)); };
+  NamedParams heads;
+  for (int64_t i = 0; i < sp.heads; ++i) {
+    const auto head = fmt::format("heads.{}.", i);
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"main.0.0.weight_orig", {C, C, 1}}, {"main.0.0.bias", {C}}, {"main.0.1.weight", {C}},
+             {"main.0.1.bias", {C}}, {"main.1.fn.0.weight_orig", {C, C, 9}}, {"main.1.fn.0.bias", {C}},
+             {"main.1.fn.1.weight", {C}}, {"main.1.fn.1.bias", {C}}, {"cls.weight_orig", {1, C, 1}}, {"cls.bias", {1}}}) {
+      heads.emplace_back(head + name, meta(shape));
+      e.heads_parameters += heads.back().second.numel();
+    }
+  }
+  auto whole = cfg;
+  whole.zero_stage = 0;
+  whole.ema = whole.ema_on_host = whole.offload_optimizer = false;
+  double in_flight = 0;
+  const auto st = state_bytes(whole, heads, 0, 1, in_flight).front();
+  e.heads = st.weights + st.gradients + st.optimizer;
+}
+
 }  // namespace
 
 MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size, bool activations) {
@@ -273,6 +307,7 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size,
   e.world_size = world_size;
   e.zero_stage = cfg.zero_stage;
   estimate_state(cfg, world_size, e);
+  if (cfg.sprint) estimate_sprint_state(cfg, e);
   const int64_t cell = spec.downsample * spec.patch;
   for (const auto& table : cfg.buckets) {
     for (const auto& b : table.buckets()) {

@@ -75,6 +75,10 @@ struct MemoryEstimate {
   // large there. Not measured (CPU autocast keeps other tensors than CUDA's): the fp32
   // figures are the upper bound.
   bool autocast = false;
+  // SANA-Sprint's stage 2: the frozen teacher's weights (in frozen_dtype) and the
+  // discriminator heads' weights, gradients and optimizer state (whole on every rank).
+  double teacher = 0, heads = 0;
+  int64_t teacher_parameters = 0, heads_parameters = 0;
   // What the config's run needs: state + its activations (checkpointed or not), fp32.
   double total() const;
   double activations_for_config() const;
@@ -96,7 +100,13 @@ struct MemoryEstimateOptions {
   int64_t micro_batch_size = 1;            // train.micro_batch_size
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
-  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base)
+  model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base, a teacher)
+  // A SANA-Sprint stage-2 run (model.teacher_model): its teacher and how many heads read it.
+  struct Sprint {
+    model::ModelSpec teacher;
+    int64_t heads = 0;
+  };
+  std::optional<Sprint> sprint;
 };
 
 // On `world_size` processes (train.zero_stage splits the state over them); without

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# SANA-Sprint end to end on the tiny presets, on CPUs (a benchmark-style script: it prints
+# figures, it is not a test). Stage 1: a flow teacher (SanaMS_tiny_P2_D4) trained on the
+# example photos with the small TorchScript stand-in text encoder (their sidecar captions).
+# Stage 2: the SanaMSCM_tiny_P2_D4 student, initialised from the teacher, distilled from it
+# (sCM + LADD) on 2 processes. Every CHUNK steps the student previews with 2 steps and is
+# held against the teacher's 20-step previews from the same noise: the mean squared error
+# between the two grids' pixels in [-1, 1] (the previews' noise is keyed by seed, bucket and
+# image, so both start from the same x_T). At the end, grids of 1, 2 and 4 steps.
+#   bash scripts/sprint_tiny.sh [OUT] [STEPS] [CHUNK]   (defaults /tmp/sana-sprint-tiny 300 50)
+# Needs build/apps/sana-train (cmake --build build --target sana-train) and /usr/bin/python3
+# with torch (the stand-in encoder) and PIL.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-/tmp/sana-sprint-tiny}
+steps=${2:-300}
+chunk=${3:-50}
+bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
+mkdir -p "$out"
+cd "$out"
+bash "$root/scripts/prepare_example_data.sh" "$out/data" > /dev/null
+[ -f enc/text.pt ] || timeout 120 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" enc > enc.log
+cat > teacher.yaml <<EOF
+base: $root/configs/sana_tiny_cpu.yaml
+work_dir: teacher
+data: {data_dir: [data], cache: memory}
+text_encoder: {text_encoder_name: torchscript, text_encoder_path: enc/text.pt, caption_channels: 8, model_max_length: 6}
+train: {max_steps: 600, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20, preview_images: 8,
+        optimizer: {lr: 2.0e-3}}
+EOF
+cat > student.yaml <<EOF
+base: teacher.yaml
+work_dir: student
+model: {model: SanaMSCM_tiny_P2_D4, cfg_embed: true, logvar: true, teacher: SanaMS_tiny_P2_D4,
+        teacher_model: teacher/model.safetensors, head_block_ids: [1, 3], load_from: teacher/model.safetensors,
+        load_strict: false}
+scheduler: {weighting_scheme: logit_normal_trigflow, logit_mean: 0.2, logit_std: 1.6, sigma_data: 0.5, vis_sampler: scm}
+train: {discriminator_loss: hinge, scm_cfg_scale: [4, 4.5, 5], tangent_warmup_steps: 100, gradient_clip: 0.1,
+        optimizer: {type: CAME, lr: 1.0e-4}, lr_schedule_args: {num_warmup_steps: 20}, log_interval: 50,
+        save_model_steps: $chunk, preview_steps: 2}
+EOF
+t0=$(date +%s)
+if [ ! -f teacher/model.safetensors ]; then
+  timeout 1200 "$bin" launch --nproc-per-node 2 -- --config teacher.yaml > teacher.log 2>&1
+fi
+echo "teacher: $(grep -o 'done: .*' teacher/train.log | tail -1)"
+timeout 300 "$bin" preview --config teacher.yaml --weights teacher/model.safetensors --out previews/teacher20 > /dev/null 2>&1
+# mse DIR: the mean squared error of DIR's grids against the teacher's, in [-1, 1] pixels.
+mse() {
+  /usr/bin/python3 - previews/teacher20 "$1" <<'PY'
+import glob, os, sys
+import numpy as np
+from PIL import Image
+a, b = sys.argv[1:3]
+errs = []
+for f in sorted(glob.glob(f"{a}/*.png")):
+    x = np.asarray(Image.open(f).convert("RGB"), np.float64) / 127.5 - 1
+    y = np.asarray(Image.open(f"{b}/{os.path.basename(f)}").convert("RGB"), np.float64) / 127.5 - 1
+    errs.append(((x - y) ** 2).mean())
+print(f"{np.mean(errs):.4f}")
+PY
+}
+# Step 0: the student as it starts, the teacher's weights with a guidance embedding that adds
+# nothing yet (one step at the warm-up's learning rate 0).
+rm -rf student student0
+timeout 300 "$bin" --config student.yaml --work_dir=student0 --train.max_steps=1 --train.save_model_steps=0 > student0.log 2>&1
+timeout 300 "$bin" preview --config student.yaml --weights student0/model.safetensors --out previews/s0 > /dev/null 2>&1
+printf "step %4d  2-step previews vs the teacher's 20-step: mse %s\n" 0 "$(mse previews/s0)"
+for ((at = chunk; at <= steps; at += chunk)); do
+  timeout 1200 "$bin" launch --nproc-per-node 2 -- --config student.yaml --resume_from=latest --train.max_steps=$at \
+    > "student_$at.log" 2>&1
+  timeout 300 "$bin" preview --config student.yaml --weights student/model.safetensors --out "previews/s$at" > /dev/null 2>&1
+  losses=$(grep -o 'loss_G [-0-9.]* loss_scm [-0-9.]* loss_adv [-0-9.]*' "student_$at.log" | tail -1)
+  printf "step %4d  2-step previews vs the teacher's 20-step: mse %s   (%s)\n" "$at" "$(mse "previews/s$at")" "$losses"
+done
+for n in 1 2 4; do
+  timeout 300 "$bin" preview --config student.yaml --weights student/model.safetensors --out "previews/final_$n" \
+    --train.preview_steps=$n > /dev/null 2>&1
+  echo "final student, $n step(s): mse $(mse "previews/final_$n") against the teacher's 20 steps; grids in $out/previews/final_$n"
+done
+echo "teacher's 20-step grids in $out/previews/teacher20; $(( $(date +%s) - t0 )) s in all"
