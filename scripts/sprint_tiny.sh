@@ -6,8 +6,13 @@
 # (sCM + LADD) on 2 processes. Every CHUNK steps the student previews with 2 steps and is
 # held against the teacher's 20-step previews from the same noise: the mean squared error
 # between the two grids' pixels in [-1, 1] (the previews' noise is keyed by seed, bucket and
-# image, so both start from the same x_T). At the end, grids of 1, 2 and 4 steps.
-#   bash scripts/sprint_tiny.sh [OUT] [STEPS] [CHUNK]   (defaults /tmp/sana-sprint-tiny 300 50)
+# image, so both start from the same x_T; both sample the same 8 captions of the data, the
+# teacher with classifier-free guidance 4.5, the student with 4.5 through its guidance
+# embedding, as it trained). At the end, grids of 1, 2 and 4 steps.
+# The error is also given after 4 x 4 average pooling (the images' coarse content: a student
+# that samples the teacher's picture with pixel noise on it is close there, far in full).
+#   bash scripts/sprint_tiny.sh [OUT] [STEPS] [CHUNK] [ARGS...]   (defaults /tmp/sana-sprint-tiny 300 50)
+# ARGS go to the student's runs (e.g. --train.optimizer.lr=1e-5).
 # Needs build/apps/sana-train (cmake --build build --target sana-train) and /usr/bin/python3
 # with torch (the stand-in encoder) and PIL.
 set -euo pipefail
@@ -15,6 +20,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-/tmp/sana-sprint-tiny}
 steps=${2:-300}
 chunk=${3:-50}
+shift $(( $# < 3 ? $# : 3 ))
+student_args=("$@")
 bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
 mkdir -p "$out"
 cd "$out"
@@ -25,7 +32,8 @@ base: $root/configs/sana_tiny_cpu.yaml
 work_dir: teacher
 data: {data_dir: [data], cache: memory}
 text_encoder: {text_encoder_name: torchscript, text_encoder_path: enc/text.pt, caption_channels: 8, model_max_length: 6}
-train: {max_steps: 600, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20, preview_images: 8,
+train: {max_steps: 300, num_epochs: 1000, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20,
+        preview_images: 8,
         optimizer: {lr: 2.0e-3}}
 EOF
 cat > student.yaml <<EOF
@@ -39,43 +47,50 @@ train: {discriminator_loss: hinge, scm_cfg_scale: [4, 4.5, 5], tangent_warmup_st
         optimizer: {type: CAME, lr: 1.0e-4}, lr_schedule_args: {num_warmup_steps: 20}, log_interval: 50,
         save_model_steps: $chunk, preview_steps: 2}
 EOF
+# The previews' captions: the first 8 sidecar captions of the data, as a YAML list.
+prompts=$(ls data/*/*.txt | head -8 | xargs cat | /usr/bin/python3 -c 'import json, sys; print(json.dumps([l.strip() for l in sys.stdin]))')
+preview() { timeout 300 "$bin" preview --config "$1" "--train.validation_prompts=$prompts" "${@:2}" > /dev/null 2>&1; }
 t0=$(date +%s)
 if [ ! -f teacher/model.safetensors ]; then
   timeout 1200 "$bin" launch --nproc-per-node 2 -- --config teacher.yaml > teacher.log 2>&1
 fi
 echo "teacher: $(grep -o 'done: .*' teacher/train.log | tail -1)"
-timeout 300 "$bin" preview --config teacher.yaml --weights teacher/model.safetensors --out previews/teacher20 > /dev/null 2>&1
-# mse DIR: the mean squared error of DIR's grids against the teacher's, in [-1, 1] pixels.
+preview teacher.yaml --weights teacher/model.safetensors --out previews/teacher20
+# mse DIR: the mean squared error of DIR's grids against the teacher's, in [-1, 1] pixels,
+# in full and 4 x 4-pooled.
 mse() {
   /usr/bin/python3 - previews/teacher20 "$1" <<'PY'
 import glob, os, sys
 import numpy as np
 from PIL import Image
 a, b = sys.argv[1:3]
-errs = []
-for f in sorted(glob.glob(f"{a}/*.png")):
-    x = np.asarray(Image.open(f).convert("RGB"), np.float64) / 127.5 - 1
-    y = np.asarray(Image.open(f"{b}/{os.path.basename(f)}").convert("RGB"), np.float64) / 127.5 - 1
-    errs.append(((x - y) ** 2).mean())
-print(f"{np.mean(errs):.4f}")
+def load(f):
+    return np.asarray(Image.open(f).convert("RGB"), np.float64) / 127.5 - 1
+def pooled(x, k=4):
+    h, w = (x.shape[0] // k) * k, (x.shape[1] // k) * k
+    return x[:h, :w].reshape(h // k, k, w // k, k, 3).mean((1, 3))
+pairs = [(load(f), load(f"{b}/{os.path.basename(f)}")) for f in sorted(glob.glob(f"{a}/*.png"))]
+full = np.mean([((x - y) ** 2).mean() for x, y in pairs])
+coarse = np.mean([((pooled(x) - pooled(y)) ** 2).mean() for x, y in pairs])
+print(f"{full:.4f} (4x4-pooled {coarse:.4f})")
 PY
 }
 # Step 0: the student as it starts, the teacher's weights with a guidance embedding that adds
 # nothing yet (one step at the warm-up's learning rate 0).
 rm -rf student student0
-timeout 300 "$bin" --config student.yaml --work_dir=student0 --train.max_steps=1 --train.save_model_steps=0 > student0.log 2>&1
-timeout 300 "$bin" preview --config student.yaml --weights student0/model.safetensors --out previews/s0 > /dev/null 2>&1
+timeout 300 "$bin" --config student.yaml "${student_args[@]}" --work_dir=student0 --train.max_steps=1 --train.save_model_steps=0 > student0.log 2>&1
+preview student.yaml --weights student0/model.safetensors --out previews/s0
 printf "step %4d  2-step previews vs the teacher's 20-step: mse %s\n" 0 "$(mse previews/s0)"
 for ((at = chunk; at <= steps; at += chunk)); do
-  timeout 1200 "$bin" launch --nproc-per-node 2 -- --config student.yaml --resume_from=latest --train.max_steps=$at \
+  timeout 1200 "$bin" launch --nproc-per-node 2 -- --config student.yaml "${student_args[@]}" --resume_from=latest \
+    --train.max_steps=$at \
     > "student_$at.log" 2>&1
-  timeout 300 "$bin" preview --config student.yaml --weights student/model.safetensors --out "previews/s$at" > /dev/null 2>&1
+  preview student.yaml --weights student/model.safetensors --out "previews/s$at"
   losses=$(grep -o 'loss_G [-0-9.]* loss_scm [-0-9.]* loss_adv [-0-9.]*' "student_$at.log" | tail -1)
   printf "step %4d  2-step previews vs the teacher's 20-step: mse %s   (%s)\n" "$at" "$(mse "previews/s$at")" "$losses"
 done
 for n in 1 2 4; do
-  timeout 300 "$bin" preview --config student.yaml --weights student/model.safetensors --out "previews/final_$n" \
-    --train.preview_steps=$n > /dev/null 2>&1
+  preview student.yaml --weights student/model.safetensors --out "previews/final_$n" --train.preview_steps=$n
   echo "final student, $n step(s): mse $(mse "previews/final_$n") against the teacher's 20 steps; grids in $out/previews/final_$n"
 done
 echo "teacher's 20-step grids in $out/previews/teacher20; $(( $(date +%s) - t0 )) s in all"
