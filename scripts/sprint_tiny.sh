@@ -32,6 +32,9 @@ base: $root/configs/sana_tiny_cpu.yaml
 work_dir: teacher
 data: {data_dir: [data], cache: memory}
 text_encoder: {text_encoder_name: torchscript, text_encoder_path: enc/text.pt, caption_channels: 8, model_max_length: 6}
+# As upstream's stage 1 (normT): the model sees sigma, not a truncated 1000 sigma, so that the
+# student's time derivative (the JVP's dt term) exists.
+scheduler: {timestep_norm_scale_factor: 1000}
 train: {max_steps: 300, num_epochs: 1000, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20,
         preview_images: 8,
         optimizer: {lr: 2.0e-3}}

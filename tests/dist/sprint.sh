@@ -4,12 +4,12 @@
 # distilled from it (sCM + LADD, heads on teacher blocks 1 and 3), generator and
 # discriminator alternating.
 #  1. 20 steps on 1, 2 and 3 processes: every step's losses (loss_G, loss_scm, loss_adv on
-#     even steps, loss_D and its parts on odd ones) agree within 1e-6 (relative, absolute
+#     even steps, loss_D and its parts on odd ones) agree within 5e-6 (relative, absolute
 #     below 1: loss_G = loss_scm + 0.5 loss_adv nears 0 by cancellation), the student's
 #     weights within 1e-6 and the heads' within 2e-6 (each part's relative difference as one
-#     vector; measured 2026-11-29: student 8e-9, heads 4e-7 on 2 processes and 1.1e-6 on 3:
-#     the teacher's features of other micro-batch splits round differently in float32, and
-#     the heads learn from nothing else).
+#     vector). Measured 2026-11-29: losses 2e-6 (the adversarial loss of step 1, a mean of
+#     every token's logit), student 1.5e-8, heads 4e-7 to 1.1e-6: the teacher's features of
+#     other micro-batch splits round differently in float32, and the heads learn from them.
 #  2. 11 steps on 2 processes (the run stops after a generator step), resumed on 3 to step
 #     20 (a discriminator step first): the same losses and weights as the run on 1.
 #  3. A teacher file that does not fit the teacher is refused (exit 2), naming the key.
@@ -22,8 +22,10 @@ config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 photos="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]"
 timeout 120 /usr/bin/python3 "$(dirname "$0")/../reference/make_torchscript_encoders.py" "$SCRATCH/enc" \
   > "$SCRATCH/enc.log" 2>&1 || { fail "writing the stand-in encoders"; cat "$SCRATCH/enc.log"; finish; }
+# The teacher and the student see sigma, not a truncated 1000 sigma (upstream's normT), so
+# that the JVP has its time derivative.
 te=(--text_encoder.text_encoder_name=torchscript "--text_encoder.text_encoder_path=$SCRATCH/enc/text.pt"
-    --text_encoder.caption_channels=8 --text_encoder.model_max_length=6)
+    --text_encoder.caption_channels=8 --text_encoder.model_max_length=6 --scheduler.timestep_norm_scale_factor=1000)
 timeout 300 "$BIN" --config "$config" "${te[@]}" "--data.data_dir=$photos" --train.max_steps=20 --train.visualize=false \
   --train.save_model_steps=0 "--work_dir=$SCRATCH/teacher" > "$SCRATCH/teacher.log" 2>&1
 assert_code $? 0 "a 20-step flow teacher"
@@ -79,7 +81,7 @@ last = sorted(glob.glob(f"{a}/checkpoints/step_*"))[-1].rsplit("/", 1)[1]
 n_heads, heads = relative(f"{a}/checkpoints/{last}/discriminator[-.]*safetensors", f"{b}/checkpoints/{last}/discriminator[-.]*safetensors")
 print(f"20 steps ({len(kinds)} kinds of step), losses within {worst:.2g} ({where}); student ({n_student} tensors) "
       f"{student:.2g}, heads ({n_heads} tensors) {heads:.2g} relative")
-sys.exit(0 if len(kinds) == 2 and worst <= 1e-6 and student <= 1e-6 and heads <= 2e-6 else 1)
+sys.exit(0 if len(kinds) == 2 and worst <= 5e-6 and student <= 1e-6 and heads <= 2e-6 else 1)
 PY
     pass "$what: $(cat "$SCRATCH/$b.same")"
   else

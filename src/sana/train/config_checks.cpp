@@ -114,6 +114,14 @@ void check_stage2_keys(const config::Config& cfg, config::IssueSink& issues) {
 void check_stage2_teacher(const config::Config& cfg, const model::ModelSpec& spec, config::IssueSink& issues) {
   const auto& m = cfg.model.sprint;
   const auto& t = cfg.train.sprint;
+  const auto& sc = cfg.scheduler;
+  if (sc.timestep_norm_scale_factor == 1.0 && sc.timestep_grid == config::TimestepGrid::integer) {
+    issues.fail("scheduler.timestep_norm_scale_factor",
+                "1 with scheduler.timestep_grid integer truncates the student's timesteps to integers, as upstream's "
+                "forward does, so the JVP has no time derivative and the sCM tangent loses its time term",
+                "set 1000 as upstream's Sprint YAMLs do (the model then sees sigma), with a teacher trained so "
+                "(stage 1's normT fine-tune)");
+  }
   if (t.discriminator_loss != "hinge") {
     issues.fail("train.discriminator_loss", fmt::format("'{}' is not built; the hinge loss is (upstream's Sprint "
                                                         "YAMLs set it)", t.discriminator_loss),
