@@ -52,7 +52,10 @@ train: {discriminator_loss: hinge, scm_cfg_scale: [4, 4.5, 5], tangent_warmup_st
 EOF
 # The previews' captions: the first 8 sidecar captions of the data, as a YAML list.
 prompts=$(ls data/*/*.txt | head -8 | xargs cat | /usr/bin/python3 -c 'import json, sys; print(json.dumps([l.strip() for l in sys.stdin]))')
-preview() { timeout 300 "$bin" preview --config "$1" "--train.validation_prompts=$prompts" "${@:2}" > /dev/null 2>&1; }
+# ARGS go to every preview too (e.g. --train.preview_cfg_scale=1 with --train.scm_cfg_scale=[1]).
+preview() {
+  timeout 300 "$bin" preview --config "$1" "--train.validation_prompts=$prompts" "${student_args[@]}" "${@:2}" > /dev/null 2>&1
+}
 t0=$(date +%s)
 if [ ! -f teacher/model.safetensors ]; then
   timeout 1200 "$bin" launch --nproc-per-node 2 -- --config teacher.yaml > teacher.log 2>&1
@@ -83,14 +86,18 @@ PY
 rm -rf student student0
 timeout 300 "$bin" --config student.yaml "${student_args[@]}" --work_dir=student0 --train.max_steps=1 --train.save_model_steps=0 > student0.log 2>&1
 preview student.yaml --weights student0/model.safetensors --out previews/s0
-printf "step %4d  2-step previews vs the teacher's 20-step: mse %s\n" 0 "$(mse previews/s0)"
+preview student.yaml --weights student0/model.safetensors --out previews/s0_1 --train.preview_steps=1
+printf "step %4d  previews vs the teacher's 20-step: 2 steps mse %s, 1 step %s\n" 0 "$(mse previews/s0)" \
+  "$(mse previews/s0_1)"
 for ((at = chunk; at <= steps; at += chunk)); do
   timeout 1200 "$bin" launch --nproc-per-node 2 -- --config student.yaml "${student_args[@]}" --resume_from=latest \
     --train.max_steps=$at \
     > "student_$at.log" 2>&1
   preview student.yaml --weights student/model.safetensors --out "previews/s$at"
+  preview student.yaml --weights student/model.safetensors --out "previews/s${at}_1" --train.preview_steps=1
   losses=$(grep -o 'loss_G [-0-9.]* loss_scm [-0-9.]* loss_adv [-0-9.]*' "student_$at.log" | tail -1)
-  printf "step %4d  2-step previews vs the teacher's 20-step: mse %s   (%s)\n" "$at" "$(mse "previews/s$at")" "$losses"
+  printf "step %4d  previews vs the teacher's 20-step: 2 steps mse %s, 1 step %s   (%s)\n" "$at" \
+    "$(mse "previews/s$at")" "$(mse "previews/s${at}_1")" "$losses"
 done
 for n in 1 2 4; do
   preview student.yaml --weights student/model.safetensors --out "previews/final_$n" --train.preview_steps=$n
