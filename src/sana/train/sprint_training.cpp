@@ -80,12 +80,6 @@ model::SanaMS load_teacher(const SprintTrainingOptions& o, dist::Runtime& rt) {
   return teacher;
 }
 
-int64_t count_of(const torch::nn::Module& m) {
-  int64_t n = 0;
-  for (const auto& p : m.parameters()) n += p.numel();
-  return n;
-}
-
 }  // namespace
 
 SprintTraining::SprintTraining(SprintTrainingOptions o, model::SanaMS student, dist::Runtime& rt) : rt_(rt) {
@@ -112,11 +106,12 @@ std::vector<Stateful*> SprintTraining::parts() { return {heads_part_.get(), opti
 
 std::string SprintTraining::describe() const {
   const auto& blocks = step_->options().head_blocks;
+  const auto heads = model::ladd_heads_parameters(teacher_->spec().hidden, static_cast<int64_t>(blocks.size()));
   return fmt::format("teacher {} ({:.2f} M parameters, frozen, from {}); {} discriminator head{} on its block{} {} "
                      "({:.2f} M parameters, optimizer {})",
-                     teacher_->spec().name, static_cast<double>(count_of(*teacher_)) / 1e6, teacher_source_,
+                     teacher_->spec().name, static_cast<double>(teacher_->parameter_count()) / 1e6, teacher_source_,
                      blocks.size(), blocks.size() == 1 ? "" : "s", blocks.size() == 1 ? "" : "s",
-                     fmt::join(blocks, ", "), static_cast<double>(count_of(*heads_)) / 1e6, heads_optimizer_->name());
+                     fmt::join(blocks, ", "), static_cast<double>(heads) / 1e6, heads_optimizer_->name());
 }
 
 std::string SprintTraining::heads_checksum() const { return weights_checksum(*heads_); }

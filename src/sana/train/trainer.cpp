@@ -319,7 +319,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
 Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double scale, bool generator) {
   Outcome o;
   PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
-  auto& reducer = reducer_of(position_.global_step);
+  auto& reducer = reducer_of(generator);
   const auto [scaled_norm, loss] = grad_norm_and_loss(reducer.flat_gradients(), out.loss_sum);
   const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
   timer.pause();
@@ -361,8 +361,8 @@ StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_sq
   return verdict;
 }
 
-parallel::Reducer& Trainer::reducer_of(int64_t global_step) {
-  return !sprint_ || SprintTraining::generator_phase(global_step) ? *reducer_ : sprint_->heads_reducer();
+parallel::Reducer& Trainer::reducer_of(bool generator) {
+  return generator ? *reducer_ : sprint_->heads_reducer();
 }
 
 bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator) {

@@ -103,9 +103,9 @@ class Trainer {
   // false: skipped. `scale`: the loss scale the step's backward ran at. `generator`: the
   // step trains the model (false: SANA-Sprint's discriminator heads).
   bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator = true);
-  // The reducer of what step `global_step` (from 0) trains: the model's, or under SANA-Sprint
-  // on odd steps the discriminator heads'.
-  parallel::Reducer& reducer_of(int64_t global_step);
+  // The reducer of what a step trains: the model's (`generator`), or SANA-Sprint's
+  // discriminator heads'.
+  parallel::Reducer& reducer_of(bool generator);
   // The run's position and metadata, as the checkpoint's trainer_state.json holds them.
   ckpt::TrainerState run_state() const;
   void finish();
