@@ -43,6 +43,7 @@ def main(path):
     spec = json.loads(meta["spec"])
     sigma_data, r = float(meta["sigma_data"]), float(meta["r"])
     tensors["in.x"] = tensors["in.x_s"]  # model_of_case reads the input channels from in.x
+    upstream_model.ATTENTION_BY_MATMUL = True  # the JVP below differentiates the backward
     model = upstream_model.model_of_case(tensors, spec)
     x_t = tensors["in.x_s"].double()
     t = tensors["in.s"].double().view(-1, 1, 1, 1)

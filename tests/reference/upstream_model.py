@@ -129,10 +129,17 @@ class MultiHeadCrossAttention(nn.Module):  # sana_blocks, the scaled_dot_product
         return self.proj(x.transpose(1, 2).reshape(b, -1, c))
 
 
+# Set by callers that differentiate twice (sprint_reference.py's JVP by double backward): torch
+# 2.x's CPU kernel behind F.scaled_dot_product_attention has no derivative of its backward
+# ("derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not
+# implemented"), so they take the documented equivalent below, the same equation.
+ATTENTION_BY_MATMUL = False
+
+
 def sdpa(q, k, v, mask):
     """F.scaled_dot_product_attention (torch 2.x); Debian's torch 1.13 has no such function, so
     there its documented equivalent: softmax(q k^T / sqrt(d) + mask) v."""
-    if hasattr(F, "scaled_dot_product_attention"):
+    if hasattr(F, "scaled_dot_product_attention") and not ATTENTION_BY_MATMUL:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
