@@ -275,15 +275,21 @@ nlohmann::json diffusers_controlnet_config(const ModelSpec& spec, int64_t image_
   return c;
 }
 
-std::vector<std::string> config_mismatches(const nlohmann::json& config, const ModelSpec& spec) {
+bool ConfigMismatch::fine_tune_may_change() const {
+  return field == "qk_norm" || field == "timestep_scale" || field == "guidance_embeds";
+}
+
+std::vector<ConfigMismatch> config_mismatches(const nlohmann::json& config, const ModelSpec& spec) {
   const auto want = diffusers_config(spec, 0);
-  std::vector<std::string> out;
+  std::vector<ConfigMismatch> out;
   for (const char* field : {"num_layers", "num_attention_heads", "attention_head_dim", "num_cross_attention_heads",
                             "cross_attention_head_dim", "cross_attention_dim", "caption_channels", "patch_size",
                             "in_channels", "out_channels", "qk_norm", "timestep_scale", "guidance_embeds"}) {
     if (!config.contains(field)) continue;  // diffusers' default applies; the tensors' shapes still must fit
     const auto& got = config.at(field);
-    if (got != want.at(field)) out.push_back(fmt::format("{}: file {}, preset {}", field, got.dump(), want.at(field).dump()));
+    if (got != want.at(field)) {
+      out.push_back({field, fmt::format("{}: file {}, preset {}", field, got.dump(), want.at(field).dump())});
+    }
   }
   return out;
 }

@@ -54,10 +54,21 @@ nlohmann::json diffusers_config(const ModelSpec& spec, int64_t image_size);
 // SanaControlNetModel's config.json for a ControlNet of `spec`: its control blocks as
 // num_layers, the base's other fields.
 nlohmann::json diffusers_controlnet_config(const ModelSpec& spec, int64_t image_size);
-// Each field of a diffusers config.json that disagrees with `spec`, as "field: file X,
-// preset Y" (layers, heads, head dims, cross-attention dims, caption channels, patch size,
-// channels, q/k norm).
-std::vector<std::string> config_mismatches(const nlohmann::json& config, const ModelSpec& spec);
+// A field of a diffusers config.json that disagrees with a preset: its name, and "field:
+// file X, preset Y".
+struct ConfigMismatch {
+  std::string field;
+  std::string text;
+  // What a fine-tune may change from the file's model (with model.load_strict: false):
+  // SANA-Sprint's stage 1 adds q/k norms (they start at one) and normT's timestep scale, and
+  // stage 2 starts a student, whose guidance embedding starts at zero, from a flow model.
+  bool fine_tune_may_change() const;
+};
+
+// Each field of a diffusers config.json that disagrees with `spec` (layers, heads, head dims,
+// cross-attention dims, caption channels, patch size, channels, q/k norm, timestep scale,
+// guidance embedding).
+std::vector<ConfigMismatch> config_mismatches(const nlohmann::json& config, const ModelSpec& spec);
 
 // A diffusers transformer on disk: a folder with config.json and
 // diffusion_pytorch_model.safetensors (or its shards and

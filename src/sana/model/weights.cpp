@@ -108,20 +108,37 @@ std::string LoadReport::summary() const {
 
 namespace {
 
+// A diffusers folder's config.json against the model's preset: a mismatch is refused, but
+// for what a fine-tune may change, which model.load_strict: false accepts with a line.
+void check_config(const nlohmann::json& config, const ModelSpec& spec, const std::string& path, bool strict) {
+  std::vector<std::string> wrong, changed;
+  bool could_change = false;  // a refusal a non-strict load would have accepted
+  for (const auto& m : config_mismatches(config, spec)) {
+    (!strict && m.fine_tune_may_change() ? changed : wrong).push_back(m.text);
+    could_change = could_change || (strict && m.fine_tune_may_change());
+  }
+  if (!wrong.empty()) {
+    throw WeightsError(fmt::format("'{}': its config.json does not describe model.model {}: {} (pick the preset it "
+                                   "was trained as, or the right folder{})",
+                                   path, spec.name, fmt::join(wrong, "; "),
+                                   could_change ? "; model.load_strict: false lets a fine-tune add q/k norms, a "
+                                                  "guidance embedding or normT's timestep scale"
+                                                : ""));
+  }
+  if (!changed.empty()) {
+    log::info("'{}': model.load_strict is false: the run trains model.model {} as its preset where the file's "
+              "config.json differs ({}); the layers the file lacks start from their initial weights",
+              path, spec.name, fmt::join(changed, "; "));
+  }
+}
+
 // diffusers' names to ours, after checking its config.json against the model's preset; the
 // null caption, which diffusers' transformer has none of, stays the model's own (the run's
 // text encoder makes it).
 LoadReport load_diffusers(torch::nn::Module& model, const TensorMap& tensors, const nlohmann::json& config,
                           const std::string& path, bool strict) {
   const auto* sana = dynamic_cast<const SanaMSImpl*>(&model);
-  if (sana != nullptr && config.is_object()) {
-    const auto wrong = config_mismatches(config, sana->spec());
-    if (!wrong.empty()) {
-      throw WeightsError(fmt::format("'{}': its config.json does not describe model.model {}: {} (pick the preset "
-                                     "it was trained as, or the right folder)",
-                                     path, sana->spec().name, fmt::join(wrong, "; ")));
-    }
-  }
+  if (sana != nullptr && config.is_object()) check_config(config, sana->spec(), path, strict);
   auto upstream = from_diffusers(tensors);
   std::vector<std::string> made_by_run;
   for (const auto& b : model.named_buffers()) {

@@ -208,6 +208,21 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both loa
   sprint_teacher.timestep_norm_scale = 1000.0;
   CHECK(model::diffusers_config(sprint_teacher, 32).at("timestep_scale") == 0.001);
   CHECK(model::config_mismatches(config, sprint_teacher).size() == 1);  // the factor differs
+  {  // SANA-Sprint's stage 1 from a flow model's folder: normT and q/k norms are the fine-tune's.
+    auto teacher_spec = sprint_teacher;
+    teacher_spec.qk_norm = true;
+    model::SanaMS teacher(teacher_spec, model::BuildOptions{torch::kFloat32, false, 8});
+    CHECK_THROWS_WITH(model::load_weights(*teacher, dir.path("transformer"), true),
+                      Catch::Contains("qk_norm: file null") &&
+                          Catch::Contains("model.load_strict: false lets a fine-tune"));
+    const auto report = model::load_weights(*teacher, dir.path("transformer"), false);
+    CHECK(report.mismatched.empty());
+    CHECK(report.missing.size() == 4 * 2);  // each block's q and k norms, which start at one
+    for (const auto& [name, t] : model::module_tensors(*teacher)) {
+      INFO(name);
+      if (tensors.count(name) != 0 && name != "y_embedder.y_embedding") CHECK(torch::equal(t, tensors.at(name)));
+    }
+  }
   model::SanaMS from_diffusers(spec, model::BuildOptions{torch::kFloat32, false, 6});
   CHECK(model::load_weights(*from_diffusers, dir.path("transformer"), true).clean());
   // Upstream's layout: {"state_dict": ...}, read here and by python3-torch's torch.load in its
