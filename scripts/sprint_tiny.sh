@@ -2,8 +2,9 @@
 # SANA-Sprint end to end on the tiny presets, on CPUs (a benchmark-style script: it prints
 # figures, it is not a test). Stage 1: a flow teacher (SanaMS_tiny_P2_D4) trained on the
 # example photos with the small TorchScript stand-in text encoder (their sidecar captions).
-# Stage 2: the SanaMSCM_tiny_P2_D4 student, initialised from the teacher, distilled from it
-# (sCM + LADD) on 2 processes. Every CHUNK steps the student previews with 2 steps and is
+# (1500 steps: a 300-step teacher's guided samples are pixel noise, nothing to distil). Stage 2:
+# the SanaMSCM_tiny_P2_D4 student, initialised from the teacher, distilled from it
+# (sCM + LADD; CAME at 1e-5: at 1e-4 it collapses to noise, docs/sprint.md) on 2 processes. Every CHUNK steps the student previews with 2 steps and is
 # held against the teacher's 20-step previews from the same noise: the mean squared error
 # between the two grids' pixels in [-1, 1] (the previews' noise is keyed by seed, bucket and
 # image, so both start from the same x_T; both sample the same 8 captions of the data, the
@@ -12,7 +13,8 @@
 # The error is also given after 4 x 4 average pooling (the images' coarse content: a student
 # that samples the teacher's picture with pixel noise on it is close there, far in full).
 #   bash scripts/sprint_tiny.sh [OUT] [STEPS] [CHUNK] [ARGS...]   (defaults /tmp/sana-sprint-tiny 300 50)
-# ARGS go to the student's runs (e.g. --train.optimizer.lr=1e-5).
+# ARGS go to the student's runs (e.g. --train.optimizer.lr=1e-5). SANA_TEACHER_STEPS: the
+# teacher's steps (default 1500).
 # Needs build/apps/sana-train (cmake --build build --target sana-train) and /usr/bin/python3
 # with torch (the stand-in encoder) and PIL.
 set -euo pipefail
@@ -35,7 +37,7 @@ text_encoder: {text_encoder_name: torchscript, text_encoder_path: enc/text.pt, c
 # As upstream's stage 1 (normT): the model sees sigma, not a truncated 1000 sigma, so that the
 # student's time derivative (the JVP's dt term) exists.
 scheduler: {timestep_norm_scale_factor: 1000}
-train: {max_steps: 300, num_epochs: 1000, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20,
+train: {max_steps: ${SANA_TEACHER_STEPS:-1500}, num_epochs: 1000, visualize: false, save_model_steps: 0, log_interval: 100, preview_steps: 20,
         preview_images: 8,
         optimizer: {lr: 2.0e-3}}
 EOF
@@ -47,7 +49,7 @@ model: {model: SanaMSCM_tiny_P2_D4, cfg_embed: true, logvar: true, teacher: Sana
         load_strict: false}
 scheduler: {weighting_scheme: logit_normal_trigflow, logit_mean: 0.2, logit_std: 1.6, sigma_data: 0.5, vis_sampler: scm}
 train: {discriminator_loss: hinge, scm_cfg_scale: [4, 4.5, 5], tangent_warmup_steps: 100, gradient_clip: 0.1,
-        optimizer: {type: CAME, lr: 1.0e-4}, lr_schedule_args: {num_warmup_steps: 20}, log_interval: 50,
+        optimizer: {type: CAME, lr: 1.0e-5}, lr_schedule_args: {num_warmup_steps: 20}, log_interval: 50,
         save_model_steps: $chunk, preview_steps: 2}
 EOF
 # The previews' captions: the first 8 sidecar captions of the data, as a YAML list.
@@ -95,7 +97,7 @@ for ((at = chunk; at <= steps; at += chunk)); do
     > "student_$at.log" 2>&1
   preview student.yaml --weights student/model.safetensors --out "previews/s$at"
   preview student.yaml --weights student/model.safetensors --out "previews/s${at}_1" --train.preview_steps=1
-  losses=$(grep -o 'loss_G [-0-9.]* loss_scm [-0-9.]* loss_adv [-0-9.]*' "student_$at.log" | tail -1)
+  losses=$(grep -o 'loss_G [-0-9.]* loss_scm [-0-9.]* loss_adv [-0-9.]*' "student_$at.log" | tail -1 || true)
   printf "step %4d  previews vs the teacher's 20-step: 2 steps mse %s, 1 step %s   (%s)\n" "$at" \
     "$(mse "previews/s$at")" "$(mse "previews/s${at}_1")" "$losses"
 done

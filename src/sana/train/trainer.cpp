@@ -237,7 +237,7 @@ bool Trainer::run_epoch(int64_t epoch) {
   // Counted before the loader exists: its workers start reading as it is made.
   const int64_t hits = cache_ ? cache_->hits() : 0, misses = cache_ ? cache_->misses() : 0;
   data::Loader loader(*dataset_, plan, options, first_step);
-  metrics_->begin_interval(loader.wait_seconds());
+  metrics_->new_loader(loader.wait_seconds());
   for (int64_t step = first_step; step < plan.steps() && position_.global_step < total_steps_; ++step) {
     if (!train_step(loader, epoch, step, plan.steps())) return false;
   }

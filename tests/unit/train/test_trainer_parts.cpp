@@ -20,6 +20,7 @@
 #include "sana/train/resume.h"
 #include "sana/train/step_agreement.h"
 #include "sana/util/error.h"
+#include "sana/util/log.h"
 #include "test_support.h"
 
 using namespace sana;
@@ -345,6 +346,43 @@ TEST_CASE("Durations read as minutes or hours", "[train][metrics]") {
   CHECK(duration_text(65) == "1m05s");
   CHECK(duration_text(7380) == "2h03m");
   CHECK(duration_text(-1) == "?");
+}
+
+TEST_CASE("The log line's means cover every step since the last line, across epochs shorter than it",
+          "[train][metrics]") {
+  test::TempDir dir;
+  std::string error;
+  REQUIRE(log::open_file(dir.path("train.log"), &error));
+  MetricsOptions o;
+  o.work_dir = dir.path();
+  o.log_interval = 6;
+  {
+    Metrics metrics(o, true, 6, false);
+    // Epochs of 2 steps (a small dataset): each starts a loader whose data-wait clock starts
+    // at 0, and each loader waited 1 s per step. Alternating steps have a loss, as a
+    // SANA-Sprint run's generator steps; every step has its phase's figure.
+    for (int64_t step = 0; step < 6; ++step) {
+      if (step % 2 == 0) metrics.new_loader(0.0);
+      StepRecord r;
+      r.global_step = step + 1;
+      r.epoch = step / 2;
+      r.has_loss = step % 2 == 0;
+      r.loss = static_cast<double>(step + 1);     // losses 1, 3, 5: their mean 3
+      r.grad_norm = 1.0;
+      r.samples = 4;                               // 24 samples in the interval
+      r.figures = {{step % 2 == 0 ? "loss_G" : "loss_D", static_cast<double>(step)}};  // G 0, 2, 4; D 1, 3, 5
+      metrics.record(r, StepTimes{}, static_cast<double>(step % 2 + 1), false);
+    }
+    metrics.finish(6, 0, false);
+  }
+  log::close_file();
+  std::ifstream in(dir.path("train.log"));
+  std::string line, text;
+  while (std::getline(in, line)) {
+    if (line.find("step 6/6") != std::string::npos) text = line;
+  }
+  INFO(text);
+  CHECK(text.find("loss 3.0000 loss_G 2.0000 loss_D 3.0000") != std::string::npos);
 }
 
 TEST_CASE("fp16 loss scaling: skip and halve on overflow, grow after 2000 clean steps", "[train][amp]") {

@@ -41,7 +41,16 @@ Metrics::Metrics(MetricsOptions options, bool main_rank, int64_t total_steps, bo
 
 void Metrics::begin_interval(double wait_seconds) {
   iv_ = Interval{};
-  iv_.wait0 = wait_seconds;
+  iv_.wait0 = last_wait_ = wait_seconds;
+}
+
+void Metrics::new_loader(double wait_seconds) {
+  if (run_steps_ == 0) {
+    begin_interval(wait_seconds);
+    return;
+  }
+  iv_.wait_before += last_wait_ - iv_.wait0;
+  iv_.wait0 = last_wait_ = wait_seconds;
 }
 
 void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_seconds, bool force_log) {
@@ -52,6 +61,7 @@ void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_s
   carried_ = StepTimes{};
   times.total = std::chrono::duration<double>(now - last_record_).count();
   last_record_ = now;
+  last_wait_ = wait_seconds;
   iv_.times += times;
   if (s.has_loss && std::isfinite(s.loss)) {
     if (std::isnan(first_loss_)) first_loss_ = s.loss;
@@ -181,7 +191,7 @@ std::string phase_text(const StepTimes& t) {
 
 void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elapsed) {
   const double secs = std::chrono::duration<double>(Clock::now() - iv_.start).count();
-  const double wait = wait_seconds - iv_.wait0;
+  const double wait = iv_.wait_before + wait_seconds - iv_.wait0;
   const double eta = eta_seconds(s.global_step, elapsed);
   const double steps = static_cast<double>(iv_.steps);
   if (tty_) fmt::print(stderr, "\n");

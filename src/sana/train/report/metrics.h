@@ -62,8 +62,11 @@ class Metrics {
   Metrics(MetricsOptions options, bool main_rank, int64_t total_steps, bool resumed, int world = 1,
           double peak_flops = 0);
 
-  // At the start of each epoch's loader: its data-wait clock so far.
-  void begin_interval(double wait_seconds);
+  // At the start of each epoch's loader, with its data-wait clock so far. The log interval
+  // goes on across it (its means cover every step since the last line, whatever the
+  // epochs' length); the run's first loader starts the first interval, so that start-up
+  // time is not in its samples/s.
+  void new_loader(double wait_seconds);
   // After each step, with its phases (times.total is ignored: a step's time is the wall
   // time since the previous record). force_log: write the interval line now (a stop request).
   void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
@@ -99,8 +102,12 @@ class Metrics {
   int64_t run_samples_ = 0;  // samples of the steps this process ran
   int64_t run_steps_ = 0;    // steps recorded in this run (a resumed run starts at 0)
   StepTimes carried_;        // add_time's, for the next record
+  double last_wait_ = 0;     // the current loader's data-wait clock at the last record
+  void begin_interval(double wait_seconds);
   struct Interval {
-    double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, flops = 0;
+    // wait0: the current loader's clock when the interval (or that loader) began;
+    // wait_before: the data wait of the interval's earlier loaders.
+    double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, wait_before = 0, flops = 0;
     StepTimes times;
     int64_t steps = 0, loss_steps = 0;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> figures;  // name -> (sum, count), first seen first
