@@ -169,9 +169,10 @@ TensorMap controlnet_to_diffusers(const TensorMap& upstream) {
   return out;
 }
 
-std::vector<DiffusersModule> diffusers_modules(const std::string& module) {
+std::vector<DiffusersModule> diffusers_modules(const std::string& module, bool guided) {
   if (!starts_with(module, kUpstreamBlocks)) {
-    const auto renamed = rename(kTop, module + ".", true);
+    auto renamed = guided ? rename(kGuidedTop, module + ".", true) : "";
+    if (renamed.empty()) renamed = rename(kTop, module + ".", true);
     if (renamed.empty()) no_rule(module, "diffusers");
     return {{renamed.substr(0, renamed.size() - 1), 0, 1}};
   }

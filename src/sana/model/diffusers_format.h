@@ -41,11 +41,13 @@ TensorMap controlnet_to_diffusers(const TensorMap& upstream);
 // The diffusers module(s) an upstream layer is ("blocks.3.attn.proj" -> {"transformer_blocks.3.
 // attn1.to_out.0"}): a fused layer several, each rows [part * n / parts, (part + 1) * n /
 // parts) of its output (blocks.N.attn.qkv: to_q, to_k, to_v). The names of LoRA adapters.
+// guided: a SANA-Sprint student's (spec.cfg_embed), whose time embedding diffusers names as
+// SanaCombinedTimestepGuidanceEmbeddings (time_embed.timestep_embedder, .guidance_embedder).
 struct DiffusersModule {
   std::string name;
   int64_t part = 0, parts = 1;
 };
-std::vector<DiffusersModule> diffusers_modules(const std::string& upstream_module);
+std::vector<DiffusersModule> diffusers_modules(const std::string& upstream_module, bool guided = false);
 
 // diffusers' config.json for a model of `spec` trained at `image_size` pixels (its latent
 // grid is sample_size; interpolation_scale as diffusers' converter sets it: none below

@@ -34,6 +34,9 @@ std::vector<Site> sites_of(SanaMSImpl& model) {
   std::vector<Site> out;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (item.key().rfind("controlnet.", 0) == 0) continue;  // a ControlNet's own blocks are not the base's
+    // A SANA-Sprint student's log-variance head: diffusers' converter drops it, so no LoRA
+    // file could name its adapters.
+    if (item.key() == "logvar_linear") continue;
     if (auto* linear = item.value()->as<LinearImpl>()) {
       out.push_back({item.key(), linear->weight, false, 1, 0, 1, item.value(), linear->compute_dtype()});
     } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
@@ -171,7 +174,7 @@ std::vector<std::string> adaptable_modules(SanaMSImpl& model) {
   std::vector<std::string> out;
   for (const auto& site : sites_of(model)) {
     if (site.groups != 1) continue;
-    for (const auto& m : diffusers_modules(site.module)) out.push_back(m.name);
+    for (const auto& m : diffusers_modules(site.module, model.spec().cfg_embed)) out.push_back(m.name);
   }
   return out;
 }
@@ -188,7 +191,7 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
   std::set<std::string> used;
   std::vector<std::pair<Site, std::shared_ptr<Adapters>>> planned;
   for (auto& site : sites_of(model)) {
-    const auto modules = diffusers_modules(site.module);
+    const auto modules = diffusers_modules(site.module, model.spec().cfg_embed);
     std::shared_ptr<Adapters> adapters;
     for (const auto& m : modules) {
       if (!lora_targets(m.name, options.targets)) continue;

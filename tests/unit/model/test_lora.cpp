@@ -7,10 +7,12 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "sana/diffusion/flow_matching.h"
+#include "sana/model/diffusers_format.h"
 #include "sana/model/export.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
@@ -203,6 +205,25 @@ TEST_CASE("LoRA targets match as PEFT matches a list, and what cannot be adapted
   // A refusal wraps nothing: to_q, which the last one selected, is the model's own layer.
   const auto& qkv = *model->blocks[0]->as<SanaMSBlockImpl>()->attn->qkv;
   CHECK(std::string(typeid(qkv).name()) == typeid(LinearImpl).name());
+}
+
+TEST_CASE("a SANA-Sprint student's adapters carry the names of its diffusers export", "[model][lora]") {
+  auto spec = sana::test::small_spec(Conditioning::caption);
+  spec.cfg_embed = spec.logvar = true;
+  SanaMS student(spec, BuildOptions{torch::kFloat32, false, 4});
+  TensorMap tensors;
+  for (const auto& p : student->named_parameters()) tensors[p.key()] = p.value();
+  const auto exported = to_diffusers(tensors);  // SanaCombinedTimestepGuidanceEmbeddings' names
+  const auto modules = adaptable_modules(*student);
+  for (const auto& m : modules) {
+    INFO(m);
+    CHECK(exported.count(m + ".weight") == 1);
+  }
+  const auto has = [&](const std::string& name) { return std::find(modules.begin(), modules.end(), name) != modules.end(); };
+  CHECK(has("time_embed.guidance_embedder.linear_1"));
+  CHECK(has("time_embed.timestep_embedder.linear_2"));
+  Lora lora(*student, options({"guidance_embedder.linear_2", "to_q"}), "base");
+  CHECK(lora.parameters().size() == 2 * (1 + 2 * static_cast<size_t>(spec.depth)));  // attn1.to_q, attn2.to_q per block
 }
 
 TEST_CASE("merged adapters give the adapted model's output, through a LoRA file and a diffusers export too",
