@@ -170,6 +170,7 @@ TensorMap controlnet_to_diffusers(const TensorMap& upstream) {
 }
 
 std::vector<DiffusersModule> diffusers_modules(const std::string& module, bool guided) {
+  if (starts_with(module + ".", kLogvar)) return {};  // diffusers' converter drops it
   if (!starts_with(module, kUpstreamBlocks)) {
     auto renamed = guided ? rename(kGuidedTop, module + ".", true) : "";
     if (renamed.empty()) renamed = rename(kTop, module + ".", true);

@@ -43,6 +43,8 @@ TensorMap controlnet_to_diffusers(const TensorMap& upstream);
 // parts) of its output (blocks.N.attn.qkv: to_q, to_k, to_v). The names of LoRA adapters.
 // guided: a SANA-Sprint student's (spec.cfg_embed), whose time embedding diffusers names as
 // SanaCombinedTimestepGuidanceEmbeddings (time_embed.timestep_embedder, .guidance_embedder).
+// None for the student's log-variance head, which diffusers' converter drops (so LoRA
+// gives it no adapters).
 struct DiffusersModule {
   std::string name;
   int64_t part = 0, parts = 1;

@@ -34,9 +34,6 @@ std::vector<Site> sites_of(SanaMSImpl& model) {
   std::vector<Site> out;
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (item.key().rfind("controlnet.", 0) == 0) continue;  // a ControlNet's own blocks are not the base's
-    // A SANA-Sprint student's log-variance head: diffusers' converter drops it, so no LoRA
-    // file could name its adapters.
-    if (item.key() == "logvar_linear") continue;
     if (auto* linear = item.value()->as<LinearImpl>()) {
       out.push_back({item.key(), linear->weight, false, 1, 0, 1, item.value(), linear->compute_dtype()});
     } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
