@@ -106,7 +106,7 @@ def main(path):
         dxt_dt = dxt_dt_uncond + scm_cfg_scale.view(-1, 1, 1, 1) * (dxt_dt - dxt_dt_uncond)
     v_x = torch.cos(t) * torch.sin(t) * dxt_dt / sd
     v_t = torch.cos(t) * torch.sin(t)
-    _, F_theta_grad = torch.autograd.functional.jvp(lambda a, b: student_out(a, b)[0], (x_t / sd, t), (v_x, v_t))
+    _, F_theta_grad = upstream_model.jvp(lambda a, b: student_out(a, b)[0], (x_t / sd, t), (v_x, v_t))
     F_theta, logvar = student_out(x_t / sd, t)
     logvar = logvar.view(-1, 1, 1, 1)
     F_theta_minus = F_theta.detach()

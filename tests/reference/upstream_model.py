@@ -129,11 +129,22 @@ class MultiHeadCrossAttention(nn.Module):  # sana_blocks, the scaled_dot_product
         return self.proj(x.transpose(1, 2).reshape(b, -1, c))
 
 
-# Set by callers that differentiate twice (sprint_reference.py's JVP by double backward): torch
-# 2.x's CPU kernel behind F.scaled_dot_product_attention has no derivative of its backward
-# ("derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward is not
-# implemented"), so they take the documented equivalent below, the same equation.
+# True while jvp() below runs: torch 2.x's CPU kernel behind F.scaled_dot_product_attention
+# has no derivative of its backward ("derivative for
+# aten::_scaled_dot_product_flash_attention_for_cpu_backward is not implemented"), which a JVP
+# by double backward needs, so attention then takes the documented equivalent, the same equation.
 ATTENTION_BY_MATMUL = False
+
+
+def jvp(fn, inputs, tangents):
+    """torch.autograd.functional.jvp (reverse mode twice) with attention by matmul while fn's
+    graph is built and differentiated; every JVP of the references goes through here."""
+    global ATTENTION_BY_MATMUL
+    before, ATTENTION_BY_MATMUL = ATTENTION_BY_MATMUL, True
+    try:
+        return torch.autograd.functional.jvp(fn, inputs, tangents)
+    finally:
+        ATTENTION_BY_MATMUL = before
 
 
 def sdpa(q, k, v, mask):
