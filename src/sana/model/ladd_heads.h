@@ -11,9 +11,58 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 namespace sana::model {
+
+class HeadReplicas;
+
+// train.deterministic's rows (docs/sprint.md "Deterministic mode"): what makes each row's
+// logits and gradients the same bits at any world size. Each canonical micro-batch's rows
+// ("chunks") go through the convolutions and the affine steps alone, as the same micro-batch
+// does on any rank; the batch norm's group sums are taken over every row of the batch,
+// collected on every process, in one fixed order (their backward alike).
+struct ExactRows {
+  std::vector<int64_t> chunks;  // this process's rows per canonical micro-batch, in order
+  torch::Tensor positions;      // [rows] int64: their places in the batch
+  torch::Tensor all_groups;     // [total] int64: every row's group
+  // An in-place sum over the processes of the step without a graph (null: one process). Each
+  // row's values meet only zeros from the other processes: exact in any order.
+  std::function<void(torch::Tensor&)> add_over_ranks;
+  // Per chunk, leaves standing for the heads' parameters, so that each chunk's parameter
+  // gradient is its own (null: the parameters themselves).
+  const HeadReplicas* replicas = nullptr;
+};
+
+// BatchNormLocal's groups over a whole step's batch, wherever its rows are (W-invariant
+// training, docs/sprint.md): this process's row i is in group group[i] of `count`; `sum`
+// adds a tensor over every process of the step, with a backward that adds the gradients the
+// same way (null: this process holds every row); `exact`: train.deterministic's rows.
+struct BatchGroups {
+  torch::Tensor group;  // [rows] int64
+  int64_t count = 0;
+  std::function<torch::Tensor(const torch::Tensor&)> sum;
+  std::shared_ptr<const ExactRows> exact;
+};
+
+// The heads' parameters as one set of leaves per chunk (ExactRows::replicas): each shares
+// its parameter's values and collects the gradient of that chunk's rows alone.
+class HeadReplicas {
+ public:
+  HeadReplicas(torch::nn::Module& heads, size_t chunks);
+  // Chunk `chunk`'s leaf for `parameter` (the parameter itself if it is not the heads').
+  const torch::Tensor& of(const torch::Tensor& parameter, size_t chunk) const;
+  // Chunk `chunk`'s gradients in the order of the heads' parameters() (zeros where none came).
+  std::vector<torch::Tensor> gradients(size_t chunk) const;
+  size_t chunks() const { return leaves_.size(); }
+
+ private:
+  std::vector<torch::Tensor> params_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_;
+  std::vector<std::vector<torch::Tensor>> leaves_;  // [chunk][parameter]
+};
 
 // torch.nn.utils.spectral_norm over a Conv1d (dim 0, one power iteration, eps 1e-12): the
 // weight used is weight_orig / sigma, sigma = u . (W v) with W = weight_orig as [out, in k];
@@ -24,27 +73,23 @@ class SpectralConv1dImpl : public torch::nn::Module {
   // Conv1d's default initialisation and normalised N(0, 1) u and v, drawn from `gen`.
   SpectralConv1dImpl(int64_t in, int64_t out, int64_t kernel, at::Generator& gen,
                      const torch::TensorOptions& options = {});
-  torch::Tensor forward(const torch::Tensor& x);  // [B, in, N] -> [B, out, N]
+  // [B, in, N] -> [B, out, N]; `groups` with ExactRows: chunk by chunk, with their replicas.
+  torch::Tensor forward(const torch::Tensor& x, const BatchGroups* groups = nullptr);
   torch::Tensor weight_orig, bias, weight_u, weight_v;
   int64_t kernel;
 };
 TORCH_MODULE(SpectralConv1d);
-
-// BatchNormLocal's groups over a whole step's batch, wherever its rows are (W-invariant
-// training, docs/sprint.md): this process's row i is in group group[i] of `count`; `sum`
-// adds a tensor over every process of the step, with a backward that adds the gradients the
-// same way (null: this process holds every row).
-struct BatchGroups {
-  torch::Tensor group;  // [rows] int64
-  int64_t count = 0;
-  std::function<torch::Tensor(const torch::Tensor&)> sum;
-};
 
 // Upstream's grouping applied to a whole batch of `total` rows: G = ceil(total / virtual_bs)
 // groups, row r in group floor(r G / total) (upstream's G equal groups where G divides the
 // rows; upstream fails where it does not). `positions`: this process's rows' places in the
 // batch.
 BatchGroups batch_groups(const std::vector<int64_t>& positions, int64_t total, int64_t virtual_bs = 8);
+// The same with train.deterministic's rows: `chunks`, this process's rows per canonical
+// micro-batch in the order of `positions`; `add_over_ranks` and `replicas` as ExactRows'.
+BatchGroups exact_batch_groups(const std::vector<int64_t>& positions, int64_t total, int64_t virtual_bs,
+                               std::vector<int64_t> chunks, std::function<void(torch::Tensor&)> add_over_ranks,
+                               const HeadReplicas* replicas = nullptr);
 
 // Upstream's BatchNormLocal: the batch split into G = ceil(B / virtual_bs) equal groups (B
 // must be a multiple of G, as upstream's view requires), each normalised per channel by its

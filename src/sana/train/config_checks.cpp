@@ -99,9 +99,6 @@ void check_stage2_keys(const config::Config& cfg, config::IssueSink& issues) {
   not_in_stage2("train.zero_stage", tr.zero_stage > 1,
                 "stages 2 and 3 are not built with the two-pass generator and the JVP; 0 or 1 are");
   not_in_stage2("train.offload_optimizer", tr.offload_optimizer, "the heads' optimizer has no host copy");
-  not_in_stage2("train.deterministic", tr.deterministic,
-                "the discriminator's batch-norm groups and losses are summed over ranks in floating point "
-                "(world sizes agree to about 1e-6, not bitwise)");
   not_in_stage2("model.mixed_precision", cfg.model.mixed_precision == config::Precision::fp16,
                 "fp16 loss scaling is not built for the two optimizers; bf16 is upstream's");
   not_in_stage2("data.class_data_dir", config::prior_preservation(cfg.data), "there is no flow loss to add it to");

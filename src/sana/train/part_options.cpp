@@ -232,6 +232,7 @@ SprintOptions sprint_options_for(const config::Config& cfg) {
   o.misaligned_pairs = t.misaligned_pairs_D;
   o.head_blocks = head_blocks_for(cfg);
   o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.exact = cfg.train.deterministic;
   return o;
 }
 
@@ -244,6 +245,7 @@ SprintTrainingOptions sprint_training_options_for(const config::Config& cfg) {
   o.step = sprint_options_for(cfg);
   o.reducer = reducer_options_for(cfg);
   o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  o.micro_batch_size = cfg.train.micro_batch_size;
   return o;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "sana/model/trigflow.h"
@@ -112,9 +113,10 @@ struct SprintStep::Features {
 };
 
 SprintStep::SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
-                       Sum sum)
+                       AllReduce all_reduce)
     : o_(std::move(options)), student_(std::move(student)), teacher_(std::move(teacher)), heads_(std::move(heads)),
-      sum_(std::move(sum)) {
+      all_reduce_(std::move(all_reduce)) {
+  if (all_reduce_) sum_ = summed_over_ranks(all_reduce_);
   if (o_.head_blocks.empty()) throw std::invalid_argument("SANA-Sprint: model.head_block_ids names no teacher block");
   if (static_cast<int64_t>(heads_->heads->size()) != static_cast<int64_t>(o_.head_blocks.size())) {
     throw std::invalid_argument(fmt::format("SANA-Sprint: {} discriminator heads for {} teacher blocks",
@@ -124,10 +126,32 @@ SprintStep::SprintStep(SprintOptions options, model::SanaMS student, model::Sana
   teacher_->eval();
 }
 
-model::BatchGroups SprintStep::groups(const std::vector<int64_t>& positions, int64_t total) const {
-  auto g = model::batch_groups(positions, total, o_.virtual_bs);
+model::BatchGroups SprintStep::groups(const Features& rows, int64_t total, const model::HeadReplicas* replicas) const {
+  if (o_.exact) {
+    std::vector<int64_t> chunks;
+    for (const auto& p : rows.parts) chunks.push_back(p.front().size(0));
+    return model::exact_batch_groups(rows.positions, total, o_.virtual_bs, std::move(chunks), all_reduce_, replicas);
+  }
+  auto g = model::batch_groups(rows.positions, total, o_.virtual_bs);
   g.sum = sum_;
   return g;
+}
+
+void SprintStep::hand_over(const model::HeadReplicas& replicas, bool last) {
+  torch::NoGradGuard no_grad;
+  auto params = heads_->parameters();
+  for (size_t c = 0; c < replicas.chunks(); ++c) {
+    if (before_backward_) before_backward_(last && c + 1 == replicas.chunks());
+    const auto grads = replicas.gradients(c);
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto& g = params[i].mutable_grad();
+      if (g.defined()) {
+        g.add_(grads[i]);  // zero after the reducer took the chunk before
+      } else {
+        g = grads[i].clone();
+      }
+    }
+  }
 }
 
 struct SprintStep::MicroDraws {
@@ -180,7 +204,7 @@ std::vector<Tensor> SprintStep::adversarial_gradients(const SprintShare& share, 
     }
   }
   const auto leaves = features.joined(true);
-  const auto g = groups(features.positions, share.global_batch);
+  const auto g = groups(features, share.global_batch);
   const auto logits = heads_->forward(leaves, &g);
   const auto loss = -logits.sum() / static_cast<double>(share.global_batch * logits.size(1));
   *adv = loss.detach().to(torch::kCPU, torch::kFloat64);
@@ -303,15 +327,27 @@ SprintLosses SprintStep::discriminator(const SprintShare& share) {
     fake.positions.insert(fake.positions.end(), shifted.positions.begin(), shifted.positions.end());
   }
   const int64_t fake_rows = misaligned ? 2 * B : B;
-  const auto gf = groups(fake.positions, fake_rows), gr = groups(real.positions, B);
+  std::optional<model::HeadReplicas> fake_params, real_params;  // exact mode: per micro-batch and call
+  if (o_.exact) {
+    fake_params.emplace(*heads_, fake.parts.size());
+    real_params.emplace(*heads_, real.parts.size());
+  }
+  const auto gf = groups(fake, fake_rows, fake_params ? &*fake_params : nullptr);
+  const auto gr = groups(real, B, real_params ? &*real_params : nullptr);
   const auto logits_fake = heads_->forward(fake.joined(false), &gf);
   const auto logits_real = heads_->forward(real.joined(false), &gr);
   const double T = static_cast<double>(logits_real.size(1));
   const auto loss_real = torch::relu(1 - logits_real).sum() / (static_cast<double>(B) * T);
   const auto loss_fake = torch::relu(1 + logits_fake).sum() / (static_cast<double>(fake_rows) * T);
   const auto loss = 0.5 * (loss_real + loss_fake);
-  if (before_backward_) before_backward_(true);
-  loss.backward();
+  if (o_.exact) {
+    loss.backward();  // into the replicas
+    hand_over(*fake_params, false);
+    hand_over(*real_params, true);
+  } else {
+    if (before_backward_) before_backward_(true);
+    loss.backward();
+  }
   SprintLosses out;
   out.parts = torch::stack({loss, loss_real, loss_fake}).detach().to(torch::kCPU, torch::kFloat64);
   return out;

@@ -38,6 +38,11 @@ struct SprintOptions {
   std::vector<int64_t> head_blocks;     // model.head_block_ids: the teacher blocks the heads read
   int64_t virtual_bs = 8;               // BatchNormLocal's group size
   uint64_t seed = 0;                    // train.seed
+  // train.deterministic (docs/sprint.md "Deterministic mode"): the share's micro-batches are
+  // canonical ones, and the heads treat each alone but for the batch norm's group sums,
+  // which are taken over the gathered rows in one order; in the discriminator's phase each
+  // micro-batch's gradient of the heads reaches them through its own before_backward.
+  bool exact = false;
 };
 
 struct SprintMicroBatch {
@@ -63,22 +68,23 @@ struct SprintLosses {
   torch::Tensor parts;  // [3]
 };
 
-// SprintStep::Sum from an in-place all-reduce (sum) over the step's ranks: the forward adds
-// a copy over the ranks, the backward adds the gradients over them the same way (each
+// An in-place all-reduce (sum) over the step's ranks as a function of autograd: the forward
+// adds a copy over the ranks, the backward adds the gradients over them the same way (each
 // rank's loss is its part of the step's, so the sum's gradient is every rank's part's).
 std::function<torch::Tensor(const torch::Tensor&)> summed_over_ranks(std::function<void(torch::Tensor&)> all_reduce);
 
 class SprintStep {
  public:
-  // Adds a tensor over every rank of the step with a backward that adds the gradients the
-  // same way; null on one process.
-  using Sum = std::function<torch::Tensor(const torch::Tensor&)>;
-  SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads, Sum sum);
+  // An in-place sum of a tensor over every rank of the step; null on one process.
+  using AllReduce = std::function<void(torch::Tensor&)>;
+  SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
+             AllReduce all_reduce);
 
   static bool generator_phase(int64_t step) { return step % 2 == 0; }
   // Called before each backward that reaches what trains in the phase, `last` on the phase's
   // last (the reducer syncs then: parallel::Reducer::begin_backward). The generator runs one
-  // per micro-batch, the discriminator one.
+  // per micro-batch, the discriminator one (in exact mode: one per micro-batch and call of
+  // the heads, each handing that micro-batch's gradients to the heads' .grad after it).
   void before_backward(std::function<void(bool last)> hook) { before_backward_ = std::move(hook); }
   SprintLosses generator(const SprintShare& share);
   SprintLosses discriminator(const SprintShare& share);
@@ -88,7 +94,9 @@ class SprintStep {
  private:
   struct Features;      // the heads' inputs of a phase, per head
   struct MicroDraws;    // a micro-batch's draws in the generator's phase
-  model::BatchGroups groups(const std::vector<int64_t>& positions, int64_t total) const;
+  model::BatchGroups groups(const Features& rows, int64_t total, const model::HeadReplicas* replicas = nullptr) const;
+  // Exact mode: each chunk's gradients of the heads, from `replicas`, into their .grad.
+  void hand_over(const model::HeadReplicas& replicas, bool last);
   MicroDraws generator_draws(const SprintMicroBatch& m, int64_t step) const;
   // The teacher's features of the student's x0 prediction, re-noised for the discriminator
   // (with the graph the grad mode gives).
@@ -106,7 +114,8 @@ class SprintStep {
   SprintOptions o_;
   model::SanaMS student_, teacher_;
   model::LaddHeads heads_;
-  Sum sum_;
+  AllReduce all_reduce_;
+  std::function<torch::Tensor(const torch::Tensor&)> sum_;  // all_reduce_ with its backward
   std::function<void(bool)> before_backward_;
 };
 

@@ -92,17 +92,21 @@ SprintTraining::SprintTraining(SprintTrainingOptions o, model::SanaMS student, d
   for (const auto& p : heads_->named_parameters()) params.emplace_back(p.key(), p.value());
   auto reducer = o.reducer;
   reducer.average = false;  // each rank's loss is its part of the step's: the sum is the gradient
-  reducer.shard_gradients = reducer.gradients_on_host = reducer.exact = false;
+  reducer.shard_gradients = reducer.gradients_on_host = false;
+  exact_ = reducer.exact;
+  micro_batch_size_ = o.micro_batch_size;
   heads_reducer_ = parallel::make_reducer(rt, params, reducer);
   heads_optimizer_ = make_optimizer(o.optimizer, params);
   heads_part_ = std::make_unique<model::ModuleState>(*heads_, "discriminator");
   optimizer_part_ = std::make_unique<RenamedPart>(*heads_optimizer_, "discriminator_optimizer");
-  SprintStep::Sum sum;
-  if (rt.world_size() > 1) sum = summed_over_ranks([&rt](torch::Tensor& t) { rt.all_reduce(t); });
-  step_ = std::make_unique<SprintStep>(std::move(o.step), std::move(student), teacher_, heads_, std::move(sum));
+  reducer_part_ = std::make_unique<RenamedPart>(*heads_reducer_, "discriminator_reducer");
+  SprintStep::AllReduce all_reduce;
+  if (rt.world_size() > 1) all_reduce = [&rt](torch::Tensor& t) { rt.all_reduce(t); };
+  o.step.exact = exact_;
+  step_ = std::make_unique<SprintStep>(std::move(o.step), std::move(student), teacher_, heads_, std::move(all_reduce));
 }
 
-std::vector<Stateful*> SprintTraining::parts() { return {heads_part_.get(), optimizer_part_.get()}; }
+std::vector<Stateful*> SprintTraining::parts() { return {heads_part_.get(), optimizer_part_.get(), reducer_part_.get()}; }
 
 std::string SprintTraining::describe() const {
   const auto& blocks = step_->options().head_blocks;
@@ -137,22 +141,12 @@ StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t ep
     share.micro.push_back({p.x0 * sd, p.cond, std::vector<uint64_t>(p.ids.begin(), p.ids.end())});
   }
   share.global_batch = out.samples;
-  share.first = data::rank_share(out.samples, rt_.rank(), rt_.world_size()).first;
+  share.first = exact_ ? data::rank_share_whole(out.samples, micro_batch_size_, rt_.rank(), rt_.world_size()).first
+                       : data::rank_share(out.samples, rt_.rank(), rt_.world_size()).first;
   share.step = global_step;
   const bool generator = generator_phase(global_step);
-  auto& reducer = generator ? student_reducer : *heads_reducer_;
-  SprintLosses parts;
-  {
-    PhaseTimer compute(out.times.forward_backward);
-    if (!generator) share.previous_x0 = previous_x0(share, rt_);
-    step_->before_backward([&reducer](bool last) { reducer.begin_backward(last); });
-    model::AutocastGuard autocast(step.autocast());
-    parts = generator ? step_->generator(share) : step_->discriminator(share);
-  }
-  {
-    PhaseTimer waiting(out.times.allreduce);
-    reducer.finalize();
-  }
+  if (!generator) share.previous_x0 = previous_x0(share, rt_);
+  const auto parts = run_phase(share, generator ? student_reducer : *heads_reducer_, out, step.autocast());
   const auto device = rt_.device();
   out.loss_sum = parts.parts[0].to(device, torch::kFloat64).clone();
   // The named parts, summed over ranks (one small all-reduce; the total goes through the
@@ -165,6 +159,41 @@ StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t ep
   losses.clear();
   for (int64_t i = 0; i < 3; ++i) losses.emplace_back(names[static_cast<size_t>(i)], sums[i].item<double>());
   return out;
+}
+
+SprintLosses SprintTraining::run_phase(const SprintShare& share, parallel::Reducer& reducer, StepOutput& out,
+                                       const model::AutocastState& autocast) {
+  const bool generator = generator_phase(share.step);
+  std::vector<torch::Tensor> power_iteration;  // the heads' spectral-norm vectors before the phase
+  if (exact_ && !generator) {
+    for (const auto& b : heads_->buffers()) power_iteration.push_back(b.clone());
+  }
+  step_->before_backward([&reducer](bool last) { reducer.begin_backward(last); });
+  SprintLosses parts;
+  for (int again = 0;; ++again) {
+    {
+      PhaseTimer compute(out.times.forward_backward);
+      model::AutocastGuard guard(autocast);
+      parts = generator ? step_->generator(share) : step_->discriminator(share);
+    }
+    {
+      PhaseTimer waiting(out.times.allreduce);
+      reducer.finalize();
+    }
+    if (!reducer.overflowed()) return parts;
+    // train.deterministic: a gradient too large for the integer sums on some rank; every rank
+    // runs the phase again at the smaller scale the reducer chose (TrainStep's rule).
+    if (again == 8) {
+      throw RunError(fmt::format("train.deterministic: step {}: the {}'s gradients overflow the fixed-point sums even "
+                                 "at a 2^-96 smaller scale; check the learning rate and the data",
+                                 share.step + 1, generator ? "student" : "discriminator heads"));
+    }
+    log::info("train.deterministic: step {}: a gradient overflowed the integer sums; the {} phase runs again at a "
+              "smaller scale ({})", share.step + 1, generator ? "generator" : "discriminator", again + 1);
+    torch::NoGradGuard no_grad;
+    auto buffers = heads_->buffers();
+    for (size_t i = 0; i < power_iteration.size(); ++i) buffers[i].copy_(power_iteration[i]);
+  }
 }
 
 }  // namespace sana::train

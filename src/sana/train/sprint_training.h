@@ -39,8 +39,9 @@ struct SprintTrainingOptions {
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype: the teacher's layers
   uint64_t seed = 0;                // train.seed: the heads' initial weights
   SprintOptions step;               // the objective (scheduler.*, train.* Sprint keys, the heads' blocks)
-  parallel::ReducerOptions reducer;  // ddp.*: the heads' gradients (summed over ranks whatever it says)
+  parallel::ReducerOptions reducer;  // ddp.*, train.deterministic: the heads' gradients (summed over ranks)
   OptimizerOptions optimizer;       // train.optimizer: the heads' (upstream's optimizer_D is built from it)
+  int64_t micro_batch_size = 0;     // train.micro_batch_size: train.deterministic's shares (rank_share_whole)
 };
 
 class SprintTraining {
@@ -61,8 +62,9 @@ class SprintTraining {
 
   parallel::Reducer& heads_reducer() { return *heads_reducer_; }
   Optimizer& heads_optimizer() { return *heads_optimizer_; }
-  // The checkpoint parts: the heads' weights ("discriminator") and their optimizer state
-  // ("discriminator_optimizer").
+  // The checkpoint parts: the heads' weights ("discriminator"), their optimizer state
+  // ("discriminator_optimizer") and their reducer's (train.deterministic's scales:
+  // "discriminator_reducer").
   std::vector<Stateful*> parts();
   // "teacher SanaMSCM_tiny_P2_D4 (0.94 M, from T), 2 discriminator heads on blocks 1, 3 (0.33 M)".
   std::string describe() const;
@@ -73,6 +75,10 @@ class SprintTraining {
   // The share's x0 of the sample before this rank's first, cyclically, gathered from the
   // rank before (one all-reduce of a [W, 1, C, H, W] tensor).
   torch::Tensor previous_x0(const SprintShare& share, dist::Runtime& rt) const;
+  // The phase's forwards and backwards, then the reducer's sums; under train.deterministic
+  // again (the heads' power iteration undone first) while the integer sums overflow.
+  SprintLosses run_phase(const SprintShare& share, parallel::Reducer& reducer, StepOutput& out,
+                         const model::AutocastState& autocast);
 
   dist::Runtime& rt_;
   model::SanaMS teacher_{nullptr};
@@ -81,7 +87,9 @@ class SprintTraining {
   std::unique_ptr<parallel::Reducer> heads_reducer_;
   std::unique_ptr<Optimizer> heads_optimizer_;
   std::unique_ptr<model::ModuleState> heads_part_;
-  std::unique_ptr<Stateful> optimizer_part_;
+  std::unique_ptr<Stateful> optimizer_part_, reducer_part_;
+  int64_t micro_batch_size_ = 0;
+  bool exact_ = false;
   std::unique_ptr<SprintStep> step_;
 };
 

@@ -98,12 +98,25 @@ RankModels rank_models() {
 struct RankResult {
   std::map<std::string, torch::Tensor> student, heads;
   torch::Tensor g, d;
+  // Exact mode: each backward's gradients as one flat tensor, in order: the student's per
+  // micro-batch, then the heads' per micro-batch and call (fakes, misaligned, reals).
+  std::vector<torch::Tensor> g_chunks, d_chunks;
 };
+
+// The gradients of `params` so far as one flat tensor; then zero.
+torch::Tensor take_gradients(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> flat;
+  for (auto p : params) {
+    flat.push_back(p.grad().defined() ? p.grad().flatten().clone() : torch::zeros({p.numel()}, p.options()));
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+  return torch::cat(flat);
+}
 
 RankResult run_rank(RankModels m, const train::SprintOptions& o, const torch::Tensor& x0, const model::Condition& cond,
                     const std::vector<uint64_t>& ids, int64_t first, int64_t count, int64_t micro,
-                    train::SprintStep::Sum sum) {
-  train::SprintStep step(o, m.student, m.teacher, m.heads, std::move(sum));
+                    train::SprintStep::AllReduce all_reduce) {
+  train::SprintStep step(o, m.student, m.teacher, m.heads, std::move(all_reduce));
   train::SprintShare share;
   share.global_batch = x0.size(0);
   share.first = first;
@@ -113,25 +126,48 @@ RankResult run_rank(RankModels m, const train::SprintOptions& o, const torch::Te
     share.micro.push_back({x0.narrow(0, i, n), rows(cond, i, n), std::vector<uint64_t>(ids.begin() + i, ids.begin() + i + n)});
   }
   RankResult r;
+  std::vector<torch::Tensor> params = m.student->parameters();
+  std::vector<torch::Tensor>* chunks = &r.g_chunks;
+  bool started = false;
+  if (o.exact) {
+    step.before_backward([&](bool) {
+      if (started) chunks->push_back(take_gradients(params));
+      started = true;
+    });
+  }
   share.step = 2;
   r.g = step.generator(share).parts;
+  if (o.exact) {
+    r.g_chunks.push_back(take_gradients(params));
+    params = m.heads->parameters();
+    chunks = &r.d_chunks;
+    started = false;
+  }
   share.step = 3;
   r.d = step.discriminator(share).parts;
+  if (o.exact) r.d_chunks.push_back(take_gradients(params));
   for (const auto& p : m.student->named_parameters()) r.student[p.key()] = p.value().grad().clone();
   for (const auto& p : m.heads->named_parameters()) r.heads[p.key()] = p.value().grad().clone();
   for (const auto& b : m.heads->named_buffers()) r.heads[b.key()] = b.value().clone();
   return r;
 }
 
-}  // namespace
-
-TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses and spectral norms",
-          "[sprint]") {
+// The steps of 5 samples below: heads on blocks 0 and 2, batch-norm groups of 4 (the fakes'
+// 10 rows in 3 groups, the reals' 5 in 2, across ranks).
+train::SprintOptions five_sample_options() {
   train::SprintOptions o;
   o.head_blocks = {0, 2};
   o.tangent_warmup_steps = 4;
   o.seed = 12;
-  o.virtual_bs = 4;  // 5 samples: the fakes' 10 rows in 3 groups, the reals' 5 in 2, across ranks
+  o.virtual_bs = 4;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses and spectral norms",
+          "[sprint]") {
+  const auto o = five_sample_options();
   torch::manual_seed(85);
   const int64_t B = 5;
   const auto spec = test::sprint_student_spec(3);
@@ -152,7 +188,7 @@ TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses an
         try {
           // rank_share's split: consecutive, sizes differing by one at most; micro-batches of 1.
           const int64_t first = B * r / world, last = B * (r + 1) / world;
-          auto sum = train::summed_over_ranks([&exchange, r](torch::Tensor& t) { exchange(r, t); });
+          train::SprintStep::AllReduce sum = [&exchange, r](torch::Tensor& t) { exchange(r, t); };
           results[static_cast<size_t>(r)] = run_rank(models[static_cast<size_t>(r)], o, x0, cond, ids, first,
                                                      last - first, 1, sum);
         } catch (const std::exception& e) {
@@ -187,6 +223,85 @@ TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses an
       CHECK((total - t).abs().max().item<double>() <= 1e-10 * t.abs().max().item<double>() + 1e-14);
     }
   }
+}
+
+TEST_CASE("train.deterministic: each micro-batch's gradients of a Sprint step are the same bits on 1, 2 and 3 ranks",
+          "[sprint]") {
+  auto o = five_sample_options();
+  o.exact = true;
+  torch::manual_seed(86);
+  const int64_t B = 5;
+  const auto spec = test::sprint_student_spec(3);
+  const auto x0 = torch::randn({B, spec.in_channels, 8, 8}, torch::kFloat32) * o.sigma_data;
+  auto cond = condition_for(spec, B, torch::kFloat32);
+  const std::vector<uint64_t> ids{60, 61, 62, 63, 64};
+  const auto models = [] {  // float32, where rounding shows any difference of order
+    auto m = rank_models();
+    m.student->to(torch::kFloat32);
+    m.teacher->to(torch::kFloat32);
+    m.heads->to(torch::kFloat32);
+    return m;
+  };
+  // Canonical micro-batches of 1: rank r of W takes samples [5r/W, 5(r+1)/W), whole.
+  const auto whole = run_rank(models(), o, x0, cond, ids, 0, B, 1, nullptr);
+  REQUIRE(whole.g_chunks.size() == 5);
+  REQUIRE(whole.d_chunks.size() == 15);
+  for (int world : {2, 3}) {
+    INFO(world << " ranks");
+    ThreadAllReduce exchange(world);
+    std::vector<RankResult> results(static_cast<size_t>(world));
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          const int64_t first = B * r / world, last = B * (r + 1) / world;
+          results[static_cast<size_t>(r)] =
+              run_rank(models(), o, x0, cond, ids, first, last - first, 1, [&exchange, r](torch::Tensor& t) { exchange(r, t); });
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) CHECK(e == "");
+    REQUIRE(std::all_of(errors.begin(), errors.end(), [](const std::string& e) { return e.empty(); }));
+    // The generator's micro-batches in the batch's order; the heads' per call: every rank's
+    // fakes, then every rank's misaligned rows, then every rank's reals.
+    std::vector<torch::Tensor> g, d;
+    for (int part = 0; part < 3; ++part) {
+      for (const auto& r : results) {
+        const size_t k = r.g_chunks.size();
+        REQUIRE(r.d_chunks.size() == 3 * k);
+        if (part == 0) g.insert(g.end(), r.g_chunks.begin(), r.g_chunks.end());
+        d.insert(d.end(), r.d_chunks.begin() + static_cast<std::ptrdiff_t>(part * k),
+                 r.d_chunks.begin() + static_cast<std::ptrdiff_t>((part + 1) * k));
+      }
+    }
+    REQUIRE(g.size() == whole.g_chunks.size());
+    REQUIRE(d.size() == whole.d_chunks.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      INFO("the student's gradient of micro-batch " << i);
+      CHECK(whole.g_chunks[i].abs().max().item<double>() > 0);
+      CHECK(torch::equal(g[i], whole.g_chunks[i]));
+    }
+    for (size_t i = 0; i < d.size(); ++i) {
+      INFO("the heads' gradient of chunk " << i << " (fakes, misaligned, reals)");
+      CHECK(whole.d_chunks[i].abs().max().item<double>() > 0);
+      CHECK(torch::equal(d[i], whole.d_chunks[i]));
+    }
+    for (const auto& r : results) {
+      for (const auto& [name, t] : whole.heads) {
+        if (name.find("_u") != std::string::npos || name.find("_v") != std::string::npos) CHECK(torch::equal(r.heads.at(name), t));
+      }
+    }
+  }
+  // Summed in float, the chunks give what the plain step gives (the same arithmetic).
+  auto plain = o;
+  plain.exact = false;
+  const auto reference = run_rank(models(), plain, x0, cond, ids, 0, B, 1, nullptr);
+  CHECK(rel_diff(whole.g, reference.g) < 1e-5);
+  CHECK(rel_diff(whole.d, reference.d) < 1e-5);
 }
 
 TEST_CASE("Sprint's draws are a pure function of (seed, step, sample)", "[sprint]") {
