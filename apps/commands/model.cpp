@@ -225,8 +225,9 @@ void print_memory(const train::MemoryEstimate& m) {
   }
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
   if (m.teacher > 0) {
-    std::cout << "  (activations below: the student's flow step; stage 2's further passes, the teacher's features "
-                 "and the JVP, are not measured yet)\n";
+    std::cout << "  (activations below: stage 2's generator step, from the student's flow step: its sCM graph, with "
+                 "train.train_largest_timestep its x0 graph too, and the teacher's up to its last head block at "
+                 "once)\n";
   }
   row("activations", m.activations, m.checkpointing ? "" : "<- train.grad_checkpointing false");
   row("activations, gradient checkpointing", m.activations_checkpointed,

@@ -198,7 +198,8 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   o.gc_step = cfg.train.gc_step;
   o.frozen_dtype = frozen_dtype_for(cfg.train);
   if (o.spec.trigflow && !cfg.model.sprint.teacher_model.empty()) {
-    o.sprint = MemoryEstimateOptions::Sprint{teacher_spec_for(cfg), static_cast<int64_t>(head_blocks_for(cfg).size())};
+    o.sprint = MemoryEstimateOptions::Sprint{teacher_spec_for(cfg), static_cast<int64_t>(head_blocks_for(cfg).size()),
+                                             sprint_options_for(cfg)};
   }
   return o;
 }

@@ -184,3 +184,40 @@ TEST_CASE("SANA-Sprint's stage 2: the teacher and the heads in the estimate are 
   CHECK(e.heads == Approx(2 * weights + state).epsilon(0.001));
   CHECK(e.total() > e.weights + e.teacher + e.heads);
 }
+
+TEST_CASE("SANA-Sprint's stage 2: the activation estimate matches its steps measured at the largest bucket",
+          "[train][memory]") {
+  // The x0 prediction from the sCM forward and heads on blocks 1 and 3 (the teacher's graph
+  // through all 4 blocks), or a second student forward and a head on block 1 only.
+  for (const bool largest : {false, true}) {
+    INFO("train.train_largest_timestep " << largest);
+    auto cfg = tiny_config();
+    cfg.model.model = "SanaMSCM_tiny_P2_D4";
+    cfg.model.sprint.teacher_model = "teacher.safetensors";  // a stage-2 run; nothing is read
+    cfg.model.sprint.head_block_ids = largest ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 3};
+    cfg.train.sprint.train_largest_timestep = largest;
+    config::resolve_defaults(cfg);
+    const auto options = train::memory_estimate_options_for(cfg);
+    REQUIRE(options.sprint);
+    const auto e = train::estimate_memory(options);
+    const auto spec = train::model_spec_for(cfg);
+    const int64_t cell = spec.downsample * spec.patch, h = e.height / cell, w = e.width / cell;
+    REQUIRE(e.tokens > 128);
+    // A generator and a discriminator step run whole: every block, the config's heads, bucket
+    // and micro-batch.
+    const double measured = train::sprint_step_peak_bytes(spec, *options.sprint, spec.depth, h, w, e.micro_batch, 0);
+    const double kept = train::sprint_step_peak_bytes(spec, *options.sprint, spec.depth, h, w, e.micro_batch, 1);
+    INFO("estimate " << e.activations << " bytes, measured " << measured << "; checkpointed " << e.activations_checkpointed
+                     << ", measured " << kept << "; at " << e.height << "x" << e.width << " x " << e.micro_batch);
+    CHECK(e.activations == Approx(measured).epsilon(0.15));
+    CHECK(e.activations_checkpointed == Approx(kept).epsilon(0.15));
+    // The student's graph and the teacher's at once (with train_largest_timestep a second
+    // student graph): well over a flow step's.
+    auto flow = options;
+    flow.sprint.reset();
+    const auto plain = train::estimate_memory(flow);
+    INFO("a flow step of the student: " << plain.activations);
+    CHECK(e.activations > (largest ? 2.2 : 1.5) * plain.activations);
+    CHECK(e.total() > plain.total() + e.teacher + e.heads);
+  }
+}

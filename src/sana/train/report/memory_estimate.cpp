@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <atomic>
+#include <numeric>
 #include <utility>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,18 @@ namespace sana::train {
 
 namespace {
 
+model::Condition measured_condition(const model::ModelSpec& spec, int64_t batch) {
+  model::Condition cond;
+  if (spec.conditioning == model::Conditioning::caption) {
+    cond.y = torch::randn({batch, spec.caption_tokens, spec.caption_channels});
+    cond.mask = torch::ones({batch, spec.caption_tokens}, torch::kInt64);
+  } else if (spec.conditioning == model::Conditioning::class_label) {
+    cond.y = torch::zeros({batch}, torch::kInt64);
+  }
+  if (spec.cfg_embed) cond.cfg_scale = torch::full({batch}, 4.5);  // a SANA-Sprint student's guidance input
+  return cond;
+}
+
 // The most bytes `count` held above its start during one forward and backward of `batch`
 // samples of h x w tokens, every `checkpoint_every`-th block checkpointed (0: none). The
 // gradients exist before (as the reducer's buckets do in a run), so the backward
@@ -38,13 +51,7 @@ double step_bytes(model::SanaMS& net, CountingScope& count, int64_t h_tokens, in
   torch::NoGradGuard setup;  // only the forward below records a graph
   const auto x = torch::randn({batch, spec.in_channels, h_tokens * spec.patch, w_tokens * spec.patch});
   const auto t = torch::full({batch}, 500.0);
-  model::Condition cond;
-  if (spec.conditioning == model::Conditioning::caption) {
-    cond.y = torch::randn({batch, spec.caption_tokens, spec.caption_channels});
-    cond.mask = torch::ones({batch, spec.caption_tokens}, torch::kInt64);
-  } else if (spec.conditioning == model::Conditioning::class_label) {
-    cond.y = torch::zeros({batch}, torch::kInt64);
-  }
+  const auto cond = measured_condition(spec, batch);
   net->set_grad_checkpointing(checkpoint_every > 0, checkpoint_every);
   for (auto& p : net->parameters()) p.mutable_grad() = torch::zeros_like(p);
   const int64_t before = count.held();
@@ -65,6 +72,48 @@ model::SanaMS build(model::ModelSpec spec, int64_t depth) {
   net->train();
   return net;
 }
+
+// SANA-Sprint's stage 2 at one depth: student and teacher cut to it, one head on each of the
+// teacher's blocks `blocks`, and the step over them.
+struct SprintModels {
+  model::SanaMS student{nullptr};
+  model::LaddHeads heads{nullptr};
+  std::unique_ptr<SprintStep> step;
+
+  SprintModels(const model::ModelSpec& spec, const MemoryEstimateOptions::Sprint& sprint, int64_t depth,
+               std::vector<int64_t> blocks) {
+    student = build(spec, depth);
+    auto teacher = build(sprint.teacher, depth);
+    heads = model::LaddHeads(sprint.teacher.hidden, static_cast<int64_t>(blocks.size()), 0);
+    auto o = sprint.step;
+    o.head_blocks = std::move(blocks);
+    o.exact = false;
+    step = std::make_unique<SprintStep>(o, student, teacher, heads, nullptr);
+  }
+
+  // A generator step then a discriminator step of `batch` samples: the most bytes above the start.
+  double bytes(CountingScope& count, int64_t h_tokens, int64_t w_tokens, int64_t batch, int64_t checkpoint_every) {
+    const auto& spec = student->spec();
+    SprintShare share;
+    {
+      torch::NoGradGuard setup;
+      std::vector<uint64_t> ids(static_cast<size_t>(batch));
+      std::iota(ids.begin(), ids.end(), 0);
+      share.micro.push_back({torch::randn({batch, spec.in_channels, h_tokens * spec.patch, w_tokens * spec.patch}) * 0.5,
+                             measured_condition(spec, batch), ids});
+      share.global_batch = batch;
+      student->set_grad_checkpointing(checkpoint_every > 0, checkpoint_every);
+      for (auto& p : student->parameters()) p.mutable_grad() = torch::zeros_like(p);
+      for (auto& p : heads->parameters()) p.mutable_grad() = torch::zeros_like(p);
+    }
+    const int64_t before = count.held();
+    count.reset_peak();
+    step->generator(share);
+    share.step = 1;
+    step->discriminator(share);
+    return static_cast<double>(count.peak() - before);
+  }
+};
 
 // The memory a step's forward and backward need above the state, for one sample: per image
 // token and per sample (the caption's tokens, the timestep, linear attention's key-value
@@ -104,7 +153,38 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
   return {terms(at[0]), terms(at[1])};
 }
 
+// SANA-Sprint's stage 2 from the student's flow terms: a generator step holds the student's
+// sCM graph (with train.train_largest_timestep also its x0 prediction's) and the teacher's
+// up to its last head at once, the teacher's blocks each kept as a student block (its
+// gradients reach only its input, so this is above it). Its backward runs through the
+// teacher first, so with gradient checkpointing the student's recompute comes after the
+// teacher's graph is gone: the larger of the student's checkpointed step and the teacher's
+// graph with the student's kept block inputs. On the tiny presets against stage 2's steps
+// measured whole (sprint_step_peak_bytes, tests/unit/train/test_memory_estimate.cpp): from
+// 4% under to 13% over (2026-11-29).
+void add_stage2_graphs(const MemoryEstimateOptions::Sprint& sprint, const PerSample& plain, const PerSample& kept,
+                       int64_t depth, MemoryEstimate& e) {
+  const double graphs = sprint.step.draws.largest_timestep ? 2 : 1;
+  const auto& blocks = sprint.step.head_blocks;
+  const int64_t teacher_blocks = blocks.empty() ? sprint.teacher.depth : *std::max_element(blocks.begin(), blocks.end()) + 1;
+  const auto blocks_only = [](PerSample p) {
+    p.outside = p.outside_per_token = 0;
+    return p;
+  };
+  const double teacher = blocks_only(plain).bytes(teacher_blocks, e.tokens, e.micro_batch);
+  const double student_kept = blocks_only(kept).bytes(depth, e.tokens, e.micro_batch);
+  e.activations = graphs * e.activations + teacher;
+  e.activations_checkpointed = std::max(e.activations_checkpointed, graphs * student_kept + teacher);
+}
+
 }  // namespace
+
+double sprint_step_peak_bytes(const model::ModelSpec& spec, const MemoryEstimateOptions::Sprint& sprint, int64_t depth,
+                              int64_t h_tokens, int64_t w_tokens, int64_t batch, int64_t checkpoint_every) {
+  SprintModels models(spec, sprint, depth, sprint.step.head_blocks);
+  CountingScope count;
+  return models.bytes(count, h_tokens, w_tokens, batch, checkpoint_every);
+}
 
 double step_peak_bytes(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens, int64_t batch,
                        int64_t checkpoint_every) {
@@ -337,6 +417,7 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size,
   const int64_t checkpointed = every(spec.depth) + every(spec.control_blocks);
   e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
                                plain_blocks.bytes(blocks_run - checkpointed, e.tokens, e.micro_batch);
+  if (cfg.sprint) add_stage2_graphs(*cfg.sprint, plain, kept, spec.depth, e);
   e.terms = {{"outside", plain.outside}, {"outside_per_token", plain.outside_per_token}, {"block", plain.block},
              {"block_per_token", plain.block_per_token}};
   e.terms_checkpointed = {{"outside", kept.outside}, {"outside_per_token", kept.outside_per_token},

@@ -22,6 +22,7 @@
 #include "sana/model/storage_dtype.h"
 #include "sana/parallel/options.h"
 #include "sana/train/optim.h"
+#include "sana/train/sprint_step.h"
 
 namespace sana::train {
 
@@ -64,7 +65,9 @@ struct MemoryEstimate {
   int64_t height = 0, width = 0, tokens = 0, micro_batch = 0;  // the largest bucket
   // The rise of memory during a step's forward and backward, fp32 (the activations kept for
   // the backward and the backward's working memory at its peak), and the same with
-  // train.grad_checkpointing (and its gc_step).
+  // train.grad_checkpointing (and its gc_step). SANA-Sprint's stage 2: a generator step's
+  // graphs held at once, composed from the student's flow terms (memory_estimate.cpp's
+  // add_stage2_graphs).
   double activations = 0;
   double activations_checkpointed = 0;
   // What they are made of, per sample (bytes): outside the blocks and per block, each also
@@ -101,10 +104,12 @@ struct MemoryEstimateOptions {
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base, a teacher)
-  // A SANA-Sprint stage-2 run (model.teacher_model): its teacher and how many heads read it.
+  // A SANA-Sprint stage-2 run (model.teacher_model): its teacher, how many heads read it and
+  // the step's options (whose passes the activations measure).
   struct Sprint {
     model::ModelSpec teacher;
     int64_t heads = 0;
+    SprintOptions step;
   };
   std::optional<Sprint> sprint;
 };
@@ -119,5 +124,11 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& o, int world_size = 
 // blocks (gradients allocated before), every `checkpoint_every`-th block checkpointed (0: none).
 double step_peak_bytes(const model::ModelSpec& spec, int64_t depth, int64_t h_tokens, int64_t w_tokens, int64_t batch,
                        int64_t checkpoint_every);
+// The same for SANA-Sprint's stage 2: one generator step, then one discriminator step, the
+// student `spec` and `sprint`'s teacher cut to `depth` blocks, one head on each of the
+// teacher's blocks `sprint.step.head_blocks` (gradients of the student and the heads
+// allocated before).
+double sprint_step_peak_bytes(const model::ModelSpec& spec, const MemoryEstimateOptions::Sprint& sprint, int64_t depth,
+                              int64_t h_tokens, int64_t w_tokens, int64_t batch, int64_t checkpoint_every);
 
 }  // namespace sana::train
