@@ -73,6 +73,7 @@ done 3< commands.txt
 assert_contains cmd2.log "q_norm" "stage 1 said which weights the download lacked (the q/k norms)"
 assert_contains cmd3.log "teacher" "sana-train model counts the teacher"
 assert_contains cmd3.log "discriminator heads" "and the discriminator heads"
+assert_contains cmd3.log "stage 2's generator step" "and the activations of a generator step"
 assert_contains cmd5.log "resumed from" "the 1-process run resumed"
 assert_contains cmd5.log "(saved on 2 processes)" "from the 2-process run"
 if /usr/bin/python3 - output/my_sprint/metrics.jsonl > check.txt 2>&1 <<'PY'; then
