@@ -35,10 +35,14 @@ std::pair<int64_t, int64_t> rank_share_whole(int64_t global, int64_t micro, int 
   return {std::min(global, first * micro), std::min(global, last * micro)};
 }
 
+std::pair<int64_t, int64_t> rank_share_of(int64_t global, int64_t micro, int rank, int world, bool whole) {
+  return whole ? rank_share_whole(global, micro, rank, world) : rank_share(global, rank, world);
+}
+
 int64_t most_micro_batches(int64_t global, int64_t micro, int world, bool whole) {
   int64_t most = 0;
   for (int r = 0; r < world; ++r) {
-    const auto [first, last] = whole ? rank_share_whole(global, micro, r, world) : rank_share(global, r, world);
+    const auto [first, last] = rank_share_of(global, micro, r, world, whole);
     most = std::max(most, micro_batches(last - first, micro));
   }
   return most;

@@ -58,6 +58,9 @@ int64_t micro_batches(int64_t share, int64_t micro);
 // last smaller) and those dealt out whole, counts differing by one at most, so that every
 // micro-batch holds the same samples at any world size. Empty when world > micro-batches.
 std::pair<int64_t, int64_t> rank_share_whole(int64_t global, int64_t micro, int rank, int world);
+// Rank `rank`'s part of a global batch: rank_share_whole's (`whole`, train.deterministic) or
+// rank_share's.
+std::pair<int64_t, int64_t> rank_share_of(int64_t global, int64_t micro, int rank, int world, bool whole);
 // The most micro-batches of at most `micro` samples any rank runs for a global batch of
 // `global` (`whole`: rank_share_whole's shares, else rank_share's).
 int64_t most_micro_batches(int64_t global, int64_t micro, int world, bool whole);

@@ -152,9 +152,8 @@ bool Loader::refill() {
     return false;
   }
   const auto global = static_cast<int64_t>(step.ids.size());
-  const auto [first, last] = opts_.whole_micro_batches
-                                 ? rank_share_whole(global, opts_.micro_batch, opts_.rank, opts_.world_size)
-                                 : rank_share(global, opts_.rank, opts_.world_size);
+  const auto [first, last] =
+      rank_share_of(global, opts_.micro_batch, opts_.rank, opts_.world_size, opts_.whole_micro_batches);
   const int64_t count = micro_batches(last - first, opts_.micro_batch);
   for (int64_t t = 0; t < count; ++t) {
     const int64_t from = first + t * opts_.micro_batch, to = std::min(last, from + opts_.micro_batch);

@@ -51,8 +51,7 @@ std::string batch_text(const data::Dataset& ds, const BatchOptions& t, int rank,
                        "most {}",
                        t.batch.batch_tokens, low, high, t.micro_batch_size);
   }
-  const auto [first, last] = t.deterministic ? data::rank_share_whole(t.batch.global_batch, t.micro_batch_size, rank, world)
-                                             : data::rank_share(t.batch.global_batch, rank, world);
+  const auto [first, last] = data::rank_share_of(t.batch.global_batch, t.micro_batch_size, rank, world, t.deterministic);
   const int64_t micro = data::micro_batches(last - first, t.micro_batch_size);
   return fmt::format("global batch {}: {} samples on this rank in {} micro-batch{} of at most {}{}", t.batch.global_batch,
                      last - first, micro, micro == 1 ? "" : "es", t.micro_batch_size,

@@ -141,8 +141,7 @@ StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t ep
     share.micro.push_back({p.x0 * sd, p.cond, std::vector<uint64_t>(p.ids.begin(), p.ids.end())});
   }
   share.global_batch = out.samples;
-  share.first = exact_ ? data::rank_share_whole(out.samples, micro_batch_size_, rt_.rank(), rt_.world_size()).first
-                       : data::rank_share(out.samples, rt_.rank(), rt_.world_size()).first;
+  share.first = data::rank_share_of(out.samples, micro_batch_size_, rt_.rank(), rt_.world_size(), exact_).first;
   share.step = global_step;
   const bool generator = generator_phase(global_step);
   if (!generator) share.previous_x0 = previous_x0(share, rt_);
