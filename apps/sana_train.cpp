@@ -19,6 +19,7 @@
 #include "sana/config/schema.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher.h"
+#include "sana/distributed/launcher_link.h"
 #include "sana/train/config_checks.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"

@@ -34,6 +34,7 @@ enum class FrozenDtype { fp32, bf16, fp16, int8 };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
 enum class StateDevice { device, cpu };
+enum class Elastic { restart, continue_on };
 
 template <> struct Names<Tail> { static constexpr std::array<std::string_view, 2> values{"drop", "pad"}; };
 template <> struct Names<SampleCacheMode> {
@@ -74,6 +75,7 @@ template <> struct Names<DeviceKind> {
   static constexpr std::array<std::string_view, 3> values{"auto", "cpu", "cuda"};
 };
 template <> struct Names<StateDevice> { static constexpr std::array<std::string_view, 2> values{"device", "cpu"}; };
+template <> struct Names<Elastic> { static constexpr std::array<std::string_view, 2> values{"restart", "continue"}; };
 
 // A YAML mapping of names to numbers, in the order written (data.caption_proportion).
 using NamedWeights = std::vector<std::pair<std::string, double>>;
@@ -377,6 +379,10 @@ struct DistConfig {
   std::string socket_ifname;
   bool allow_shared_device = false;   // debugging only: several ranks on one GPU (gloo)
   int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
+  // A rank declared dead or hung: restart = every rank stops (the launcher restarts from the
+  // last checkpoint); continue = the survivors re-form and go on from the last step.
+  Elastic elastic = Elastic::restart;
+  int64_t min_world_size = 1;  // continue: fewer survivors than this stop the run
 };
 
 struct DdpConfig {

@@ -192,6 +192,12 @@ void describe_dist(std::vector<Field>& f, DistConfig& d) {
   s.add("threads_per_process", d.threads_per_process,
         "CPU threads per process; 0 = cores / processes on the host")
       .at_least(0);
+  s.add("elastic", d.elastic,
+        "a rank declared dead or hung: restart (every rank stops; the launcher restarts from the last "
+        "checkpoint) or continue (the survivors re-form and go on from the last step)");
+  s.add("min_world_size", d.min_world_size,
+        "dist.elastic continue: with fewer ranks left the run stops with a checkpoint")
+      .at_least(1);
 }
 
 void describe_ddp(std::vector<Field>& f, DdpConfig& d) {

@@ -11,9 +11,12 @@
 namespace sana::dist {
 
 BackgroundGather::BackgroundGather(const RendezvousEndpoint& endpoint, int rank, int world_size,
-                                   std::chrono::milliseconds timeout)
-    : endpoint_(endpoint), rank_(rank), world_(world_size), timeout_(timeout) {
+                                   std::chrono::milliseconds timeout, std::vector<int> members)
+    : endpoint_(endpoint), rank_(rank), world_(world_size), timeout_(timeout), members_(std::move(members)) {
   endpoint_.server = false;
+  if (members_.empty()) {
+    for (int r = 0; r < world_; ++r) members_.push_back(r);
+  }
 }
 
 std::vector<std::string> BackgroundGather::gather(const std::string& name, const std::string& mine) {
@@ -42,6 +45,13 @@ std::vector<std::string> BackgroundGather::gather(const std::string& name, const
     if (missing.empty()) break;
     const std::string failure = published_failure(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
+    for (int r : missing) {
+      const std::string lost = keys::lost(members_.at(static_cast<size_t>(r)));
+      if (store_->check({lost})) {
+        const auto why = store_->get(lost);
+        throw PeerFailure(fmt::format("{}: rank {} was lost ({})", name, r, std::string(why.begin(), why.end())));
+      }
+    }
     if (std::chrono::steady_clock::now() > deadline) {
       throw DistTimeout(fmt::format("{}: rank{} {} did not report within {} s (dist.timeout_s)", name,
                                     missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),

@@ -16,7 +16,10 @@ namespace sana::dist {
 
 class BackgroundGather {
  public:
-  BackgroundGather(const RendezvousEndpoint& endpoint, int rank, int world_size, std::chrono::milliseconds timeout);
+  // `members`: each rank's original rank (dist.elastic continue: a rank declared lost
+  // stops the wait at once); empty when they are the same.
+  BackgroundGather(const RendezvousEndpoint& endpoint, int rank, int world_size, std::chrono::milliseconds timeout,
+                   std::vector<int> members = {});
   // Every rank's `mine` under `name` (a new name each time), on rank 0 in rank order;
   // nothing elsewhere. The connection opens on first use, on the calling thread. Throws
   // DistTimeout naming the ranks still missing, or PeerFailure with the run's failure.
@@ -26,6 +29,7 @@ class BackgroundGather {
   RendezvousEndpoint endpoint_;
   int rank_, world_;
   std::chrono::milliseconds timeout_;
+  std::vector<int> members_;
   c10::intrusive_ptr<c10d::Store> store_;
 };
 

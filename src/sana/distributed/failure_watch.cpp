@@ -188,8 +188,10 @@ std::string silent_ranks(c10d::Store& store, int world_size, int self) noexcept 
 }
 
 FailureWatch::FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
-                           std::chrono::milliseconds heartbeat_timeout)
-    : endpoint_(endpoint), rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout) {
+                           std::chrono::milliseconds heartbeat_timeout, bool elastic)
+    : endpoint_(endpoint), rank_(rank), world_size_(world_size), heartbeat_timeout_(heartbeat_timeout),
+      elastic_(elastic) {
+  for (int r = 0; r < world_size; ++r) members_.push_back(r);
   RendezvousEndpoint client = endpoint;
   client.server = false;
   // Its beats are quick store operations on keys that exist: a store host that leaves one
@@ -200,6 +202,19 @@ FailureWatch::FailureWatch(const RendezvousEndpoint& endpoint, int rank, int wor
 }
 
 FailureWatch::~FailureWatch() { stop(); }
+
+void FailureWatch::set_members(std::vector<int> members) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  members_ = std::move(members);
+}
+
+void FailureWatch::declare_lost(int r, const std::string& reason) {
+  store_->set(keys::lost(r), bytes(reason));
+  store_->add(keys::kLostCount, 1);
+  log::warn("{}; the others go on without it (dist.elastic: continue)", reason);
+  std::lock_guard<std::mutex> lock(mutex_);
+  members_.erase(std::remove(members_.begin(), members_.end(), r), members_.end());
+}
 
 void FailureWatch::stop() {
   {
@@ -225,6 +240,12 @@ void FailureWatch::run() {
       if (!failure.empty()) {
         exit_for_peer_failure(store_.get(), rank_, world_size_, failure);
       }
+      if (elastic_ && store_->check({keys::lost(rank_)})) {  // e.g. stopped for longer than the timeout
+        exit_with_record(fmt::format("this rank (rank {} as started) was declared lost and the others went on "
+                                     "without it: {}",
+                                     rank_, text(store_->get(keys::lost(rank_)))),
+                         kExitPeerFailed);
+      }
       check_heartbeats(last, since);
     } catch (const std::exception& e) {
       lock.lock();
@@ -239,7 +260,13 @@ void FailureWatch::run() {
 void FailureWatch::check_heartbeats(std::vector<int64_t>& last,
                                     std::vector<std::chrono::steady_clock::time_point>& since) {
   const auto now = std::chrono::steady_clock::now();
-  for (int r = rank_ == 0 ? 1 : 0; r < (rank_ == 0 ? world_size_ : 1); ++r) {
+  std::vector<int> watched{0};
+  if (rank_ == 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched.assign(members_.begin(), members_.end());
+    watched.erase(std::remove(watched.begin(), watched.end(), 0), watched.end());
+  }
+  for (int r : watched) {
     const auto i = static_cast<size_t>(r);
     if (store_->check({keys::finished(r)})) continue;
     Beat beat;
@@ -256,6 +283,10 @@ void FailureWatch::check_heartbeats(std::vector<int64_t>& last,
       if (beat.collectives >= 0) {
         reason += fmt::format("; it had started {} collectives, rank {} {}", beat.collectives, rank_,
                               FlightRecorder::process().collectives_started());
+      }
+      if (elastic_ && rank_ == 0) {
+        declare_lost(r, reason);
+        continue;
       }
       publish_failure(*store_, reason);
       exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_), r);

@@ -2,6 +2,8 @@
 // connection: every rank writes a heartbeat; rank 0 declares a rank dead when its
 // heartbeat stops; every rank exits when the store's failure key appears or when the
 // store itself (rank 0) is gone. The main thread may be stuck in a collective meanwhile.
+// Under dist.elastic continue rank 0 declares a silent rank lost instead (keys::lost) and
+// nobody exits: the main threads regroup; a rank that finds itself declared lost exits.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -23,6 +25,10 @@ inline std::string finished(int rank) { return "finished/" + std::to_string(rank
 inline std::string ack(int rank) { return "ack/" + std::to_string(rank); }
 constexpr const char* kFailed = "failed";
 constexpr const char* kFailedCount = "failed_count";
+// dist.elastic continue: a rank declared lost (by original rank; the value says why), and
+// how many have been.
+inline std::string lost(int rank) { return "lost/" + std::to_string(rank); }
+constexpr const char* kLostCount = "lost_count";
 }  // namespace keys
 
 // Publishes `reason` as the run's failure unless another rank was first. Never throws.
@@ -74,15 +80,20 @@ std::string silent_ranks(c10d::Store& store, int world_size, int self) noexcept;
 
 class FailureWatch {
  public:
+  // `rank`: the original rank (heartbeats are keyed by it).
   FailureWatch(const RendezvousEndpoint& endpoint, int rank, int world_size,
-               std::chrono::milliseconds heartbeat_timeout);
+               std::chrono::milliseconds heartbeat_timeout, bool elastic = false);
   ~FailureWatch();
   FailureWatch(const FailureWatch&) = delete;
   FailureWatch& operator=(const FailureWatch&) = delete;
 
   void stop();
+  // After a regroup: the original ranks rank 0 watches.
+  void set_members(std::vector<int> members);
 
  private:
+  // dist.elastic continue: rank 0 declares `r` lost; the others go on without it.
+  void declare_lost(int r, const std::string& reason);
   void run();
   // Rank 0 watches every other rank's heartbeat; the others watch rank 0's.
   void check_heartbeats(std::vector<int64_t>& last, std::vector<std::chrono::steady_clock::time_point>& since);
@@ -92,6 +103,8 @@ class FailureWatch {
   int rank_;
   int world_size_;
   std::chrono::milliseconds heartbeat_timeout_;
+  bool elastic_ = false;
+  std::vector<int> members_;  // guarded by mutex_
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

@@ -1,9 +1,16 @@
 #include "sana/distributed/launch_env.h"
 
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -180,6 +187,41 @@ RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& con
     ep.token_derived = true;
   }
   return ep;
+}
+
+std::string random_token() {
+  uint8_t raw[16] = {};
+  size_t got = 0;
+  while (got < sizeof raw) {
+    const ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  if (got < sizeof raw) {  // no entropy source: the time and pid, still unique per run
+    const auto t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^ (uint64_t(getpid()) << 40);
+    for (size_t i = 0; i < sizeof raw; ++i) raw[i] ^= static_cast<uint8_t>(t >> (8 * (i % 8)));
+  }
+  std::string hex;
+  for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+int pick_free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 }  // namespace sana::dist

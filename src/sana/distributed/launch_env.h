@@ -71,4 +71,11 @@ std::string first_slurm_host(const std::string& nodelist);
 
 constexpr int kDefaultMasterPort = 29500;
 
+// 32 hex digits from the kernel's random source: a run's store token (`sana-train launch`
+// makes one per single-node run).
+std::string random_token();
+
+// A TCP port that was free a moment ago (`sana-train launch`'s MASTER_PORT when none is given).
+int pick_free_port();
+
 }  // namespace sana::dist

@@ -1,4 +1,6 @@
 #include "sana/distributed/launcher.h"
+#include "sana/distributed/launch_env.h"
+#include "sana/distributed/launcher_link.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -82,6 +84,7 @@ struct Worker {
   pid_t pid = -1;
   Stream out, err;
   std::optional<int> exit_code;
+  bool left_out = false;  // "lost N": the others went on without it
   std::string prefix() const { return fmt::format("[rank {}] ", rank); }
 };
 
@@ -93,11 +96,12 @@ int exit_code_of(int status) {
 
 std::vector<std::string> worker_environment(const LaunchOptions& o, int local_rank, int port,
                                             int attempt, const std::string& run_id,
-                                            int lifeline_fd) {
+                                            int lifeline_fd, int message_fd) {
   const int world = o.nnodes * o.nproc_per_node;
   return {
       fmt::format("SANA_RUN_ID={}", run_id),
-      fmt::format("SANA_LIFELINE_FD={}", lifeline_fd),
+      fmt::format("{}={}", kLifelineVariable, lifeline_fd),
+      fmt::format("{}={}", kMessagesVariable, message_fd),
       fmt::format("RANK={}", o.node_rank * o.nproc_per_node + local_rank),
       fmt::format("WORLD_SIZE={}", world),
       fmt::format("LOCAL_RANK={}", local_rank),
@@ -115,6 +119,9 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
 // The read end of this pipe is inherited by every worker (and what it starts); the
 // launcher alone holds the write end, so its death, even by SIGKILL, is EOF for them.
 int g_lifeline[2] = {-1, -1};
+// Workers tell the launcher things by writing lines here (tell_launcher): "elastic" (the
+// run goes on without a lost rank: dist.elastic continue), "lost N" (rank N left the group).
+int g_messages[2] = {-1, -1};
 
 Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt,
              const std::string& run_id) {
@@ -145,10 +152,11 @@ Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt,
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     fcntl(g_lifeline[0], F_SETFD, 0);  // inherited across exec
+    fcntl(g_messages[1], F_SETFD, 0);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGPIPE, SIG_DFL);
-    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, g_lifeline[0])) {
+    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, g_lifeline[0], g_messages[1])) {
       putenv(strdup(kv.c_str()));
     }
     std::vector<char*> argv;
@@ -210,11 +218,18 @@ class Attempt {
     }
   }
   bool done() const { return all_exited(workers_); }
-  int first_failure() const { return first_failure_; }
+  // The attempt's code: its first failure; under dist.elastic continue a node whose every
+  // worker was lost fails with the first loss's code.
+  int first_failure() const {
+    if (first_failure_ != 0 || lost_code_ == 0) return first_failure_;
+    const bool any_ok = std::any_of(workers_.begin(), workers_.end(),
+                                    [](const Worker& w) { return w.exit_code && *w.exit_code == 0; });
+    return any_ok ? 0 : lost_code_;
+  }
 
   // Waits up to 100 ms for a signal or output, then handles what arrived.
   void serve_events() {
-    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}, {g_messages[0], POLLIN, 0}};
     struct Watched {
       Stream* stream;
       const Worker* owner;
@@ -230,8 +245,9 @@ class Attempt {
     }
     poll(fds.data(), fds.size(), 100);
     if (fds[0].revents & POLLIN) take_signal();
+    if (fds[1].revents & POLLIN) take_messages();
     for (size_t i = 0; i < streams.size(); ++i) {
-      if (fds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      if (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR)) {
         streams[i].stream->pump(streams[i].owner->prefix());
       }
     }
@@ -311,8 +327,39 @@ class Attempt {
     }
   }
 
+  // Lines from the workers (tell_launcher), each written whole.
+  void take_messages() {
+    char buf[4096];
+    const ssize_t n = read(g_messages[0], buf, sizeof buf);
+    if (n <= 0) return;
+    messages_.append(buf, static_cast<size_t>(n));
+    for (auto nl = messages_.find('\n'); nl != std::string::npos; nl = messages_.find('\n')) {
+      const std::string line = messages_.substr(0, nl);
+      messages_.erase(0, nl + 1);
+      if (line == "elastic") {
+        elastic_ = true;
+      } else if (line.rfind("lost ", 0) == 0) {
+        const int lost = std::atoi(line.c_str() + 5);
+        for (auto& w : workers_) {
+          if (w.rank != lost || w.exit_code || w.left_out) continue;
+          w.left_out = true;
+          say(fmt::format("rank {} was left out of the run (lost); killing it", lost));
+          kill(-w.pid, SIGKILL);
+        }
+      }
+    }
+  }
+
   void note_exit(int rank, int code) {
     if (code == 0 || user_signal_ != 0) return;
+    // dist.elastic continue: the others go on without a lost rank. Rank 0 hosts the run's
+    // store: without it nobody can, so its failure stops everyone as before.
+    if (elastic_ && rank != 0 && !stopping_) {
+      if (lost_code_ == 0) lost_code_ = code;
+      say(fmt::format("rank {} exited with code {}; the others go on without it (dist.elastic: continue)", rank,
+                      code));
+      return;
+    }
     // A worker that stopped because another failed (code 3), or that we stopped, is
     // not the cause: the cause's code wins even when it arrives a moment later.
     const bool consequence = code == kExitPeerFailed ||
@@ -337,6 +384,9 @@ class Attempt {
   int& user_signal_;
   std::vector<Worker> workers_;
   int first_failure_ = 0;
+  bool elastic_ = false;  // a worker said "elastic"
+  int lost_code_ = 0;     // the first code of a worker the others went on without
+  std::string messages_;
   bool stopping_ = false;
   bool stop_pending_ = false;  // SIGTERM at stop_at_ (after a consequence's exit)
   Clock::time_point stop_at_{};
@@ -362,57 +412,6 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string
 }
 
 }  // namespace
-
-void exit_with_launcher() {
-  const char* fd_text = std::getenv("SANA_LIFELINE_FD");
-  if (fd_text == nullptr) return;
-  const int fd = std::atoi(fd_text);
-  if (fd <= 2 || fcntl(fd, F_GETFD) < 0) return;
-  fcntl(fd, F_SETFD, FD_CLOEXEC);  // our own children need not hold it
-  std::thread([fd] {
-    char c;
-    while (read(fd, &c, 1) < 0 && errno == EINTR) {
-    }
-    const char msg[] = "sana-train: the launcher is gone; stopping\n";
-    (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
-    std::_Exit(kExitPeerFailed);
-  }).detach();
-}
-
-std::string random_token() {
-  uint8_t raw[16] = {};
-  size_t got = 0;
-  while (got < sizeof raw) {
-    const ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got < sizeof raw) {  // no entropy source: the time and pid, still unique per run
-    const auto t = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (uint64_t(getpid()) << 40);
-    for (size_t i = 0; i < sizeof raw; ++i) raw[i] ^= static_cast<uint8_t>(t >> (8 * (i % 8)));
-  }
-  std::string hex;
-  for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
-  return hex;
-}
-
-int pick_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 std::string check_launch_options(const LaunchOptions& o) {
   if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
@@ -442,6 +441,8 @@ std::string check_launch_options(const LaunchOptions& o) {
 int run_launcher(const LaunchOptions& o) {
   if (pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return kExitFailure;
   if (pipe2(g_lifeline, O_CLOEXEC) != 0) return kExitFailure;
+  if (pipe2(g_messages, O_CLOEXEC) != 0) return kExitFailure;
+  fcntl(g_messages[0], F_SETFL, O_NONBLOCK);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

@@ -28,15 +28,4 @@ std::string check_launch_options(const LaunchOptions& opts);
 // succeeded, else the first failure's code (128 + signal for a killed worker).
 int run_launcher(const LaunchOptions& opts);
 
-// 32 hex digits from the kernel's random source: a run's store token.
-std::string random_token();
-
-// A TCP port that was free a moment ago.
-int pick_free_port();
-
-// In a worker started by `sana-train launch` (SANA_LIFELINE_FD set): a background thread
-// that ends this process when the launcher is gone, even if it was killed with SIGKILL
-// and this process is not its direct child.
-void exit_with_launcher();
-
 }  // namespace sana::dist

@@ -22,6 +22,10 @@ struct RuntimeOptions {
   std::string socket_ifname;
   bool allow_shared_device = false;   // debugging only: several ranks on one GPU (gloo)
   int64_t threads_per_process = 0;    // CPU threads; 0 = cores / processes on the host
+  // dist.elastic continue: a lost rank (dead or hung) leaves the group instead of ending the
+  // run (Runtime::regroup); dist.min_world_size.
+  bool elastic_continue = false;
+  int64_t min_world_size = 1;
   // Tests without a GPU: these stand in for the visible CUDA devices when
   // `inject_cuda_devices` (the fault-injection hooks of train/test_hooks.h set them).
   bool inject_cuda_devices = false;

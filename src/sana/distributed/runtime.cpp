@@ -13,6 +13,7 @@
 #include "sana/distributed/backend_factory.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
+#include "sana/distributed/launcher_link.h"
 #include "sana/distributed/store_value.h"
 #include "sana/distributed/watched_store.h"
 #include "sana/util/log.h"
@@ -62,7 +63,10 @@ void PendingCollective::reset(const std::string& error) {
 // Start-up
 
 Runtime::Runtime(LaunchEnv env, RuntimeOptions cfg)
-    : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()) {}
+    : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()), rank_(env_.rank), world_(env_.world_size) {
+  for (int r = 0; r < world_; ++r) members_.push_back(r);
+  elastic_ = cfg_.elastic_continue && world_ > 1;
+}
 
 Runtime::~Runtime() {
   if (watch_) watch_->stop();
@@ -78,6 +82,7 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptio
                                         const StartChecks& checks, const std::string& flight_dir) {
   FlightRecorder::process().set_identity(env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
+  if (rt->elastic_) tell_launcher("elastic");  // a lost rank no longer stops the others
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   set_compute_threads(rt->threads_);
   keep_freed_memory();
@@ -147,6 +152,7 @@ void Runtime::connect() {
              endpoint_.server ? " (hosting the store)" : "");
   watch_deadlines();
   store_ = open_store(endpoint_, timeout(), timeout(), true, &local_address_);
+  gen_store_ = store_;
 }
 
 std::chrono::milliseconds Runtime::collective_limit() const {
@@ -167,6 +173,10 @@ void Runtime::watch_deadlines() {
   });
 }
 
+std::chrono::milliseconds Runtime::heartbeat() const {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min(cfg_.heartbeat_timeout_s, cfg_.timeout_s) * 1000));
+}
+
 void Runtime::join() {
   guard_store([&] {
     store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
@@ -174,9 +184,7 @@ void Runtime::join() {
   std::vector<std::string> all;
   for (int r = 0; r < world_size(); ++r) all.push_back("join/" + std::to_string(r));
   wait_for_keys(all, "joining the rendezvous");
-  const auto heartbeat = std::chrono::milliseconds(static_cast<int64_t>(
-      std::min(cfg_.heartbeat_timeout_s, cfg_.timeout_s) * 1000));
-  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat);
+  watch_ = std::make_unique<FailureWatch>(endpoint_, rank(), world_size(), heartbeat(), elastic_);
 }
 
 void Runtime::wait_for_keys(const std::vector<std::string>& wanted, const std::string& what) {
@@ -199,16 +207,17 @@ void Runtime::guard_store(const std::function<void()>& op) {
 void Runtime::wait_for_keys_unguarded(const std::vector<std::string>& wanted,
                                       const std::string& what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout();
-  while (!store_->check(wanted)) {
+  while (!gen_store_->check(wanted)) {
     const std::string failure = published_failure(*store_);
     if (!failure.empty()) {
-      store_->set(keys::ack(rank()), bytes("1"));
+      store_->set(keys::ack(original_rank()), bytes("1"));
       throw PeerFailure(failure);
     }
+    if (elastic_ && loss_pending()) throw RankLost(fmt::format("a rank was lost while {}", what));
     if (std::chrono::steady_clock::now() > deadline) {
       std::vector<std::string> missing;
       for (const auto& k : wanted) {
-        if (!store_->check({k})) missing.push_back(k.substr(k.rfind('/') + 1));
+        if (!gen_store_->check({k})) missing.push_back(k.substr(k.rfind('/') + 1));
       }
       std::vector<int> ranks;
       for (const auto& m : missing) ranks.push_back(std::atoi(m.c_str()));
@@ -222,7 +231,7 @@ void Runtime::wait_for_keys_unguarded(const std::vector<std::string>& wanted,
 }
 
 void Runtime::create_backend() {
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg/", store_);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg/", gen_store_);
   try {
     if (backend_name_ == "nccl") {
       backend_ = make_nccl_backend(pg_store, rank(), world_size(), timeout());
@@ -251,99 +260,25 @@ torch::Device Runtime::device() const {
 }
 
 // ---------------------------------------------------------------------------------------
-// Store-based helpers
-
-std::vector<std::string> Runtime::all_gather(const std::string& name, const std::string& mine) {
-  if (world_size() == 1) return {mine};
-  const std::string base = fmt::format("gather/{}/{}/", gather_generation_++, name);
-  std::vector<std::string> out;
-  guard_store([&] {
-    store_->set(base + std::to_string(rank()), bytes(mine));
-    std::vector<std::string> all;
-    for (int r = 0; r < world_size(); ++r) all.push_back(base + std::to_string(r));
-    wait_for_keys_unguarded(all, "exchanging " + name);
-    for (const auto& k : all) out.push_back(text(store_->get(k)));
-  });
-  return out;
-}
-
-void Runtime::agree(const std::string& what, const std::string& mine) {
-  const auto values = all_gather("agree", mine);
-  std::vector<std::pair<std::string, std::vector<int>>> holders;  // by lowest rank
-  for (size_t r = 0; r < values.size(); ++r) {
-    auto it = std::find_if(holders.begin(), holders.end(),
-                           [&](const auto& h) { return h.first == values[r]; });
-    if (it == holders.end()) it = holders.insert(holders.end(), {values[r], {}});
-    it->second.push_back(static_cast<int>(r));
-  }
-  if (holders.size() == 1) return;
-  std::vector<std::string> parts;
-  for (const auto& [value, ranks] : holders) {
-    parts.push_back(fmt::format("{} {}", rank_list(ranks), value));
-  }
-  throw Disagreement(fmt::format(
-      "ranks disagree on the {}: {}. Start every rank with the same program, config and "
-      "overrides",
-      what, fmt::join(parts, "; ")));
-}
-
-void Runtime::work_progress(const std::string& name, int64_t count) {
-  if (world_size() == 1) return;
-  guard_store([&] { store_->set("work/" + name + "/progress", bytes(std::to_string(count))); });
-}
-
-void Runtime::work_done(const std::string& name) {
-  if (world_size() == 1) return;
-  guard_store([&] { store_->set("work/" + name + "/done", bytes("1")); });
-}
-
-void Runtime::wait_for_work(const std::string& name, int worker) {
-  if (world_size() == 1) return;
-  guard_store([&] {
-    const std::string done = "work/" + name + "/done", progress = "work/" + name + "/progress";
-    std::string last;
-    auto deadline = std::chrono::steady_clock::now() + timeout();
-    while (!store_->check({done})) {
-      const std::string failure = published_failure(*store_);
-      if (!failure.empty()) {
-        store_->set(keys::ack(rank()), bytes("1"));
-        throw PeerFailure(failure);
-      }
-      if (store_->check({progress})) {
-        const std::string now = text(store_->get(progress));
-        if (now != last) {  // the worker is moving: a new stall deadline
-          last = now;
-          deadline = std::chrono::steady_clock::now() + timeout();
-        }
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw DistTimeout(fmt::format("rank {} made no progress on {} for {} s (dist.timeout_s); it is stuck",
-                                      worker, name, cfg_.timeout_s));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-}
-
-std::string Runtime::broadcast_string(const std::string& value) {
-  return all_gather("broadcast", rank() == 0 ? value : "").front();
-}
-
-// ---------------------------------------------------------------------------------------
 // Backend collectives
 
 void Runtime::wait_work(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   try {
+    if (elastic_) wait_unless_lost(*work, what);
     work->wait();
+  } catch (const RankLost&) {
+    throw;
   } catch (const std::exception& e) {
     // Name the failed rank when it already told the store; else say what we saw, and
     // which rank was behind by the heartbeats' collective counts.
     std::string known = published_failure_or_empty(*store_);
     if (!known.empty()) throw PeerFailure(known);
-    const std::string silent = silent_ranks(*store_, world_size(), rank());
+    if (elastic_) throw_if_rank_lost(fmt::format("{} #{} failed ({})", what,
+                                                 FlightRecorder::process().collectives_started(), short_error(e)));
+    const std::string silent = silent_ranks(*store_, env_.world_size, original_rank());
     known = published_failure_or_empty(*store_);  // rank 0's watch may have named it meanwhile
     if (!known.empty()) throw PeerFailure(known);
-    const std::string progress = collective_progress(*store_, world_size());
+    const std::string progress = collective_progress(*store_, env_.world_size);
     throw PeerFailure(fmt::format("{} #{} failed ({}); {}{}{}", what, FlightRecorder::process().collectives_started(),
                                   short_error(e), silent.empty() ? "another rank has probably failed" : silent,
                                   progress.empty() ? "" : "; ", progress));
@@ -452,8 +387,8 @@ void Runtime::leave() noexcept {
   if (!store_) return;
   if (!endpoint_.server && watch_) watch_->stop();
   try {
-    store_->set(keys::ack(rank()), bytes("1"));
-    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(10));
+    store_->set(keys::ack(original_rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, env_.world_size, std::chrono::seconds(10));
   } catch (const std::exception&) {
   }
 }
@@ -466,8 +401,8 @@ void Runtime::fail(const std::string& reason) noexcept {
   if (!path.empty()) log::error("flight record of this rank: {}", path);
   publish_failure(*store_, fmt::format("rank {} on {} failed: {}", rank(), host_, reason));
   try {
-    store_->set(keys::ack(rank()), bytes("1"));
-    if (endpoint_.server) wait_for_acks(*store_, world_size(), std::chrono::seconds(5));
+    store_->set(keys::ack(original_rank()), bytes("1"));
+    if (endpoint_.server) wait_for_acks(*store_, env_.world_size, std::chrono::seconds(5));
   } catch (const std::exception&) {
   }
 }
@@ -478,11 +413,21 @@ void Runtime::finish() {
   // A client's watcher must stop before rank 0 may close the store; rank 0 keeps
   // watching while it waits for everyone.
   if (!endpoint_.server && watch_) watch_->stop();
-  guard_store([&] { store_->set(keys::finished(rank()), bytes("1")); });
+  guard_store([&] { store_->set(keys::finished(original_rank()), bytes("1")); });
   if (endpoint_.server) {
     std::vector<std::string> all;
-    for (int r = 0; r < world_size(); ++r) all.push_back(keys::finished(r));
-    wait_for_keys(all, "waiting for every rank to finish");
+    for (int r : members_) all.push_back(keys::finished(r));
+    guard_store([&] {  // base keys: no generation prefix
+      const auto deadline = std::chrono::steady_clock::now() + timeout();
+      while (!store_->check(all)) {
+        const std::string failure = published_failure(*store_);
+        if (!failure.empty()) throw PeerFailure(failure);
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw DistTimeout(fmt::format("timed out after {} s waiting for every rank to finish", cfg_.timeout_s));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
   }
   if (watch_) watch_->stop();
 }

@@ -29,6 +29,14 @@ class PeerFailure : public sana::PeerFailedError {
   explicit PeerFailure(const std::string& what) : PeerFailedError(what) {}
 };
 
+// dist.elastic continue: a rank of the group was declared lost (dead or hung). The
+// survivors call Runtime::regroup and go on from the last committed step; without
+// elasticity this is an ordinary PeerFailure (exit 3).
+class RankLost : public PeerFailure {
+ public:
+  explicit RankLost(const std::string& what) : PeerFailure(what) {}
+};
+
 // A wait ran out of dist.timeout_s.
 class DistTimeout : public sana::RunError {
  public:
@@ -87,8 +95,16 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  int rank() const { return env_.rank; }
-  int world_size() const { return env_.world_size; }
+  // This rank and the group's size; after a regroup (dist.elastic continue) the survivors'
+  // ranks are their places among the members, in the order of their original ranks.
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  // The rank this process started as (the launcher's), which keys its heartbeat.
+  int original_rank() const { return env_.rank; }
+  // The group's members by original rank (0, 1, ..., W-1 until a regroup).
+  const std::vector<int>& members() const { return members_; }
+  bool elastic() const { return elastic_; }
+  int generation() const { return generation_; }
   const LaunchEnv& env() const { return env_; }
   const RendezvousEndpoint& endpoint() const { return endpoint_; }
   const DeviceClaim& device_claim() const { return claim_; }
@@ -131,6 +147,24 @@ class Runtime {
   // received): what a phase moved is the difference across it.
   int64_t tensor_bytes() const { return tensor_bytes_.load(); }
 
+  // dist.elastic continue. The step's commit, after the step's agreement and before
+  // anything it changes: true when every rank of the group got this far (the step is
+  // applied everywhere), else throws RankLost (discarded everywhere). The run's store
+  // decides, so no two survivors ever disagree on whether a step happened. Nothing to do
+  // without elasticity or on one rank.
+  void commit_step(int64_t step);
+  // After RankLost: the survivors agree on the members left (rank 0, the store host,
+  // decides once every member has arrived or been declared lost), drop the old backend
+  // unwaited (its abandoned collectives may still run: nothing of theirs is reused) and
+  // build a new one under the next generation's keys. `position`: this rank's last
+  // committed step, which every survivor must share. Returns what happened, for the log.
+  struct Regrouped {
+    std::vector<int> lost;  // original ranks
+    int world_before = 0;
+    double seconds = 0;
+  };
+  Regrouped regroup(int64_t position);
+
   // Tells every other rank that this one failed (best effort, never throws).
   void fail(const std::string& reason) noexcept;
   // Orderly end: rank 0 keeps the store up until every rank is done.
@@ -156,6 +190,23 @@ class Runtime {
   // Starts a collective with `start` and waits for it, in the flight record as `kind`.
   void run_collective(const char* kind, int64_t bytes,
                       const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  // dist.elastic continue: a rank was declared lost since the last regroup.
+  bool loss_pending();
+  // Why each member declared lost since the last regroup was, "; "-separated.
+  std::string lost_reasons();
+  // After a failed collective: waits up to the heartbeat timeout for a declared loss and
+  // throws RankLost naming it; returns when none comes.
+  void throw_if_rank_lost(const std::string& what);
+  std::chrono::milliseconds heartbeat() const;
+  // regroup()'s two sides: rank 0 waits for every member to arrive under `base` or be
+  // declared lost and returns the decision; the others wait for it under `key`.
+  std::string decide_survivors(const std::string& base, int64_t position);
+  std::string await_survivors(const std::string& key);
+  // dist.elastic continue: waits for `work` to complete, but throws RankLost as soon as a
+  // loss is declared (a collective with a hung peer would wait for the backend's timeout).
+  void wait_unless_lost(c10d::Work& work, const char* what);
+  // The store of the current generation's keys (gathers, work, the backend's, commits).
+  c10d::Store& gen_store() { return *gen_store_; }
   // The limit of one collective before the watchdog declares it hung.
   std::chrono::milliseconds collective_limit() const;
   std::chrono::milliseconds timeout() const;
@@ -170,7 +221,13 @@ class Runtime {
   std::string backend_name_ = "none";
   int threads_ = 1;
   c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> gen_store_;  // store_ itself in generation 0
   c10::intrusive_ptr<compat::CollectiveBackend> backend_;
+  int rank_ = 0, world_ = 1;
+  std::vector<int> members_;
+  bool elastic_ = false;
+  int generation_ = 0;
+  int64_t losses_seen_ = 0;  // declared losses already handled by a regroup
   std::unique_ptr<FailureWatch> watch_;
   int64_t gather_generation_ = 0;
   std::atomic<int64_t> tensor_bytes_{0};

@@ -204,6 +204,27 @@ void BucketedReducer::zero_gradients() {
   for (auto& b : buckets_) b.flat.zero_();
 }
 
+void BucketedReducer::regroup() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shard_ || exact_) throw std::logic_error("regroup: whole, non-exact gradients only");
+  for (auto& b : buckets_) {
+    for (auto& w : b.works) w.reset("abandoned: a rank was lost");
+    b.works.clear();
+  }
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+  for (size_t i = 0; i < buckets_.size(); ++i) allocate(i);
+  std::vector<GradBucket> plan;
+  std::vector<int64_t> numels;
+  for (const auto& b : buckets_) plan.push_back(b.plan);
+  for (const auto& [name, p] : params_) numels.push_back(p.numel());
+  plan_ = plan_shards(plan, params_.size(), numels, rt_.world_size());  // who writes which checkpoint entries
+  bind_gradients();
+  syncing_ = false;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  next_launch_ = 0;
+  next_harvest_ = 0;
+}
+
 std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
   torch::NoGradGuard no_grad;
   std::vector<FlatBucket> out;

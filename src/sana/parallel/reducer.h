@@ -64,6 +64,12 @@ class Reducer : public Stateful {
   // rank's segments of each bucket that has some (one tensor per such bucket, views of one
   // buffer: on one process the same tensors, element for element, as unsharded).
   virtual std::vector<torch::Tensor> flat_gradients() const = 0;
+  // dist.elastic continue, after the survivors of a lost rank re-formed (Runtime::regroup):
+  // the interrupted step's collectives are abandoned unwaited, every gradient is zero in
+  // new buckets (the old group's collectives may still write into the old ones:
+  // flat_gradients() changes), and the shard plan is the new world's. Whole (unsharded,
+  // non-exact) gradients only.
+  virtual void regroup() = 0;
   // Every gradient to zero (after the optimizer step); with sharded gradients every
   // parameter's .grad is undefined until its next backward.
   virtual void zero_gradients() = 0;

@@ -31,8 +31,8 @@ ShardedCheckpoints::ShardedCheckpoints(dist::Runtime& rt, ShardRoles roles, doub
       roles_(std::move(roles)),
       token_(rt.broadcast_string(std::to_string(::getpid()))),  // collective
       gather_(std::make_shared<dist::BackgroundGather>(
-          rt.endpoint(), rt.rank(), rt.world_size(),
-          std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)))) {}
+          rt.endpoint(), rt.rank(), rt.world_size(), std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+          rt.members())) {}
 
 std::function<std::string()> ShardedCheckpoints::save_job(const std::vector<Stateful*>& parts,
                                                            int64_t step, std::optional<ckpt::TrainerState> run,

@@ -63,6 +63,13 @@ void Zero::sort_by_parameter(NamedTensors& entries) const {
                    [&](const auto& a, const auto& b) { return order_of(a.first) < order_of(b.first); });
 }
 
+void Zero::regroup() {
+  if (stage_ > 0) throw std::logic_error("Zero::regroup: stage 0 only");
+  reducer_.regroup();
+  const auto grads = reducer_.flat_gradients();  // one per bucket, in order, when whole
+  for (size_t i = 0; i < flat_.size(); ++i) flat_[i].grads = grads.at(i);
+}
+
 std::vector<parallel::FlatBucket> Zero::optimizer_buckets() const {
   // Unsharded gradients are the buckets' own; sharded ones (also on one process, when they
   // live in host memory) are the reducer's segments.

@@ -67,6 +67,10 @@ class Zero {
   // (Reducer::segment_gradient() where it shards them: in host memory under
   // ReducerOptions::gradients_on_host).
   std::vector<parallel::FlatBucket> optimizer_buckets() const;
+  // dist.elastic continue (stage 0 only), after a regroup: the interrupted step's gradients
+  // discarded and the shard plan the new world's (Reducer::regroup); optimizer_buckets()
+  // then names the new gradient buckets.
+  void regroup();
   // The start line's part: what this rank keeps ("" at stage 0).
   std::string describe(bool deterministic) const;
   // After the optimizer step: every segment broadcast from its owner (stages 1 and 2).

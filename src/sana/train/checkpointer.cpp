@@ -112,6 +112,15 @@ void Checkpointer::log_save(const RunPosition& next, const std::string& why,
                                  : fmt::format(" (synchronous write {:.3f} s)", saver_.last_write_seconds()));
 }
 
+void Checkpointer::regroup(std::unique_ptr<parallel::ShardedCheckpoints> sharded) {
+  try {
+    saver_.wait();
+  } catch (const std::exception& e) {
+    log::warn("the checkpoint being written when a rank was lost is abandoned: {}", e.what());
+  }
+  sharded_ = std::move(sharded);
+}
+
 void Checkpointer::finish() {
   saver_.wait();
   if (writes_ && last_saved_ >= 0) log::info("checkpoint: {}", saver_.last_path());

@@ -57,6 +57,11 @@ class Checkpointer {
     writes_shards_ = write;
   }
 
+  // dist.elastic continue, after a regroup: the write in flight ends (one that needed the
+  // lost rank is abandoned, with a warning) and format-3 checkpoints go by `sharded`, the
+  // new group's.
+  void regroup(std::unique_ptr<parallel::ShardedCheckpoints> sharded);
+
   // Adds a part whose state every checkpoint holds, under its state_name() (unique;
   // lower-case letters, digits and '_': it names a file). The part must outlive the
   // Checkpointer.

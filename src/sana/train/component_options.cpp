@@ -294,6 +294,8 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
   o.socket_ifname = d.socket_ifname;
   o.allow_shared_device = d.allow_shared_device;
   o.threads_per_process = d.threads_per_process;
+  o.elastic_continue = d.elastic == config::Elastic::continue_on;
+  o.min_world_size = d.min_world_size;
   o.inject_cuda_devices = TestHooks::get().inject_cuda_devices;
   o.injected_cuda_devices = TestHooks::get().cuda_devices;
   return o;

@@ -192,6 +192,33 @@ void check_sprint(const config::Config& cfg, config::IssueSink& issues) {
   check_stage2_teacher(cfg, spec, issues);
 }
 
+// dist.elastic continue: the survivors go on with the state every rank holds whole. What
+// holds a share per rank (ZeRO, a rank's own offloaded masters), a state the lost rank's
+// share of the step changes (train.deterministic's integer sums, SANA-Sprint's two
+// phases), or a plan tied to the world size (data.sampler distributed) is not covered yet.
+void check_elastic(const config::Config& cfg, config::IssueSink& issues) {
+  if (cfg.dist.elastic != config::Elastic::continue_on) return;
+  const std::string fix = "set dist.elastic: restart (a lost rank restarts every rank from the last checkpoint)";
+  const auto refuse = [&](const char* key, bool set, const char* why) {
+    if (set) issues.fail(key, fmt::format("does not go with dist.elastic: continue yet: {}", why), fix);
+  };
+  refuse("train.zero_stage", cfg.train.zero_stage > 0,
+         "a lost rank's share of the sharded state would be gone (no buddy copies yet)");
+  refuse("train.offload_optimizer", cfg.train.offload_optimizer, "each rank's host masters are its own share");
+  refuse("train.deterministic", cfg.train.deterministic,
+         "its integer gradient sums are not yet discarded with an interrupted step");
+  refuse("data.sampler", cfg.data.sampler == config::DataSampler::distributed,
+         "torch's DistributedSampler gives each world size other samples; the bucket sampler does not");
+  refuse("ddp.broadcast_buffers", cfg.ddp.broadcast_buffers,
+         "an abandoned broadcast of the old group could still write into the model's buffers");
+  refuse("data.cache", cfg.data.cache != config::SampleCacheMode::none, "the cache is shared per node by rank");
+  try {
+    refuse("model.model", train::model_spec_for(cfg).trigflow && !cfg.model.sprint.teacher_model.empty(),
+           "SANA-Sprint's stage 2 alternates two reducers and optimizers");
+  } catch (const model::SpecError&) {
+  }
+}
+
 }  // namespace
 
 void register_checks() {
@@ -201,6 +228,7 @@ void register_checks() {
   config::register_check("model and buckets", check_model);
   config::register_check("data.class_data_dir", check_prior_preservation);
   config::register_check("SANA-Sprint", check_sprint);
+  config::register_check("dist.elastic", check_elastic);
 }
 
 }  // namespace sana

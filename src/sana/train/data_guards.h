@@ -45,6 +45,13 @@ class BadSampleGuard : public Stateful {
   void decide(double total_bad, double total_reads);
   // The run-wide (bad, reads) as last agreed.
   std::pair<int64_t, int64_t> totals() const { return {total_bad_, total_reads_}; }
+  // dist.elastic continue: the counts as a resume at the last agreed step has them (the
+  // run-wide totals on the one rank that `carries`, none on the others).
+  void regroup(bool carries) {
+    carries_ = carries;
+    bad_ = carries ? total_bad_ : 0;
+    reads_ = carries ? total_reads_ : 0;
+  }
   std::string state_name() const override { return "bad_samples"; }
   PartState save_state() const override {
     return {{{"bad_samples", total_bad_}, {"samples_read", total_reads_}}, std::nullopt, {}};

@@ -217,11 +217,49 @@ int64_t Trainer::count_total_steps() const {
 }
 
 void Trainer::run() {
-  for (int64_t epoch = position_.epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
-    if (position_.global_step >= total_steps_) break;
-    stopped_ = !run_epoch(epoch);
+  for (;;) {
+    try {
+      for (int64_t epoch = position_.epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
+        if (position_.global_step >= total_steps_) break;
+        stopped_ = !run_epoch(epoch);
+      }
+      break;
+    } catch (const dist::RankLost& e) {
+      if (!rt_.elastic()) throw;
+      regroup(e.what());  // dist.elastic continue: on from the last committed step
+    }
   }
   finish();
+}
+
+void Trainer::regroup(const std::string& why) {
+  log::warn("{}", why);
+  const RunPosition at = position_;
+  const auto r = rt_.regroup(at.global_step);  // collective: the survivors agree
+  log::set_rank(rt_.rank(), rt_.world_size());
+  zero_->regroup();  // the interrupted step's gradients, in buckets the old group may still write
+  optimizer_->use_flat_buckets(zero_->optimizer_buckets());
+  checkpointer_->regroup(sharded_checkpoints());  // collective
+  guard_->regroup(rt_.rank() == 0);
+  step_.emplace(step_options_for(cfg_, rt_.rank(), rt_.world_size(), zero_->forwards_collective()), model_, encoders_,
+                *reducer_);
+  if (eval_) {
+    eval_.reset();
+    open_eval_set();  // collective: its loader's share of the new group
+  }
+  metrics_->regrouped(at.global_step, rt_.world_size(), r.lost, r.seconds);
+  log::info("rank{} {} left the run after step {}: {} of {} ranks go on from there (this one as rank {}); the regroup "
+            "took {:.1f} s",
+            r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), at.global_step, rt_.world_size(), r.world_before,
+            rt_.rank(), r.seconds);
+  if (rt_.world_size() >= cfg_.dist.min_world_size) return;
+  checkpointer_->maybe_save(position_, total_steps_, false, position_.epoch, /*stop_requested=*/true,
+                            [this] { return run_state(); });
+  checkpointer_->finish();
+  throw RunError(fmt::format("dist.min_world_size: {} rank{} left, fewer than {}: the run stops after step {} with a "
+                             "checkpoint in {}; resume_from: latest continues on any number of ranks",
+                             rt_.world_size(), rt_.world_size() == 1 ? "" : "s", cfg_.dist.min_world_size,
+                             at.global_step, cfg_.work_dir));
 }
 
 bool Trainer::run_epoch(int64_t epoch) {
@@ -263,12 +301,12 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   if (!memory_reported_) peak.end();
   zero_->step_done();
   const auto [verdict, grad_norm, applied] = agree_and_update(out, lr, scale, generator);
-
-  if (!memory_reported_) report_memory(peak, out);
+  // The step is applied on every rank: the position moves before the next collective.
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};
   if (epoch_end) segments_ = {{0, batch_spec_for(cfg_)}};
+  if (!memory_reported_) report_memory(peak, out);
   const int64_t global_step = position_.global_step;
   {
     PhaseTimer timer(out.times.checkpoint_preview);
@@ -355,6 +393,7 @@ StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_sq
                             torch::dtype(torch::kFloat64))
                   .to(rt_.device());
   rt_.all_reduce(sums);
+  rt_.commit_step(position_.global_step + 1);  // dist.elastic continue: applied by all or none
   sums = sums.to(torch::kCPU).contiguous();
   auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
   guard_->decide(verdict.total_bad, verdict.total_reads);

@@ -55,6 +55,8 @@ class Trainer {
   // collective visible there. The members below only hold what it builds.
   void start();
   void register_checkpointed_parts();
+  // Who writes and reads each entry of a format-3 checkpoint in this group (a collective).
+  std::unique_ptr<parallel::ShardedCheckpoints> sharded_checkpoints();
   void resume();
   void use_empty_prompt();
   void log_start() const;
@@ -81,6 +83,11 @@ class Trainer {
   // The steps the run will take: the current epoch's plan, then whole epochs, max_steps.
   int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
+  // dist.elastic continue, after a lost rank (`why`): the survivors re-form and the parts
+  // tied to the group follow (the step's gradients discarded, the step's share, the
+  // held-out loader); weights, optimizer, EMA and position stay as the last committed step
+  // left them. Below dist.min_world_size: a checkpoint, then RunError.
+  void regroup(const std::string& why);
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
   // After this process's first step: what each rank holds (report/memory_use.h), gathered
   // (a collective) and written to work_dir/memory.json by rank 0. `activations`: the

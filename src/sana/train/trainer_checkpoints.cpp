@@ -22,10 +22,7 @@ namespace sana::train {
 void Trainer::register_checkpointed_parts() {
   // Format-3 checkpoints are read so whatever ckpt.format this run writes (a resume after
   // switching to format 2, model.load_from's optimizer state).
-  parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
-                             [z = &*zero_](const std::string& e) { return z->order_of(e); }};
-  checkpointer_->use_shards(std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s),
-                            cfg_.ckpt.format >= 3);
+  checkpointer_->use_shards(sharded_checkpoints(), cfg_.ckpt.format >= 3);
   checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
   checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
   checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
@@ -37,6 +34,12 @@ void Trainer::register_checkpointed_parts() {
   if (sprint_) {
     for (auto* part : sprint_->parts()) checkpointer_->add(*part);
   }
+}
+
+std::unique_ptr<parallel::ShardedCheckpoints> Trainer::sharded_checkpoints() {
+  parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
+                             [z = &*zero_](const std::string& e) { return z->order_of(e); }};
+  return std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s);  // collective
 }
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {

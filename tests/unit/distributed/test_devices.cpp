@@ -3,6 +3,7 @@
 #include "catch.h"
 
 #include "sana/distributed/devices.h"
+#include "sana/distributed/launch_env.h"
 #include "sana/distributed/launcher.h"
 
 using namespace sana::dist;

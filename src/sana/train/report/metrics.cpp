@@ -117,6 +117,11 @@ void Metrics::record_eval(int64_t global_step, int64_t samples, double loss,
   events_->flush();
 }
 
+void Metrics::regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds) {
+  world_ = std::max(world, 1);
+  regroup_ = {{"after_step", step}, {"world", world}, {"lost", lost}, {"seconds", seconds}};
+}
+
 void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {
   const auto number_or_null = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   const double step_time = std::max(t.total, 1e-9);
@@ -145,6 +150,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                 {"checkpoint_preview", t.checkpoint_preview},
                                 {"other", t.other()}}}};
   for (const auto& [name, v] : s.figures) m[name] = number_or_null(v);
+  if (!regroup_.is_null()) m["regroup"] = std::exchange(regroup_, nlohmann::json());
   const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
   if (s.train_flops > 0) m["tflops_per_process"] = flops_per_s / 1e12;
   if (s.train_flops > 0 && peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;

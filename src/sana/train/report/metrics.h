@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "sana/train/step_times.h"
 #include "sana/train/report/tensorboard.h"
 
@@ -80,6 +82,11 @@ class Metrics {
   // The closing line: steps, time, skipped steps (non-finite or fp16 overflow, the whole
   // run's) and this run's first and last loss.
   void finish(int64_t global_step, int64_t skipped, bool stopped);
+  // dist.elastic continue: after step `step`, `world` ranks went on without `lost` (original
+  // ranks), after a regroup of `seconds`. The next step's metrics.jsonl line carries it as
+  // "regroup": {"after_step", "world", "lost", "seconds"}, and the per-process figures use
+  // the new world.
+  void regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds);
   // Rank 0's TensorBoard writer (nullptr elsewhere or with train.report_to none).
   EventWriter* events() { return events_.get(); }
 
@@ -93,6 +100,7 @@ class Metrics {
   bool main_rank_, tty_;
   int64_t total_;
   int world_;
+  nlohmann::json regroup_;  // regrouped()'s, for the next line (null: none)
   double peak_flops_;
   std::ofstream jsonl_;
   std::unique_ptr<EventWriter> events_;

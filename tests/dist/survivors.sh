@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# dist.elastic continue (issue 47): one of 4 ranks is killed (SIGKILL) or stopped (SIGSTOP)
+# at a random step of a launcher run; the survivors re-form within dist.timeout_s + 5 s,
+# without reading a checkpoint, and end on 3 ranks with the weights of a run that went
+# from 4 to 3 ranks at that step by checkpoint and resume (1e-6), every sample once per
+# epoch and the same samples in every step. The launcher kills a stopped rank once the
+# others have left it, and exits 0.
+. "$(dirname "$0")/lib.sh"
+config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
+data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
+timeout_s=15
+steps=14
+common=(--config "$config" --data.data_dir="[$data]" --train.visualize=false --train.log_interval=1
+        --dist.timeout_s=$timeout_s --dist.heartbeat_timeout_s=3 --train.save_model_steps=0
+        --train.save_model_epochs=0 --train.micro_batch_size=2)
+export SANA_TEST_LOG_IDS=1
+
+run() {  # NAME NPROC ARGS...: a launcher run to its end (output in $SCRATCH/NAME.log)
+  local name=$1 n=$2; shift 2
+  timeout 300 "$BIN" launch --nproc-per-node "$n" -- "${common[@]}" "$@" > "$SCRATCH/$name.log" 2>&1
+  local code=$?
+  [ $code -eq 0 ] || tail -20 "$SCRATCH/$name.log"
+  return $code
+}
+
+# The weights and the per-step samples of run A against run B: python3-torch reads both.
+same_run() {  # A_DIR B_DIR WHAT
+  timeout 120 /usr/bin/python3 - "$1" "$2" "$(dirname "$0")/../reference" <<'PY'
+import glob, os, re, sys
+sys.path.insert(0, sys.argv[3])
+from sana_reference import read_safetensors
+a, b = sys.argv[1], sys.argv[2]
+wa, _ = read_safetensors(f"{a}/model.safetensors")
+wb, _ = read_safetensors(f"{b}/model.safetensors")
+worst = max((wa[k].double() - wb[k].double()).abs().max().item() for k in wb)
+print(f"{len(wb)} tensors, same names {sorted(wa) == sorted(wb)}, largest difference {worst:.3g}")
+
+def steps(dirs):
+    # (epoch, step) -> sorted sample ids, the 3-rank files winning over the 4-rank ones: a
+    # step the loss interrupted is in both, and only its rerun trained.
+    by_world = {}
+    for d in dirs:
+        for path in glob.glob(f"{d}/ids.rank*.w*.log"):
+            w = int(re.search(r"\.w(\d+)\.log$", path).group(1))
+            for line in open(path):
+                e, s, *ids = map(int, line.split())
+                by_world.setdefault(w, {}).setdefault((e, s), []).extend(ids)
+    out = {}
+    for w in sorted(by_world, reverse=True):  # 4 first, then 3 overwrites
+        out.update({k: sorted(v) for k, v in by_world[w].items()})
+    return out
+
+sa, sb = steps([a]), steps([b[:-1] + "4", b])
+once = all(len(set(sum((v for (e, _), v in sa.items() if e == epoch), []))) ==
+           sum(len(v) for (e, _), v in sa.items() if e == epoch) for epoch in {e for e, _ in sa})
+print(f"steps {len(sa)} vs {len(sb)}, same samples per step {sa == sb}, every sample once per epoch {once}")
+sys.exit(0 if sorted(wa) == sorted(wb) and worst <= 1e-6 and sa == sb and once else 1)
+PY
+}
+
+for sig in KILL STOP; do
+  victim=$(( RANDOM % 3 + 1 ))
+  at=$(( RANDOM % 6 + 3 ))
+  name=$sig
+  dir=$SCRATCH/$TOKEN-$name
+  start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 -- "${common[@]}" --dist.elastic=continue \
+    --train.max_steps=$steps "--work_dir=$dir"
+  launcher=$BG
+  if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
+    fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name.log"; finish
+  fi
+  kill "-$sig" "$(pid_of_rank "$victim" --dist.elastic=continue)"
+  t0=$(now)
+  echo "SIG$sig to rank $victim after step $at"
+  if wait_for_line "$SCRATCH/$name.log" "left the run after step" $((timeout_s + 10)); then
+    secs=$(elapsed_since "$t0")
+    echo "SIG$sig of rank $victim -> the survivors went on after ${secs} s (dist.timeout_s=$timeout_s)"
+    awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t + 5) }' &&
+      pass "$name: the survivors re-formed within dist.timeout_s + 5 s" || fail "$name: re-forming took ${secs} s"
+  else
+    fail "$name: the survivors did not re-form within $((timeout_s + 10)) s"
+  fi
+  code_of "$launcher"
+  assert_code "$CODE" 0 "$name: the launcher, the run having ended on 3 ranks"
+  assert_contains "$SCRATCH/$name.log" "parameters identical on all 3 ranks" "$name: 3 ranks finish the run"
+  assert_contains "$SCRATCH/$name.log" "rank $victim left the run after step" "$name: the log names rank $victim"
+  if grep -q "resume_from\|resumed from" "$SCRATCH/$name.log"; then fail "$name: a checkpoint was read"; else
+    pass "$name: no checkpoint was read"; fi
+  [ "$sig" = STOP ] && assert_contains "$SCRATCH/$name.log" "rank $victim was left out of the run (lost); killing it" \
+    "STOP: the launcher kills the stopped rank"
+  after=$(grep -o "left the run after step [0-9]*" "$SCRATCH/$name.log" | head -1 | grep -o "[0-9]*$")
+  timeout 30 /usr/bin/python3 - "$dir/metrics.jsonl" "$after" "$victim" <<'PY' || fail "$name: metrics.jsonl marks no regroup"
+import json, sys
+marks = [r["regroup"] for r in map(json.loads, open(sys.argv[1])) if "regroup" in r]
+print("metrics.jsonl:", marks)
+sys.exit(0 if marks == [marks[0]] and marks[0]["after_step"] == int(sys.argv[2]) and marks[0]["world"] == 3
+         and marks[0]["lost"] == [int(sys.argv[3])] else 1)
+PY
+
+  # The same run by checkpoint and resume: 4 ranks to that step, then 3 to the end.
+  ref=$SCRATCH/ref$after
+  if [ ! -d "${ref}w3" ]; then
+    run "ref${after}w4" 4 --train.max_steps="$after" "--work_dir=${ref}w4"; assert_code $? 0 "4 ranks to step $after"
+    cp -r "${ref}w4" "${ref}w3"
+    rm -f "${ref}w3"/ids.*
+    run "ref${after}w3" 3 --train.max_steps=$steps --resume_from=latest "--work_dir=${ref}w3"
+    assert_code $? 0 "3 ranks from step $after"
+  fi
+  same_run "$dir" "${ref}w3" > "$SCRATCH/same.log" 2>&1
+  code=$?
+  cat "$SCRATCH/same.log"
+  assert_code $code 0 "$name: the weights (1e-6) and every step's samples equal the run resumed on 3 at step $after"
+  assert_no_leftovers
+done
+finish
