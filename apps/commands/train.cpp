@@ -21,11 +21,13 @@ void open_run_log(const config::Config& cfg, const dist::LaunchEnv& env, const s
   std::error_code ec;
   fs::create_directories(cfg.work_dir, ec);
   if (ec) throw RunError(fmt::format("cannot create work_dir '{}': {}", cfg.work_dir, ec.message()));
-  const std::string log_name = env.rank == 0 ? stem + ".log" : fmt::format("{}.rank{}.log", stem, env.rank);
+  // A replacement for a lost rank (SANA_JOIN) logs under its own id, not the lost one's.
+  const int id = env.join_id >= 0 ? env.join_id : env.rank;
+  const std::string log_name = id == 0 ? stem + ".log" : fmt::format("{}.rank{}.log", stem, id);
   std::string err;
   if (!log::open_file((fs::path(cfg.work_dir) / log_name).string(), &err)) throw RunError(err);
   if (env.world_size > 1 && cfg.log_console == "rank0") {
-    if (env.rank > 0) log::set_console_level(log::Level::warn);
+    if (id > 0) log::set_console_level(log::Level::warn);
     log::info("the terminal shows rank 0's lines and every rank's warnings and errors; rank N's whole log is "
               "{} (log_console: all shows every rank's lines)",
               (fs::path(cfg.work_dir) / (stem + ".rank<N>.log")).string());

@@ -4,7 +4,9 @@
 # without reading a checkpoint, and end on 3 ranks with the weights of a run that went
 # from 4 to 3 ranks at that step by checkpoint and resume (1e-6), every sample once per
 # epoch and the same samples in every step. The launcher kills a stopped rank once the
-# others have left it, and exits 0.
+# others have left it, and exits 0. With --max-restarts 1 (JOIN) the launcher starts a
+# replacement, which the group takes in at a step boundary: the run ends on 4 ranks with
+# the weights of 4 -> 3 -> 4 ranks by checkpoint and resume at those steps.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -23,21 +25,22 @@ run() {  # NAME NPROC ARGS...: a launcher run to its end (output in $SCRATCH/NAM
   return $code
 }
 
-# The weights and the per-step samples of run A against run B: python3-torch reads both.
-same_run() {  # A_DIR B_DIR WHAT
-  timeout 120 /usr/bin/python3 - "$1" "$2" "$(dirname "$0")/../reference" <<'PY'
-import glob, os, re, sys
-sys.path.insert(0, sys.argv[3])
+# The weights and the per-step samples of run A against the runs REF... that did the same
+# by checkpoint and resume (the last one's weights): python3-torch reads them.
+same_run() {  # A REF...
+  timeout 120 /usr/bin/python3 - "$(dirname "$0")/../reference" "$@" <<'PY'
+import glob, re, sys
+sys.path.insert(0, sys.argv[1])
 from sana_reference import read_safetensors
-a, b = sys.argv[1], sys.argv[2]
+a, refs = sys.argv[2], sys.argv[3:]
 wa, _ = read_safetensors(f"{a}/model.safetensors")
-wb, _ = read_safetensors(f"{b}/model.safetensors")
+wb, _ = read_safetensors(f"{refs[-1]}/model.safetensors")
 worst = max((wa[k].double() - wb[k].double()).abs().max().item() for k in wb)
 print(f"{len(wb)} tensors, same names {sorted(wa) == sorted(wb)}, largest difference {worst:.3g}")
 
 def steps(dirs):
-    # (epoch, step) -> sorted sample ids, the 3-rank files winning over the 4-rank ones: a
-    # step the loss interrupted is in both, and only its rerun trained.
+    # (epoch, step) -> sorted sample ids. The 3-rank files win over the 4-rank ones: a step
+    # the loss interrupted is in both, and only its rerun trained.
     by_world = {}
     for d in dirs:
         for path in glob.glob(f"{d}/ids.rank*.w*.log"):
@@ -50,7 +53,7 @@ def steps(dirs):
         out.update({k: sorted(v) for k, v in by_world[w].items()})
     return out
 
-sa, sb = steps([a]), steps([b[:-1] + "4", b])
+sa, sb = steps([a]), steps(refs)
 once = all(len(set(sum((v for (e, _), v in sa.items() if e == epoch), []))) ==
            sum(len(v) for (e, _), v in sa.items() if e == epoch) for epoch in {e for e, _ in sa})
 print(f"steps {len(sa)} vs {len(sb)}, same samples per step {sa == sb}, every sample once per epoch {once}")
@@ -58,13 +61,25 @@ sys.exit(0 if sorted(wa) == sorted(wb) and worst <= 1e-6 and sa == sb and once e
 PY
 }
 
-for sig in KILL STOP; do
+# A reference leg: NPROC ranks resumed from FROM's checkpoint (none: a fresh start) to step
+# STEPS in its own folder DIR (its ids logs its own).
+leg() {  # DIR NPROC STEPS [FROM]
+  local dir=$1 n=$2 to=$3 from=${4:-}
+  [ -d "$dir" ] && return 0
+  if [ -n "$from" ]; then cp -r "$from" "$dir"; rm -f "$dir"/ids.*; fi
+  run "$(basename "$dir")" "$n" --train.max_steps="$to" --resume_from=latest "--work_dir=$dir"
+  assert_code $? 0 "$n ranks to step $to"
+}
+
+for case in KILL STOP JOIN; do
+  sig=$case; restarts=0
+  [ "$case" = JOIN ] && { sig=KILL; restarts=1; }
   victim=$(( RANDOM % 3 + 1 ))
   at=$(( RANDOM % 6 + 3 ))
-  name=$sig
+  name=$case
   dir=$SCRATCH/$TOKEN-$name
-  start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 -- "${common[@]}" --dist.elastic=continue \
-    --train.max_steps=$steps "--work_dir=$dir"
+  start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 --max-restarts $restarts -- "${common[@]}" \
+    --dist.elastic=continue --train.max_steps=$steps "--work_dir=$dir"
   launcher=$BG
   if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
     fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name.log"; finish
@@ -81,35 +96,43 @@ for sig in KILL STOP; do
     fail "$name: the survivors did not re-form within $((timeout_s + 10)) s"
   fi
   code_of "$launcher"
-  assert_code "$CODE" 0 "$name: the launcher, the run having ended on 3 ranks"
-  assert_contains "$SCRATCH/$name.log" "parameters identical on all 3 ranks" "$name: 3 ranks finish the run"
+  world=3; [ "$case" = JOIN ] && world=4
+  assert_code "$CODE" 0 "$name: the launcher, the run having ended on $world ranks"
+  assert_contains "$SCRATCH/$name.log" "parameters identical on all $world ranks" "$name: $world ranks finish the run"
   assert_contains "$SCRATCH/$name.log" "rank $victim left the run after step" "$name: the log names rank $victim"
   if grep -q "resume_from\|resumed from" "$SCRATCH/$name.log"; then fail "$name: a checkpoint was read"; else
     pass "$name: no checkpoint was read"; fi
   [ "$sig" = STOP ] && assert_contains "$SCRATCH/$name.log" "rank $victim was left out of the run (lost); killing it" \
     "STOP: the launcher kills the stopped rank"
   after=$(grep -o "left the run after step [0-9]*" "$SCRATCH/$name.log" | head -1 | grep -o "[0-9]*$")
-  timeout 30 /usr/bin/python3 - "$dir/metrics.jsonl" "$after" "$victim" <<'PY' || fail "$name: metrics.jsonl marks no regroup"
+  joined=$(grep -o "joined after step [0-9]*" "$SCRATCH/$name.log" | head -1 | grep -o "[0-9]*$")
+  [ "$case" = JOIN ] && { [ -n "$joined" ] && pass "JOIN: the replacement joined after step $joined" ||
+                          fail "JOIN: no replacement joined"; }
+  timeout 30 /usr/bin/python3 - "$dir/metrics.jsonl" "$after" "$victim" "${joined:-}" <<'PY' || fail "$name: metrics.jsonl marks no regroup"
 import json, sys
 marks = [r["regroup"] for r in map(json.loads, open(sys.argv[1])) if "regroup" in r]
 print("metrics.jsonl:", marks)
-sys.exit(0 if marks == [marks[0]] and marks[0]["after_step"] == int(sys.argv[2]) and marks[0]["world"] == 3
-         and marks[0]["lost"] == [int(sys.argv[3])] else 1)
+lost = marks[0]["after_step"] == int(sys.argv[2]) and marks[0]["world"] == 3 and marks[0]["lost"] == [int(sys.argv[3])]
+joined = len(marks) == 1 if not sys.argv[4] else (len(marks) == 2 and marks[1]["after_step"] == int(sys.argv[4])
+                                                   and marks[1]["world"] == 4 and len(marks[1]["joined"]) == 1)
+sys.exit(0 if lost and joined else 1)
 PY
 
-  # The same run by checkpoint and resume: 4 ranks to that step, then 3 to the end.
-  ref=$SCRATCH/ref$after
-  if [ ! -d "${ref}w3" ]; then
-    run "ref${after}w4" 4 --train.max_steps="$after" "--work_dir=${ref}w4"; assert_code $? 0 "4 ranks to step $after"
-    cp -r "${ref}w4" "${ref}w3"
-    rm -f "${ref}w3"/ids.*
-    run "ref${after}w3" 3 --train.max_steps=$steps --resume_from=latest "--work_dir=${ref}w3"
-    assert_code $? 0 "3 ranks from step $after"
+  # The same run by checkpoint and resume: 4 ranks to that step, then 3 to the end (JOIN:
+  # 3 to the step the replacement joined after, then 4 to the end).
+  leg "$SCRATCH/w4to$after" 4 "$after"
+  if [ "$case" = JOIN ]; then
+    leg "$SCRATCH/w4to${after}w3to$joined" 3 "$joined" "$SCRATCH/w4to$after"
+    leg "$SCRATCH/w4to${after}w3to${joined}w4" 4 $steps "$SCRATCH/w4to${after}w3to$joined"
+    refs=("$SCRATCH/w4to$after" "$SCRATCH/w4to${after}w3to$joined" "$SCRATCH/w4to${after}w3to${joined}w4")
+  else
+    leg "$SCRATCH/w4to${after}w3" 3 $steps "$SCRATCH/w4to$after"
+    refs=("$SCRATCH/w4to$after" "$SCRATCH/w4to${after}w3")
   fi
-  same_run "$dir" "${ref}w3" > "$SCRATCH/same.log" 2>&1
+  same_run "$dir" "${refs[@]}" > "$SCRATCH/same.log" 2>&1
   code=$?
   cat "$SCRATCH/same.log"
-  assert_code $code 0 "$name: the weights (1e-6) and every step's samples equal the run resumed on 3 at step $after"
+  assert_code $code 0 "$name: the weights (1e-6) and every step's samples equal the runs resumed at those steps"
   assert_no_leftovers
 done
 finish

@@ -221,6 +221,14 @@ void add_part_json(Snapshot& snap, const nlohmann::json& parts) {
 
 }  // namespace
 
+Snapshot snapshot_of_state_text(const std::string& text) {
+  auto file_state = state_from_json(nlohmann::json::parse(text));
+  Snapshot snap;
+  snap.state = std::move(file_state.state);
+  add_part_json(snap, file_state.parts);
+  return snap;
+}
+
 Snapshot read_checkpoint(const std::string& dir, bool tensors) {
   auto file_state = read_state(dir);
   Snapshot snap;

@@ -104,6 +104,9 @@ TrainerState verify_checkpoint(const std::string& dir);
 // checked). `tensors` false (format 3 only): the parts' JSON, and an empty tensor list for
 // each part that has tensors (ckpt/shards.h reads them).
 Snapshot read_checkpoint(const std::string& dir, bool tensors = true);
+// trainer_state.json's text (folder.h: trainer_state_text) as a snapshot: the run's state
+// and each part's JSON, no tensors.
+Snapshot snapshot_of_state_text(const std::string& text);
 // One part's tensors of the checkpoint folder `dir` (verified as read_checkpoint() does,
 // any format), or nothing when the checkpoint holds no tensors of that part.
 std::optional<NamedTensors> read_part_tensors(const std::string& dir, const std::string& part);

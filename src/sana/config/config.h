@@ -383,6 +383,7 @@ struct DistConfig {
   // last checkpoint); continue = the survivors re-form and go on from the last step.
   Elastic elastic = Elastic::restart;
   int64_t min_world_size = 1;  // continue: fewer survivors than this stop the run
+  double max_rejoin_wait_s = 600;  // continue: how long a replacement waits to be taken in
 };
 
 struct DdpConfig {

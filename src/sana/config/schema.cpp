@@ -198,6 +198,10 @@ void describe_dist(std::vector<Field>& f, DistConfig& d) {
   s.add("min_world_size", d.min_world_size,
         "dist.elastic continue: with fewer ranks left the run stops with a checkpoint")
       .at_least(1);
+  s.add("max_rejoin_wait_s", d.max_rejoin_wait_s,
+        "dist.elastic continue: how long a replacement rank (sana-train launch --max-restarts) waits to be taken "
+        "in at a step boundary")
+      .above(0);
 }
 
 void describe_ddp(std::vector<Field>& f, DdpConfig& d) {

@@ -115,6 +115,7 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
       if (v != nullptr && *v != '\0' && e.run_id.empty()) e.run_id = v;
     }
     if (const char* token = env("SANA_RUN_TOKEN")) e.token = token;
+    if (const char* join = env("SANA_JOIN")) e.join_id = std::atoi(join);
     if (e.run_id.empty() && !e.job_id.empty()) {
       const char* step = env("SLURM_STEP_ID");
       e.run_id = e.job_id + "." + (step ? step : "0");

@@ -31,6 +31,10 @@ struct LaunchEnv {
   // The run's secret for the store (SANA_RUN_TOKEN; `sana-train launch` makes a random
   // one), or "" when the launcher gives none.
   std::string token;
+  // dist.elastic continue: a replacement `sana-train launch` started for a lost rank
+  // (SANA_JOIN=<id>, an original rank no process of the run has had); it joins the running
+  // group at a step boundary. -1: an ordinary start.
+  int join_id = -1;
 };
 
 // A launcher environment that is present but unusable (names the variable to fix).

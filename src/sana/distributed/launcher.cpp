@@ -1,6 +1,7 @@
 #include "sana/distributed/launcher.h"
 #include "sana/distributed/launch_env.h"
 #include "sana/distributed/launcher_link.h"
+#include "sana/distributed/launcher_worker.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -45,162 +46,12 @@ void say(const std::string& line) {
   (void)!write(STDERR_FILENO, out.data(), out.size());
 }
 
-// One stream of one worker: bytes in, whole lines out with the rank in front (our log
-// lines carry it already: "[time rN/W I] ...", the same as under torchrun or mpirun).
-struct Stream {
-  int fd = -1;
-  int out_fd = STDOUT_FILENO;
-  std::string pending;
-
-  void emit(const std::string& prefix, const std::string& line) const {
-    const std::string out = (log::is_log_line(line) ? std::string() : prefix) + line + "\n";
-    (void)!write(out_fd, out.data(), out.size());
-  }
-  // Returns false at end of stream.
-  bool pump(const std::string& prefix) {
-    char buf[65536];
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    if (n <= 0) {
-      if (!pending.empty()) emit(prefix, pending);
-      pending.clear();
-      close(fd);
-      fd = -1;
-      return false;
-    }
-    pending.append(buf, static_cast<size_t>(n));
-    size_t start = 0;
-    for (size_t nl = pending.find('\n'); nl != std::string::npos; nl = pending.find('\n', start)) {
-      emit(prefix, pending.substr(start, nl - start));
-      start = nl + 1;
-    }
-    pending.erase(0, start);
-    return true;
-  }
-};
-
-struct Worker {
-  int rank = 0;
-  pid_t pid = -1;
-  Stream out, err;
-  std::optional<int> exit_code;
-  bool left_out = false;  // "lost N": the others went on without it
-  std::string prefix() const { return fmt::format("[rank {}] ", rank); }
-};
-
-int exit_code_of(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kExitFailure;
-}
-
-std::vector<std::string> worker_environment(const LaunchOptions& o, int local_rank, int port,
-                                            int attempt, const std::string& run_id,
-                                            int lifeline_fd, int message_fd) {
-  const int world = o.nnodes * o.nproc_per_node;
-  return {
-      fmt::format("SANA_RUN_ID={}", run_id),
-      fmt::format("{}={}", kLifelineVariable, lifeline_fd),
-      fmt::format("{}={}", kMessagesVariable, message_fd),
-      fmt::format("RANK={}", o.node_rank * o.nproc_per_node + local_rank),
-      fmt::format("WORLD_SIZE={}", world),
-      fmt::format("LOCAL_RANK={}", local_rank),
-      fmt::format("LOCAL_WORLD_SIZE={}", o.nproc_per_node),
-      fmt::format("GROUP_RANK={}", o.node_rank),
-      fmt::format("MASTER_ADDR={}", o.master_addr),
-      fmt::format("MASTER_PORT={}", port),
-      fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt),
-      fmt::format("TORCHELASTIC_MAX_RESTARTS={}", o.max_restarts),
-      "TORCHELASTIC_USE_AGENT_STORE=False",  // rank 0 hosts the store, not this launcher
-      "SANA_LAUNCHER=1",
-  };
-}
-
 // The read end of this pipe is inherited by every worker (and what it starts); the
 // launcher alone holds the write end, so its death, even by SIGKILL, is EOF for them.
 int g_lifeline[2] = {-1, -1};
 // Workers tell the launcher things by writing lines here (tell_launcher): "elastic" (the
 // run goes on without a lost rank: dist.elastic continue), "lost N" (rank N left the group).
 int g_messages[2] = {-1, -1};
-
-Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt,
-             const std::string& run_id) {
-  Worker w;
-  w.rank = o.node_rank * o.nproc_per_node + local_rank;
-  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {out_pipe[0], out_pipe[1]}) {
-      if (fd >= 0) close(fd);
-    }
-    throw std::runtime_error(fmt::format("pipe: {}", why));
-  }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    throw std::runtime_error(fmt::format("fork: {}", why));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group: signals reach the worker and anything it starts
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher dies -> the worker dies
-    if (getppid() != parent) _exit(kExitFailure);
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    // A worker in a background group that read the terminal would stop for ever.
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    fcntl(g_lifeline[0], F_SETFD, 0);  // inherited across exec
-    fcntl(g_messages[1], F_SETFD, 0);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, g_lifeline[0], g_messages[1])) {
-      putenv(strdup(kv.c_str()));
-    }
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(o.program.c_str()));
-    for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(o.program.c_str(), argv.data());
-    const std::string msg = fmt::format("cannot start {}: {}\n", o.program, std::strerror(errno));
-    (void)!write(STDERR_FILENO, msg.data(), msg.size());
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from this side, so a signal right away finds the group
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  w.pid = pid;
-  w.out.fd = out_pipe[0];
-  w.err.fd = err_pipe[0];
-  w.err.out_fd = STDERR_FILENO;
-  return w;
-}
-
-void signal_all(std::vector<Worker>& workers, int sig) {
-  for (auto& w : workers) {
-    if (!w.exit_code) kill(-w.pid, sig);
-  }
-}
-
-// Whether `pid` is stopped (SIGSTOP, a debugger): it cannot act on SIGTERM until continued.
-bool is_stopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const auto close_paren = line.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return false;
-  const char state = line[close_paren + 2];
-  return state == 'T' || state == 't';
-}
-
-bool all_exited(const std::vector<Worker>& workers) {
-  for (const auto& w : workers) {
-    if (!w.exit_code || w.out.fd >= 0 || w.err.fd >= 0) return false;
-  }
-  return true;
-}
 
 // One attempt's workers and what the launcher knows of them: who has exited, the first
 // failure, and the deadlines for killing stragglers and for draining their output.
@@ -209,8 +60,13 @@ class Attempt {
   Attempt(const LaunchOptions& o, int& user_signal) : o_(o), user_signal_(user_signal) {}
 
   void start_workers(int port, int attempt, const std::string& run_id) {
+    port_ = port;
+    attempt_ = attempt;
+    run_id_ = run_id;
     try {
-      for (int i = 0; i < o_.nproc_per_node; ++i) workers_.push_back(spawn(o_, i, port, attempt, run_id));
+      for (int i = 0; i < o_.nproc_per_node; ++i) {
+        workers_.push_back(spawn(o_, i, port, attempt, run_id, {g_lifeline[0], g_messages[1]}));
+      }
     } catch (const std::exception& e) {
       say(fmt::format("cannot start the workers: {}", e.what()));
       first_failure_ = kExitFailure;
@@ -296,6 +152,14 @@ class Attempt {
     }
   }
 
+  // dist.elastic continue: a replacement for each lost worker, while --max-restarts
+  // allows; it joins the running group at a step boundary (SANA_JOIN, a new id).
+  void start_replacements() {
+    const auto lost = std::move(to_replace_);
+    to_replace_.clear();
+    for (int rank : lost) replace(rank);
+  }
+
  private:
   void stop_all(int sig) {
     stopping_ = true;
@@ -358,6 +222,7 @@ class Attempt {
       if (lost_code_ == 0) lost_code_ = code;
       say(fmt::format("rank {} exited with code {}; the others go on without it (dist.elastic: continue)", rank,
                       code));
+      to_replace_.push_back(rank);  // started once the reaping loop is over
       return;
     }
     // A worker that stopped because another failed (code 3), or that we stopped, is
@@ -380,8 +245,29 @@ class Attempt {
     }
   }
 
+  void replace(int rank) {
+    if (replacements_ >= o_.max_restarts || stopping_) return;
+    // A worker that succeeded means the run has ended: nothing to join.
+    if (std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.exit_code == 0; })) return;
+    const auto lost = std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.rank == rank; });
+    if (lost == workers_.end()) return;
+    const int local_rank = lost->local_rank;
+    const int id = o_.nnodes * o_.nproc_per_node + replacements_++;
+    try {
+      workers_.push_back(spawn(o_, local_rank, port_, attempt_, run_id_, {g_lifeline[0], g_messages[1]}, id));
+      say(fmt::format("replacement {} of {} for rank {}: joins the run as id {} at a step boundary", replacements_,
+                      o_.max_restarts, rank, id));
+    } catch (const std::exception& e) {
+      say(fmt::format("cannot start a replacement for rank {}: {}", rank, e.what()));
+    }
+  }
+
   const LaunchOptions& o_;
   int& user_signal_;
+  int port_ = 0, attempt_ = 0;
+  std::string run_id_;
+  int replacements_ = 0;
+  std::vector<int> to_replace_;
   std::vector<Worker> workers_;
   int first_failure_ = 0;
   bool elastic_ = false;  // a worker said "elastic"
@@ -405,6 +291,7 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string
   while (!a.done()) {
     a.serve_events();
     a.reap_exited();
+    a.start_replacements();
     a.kill_after_grace();
     a.close_pipes_after_drain();
   }

@@ -26,6 +26,7 @@ struct RuntimeOptions {
   // run (Runtime::regroup); dist.min_world_size.
   bool elastic_continue = false;
   int64_t min_world_size = 1;
+  double max_rejoin_wait_s = 600;  // a replacement waits this long at most to be taken in
   // Tests without a GPU: these stand in for the visible CUDA devices when
   // `inject_cuda_devices` (the fault-injection hooks of train/test_hooks.h set them).
   bool inject_cuda_devices = false;

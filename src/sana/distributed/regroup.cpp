@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
+#include "sana/distributed/backend_factory.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher_link.h"
@@ -90,6 +92,7 @@ void Runtime::commit_step(int64_t step) {
   const auto limit = timeout() + heartbeat();
   std::optional<bool> applied;
   guard_store([&] {
+    if (rank_ == 0) offer_joins(step);  // before rank 0's add: whoever sees the commit sees the offer
     applied = decide_commit(*gen_store_, count, world_, [this] { return loss_pending(); },
                             [this] {
                               const std::string failure = published_failure(*store_);
@@ -111,6 +114,10 @@ void Runtime::commit_step(int64_t step) {
   if (!*applied) {
     throw RankLost(fmt::format("step {} was interrupted by the loss of a rank: no survivor applies it", step));
   }
+  guard_store([&] {
+    const std::string offer = fmt::format("join/at/{}", step);
+    joining_ = gen_store_->check({offer}) ? decode_ranks(text(gen_store_->get(offer))) : std::vector<int>{};
+  });
 }
 
 std::string Runtime::decide_survivors(const std::string& base, int64_t position) {
@@ -169,6 +176,125 @@ std::string Runtime::await_survivors(const std::string& key) {
   return text(store_->get(key));
 }
 
+std::vector<int> Runtime::take_members(const std::string& decision) {
+  const auto split = decision.find(';');
+  const std::vector<int> next = decode_ranks(decision.substr(0, split));
+  const auto place = std::find(next.begin(), next.end(), original_rank());
+  if (place == next.end()) {
+    throw PeerFailure(fmt::format("this rank (rank {} as started) was left out of the group that goes on: it came "
+                                  "to the regroup too late or was declared lost",
+                                  original_rank()));
+  }
+  std::vector<int> left;
+  for (int m : members_) {
+    if (std::find(next.begin(), next.end(), m) == next.end()) left.push_back(m);
+  }
+  ++generation_;
+  members_ = next;
+  rank_ = static_cast<int>(place - next.begin());
+  world_ = static_cast<int>(next.size());
+  losses_seen_ = std::stoll(decision.substr(split + 1));
+  joining_.clear();
+  gen_store_ = c10::make_intrusive<c10d::PrefixStore>(fmt::format("gen{}/", generation_), store_);
+  gather_generation_ = 0;
+  if (watch_) watch_->set_members(members_);
+  // The old group's threads may still sit in abandoned collectives until their timeout;
+  // destroying it would wait for them, so it is left to the end of the process.
+  if (backend_) (void)backend_.release();
+  if (world_ > 1) create_backend();
+  return left;
+}
+
+Runtime::Regrouped Runtime::admit() {
+  const auto started = Clock::now();
+  Regrouped out;
+  out.world_before = world_;
+  out.joined = joining_;
+  const std::string key = fmt::format("regroup/{}/members", generation_);
+  std::string decision;
+  guard_store([&] {
+    if (rank_ == 0) {
+      std::vector<int> next = members_;
+      next.insert(next.end(), joining_.begin(), joining_.end());
+      decision = fmt::format("{};{}", encode_ranks(next), losses_seen_);
+      store_->set(key, bytes(decision));
+      for (int id : joining_) store_->set(fmt::format("join/admitted/{}", id), bytes(std::to_string(generation_)));
+    } else {
+      decision = await_survivors(key);
+    }
+  });
+  take_members(decision);
+  out.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  return out;
+}
+
+void Runtime::offer_joins(int64_t step) {
+  std::vector<int> ids;
+  const int64_t asked = store_->add("join/count", 0);
+  while (join_requests_read_ < asked) {
+    const std::string key = fmt::format("join/request/{}", join_requests_read_ + 1);
+    if (!store_->check({key})) break;  // counted, not written yet: at a later step
+    ++join_requests_read_;
+    std::stringstream in(text(store_->get(key)));
+    std::string id, version, fingerprint;
+    std::getline(in, id, '\t');
+    std::getline(in, version, '\t');
+    std::getline(in, fingerprint, '\t');
+    if (version != checks_.version || fingerprint != checks_.config_fingerprint) {
+      store_->set("join/refused/" + id,
+                  bytes(fmt::format("the run's rank 0 has program version {} and config fingerprint {}; the "
+                                    "replacement has {} and {}: start it with the same program and config",
+                                    checks_.version, checks_.config_fingerprint, version, fingerprint)));
+      continue;
+    }
+    ids.push_back(std::stoi(id));
+  }
+  if (!ids.empty()) gen_store_->set(fmt::format("join/at/{}", step), bytes(encode_ranks(ids)));
+}
+
+void Runtime::join_running(const StartChecks& checks) {
+  if (!elastic_) {
+    throw LaunchEnvError("SANA_JOIN is set, but this run has dist.elastic: restart: only a run that goes on without "
+                         "a lost rank takes in a replacement");
+  }
+  const int id = original_rank();
+  watch_ = std::make_unique<FailureWatch>(endpoint_, id, env_.world_size, heartbeat(), elastic_);
+  VisibleDevices visible{cfg_.injected_cuda_devices, cfg_.inject_cuda_devices};
+  if (!visible.injected) visible = visible_cuda_devices();
+  claim_ = choose_device(env_, cfg_, visible, host_);
+  device_map_ = {claim_};
+  if (claim_.kind == "cuda" && !visible.injected) use_cuda_device(claim_.index);
+  backend_name_ = choose_backend(cfg_, claim_, nccl_available());
+  const auto limit = std::chrono::milliseconds(static_cast<int64_t>(cfg_.max_rejoin_wait_s * 1000));
+  std::string generation;
+  guard_store([&] {
+    const int64_t n = store_->add("join/count", 1);
+    store_->set(fmt::format("join/request/{}", n),
+                bytes(fmt::format("{}\t{}\t{}\t{} pid {}", id, checks.version, checks.config_fingerprint, host_,
+                                  getpid())));
+    const std::string admitted = fmt::format("join/admitted/{}", id), refused = fmt::format("join/refused/{}", id);
+    const auto deadline = Clock::now() + limit;
+    while (!store_->check({admitted})) {
+      if (store_->check({refused})) throw Disagreement(text(store_->get(refused)));
+      if (store_->check({"join/closed"})) throw RunEnded("the run ended before this replacement was taken in");
+      const std::string failure = published_failure(*store_);
+      if (!failure.empty()) throw PeerFailure(failure);
+      if (Clock::now() > deadline) {
+        throw DistTimeout(fmt::format("this replacement (id {}) was not taken in within {:.0f} s "
+                                      "(dist.max_rejoin_wait_s): the run is not stepping, or has ended",
+                                      id, cfg_.max_rejoin_wait_s));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    generation = text(store_->get(admitted));
+    generation_ = std::stoi(generation);
+    members_.clear();  // nothing of an earlier group is this rank's
+    losses_seen_ = store_->add(keys::kLostCount, 0);
+    take_members(await_survivors(fmt::format("regroup/{}/members", generation_)));
+  });
+  log::info("taken into the run as rank {} of {} (replacement id {}, generation {})", rank_, world_, id, generation_);
+}
+
 Runtime::Regrouped Runtime::regroup(int64_t position) {
   const auto started = Clock::now();
   Regrouped out;
@@ -184,29 +310,7 @@ Runtime::Regrouped Runtime::regroup(int64_t position) {
       decision = await_survivors(base + "members");
     }
   });
-  const auto split = decision.find(';');
-  const std::vector<int> next = decode_ranks(decision.substr(0, split));
-  const auto place = std::find(next.begin(), next.end(), original_rank());
-  if (place == next.end()) {
-    throw PeerFailure(fmt::format("this rank (rank {} as started) was left out of the group that goes on: it came "
-                                  "to the regroup too late or was declared lost",
-                                  original_rank()));
-  }
-  for (int m : members_) {
-    if (std::find(next.begin(), next.end(), m) == next.end()) out.lost.push_back(m);
-  }
-  ++generation_;
-  members_ = next;
-  rank_ = static_cast<int>(place - next.begin());
-  world_ = static_cast<int>(next.size());
-  losses_seen_ = std::stoll(decision.substr(split + 1));
-  gen_store_ = c10::make_intrusive<c10d::PrefixStore>(fmt::format("gen{}/", generation_), store_);
-  gather_generation_ = 0;
-  if (watch_) watch_->set_members(members_);
-  // The old group's threads may still sit in abandoned collectives until their timeout;
-  // destroying it would wait for them, so it is left to the end of the process.
-  if (backend_) (void)backend_.release();
-  if (world_ > 1) create_backend();
+  out.lost = take_members(decision);
   for (int r : out.lost) tell_launcher(fmt::format("lost {}", r));  // a hung one is killed by its launcher
   out.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return out;

@@ -66,6 +66,7 @@ Runtime::Runtime(LaunchEnv env, RuntimeOptions cfg)
     : env_(std::move(env)), cfg_(std::move(cfg)), host_(hostname()), rank_(env_.rank), world_(env_.world_size) {
   for (int r = 0; r < world_; ++r) members_.push_back(r);
   elastic_ = cfg_.elastic_continue && world_ > 1;
+  if (env_.join_id >= 0) env_.rank = env_.join_id;  // a replacement: its own identity in the store
 }
 
 Runtime::~Runtime() {
@@ -80,14 +81,19 @@ std::chrono::milliseconds Runtime::timeout() const {
 
 std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptions& cfg,
                                         const StartChecks& checks, const std::string& flight_dir) {
-  FlightRecorder::process().set_identity(env.rank, env.world_size, flight_dir);
+  FlightRecorder::process().set_identity(env.join_id >= 0 ? env.join_id : env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
   if (rt->elastic_) tell_launcher("elastic");  // a lost rank no longer stops the others
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   set_compute_threads(rt->threads_);
   keep_freed_memory();
   if (env.world_size > 1) rt->connect();
+  rt->checks_ = checks;
   try {
+    if (env.join_id >= 0) {
+      rt->join_running(checks);
+      return rt;
+    }
     rt->start_checked(checks);
   } catch (const Disagreement&) {
     rt->leave();  // every rank found it: nobody to tell, but rank 0 must outlive the reads
@@ -414,6 +420,7 @@ void Runtime::finish() {
   // watching while it waits for everyone.
   if (!endpoint_.server && watch_) watch_->stop();
   guard_store([&] { store_->set(keys::finished(original_rank()), bytes("1")); });
+  if (elastic_ && rank_ == 0) guard_store([&] { store_->set("join/closed", bytes("1")); });  // replacements: go home
   if (endpoint_.server) {
     std::vector<std::string> all;
     for (int r : members_) all.push_back(keys::finished(r));

@@ -37,6 +37,12 @@ class RankLost : public PeerFailure {
   explicit RankLost(const std::string& what) : PeerFailure(what) {}
 };
 
+// A replacement (SANA_JOIN) whose run ended before it was taken in: nothing to do, exit 0.
+class RunEnded : public sana::Error {
+ public:
+  explicit RunEnded(const std::string& what) : Error(what, kExitOk, "nothing to do") {}
+};
+
 // A wait ran out of dist.timeout_s.
 class DistTimeout : public sana::RunError {
  public:
@@ -159,11 +165,19 @@ class Runtime {
   // build a new one under the next generation's keys. `position`: this rank's last
   // committed step, which every survivor must share. Returns what happened, for the log.
   struct Regrouped {
-    std::vector<int> lost;  // original ranks
+    std::vector<int> lost;    // original ranks
+    std::vector<int> joined;  // replacements taken in (their SANA_JOIN ids)
     int world_before = 0;
     double seconds = 0;
   };
   Regrouped regroup(int64_t position);
+  // Replacements (SANA_JOIN) rank 0 took in at the last committed step: the group grows by
+  // them after that step (admit()); empty: none. Every rank reads the same.
+  const std::vector<int>& joining() const { return joining_; }
+  // After the step that named joining(): the group with them, under the next generation.
+  // The joiners' Runtime::start returns at the same moment; then every rank of the new
+  // group builds its trainer anew (docs/distributed.md).
+  Regrouped admit();
 
   // Tells every other rank that this one failed (best effort, never throws).
   void fail(const std::string& reason) noexcept;
@@ -198,6 +212,16 @@ class Runtime {
   // throws RankLost naming it; returns when none comes.
   void throw_if_rank_lost(const std::string& what);
   std::chrono::milliseconds heartbeat() const;
+  // A replacement's start (env.join_id): asks rank 0 to be taken in and waits for it
+  // (dist.max_rejoin_wait_s), then joins the group's next generation.
+  void join_running(const StartChecks& checks);
+  // Rank 0 before its commit of `step`: the join requests that arrived, checked against
+  // this run's version and config, offered under join/at/<step>.
+  void offer_joins(int64_t step);
+  // Every rank takes `decision` ("<original ranks>;<losses so far>", regroup/<g>/members)
+  // as its group: ranks, keys and backend of the next generation. Returns the members
+  // that left.
+  std::vector<int> take_members(const std::string& decision);
   // regroup()'s two sides: rank 0 waits for every member to arrive under `base` or be
   // declared lost and returns the decision; the others wait for it under `key`.
   std::string decide_survivors(const std::string& base, int64_t position);
@@ -228,6 +252,9 @@ class Runtime {
   bool elastic_ = false;
   int generation_ = 0;
   int64_t losses_seen_ = 0;  // declared losses already handled by a regroup
+  int64_t join_requests_read_ = 0;  // rank 0: join/request/<n> read so far
+  std::vector<int> joining_;        // offered at the last committed step
+  StartChecks checks_;              // what a joiner must match
   std::unique_ptr<FailureWatch> watch_;
   int64_t gather_generation_ = 0;
   std::atomic<int64_t> tensor_bytes_{0};

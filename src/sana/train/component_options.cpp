@@ -296,6 +296,7 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg) {
   o.threads_per_process = d.threads_per_process;
   o.elastic_continue = d.elastic == config::Elastic::continue_on;
   o.min_world_size = d.min_world_size;
+  o.max_rejoin_wait_s = d.max_rejoin_wait_s;
   o.inject_cuda_devices = TestHooks::get().inject_cuda_devices;
   o.injected_cuda_devices = TestHooks::get().cuda_devices;
   return o;

@@ -25,6 +25,7 @@
 #include "sana/train/host_optimizer.h"
 #include "sana/train/initial_model.h"
 #include "sana/train/part_options.h"
+#include "sana/train/peer_state.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/report.h"
 #include "sana/train/resume.h"
@@ -65,29 +66,8 @@ void inject_test_failure(int rank, int64_t global_step) {
 
 }  // namespace
 
-int train(const config::Config& cfg, const dist::LaunchEnv& env) {
-  if (model_spec_for(cfg).trigflow && cfg.model.sprint.teacher_model.empty()) {  // SANA-Sprint's stage 2
-    throw UsageError(fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage 2 "
-                                 "distils a teacher; point it at the stage-1 fine-tune's weights (docs/sprint.md)",
-                                 cfg.model.model),
-                     "config error");
-  }
-  auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
-                                 dist::flight_record_dir(cfg.work_dir));
-  try {
-    Trainer(cfg, *rt).run();
-    rt->finish();
-    return kExitOk;
-  } catch (const dist::PeerFailure& e) {
-    dist::FlightRecorder::process().dump(e.what());
-    throw;  // another rank failed first: it has told everyone
-  } catch (const std::exception& e) {
-    rt->fail(dist::short_error(e));  // the others stop now, not at their next collective's timeout
-    throw;
-  }
-}
-
-Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt) : cfg_(cfg), rt_(rt), main_rank_(rt.rank() == 0) {
+Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt, bool from_peers, const ckpt::Snapshot* carried)
+    : cfg_(cfg), rt_(rt), main_rank_(rt.rank() == 0), from_peers_(from_peers), carried_(carried) {
   start();
 }
 
@@ -140,7 +120,11 @@ void Trainer::start() {
   data::check_plan_coverage(*dataset_, first, "training");
   check_world_fits(first, world, batch_spec_for(cfg_));
   if (cfg_.train.deterministic) check_deterministic(first, batch_options_for(cfg_), rt_);
-  resume();                                                   // collective: rank 0 picks the checkpoint
+  if (from_peers_) {
+    resume_from_peers();  // collective: rank 0's state
+  } else {
+    resume();  // collective: rank 0 picks the checkpoint
+  }
   if (!resumed_) carry_over_load_from();                      // collective under train.load_from_optimizer
   optimizer_->weights_changed();  // train.offload_optimizer: the masters take the resumed weights
   use_empty_prompt();  // collective: rank 0's null caption
@@ -216,12 +200,13 @@ int64_t Trainer::count_total_steps() const {
   return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
 }
 
-void Trainer::run() {
+bool Trainer::run() {
   for (;;) {
     try {
       for (int64_t epoch = position_.epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
         if (position_.global_step >= total_steps_) break;
         stopped_ = !run_epoch(epoch);
+        if (grow_) return false;
       }
       break;
     } catch (const dist::RankLost& e) {
@@ -230,36 +215,7 @@ void Trainer::run() {
     }
   }
   finish();
-}
-
-void Trainer::regroup(const std::string& why) {
-  log::warn("{}", why);
-  const RunPosition at = position_;
-  const auto r = rt_.regroup(at.global_step);  // collective: the survivors agree
-  log::set_rank(rt_.rank(), rt_.world_size());
-  zero_->regroup();  // the interrupted step's gradients, in buckets the old group may still write
-  optimizer_->use_flat_buckets(zero_->optimizer_buckets());
-  checkpointer_->regroup(sharded_checkpoints());  // collective
-  guard_->regroup(rt_.rank() == 0);
-  step_.emplace(step_options_for(cfg_, rt_.rank(), rt_.world_size(), zero_->forwards_collective()), model_, encoders_,
-                *reducer_);
-  if (eval_) {
-    eval_.reset();
-    open_eval_set();  // collective: its loader's share of the new group
-  }
-  metrics_->regrouped(at.global_step, rt_.world_size(), r.lost, r.seconds);
-  log::info("rank{} {} left the run after step {}: {} of {} ranks go on from there (this one as rank {}); the regroup "
-            "took {:.1f} s",
-            r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), at.global_step, rt_.world_size(), r.world_before,
-            rt_.rank(), r.seconds);
-  if (rt_.world_size() >= cfg_.dist.min_world_size) return;
-  checkpointer_->maybe_save(position_, total_steps_, false, position_.epoch, /*stop_requested=*/true,
-                            [this] { return run_state(); });
-  checkpointer_->finish();
-  throw RunError(fmt::format("dist.min_world_size: {} rank{} left, fewer than {}: the run stops after step {} with a "
-                             "checkpoint in {}; resume_from: latest continues on any number of ranks",
-                             rt_.world_size(), rt_.world_size() == 1 ? "" : "s", cfg_.dist.min_world_size,
-                             at.global_step, cfg_.work_dir));
+  return true;
 }
 
 bool Trainer::run_epoch(int64_t epoch) {
@@ -342,6 +298,10 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
                               [this] { return run_state(); });
   }
   metrics_->add_time(saving);
+  if (!rt_.joining().empty() && !verdict.stop_requested()) {  // dist.elastic continue: a replacement comes in
+    grow_ = true;
+    return false;
+  }
   if (!verdict.stop_requested()) return true;
   if (verdict.out_of_time) {
     log::info("train.early_stop_hours: {} h have passed since start-up (rank {}): every rank stops after step {}, "

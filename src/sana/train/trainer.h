@@ -45,10 +45,22 @@ namespace sana::train {
 class Trainer {
  public:
   // Builds the run's parts (start()): collectives, so every rank constructs its Trainer.
-  Trainer(const config::Config& cfg, dist::Runtime& rt);
+  // from_peers (dist.elastic continue, a group that just took in a replacement): the run's
+  // state comes from rank 0's `carried` (peer_state.h) instead of resume_from.
+  Trainer(const config::Config& cfg, dist::Runtime& rt, bool from_peers = false,
+          const ckpt::Snapshot* carried = nullptr);
   // The whole run: every epoch's steps, then the end (final previews, the cross-rank
-  // weight check, weights, report).
-  void run();
+  // weight check, weights, report). false: it stopped after a step that took in a
+  // replacement (Runtime::joining), without the end: hand_over(), Runtime::admit() and a
+  // new Trainer go on.
+  bool run();
+  // After run() returned false: rank 0's state for the group that grows (its checkpoint
+  // write finished first); nothing on the other ranks.
+  std::optional<ckpt::Snapshot> hand_over();
+  // The group this trainer was built for grew (`r`, after step `step`): the log and
+  // metrics.jsonl say so.
+  void note_growth(const dist::Runtime::Regrouped& r, int64_t step);
+  int64_t global_step() const { return position_.global_step; }
 
  private:
   // The start-up sequence: every part built in the order every rank must build it, each
@@ -58,6 +70,10 @@ class Trainer {
   // Who writes and reads each entry of a format-3 checkpoint in this group (a collective).
   std::unique_ptr<parallel::ShardedCheckpoints> sharded_checkpoints();
   void resume();
+  // from_peers: the state rank 0 shares (collective), restored as a resume would.
+  void resume_from_peers();
+  // The position a restored `saved` state sets, and a change of batch since.
+  void continue_at(const ckpt::TrainerState& saved);
   void use_empty_prompt();
   void log_start() const;
   double device_peak_flops() const;
@@ -155,6 +171,9 @@ class Trainer {
   int64_t total_steps_ = 0;
   std::optional<LrScheduler> lr_scheduler_;  // train.optimizer.lr and the schedule keys; where it stands
   bool resumed_ = false, stopped_ = false;
+  const bool from_peers_;
+  const ckpt::Snapshot* carried_;  // rank 0's state when from_peers_ (else null)
+  bool grow_ = false;              // the last step took in a replacement
   bool memory_reported_ = false;
 };
 

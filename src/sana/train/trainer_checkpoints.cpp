@@ -9,6 +9,7 @@
 #include "sana/config/loader.h"
 #include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
+#include "sana/train/peer_state.h"
 #include "sana/train/resume.h"
 #include "sana/train/trainer.h"
 #include "sana/util/error.h"
@@ -91,8 +92,17 @@ void Trainer::resume() {
       damaged.push_back(source);
     }
   }
-  resumed_ = true;
   const auto& s = snapshot->state;
+  continue_at(s);
+  log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
+            s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  log_config_changes(s);
+  restart_schedule_if_asked();
+}
+
+void Trainer::continue_at(const ckpt::TrainerState& s) {
+  resumed_ = true;
   position_ = {s.epoch, s.step_in_epoch, s.global_step, s.consumed_samples};
   if (position_.step_in_epoch > 0) {
     segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
@@ -100,11 +110,16 @@ void Trainer::resume() {
     for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
   }
   if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != batch_spec_for(cfg_)) change_batch(s);
-  log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
-            s.world_size, s.world_size == 1 ? "" : "es", s.epoch + 1, s.step_in_epoch, s.global_step,
+}
+
+void Trainer::resume_from_peers() {
+  const auto start = std::chrono::steady_clock::now();
+  auto snapshot = share_snapshot(rt_, carried_);  // collective
+  checkpointer_->restore(snapshot, "rank 0's state");
+  continue_at(snapshot.state);
+  log::info("took the run's state from rank 0 (global step {}, epoch {} step {}) in {:.2f} s", position_.global_step,
+            position_.epoch + 1, position_.step_in_epoch,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  log_config_changes(s);
-  restart_schedule_if_asked();
 }
 
 // train.resume_lr_scheduler false: as upstream's train.py, only a resume from a named

@@ -117,9 +117,10 @@ void Metrics::record_eval(int64_t global_step, int64_t samples, double loss,
   events_->flush();
 }
 
-void Metrics::regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds) {
+void Metrics::regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds,
+                        const std::vector<int>& joined) {
   world_ = std::max(world, 1);
-  regroup_ = {{"after_step", step}, {"world", world}, {"lost", lost}, {"seconds", seconds}};
+  regroup_ = {{"after_step", step}, {"world", world}, {"lost", lost}, {"joined", joined}, {"seconds", seconds}};
 }
 
 void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed) {

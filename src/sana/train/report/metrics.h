@@ -83,10 +83,12 @@ class Metrics {
   // run's) and this run's first and last loss.
   void finish(int64_t global_step, int64_t skipped, bool stopped);
   // dist.elastic continue: after step `step`, `world` ranks went on without `lost` (original
-  // ranks), after a regroup of `seconds`. The next step's metrics.jsonl line carries it as
-  // "regroup": {"after_step", "world", "lost", "seconds"}, and the per-process figures use
+  // ranks) and with `joined` (replacements), after a regroup of `seconds`. The next step's
+  // metrics.jsonl line carries it as "regroup": {"after_step", "world", "lost", "joined",
+  // "seconds"}, and the per-process figures use
   // the new world.
-  void regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds);
+  void regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds,
+                 const std::vector<int>& joined = {});
   // Rank 0's TensorBoard writer (nullptr elsewhere or with train.report_to none).
   EventWriter* events() { return events_.get(); }
 
