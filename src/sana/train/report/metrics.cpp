@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -111,10 +112,28 @@ void Metrics::record_eval(int64_t global_step, int64_t samples, double loss,
   }
   const nlohmann::json m = {{"eval_step", global_step}, {"eval_loss", loss}, {"eval_samples", samples},
                             {"eval_loss_by_timestep", per}};
-  jsonl_ << m.dump() << "\n" << std::flush;
+  append(m);
   if (!events_) return;
   events_->scalars(global_step, scalars);
   events_->flush();
+}
+
+void Metrics::append(const nlohmann::json& m) {
+  // A line a full disk cut short stays on a line of its own (readers skip it, report.cpp);
+  // the stream is tried again at each line, so writing resumes once there is room.
+  if (jsonl_broken_) {
+    jsonl_.clear();
+    jsonl_ << "\n";
+  }
+  jsonl_ << m.dump() << "\n" << std::flush;
+  const bool failed = !jsonl_;
+  if (failed && !jsonl_broken_) {
+    log::warn("{}/metrics.jsonl: cannot write ({}): its lines are lost until writing works again", o_.work_dir,
+              std::strerror(errno));
+  } else if (!failed && jsonl_broken_) {
+    log::info("{}/metrics.jsonl: writing again", o_.work_dir);
+  }
+  jsonl_broken_ = failed;
 }
 
 void Metrics::regrouped(int64_t step, int world, const std::vector<int>& lost, double seconds,
@@ -155,7 +174,7 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
   const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
   if (s.train_flops > 0) m["tflops_per_process"] = flops_per_s / 1e12;
   if (s.train_flops > 0 && peak_flops_ > 0) m["mfu"] = flops_per_s / peak_flops_;
-  jsonl_ << m.dump() << "\n" << std::flush;
+  append(m);
   if (!events_) return;
   std::vector<std::pair<std::string, double>> scalars{{"train/grad_norm", s.grad_norm},
                                    {"train/lr", s.lr},

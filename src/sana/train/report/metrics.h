@@ -96,6 +96,8 @@ class Metrics {
   using Clock = std::chrono::steady_clock;
   void log_interval(const StepRecord& s, double wait_seconds, double elapsed);
   void write_line(const StepRecord& s, const StepTimes& times, double elapsed);
+  // One line of metrics.jsonl; a failed write (a full disk) is said once and tried again.
+  void append(const nlohmann::json& m);
   double eta_seconds(int64_t global_step, double elapsed) const;
 
   MetricsOptions o_;
@@ -103,6 +105,7 @@ class Metrics {
   int64_t total_;
   int world_;
   nlohmann::json regroup_;  // regrouped()'s, for the next line (null: none)
+  bool jsonl_broken_ = false;  // the last line could not be written
   double peak_flops_;
   std::ofstream jsonl_;
   std::unique_ptr<EventWriter> events_;
