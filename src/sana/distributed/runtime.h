@@ -110,7 +110,6 @@ class Runtime {
   // The group's members by original rank (0, 1, ..., W-1 until a regroup).
   const std::vector<int>& members() const { return members_; }
   bool elastic() const { return elastic_; }
-  int generation() const { return generation_; }
   const LaunchEnv& env() const { return env_; }
   const RendezvousEndpoint& endpoint() const { return endpoint_; }
   const DeviceClaim& device_claim() const { return claim_; }
