@@ -2,7 +2,8 @@
 """Random faults against multi-process training runs for a set time (scripts/chaos.sh).
 
 Campaign after campaign, a `sana-train launch` run of the tiny preset on 4 processes
-(dist.elastic continue, --max-restarts, a checkpoint every 20 steps) trains to its last
+(dist.elastic continue, --max-restarts, a checkpoint every 20 steps, a ZeRO stage drawn
+per campaign from 0-3: a lost rank's share comes from its mirror) trains to its last
 step while faults strike at random moments: SIGKILL, SIGSTOP and SIGTERM of workers,
 SIGKILL of rank 0 (the store host: the launcher restarts everyone), SIGTERM and SIGKILL of
 the launcher, a full disk and a read-only work_dir (on a tmpfs of its own, as root), and a
@@ -15,6 +16,7 @@ and time to recover per fault, the campaigns' checks, and the workers' peak RSS.
 Not a test: it prints figures. Not yet: link cuts and delays between network namespaces.
 """
 import argparse
+import collections
 import glob
 import json
 import os
@@ -117,6 +119,7 @@ class Campaign:
         self.peaks = []         # per attempt: the workers' summed peak RSS (KiB)
         self.step_times = {}    # global step -> wall time it was first recorded (this campaign)
         self.highest = 0
+        self.zero = rnd.choice([0, 1, 2, 3])  # train.zero_stage
 
     def command(self):
         data = os.path.join(ROOT, "build/tests/test_photos")
@@ -128,7 +131,7 @@ class Campaign:
                 "--dist.heartbeat_timeout_s=3", "--dist.elastic=continue", f"--train.max_steps={self.args.steps}",
                 "--train.num_epochs=1000000",
                 f"--train.save_model_steps={STEPS_PER_CKPT}", "--train.micro_batch_size=2", "--resume_from=latest",
-                "--ckpt.keep_last_n=4", f"--work_dir={self.work}"]
+                "--ckpt.keep_last_n=4", f"--train.zero_stage={self.zero}", f"--work_dir={self.work}"]
 
     def attempt_log(self, attempt):
         return os.path.join(self.args.dir, f"{os.path.basename(self.keep)}.a{attempt}.log")
@@ -261,7 +264,8 @@ class Campaign:
         ws = workers(self.token)
         others = [pid for pid, (slot, join) in ws.items() if slot != 0 or join is not None]
         rank0 = [pid for pid, (slot, join) in ws.items() if slot == 0 and join is None]
-        fault = {"kind": kind, "t": time.time(), "step": step, "recovered_s": None, "attempt": self.attempts}
+        fault = {"kind": kind, "t": time.time(), "step": step, "recovered_s": None, "attempt": self.attempts,
+                 "zero": self.zero}
         undo = None
         if kind in ("kill_worker", "stop_worker", "term_worker") and others:
             os.kill(self.rnd.choice(others), {"kill_worker": signal.SIGKILL, "stop_worker": signal.SIGSTOP,
@@ -382,10 +386,10 @@ def main():
         while time.time() < deadline:
             index += 1
             c = Campaign(args, disk, index, token, rnd, log)
-            log(f"campaign {index}")
+            log(f"campaign {index} (train.zero_stage {c.zero})")
             reached = c.run(deadline)
             r = c.check()
-            r.update(reached=reached, attempts=c.attempts, faults=c.faults, peaks=c.peaks,
+            r.update(reached=reached, attempts=c.attempts, faults=c.faults, peaks=c.peaks, zero=c.zero,
                      orphans=getattr(c, "orphans", 0))
             log(f"  reached the last step {reached}; {r['epochs']} epochs, samples once per epoch {r['samples_once']} "
                 f"(epoch sizes {r['epoch_sizes']}); checkpoints verified {r['checkpoints_verified']}, bad "
@@ -416,7 +420,14 @@ def summarize(results, seconds, log):
         redo = [f.get("redone", 0) for f in mine]
         log(f"| {k} | {len(mine)} | {len(rec)} | {med:.1f} / {max(rec) if rec else float('nan'):.1f} | "
             f"{sum(redo) / len(redo):.1f} / {max(redo)} |")
-    log(f"campaigns that reached their last step: {sum(r['reached'] for r in results)} of {len(results)}")
+    sharded = [f for f in faults if f["zero"] > 0 and f["kind"] in ("kill_worker", "stop_worker")]
+    rec = sorted(f["recovered_s"] for f in sharded if f["recovered_s"] is not None)
+    if sharded:
+        log(f"workers killed or stopped under ZeRO 1-3: {len(sharded)}, recovered {len(rec)}, time to recover "
+            f"median {rec[len(rec) // 2] if rec else float('nan'):.1f} s, steps redone mean "
+            f"{sum(f.get('redone', 0) for f in sharded) / len(sharded):.1f}")
+    log(f"campaigns that reached their last step: {sum(r['reached'] for r in results)} of {len(results)} "
+        f"(by train.zero_stage: {dict(sorted(collections.Counter(r['zero'] for r in results).items()))})")
     log(f"samples once per epoch: {sum(r['samples_once'] for r in results)} of {len(results)} campaigns")
     log(f"checkpoints verified: {sum(r['checkpoints_verified'] for r in results)}, bad "
         f"{sum(len(r['checkpoints_bad']) for r in results)}; corrupted by us and found bad "

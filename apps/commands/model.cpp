@@ -109,7 +109,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
     ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
                      {"ema", r.ema}, {"gathered", r.gathered}, {"host_weights", r.host_weights},
                      {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
-                     {"host_ema", r.host_ema}});
+                     {"host_ema", r.host_ema}, {"mirror", r.mirror}, {"host_mirror", r.host_mirror}});
   }
   return {{"world_size", m.world_size},
           {"trainable_parameters", m.trainable},
@@ -123,6 +123,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
           {"optimizer_type", m.optimizer_name},
           {"ema", m.ema},
           {"gathered", m.gathered},
+          {"mirror", m.mirror},
           {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
           {"converted", m.converted},
           {"gradient_buckets_in_flight", m.in_flight},
@@ -140,6 +141,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
                     {"gradients", m.host_gradients},
                     {"optimizer", m.host_optimizer},
                     {"ema", m.host_ema},
+                    {"mirror", m.host_mirror},
                     {"total", m.host_total()}}}};
 }
 
@@ -224,6 +226,7 @@ void print_memory(const train::MemoryEstimate& m) {
         fmt::format("{} parameters: weights, gradients, optimizer state", thousands(m.heads_parameters)));
   }
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
+  if (m.mirror > 0) row("mirror of another rank's share", m.mirror, "<- dist.elastic continue: weights, gradients, optimizer state, EMA");
   if (m.teacher > 0) {
     std::cout << "  (activations below: stage 2's generator step, from the student's flow step: its sCM graph, with "
                  "train.train_largest_timestep its x0 graph too, and the teacher's up to its last head block at "
@@ -251,6 +254,7 @@ void print_memory(const train::MemoryEstimate& m) {
     if (m.host_gradients > 0) row("master gradients (fp32)", m.host_gradients);
     if (m.host_optimizer > 0) row(fmt::format("optimizer state ({})", m.optimizer_name), m.host_optimizer);
     if (m.host_ema > 0) row("EMA weights", m.host_ema);
+    if (m.host_mirror > 0) row("mirror of another rank's EMA", m.host_mirror);
     row("host total", m.host_total());
   }
 }

@@ -6,7 +6,7 @@ BIN=${SANA_TRAIN_BIN:?set SANA_TRAIN_BIN to the sana-train binary}
 TOKEN=sanatest$$x$RANDOM
 SCRATCH=$(mktemp -d /tmp/sana-dist-XXXXXX)
 FAILURES=0
-trap 'pkill -KILL -f "$TOKEN" 2>/dev/null; rm -rf "$SCRATCH"' EXIT
+trap 'pkill -KILL -f "$TOKEN" 2>/dev/null; [ -n "${SANA_TEST_KEEP:-}" ] || rm -rf "$SCRATCH"' EXIT
 
 fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
 pass() { echo "ok: $*"; }

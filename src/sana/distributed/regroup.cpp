@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <unistd.h>
@@ -70,11 +72,15 @@ void Runtime::throw_if_rank_lost(const std::string& what) {
 }
 
 void Runtime::wait_unless_lost(c10d::Work& work, const char* what) {
+  poll_unless_lost([&] { return work.isCompleted(); }, what);
+}
+
+void Runtime::poll_unless_lost(const std::function<bool()>& done, const char* what) {
   // Polled: a timed wait() would end an NCCL communicator at its timeout. The pause grows
   // from 20 us, so a collective about to finish waits little longer than it takes.
   auto pause = std::chrono::microseconds(20);
   auto next_check = Clock::now() + std::chrono::milliseconds(200);
-  while (!work.isCompleted()) {
+  while (!done()) {
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(2000));
     if (Clock::now() < next_check) continue;
@@ -82,6 +88,39 @@ void Runtime::wait_unless_lost(c10d::Work& work, const char* what) {
     if (loss_pending()) {
       throw RankLost(fmt::format("{} #{} abandoned: {}", what, FlightRecorder::process().collectives_started(),
                                  lost_reasons()));
+    }
+  }
+}
+
+void Runtime::wait_point_to_point(const std::vector<c10::intrusive_ptr<c10d::Work>>& works, const char* what) {
+  // Gloo's send and receive complete only inside wait(), which cannot be polled: each is
+  // waited for on a thread of its own, which an abandoned one leaves blocked until the old
+  // backend's timeout (its work and buffers stay referenced until then).
+  struct Waited {
+    std::atomic<int> state{0};  // 0: running, 1: done, 2: failed
+    std::string error;
+  };
+  std::vector<std::shared_ptr<Waited>> waits;
+  for (const auto& work : works) {
+    auto waited = std::make_shared<Waited>();
+    std::thread([work, waited] {
+      try {
+        work->wait();
+        waited->state = 1;
+      } catch (const std::exception& e) {
+        waited->error = e.what();
+        waited->state = 2;
+      }
+    }).detach();
+    waits.push_back(std::move(waited));
+  }
+  for (const auto& waited : waits) {
+    poll_unless_lost([&] { return waited->state.load() != 0; }, what);
+    if (waited->state.load() == 2) {
+      const std::string failed = fmt::format("{} #{} failed ({})", what,
+                                             FlightRecorder::process().collectives_started(), waited->error);
+      throw_if_rank_lost(failed);
+      throw PeerFailure(failed);
     }
   }
 }

@@ -380,6 +380,31 @@ void Runtime::wait(PendingCollective& pending, const char* what) {
   pending.reset();
 }
 
+void Runtime::send_receive(const torch::Tensor& send, int to, torch::Tensor& receive, int from) {
+  if (world_size() == 1) return;
+  // Gloo (LibTorch 1.13's) takes no bfloat16: bytes go as bytes, exactly.
+  const auto as_sent = [](const torch::Tensor& t) {
+    return t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t;
+  };
+  std::vector<torch::Tensor> out{as_sent(send)}, in{as_sent(receive)};
+  const int64_t bytes = static_cast<int64_t>(send.nbytes() + receive.nbytes());
+  FlightOp record(OpFamily::collective, "send/receive", "", bytes, collective_limit());
+  tensor_bytes_ += bytes;
+  try {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    if (receive.numel() > 0) works.push_back(backend_->recv(in, from, /*tag=*/0));
+    if (send.numel() > 0) works.push_back(backend_->send(out, to, /*tag=*/0));
+    if (!elastic_) {
+      for (auto& w : works) wait_work(w, "send/receive");
+    } else {
+      wait_point_to_point(works, "send/receive");
+    }
+  } catch (const std::exception& e) {
+    record.failed(short_error(e));
+    throw;
+  }
+}
+
 double Runtime::all_reduce_sum(double value) {
   auto t = torch::tensor({value}, torch::dtype(torch::kFloat64).device(device()));
   all_reduce(t);

@@ -148,6 +148,10 @@ class Runtime {
   PendingCollective broadcast_async(torch::Tensor& t, int root);
   // Waits for `pending` (empty: done), turning a broken collective into PeerFailure.
   void wait(PendingCollective& pending, const char* what);
+  // `send` to rank `to` while `receive` comes from rank `from`, in place (point to point:
+  // every rank calls it once, in the same place, as a ring; the byte counts must pair up).
+  // A step's gradients to the rank that mirrors this one's share (train/share_mirror.h).
+  void send_receive(const torch::Tensor& send, int to, torch::Tensor& receive, int from);
   // Bytes of the tensors this rank has passed to backend collectives so far (sent or
   // received): what a phase moved is the difference across it.
   int64_t tensor_bytes() const { return tensor_bytes_.load(); }
@@ -228,6 +232,10 @@ class Runtime {
   // dist.elastic continue: waits for `work` to complete, but throws RankLost as soon as a
   // loss is declared (a collective with a hung peer would wait for the backend's timeout).
   void wait_unless_lost(c10d::Work& work, const char* what);
+  // The same for point-to-point work (send_receive), which Gloo completes only in wait().
+  void wait_point_to_point(const std::vector<c10::intrusive_ptr<c10d::Work>>& works, const char* what);
+  // Both: polls `done` until true, throwing RankLost as soon as a loss is declared.
+  void poll_unless_lost(const std::function<bool()>& done, const char* what);
   // The store of the current generation's keys (gathers, work, the backend's, commits).
   c10d::Store& gen_store() { return *gen_store_; }
   // The limit of one collective before the watchdog declares it hung.

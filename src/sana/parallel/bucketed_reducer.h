@@ -29,6 +29,7 @@ class BucketedReducer : public Reducer {
 
   void begin_backward(bool sync) override;
   void regroup() override;
+  void abandon() override;
   void add_gradient(size_t param) override;
   void finalize() override;
   size_t bucket_count() const override { return buckets_.size(); }

@@ -225,6 +225,14 @@ void BucketedReducer::regroup() {
   next_harvest_ = 0;
 }
 
+void BucketedReducer::abandon() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& b : buckets_) {
+    for (auto& w : b.works) w.reset("abandoned: a rank was lost");
+    b.works.clear();
+  }
+}
+
 std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
   torch::NoGradGuard no_grad;
   std::vector<FlatBucket> out;

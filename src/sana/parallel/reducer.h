@@ -70,6 +70,10 @@ class Reducer : public Stateful {
   // flat_gradients() changes), and the shard plan is the new world's. Whole (unsharded,
   // non-exact) gradients only.
   virtual void regroup() = 0;
+  // dist.elastic continue, when the trainer is built anew for the survivors (ZeRO): the
+  // collectives in flight are dropped unwaited (the old backend keeps their buffers) rather
+  // than waited for, up to the old group's timeout, as the reducer goes.
+  virtual void abandon() {}
   // Every gradient to zero (after the optimizer step); with sharded gradients every
   // parameter's .grad is undefined until its next backward.
   virtual void zero_gradients() = 0;

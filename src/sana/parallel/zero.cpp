@@ -17,6 +17,7 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Re
   owned_index_.assign(params.size(), -1);
   for (size_t k = 0; k < params.size(); ++k) {
     index_[params[k].first] = k;
+    shapes_.emplace_back(params[k].first, params[k].second.sizes().vec());
     if (shards_state() && plan.owner.at(k) != rt.rank()) continue;
     owned_index_[k] = static_cast<int>(owned_.size());
     owned_.push_back(params[k]);
@@ -70,27 +71,45 @@ void Zero::regroup() {
   for (size_t i = 0; i < flat_.size(); ++i) flat_[i].grads = grads.at(i);
 }
 
+std::vector<Zero::ShareSegment> Zero::share_of(int owner) const {
+  const auto& plan = reducer_.shard_plan();
+  std::vector<int> index(plan.owner.size(), -1);  // parameter -> its place among the owner's
+  int next = 0;
+  for (size_t k = 0; k < plan.owner.size(); ++k) {
+    if (!shards_state() || plan.owner[k] == owner) index[k] = next++;
+  }
+  std::vector<ShareSegment> out;
+  for (size_t i = 0; i < flat_.size(); ++i) {
+    const auto& whole = flat_[i];
+    for (size_t s = 0; s < plan.segments[i].size(); ++s) {
+      const auto& seg = plan.segments[i][s];
+      if (seg.owner != owner) continue;
+      ShareSegment share{i, s, {}};
+      share.layout.dtype = whole.layout.dtype;
+      share.layout.numel = seg.numel();
+      for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
+        share.layout.params.push_back(static_cast<size_t>(index.at(whole.layout.params[j])));
+        share.layout.offsets.push_back(whole.layout.offsets[j] - seg.begin);
+      }
+      out.push_back(std::move(share));
+    }
+  }
+  return out;
+}
+
+torch::Tensor Zero::segment_values(size_t bucket, size_t segment) const {
+  const auto& seg = reducer_.shard_plan().segments.at(bucket).at(segment);
+  return gathered_ ? gathered_->segment(bucket, segment) : flat_.at(bucket).params.narrow(0, seg.begin, seg.numel());
+}
+
 std::vector<parallel::FlatBucket> Zero::optimizer_buckets() const {
   // Unsharded gradients are the buckets' own; sharded ones (also on one process, when they
   // live in host memory) are the reducer's segments.
   if (!shards_state() && !reducer_.gradients_sharded()) return flat_;
   std::vector<parallel::FlatBucket> out;
-  const auto& plan = reducer_.shard_plan();
-  for (size_t i = 0; i < flat_.size(); ++i) {
-    const auto& whole = flat_[i];
-    for (size_t s = 0; s < plan.segments[i].size(); ++s) {
-      const auto& seg = plan.segments[i][s];
-      if (seg.owner != rt_.rank()) continue;
-      parallel::GradBucket layout;
-      layout.dtype = whole.layout.dtype;
-      layout.numel = seg.numel();
-      for (size_t j = seg.first; j < seg.first + seg.count; ++j) {
-        layout.params.push_back(static_cast<size_t>(owned_index_.at(whole.layout.params[j])));
-        layout.offsets.push_back(whole.layout.offsets[j] - seg.begin);
-      }
-      auto params = gathered_ ? gathered_->segment(i, s) : whole.params.narrow(0, seg.begin, seg.numel());
-      out.push_back({params, reducer_.segment_gradient(i, s), layout});
-    }
+  for (auto& share : share_of(rt_.rank())) {
+    out.push_back({segment_values(share.bucket, share.segment), reducer_.segment_gradient(share.bucket, share.segment),
+                   std::move(share.layout)});
   }
   return out;
 }

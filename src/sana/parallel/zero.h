@@ -67,6 +67,20 @@ class Zero {
   // (Reducer::segment_gradient() where it shards them: in host memory under
   // ReducerOptions::gradients_on_host).
   std::vector<parallel::FlatBucket> optimizer_buckets() const;
+  // Rank `owner`'s segments of the flat buckets, in bucket order: where each lies and its
+  // layout, whose parameter indices count that rank's owned parameters (its owned()).
+  struct ShareSegment {
+    size_t bucket = 0, segment = 0;
+    parallel::GradBucket layout;
+  };
+  std::vector<ShareSegment> share_of(int owner) const;
+  // Every trainable parameter's name and shape in registration order, as when the Zero was
+  // made (at stage 3 a parameter has no memory while another rank owns it).
+  const std::vector<std::pair<std::string, std::vector<int64_t>>>& parameter_shapes() const { return shapes_; }
+  // This rank's parameter values of segment `segment` of bucket `bucket` (its own).
+  torch::Tensor segment_values(size_t bucket, size_t segment) const;
+  // Whether a checkpoint entry ("<parameter>" or "<parameter>/<state>") is a parameter's.
+  bool is_parameter_entry(const std::string& entry) const { return index_.count(entry.substr(0, entry.find('/'))) > 0; }
   // dist.elastic continue (stage 0 only), after a regroup: the interrupted step's gradients
   // discarded and the shard plan the new world's (Reducer::regroup); optimizer_buckets()
   // then names the new gradient buckets.
@@ -100,6 +114,7 @@ class Zero {
   NamedParams owned_;
   std::vector<int> owned_index_;  // per parameter: its index in owned_, or -1
   std::unordered_map<std::string, size_t> index_;  // parameter name -> registration index
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_;
   model::SanaMSImpl& model_;
   std::unique_ptr<GatheredParameters> gathered_;  // stage 3
 };

@@ -68,6 +68,7 @@ class Checkpointer {
   void add(Stateful& part);
   // The run's state plus every part's, in the order they were added (this rank's own).
   ckpt::Snapshot capture(ckpt::TrainerState run) const;
+  const std::vector<Stateful*>& parts() const { return parts_; }
   // Every rank: each part's gather_state(); the snapshot on the writing rank (run_state()
   // runs there only), nothing elsewhere.
   std::optional<ckpt::Snapshot> gather(const std::function<ckpt::TrainerState()>& run_state) const;

@@ -202,11 +202,7 @@ void check_elastic(const config::Config& cfg, config::IssueSink& issues) {
   const auto refuse = [&](const char* key, bool set, const char* why) {
     if (set) issues.fail(key, fmt::format("does not go with dist.elastic: continue yet: {}", why), fix);
   };
-  refuse("train.zero_stage", cfg.train.zero_stage > 0,
-         "a lost rank's share of the sharded state would be gone (no buddy copies yet)");
   refuse("train.offload_optimizer", cfg.train.offload_optimizer, "each rank's host masters are its own share");
-  refuse("train.deterministic", cfg.train.deterministic,
-         "its integer gradient sums are not yet discarded with an interrupted step");
   refuse("data.sampler", cfg.data.sampler == config::DataSampler::distributed,
          "torch's DistributedSampler gives each world size other samples; the bucket sampler does not");
   refuse("ddp.broadcast_buffers", cfg.ddp.broadcast_buffers,

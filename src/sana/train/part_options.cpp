@@ -188,6 +188,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   o.ema = config::ema_enabled(cfg.train);
   o.ema_on_host = cfg.train.ema_device == config::StateDevice::cpu;
   o.offload_optimizer = cfg.train.offload_optimizer;
+  o.mirror = cfg.dist.elastic == config::Elastic::continue_on;
   o.reducer = reducer_options_for(cfg);
   o.zero_stage = cfg.train.zero_stage;
   o.deterministic = cfg.train.deterministic;

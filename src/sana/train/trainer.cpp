@@ -127,6 +127,14 @@ void Trainer::start() {
   }
   if (!resumed_) carry_over_load_from();                      // collective under train.load_from_optimizer
   optimizer_->weights_changed();  // train.offload_optimizer: the masters take the resumed weights
+  if (rt_.elastic() && zero_->shards_state()) {  // collective: each share to the rank that mirrors it
+    mirror_ = std::make_unique<ShareMirror>(rt_, *zero_, *reducer_, optimizer_options,
+                                            config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0,
+                                            ema_placement_for(cfg_.train));
+    mirror_->seed(*optimizer_, *ema_);
+    log::info("this rank mirrors rank {}'s share of the sharded state (dist.elastic continue): {} bytes ({})",
+              mirror_->partner(), mirror_->bytes(), data::size_text(static_cast<uint64_t>(mirror_->bytes())));
+  }
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
   metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, resumed_ && position_.global_step > 0, world,
@@ -211,6 +219,10 @@ bool Trainer::run() {
       break;
     } catch (const dist::RankLost& e) {
       if (!rt_.elastic()) throw;
+      if (mirror_ || cfg_.train.deterministic) {  // a trainer for the new group takes over (train())
+        regroup_for_rebuild(e.what());
+        return false;
+      }
       regroup(e.what());  // dist.elastic continue: on from the last committed step
     }
   }
@@ -262,6 +274,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
                position_.consumed_samples + out.samples};
   if (epoch_end) segments_ = {{0, batch_spec_for(cfg_)}};
+  if (lost_after_commit_) throw dist::RankLost(*lost_after_commit_);  // the step is kept: regroup after it
   if (!memory_reported_) report_memory(peak, out);
   const int64_t global_step = position_.global_step;
   {
@@ -321,6 +334,7 @@ Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double sc
   const auto [scaled_norm, loss] = grad_norm_and_loss(reducer.flat_gradients(), out.loss_sum);
   const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
   timer.pause();
+  if (mirror_) mirror_->take_gradients();  // collective at ZeRO 2 and 3, before the commit
   o.verdict = agree_on_step(loss, scaled_norm / scale, parts ? scaled_norm * scaled_norm : 0.0);
   timer.resume();
   o.grad_norm = (parts ? std::sqrt(o.verdict.grad_square_sum) : scaled_norm) / scale;
@@ -377,6 +391,7 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   // Upstream updates the EMA on every synced step, the ones its GradScaler then skips
   // included: the average moves toward the unchanged (finite) weights.
   if (overflow) ema_->update_at(position_.global_step + 1);
+  if (overflow && mirror_) mirror_->update_ema_at(position_.global_step + 1);
   if (apply && !generator) {  // SANA-Sprint's heads: their optimizer, no EMA
     unscale_and_clip(sprint_->heads_reducer().flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     sprint_->heads_optimizer().step(lr);
@@ -384,7 +399,13 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update_at(position_.global_step + 1);  // as upstream: before the step (the average lags by one)
     optimizer_->step(lr);
-    zero_->gather_parameters();  // ZeRO: each owner's updated parameters to every rank
+    if (mirror_) mirror_->apply_step(position_.global_step + 1, lr, grad_norm, scale, cfg_.train.gradient_clip);
+    try {
+      zero_->gather_parameters();  // ZeRO: each owner's updated parameters to every rank
+    } catch (const dist::RankLost& e) {
+      if (!mirror_) throw;
+      lost_after_commit_ = e.what();  // committed: every share has the step (a lost one's mirror too)
+    }
   }
   reducer_->zero_gradients();  // a skipped step zeroes both of SANA-Sprint's
   if (sprint_) sprint_->heads_reducer().zero_gradients();

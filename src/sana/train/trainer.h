@@ -31,6 +31,7 @@
 #include "sana/train/lr_scheduler.h"
 #include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
+#include "sana/train/share_mirror.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
 #include "sana/train/sprint_training.h"
@@ -50,16 +51,21 @@ class Trainer {
   Trainer(const config::Config& cfg, dist::Runtime& rt, bool from_peers = false,
           const ckpt::Snapshot* carried = nullptr);
   // The whole run: every epoch's steps, then the end (final previews, the cross-rank
-  // weight check, weights, report). false: it stopped after a step that took in a
-  // replacement (Runtime::joining), without the end: hand_over(), Runtime::admit() and a
-  // new Trainer go on.
+  // weight check, weights, report). false: it stopped without the end, after a step that
+  // took in a replacement (Runtime::joining: hand_over(), Runtime::admit() and a new
+  // Trainer go on), or when a rank was lost under ZeRO or train.deterministic
+  // (regrouped(): the survivors re-formed; hand_over() and a new Trainer go on).
   bool run();
-  // After run() returned false: rank 0's state for the group that grows (its checkpoint
-  // write finished first); nothing on the other ranks.
+  // After run() returned false: the run's whole state at the last committed step on rank 0
+  // (its checkpoint write finished first), gathered from every rank's share and, for a
+  // lost rank, from its mirror (a collective); nothing on the other ranks.
   std::optional<ckpt::Snapshot> hand_over();
-  // The group this trainer was built for grew (`r`, after step `step`): the log and
-  // metrics.jsonl say so.
-  void note_growth(const dist::Runtime::Regrouped& r, int64_t step);
+  // run() returned false because a rank was lost (ZeRO, train.deterministic): the regroup.
+  const std::optional<dist::Runtime::Regrouped>& regrouped() const { return regrouped_; }
+  // The group this trainer was built for changed (`r`, after step `step`; `rebuild_seconds`
+  // since the loss, the regroup's included): the log and metrics.jsonl say so. Below
+  // dist.min_world_size after a loss: a checkpoint, then RunError.
+  void note_regroup(const dist::Runtime::Regrouped& r, int64_t step, double rebuild_seconds);
   int64_t global_step() const { return position_.global_step; }
 
  private:
@@ -104,6 +110,15 @@ class Trainer {
   // held-out loader); weights, optimizer, EMA and position stay as the last committed step
   // left them. Below dist.min_world_size: a checkpoint, then RunError.
   void regroup(const std::string& why);
+  // dist.elastic continue at ZeRO stage 1-3 or with train.deterministic (whose integer
+  // gradient sums start anew): the survivors re-form (collective) and run() hands the run
+  // over to a trainer built for the new group.
+  void regroup_for_rebuild(const std::string& why);
+  // After a loss left fewer than dist.min_world_size ranks: a checkpoint, then RunError.
+  void stop_below_minimum(int64_t step);
+  // hand_over()'s state: every part as rank 0 has it, the sharded parts' entries gathered
+  // from their owners (and from mirrors of the ranks lost) when the state is sharded.
+  std::optional<ckpt::Snapshot> whole_state();
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
   // After this process's first step: what each rank holds (report/memory_use.h), gathered
   // (a collective) and written to work_dir/memory.json by rank 0. `activations`: the
@@ -149,6 +164,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Ema> ema_;
   std::optional<parallel::ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
+  // dist.elastic continue at ZeRO stage 1-3 on more than one rank: the previous rank's share.
+  std::unique_ptr<ShareMirror> mirror_;
   std::optional<BadSampleGuard> guard_;
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
@@ -174,6 +191,10 @@ class Trainer {
   const bool from_peers_;
   const ckpt::Snapshot* carried_;  // rank 0's state when from_peers_ (else null)
   bool grow_ = false;              // the last step took in a replacement
+  // A loss noticed after the step's commit (ZeRO's parameter broadcast): raised again once
+  // the step's position is kept.
+  std::optional<std::string> lost_after_commit_;
+  std::optional<dist::Runtime::Regrouped> regrouped_;  // a loss under ZeRO: the survivors
   bool memory_reported_ = false;
 };
 

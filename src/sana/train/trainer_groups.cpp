@@ -1,6 +1,10 @@
 // The run across groups (train/train.h's train()), and the trainer when its group changes
 // under dist.elastic continue (docs/distributed.md): a lost rank's survivors regroup in
-// place; a group that takes in a replacement builds its trainers anew from rank 0's state.
+// place (ZeRO stage 0), or build their trainers anew from the whole state gathered from
+// their shares and the lost rank's mirror (stages 1-3); a group that takes in a
+// replacement builds its trainers anew from the whole state too.
+#include <chrono>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -31,16 +35,22 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
     bool from_peers = env.join_id >= 0;
     if (from_peers) log::set_rank(rt->rank(), rt->world_size());  // its place in the group it joined
     std::optional<ckpt::Snapshot> carried;
-    std::optional<dist::Runtime::Regrouped> grown;
-    int64_t grown_after = 0;
+    std::optional<dist::Runtime::Regrouped> changed;
+    int64_t changed_after = 0;
+    std::chrono::steady_clock::time_point change_began;
     for (;;) {
       Trainer trainer(cfg, *rt, from_peers, carried ? &*carried : nullptr);
       carried.reset();
-      if (grown) trainer.note_growth(*grown, grown_after);
+      if (changed) {
+        trainer.note_regroup(*changed, changed_after,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - change_began).count());
+      }
       if (trainer.run()) break;
-      carried = trainer.hand_over();
-      grown_after = trainer.global_step();
-      grown = rt->admit();  // collective: the group with its replacements
+      change_began = std::chrono::steady_clock::now();
+      carried = trainer.hand_over();  // collective
+      changed_after = trainer.global_step();
+      changed = trainer.regrouped();  // a loss under ZeRO: the survivors have re-formed
+      if (!changed) changed = rt->admit();  // collective: the group with its replacements
       log::set_rank(rt->rank(), rt->world_size());
       from_peers = true;
     }
@@ -56,16 +66,108 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
 }
 
 std::optional<ckpt::Snapshot> Trainer::hand_over() {
-  checkpointer_->finish();  // a write in flight ends first
-  if (!main_rank_) return std::nullopt;
-  return checkpointer_->capture(run_state());
+  if (regrouped_) {
+    checkpointer_->regroup(nullptr);  // a write in flight ends (abandoned if it needed the lost rank)
+  } else {
+    checkpointer_->finish();  // a write in flight ends first
+  }
+  return whole_state();  // collective
 }
 
-void Trainer::note_growth(const dist::Runtime::Regrouped& r, int64_t step) {
-  metrics_->regrouped(step, rt_.world_size(), r.lost, r.seconds, r.joined);
-  log::info("replacement{} {} joined after step {}: {} ranks go on (this one as rank {}); taking it in took {:.1f} s",
-            r.joined.size() == 1 ? "" : "s", fmt::join(r.joined, ", "), step, rt_.world_size(), rt_.rank(),
-            r.seconds);
+std::optional<ckpt::Snapshot> Trainer::whole_state() {
+  std::optional<ckpt::Snapshot> snap;
+  if (main_rank_) {
+    snap.emplace();
+    snap->state = run_state();
+  }
+  const bool sharded = zero_->shards_state();
+  // The ranks lost since this trainer's group formed whose mirror this rank holds.
+  const bool mirror_of_lost = regrouped_ && mirror_ &&
+                              std::count(regrouped_->lost.begin(), regrouped_->lost.end(), mirror_->partner()) > 0;
+  const auto owned = [this](const std::string& entry) { return zero_->owns(entry.substr(0, entry.find('/'))); };
+  torch::NoGradGuard no_grad;
+  for (auto* part : checkpointer_->parts()) {
+    // Unsharded parts, and every part at stage 0 (rank 0 has the whole state): rank 0's.
+    // The optimizer's and the EMA's state go even with ckpt.save_optimizer/save_ema false.
+    const bool weights = part == &*weights_part_, optimizer = part == &*optimizer_part_, ema = part == &*ema_part_;
+    if (!weights && !optimizer && !ema) {
+      if (snap) snap->parts.emplace_back(part->state_name(), part->save_state());
+      continue;
+    }
+    PartState kept;  // rank 0: the part's file metadata and, for the weights, entries of no trained parameter
+    NamedTensors mine;  // this rank's share of the trained entries (all of them on rank 0 at stage 0)
+    if (weights) {
+      if (main_rank_) {
+        kept = part->save_state_of([&](const std::string& e) { return !zero_->is_parameter_entry(e); });
+      }
+      if (sharded || main_rank_) mine = *part->save_state_of([&](const std::string& e) { return owned(e); }).tensors;
+      if (mirror_of_lost) {
+        const auto more = mirror_->parameters();
+        mine.insert(mine.end(), more.begin(), more.end());
+      }
+    } else if (optimizer) {
+      if (sharded || main_rank_) {
+        for (const auto& [name, t] : optimizer_->state()) mine.emplace_back(name, t.detach().to(torch::kCPU).clone());
+      }
+      if (mirror_of_lost) {
+        const auto more = mirror_->optimizer_state();
+        mine.insert(mine.end(), more.begin(), more.end());
+      }
+    } else {
+      if (main_rank_) kept = {nullptr, NamedTensors{}, ema_->save_state().metadata};
+      if (sharded || main_rank_) mine = ema_->named_averages();
+      if (mirror_of_lost) {
+        const auto more = mirror_->averages();
+        mine.insert(mine.end(), more.begin(), more.end());
+      }
+    }
+    auto all = sharded ? parallel::gather_to_writer(rt_, "whole state " + part->state_name(), mine, main_rank_)
+                       : std::move(mine);  // collective when sharded
+    if (!snap) continue;
+    if (kept.tensors) all.insert(all.begin(), kept.tensors->begin(), kept.tensors->end());
+    zero_->sort_by_parameter(all);
+    snap->parts.emplace_back(part->state_name(), PartState{kept.json, std::move(all), kept.metadata});
+  }
+  return snap;
+}
+
+void Trainer::note_regroup(const dist::Runtime::Regrouped& r, int64_t step, double rebuild_seconds) {
+  const double seconds = r.lost.empty() ? r.seconds : r.seconds + rebuild_seconds;  // a loss: the rebuild's too
+  metrics_->regrouped(step, rt_.world_size(), r.lost, seconds, r.joined);
+  if (!r.joined.empty()) {
+    log::info("replacement{} {} joined after step {}: {} ranks go on (this one as rank {}); taking it in took {:.1f} s",
+              r.joined.size() == 1 ? "" : "s", fmt::join(r.joined, ", "), step, rt_.world_size(), rt_.rank(),
+              r.seconds);
+  }
+  if (r.lost.empty()) return;
+  log::info("rank{} {} left the run after step {}: {} of {} ranks go on from there (this one as rank {}), the "
+            "trainers rebuilt from {}; the regroup took {:.1f} s ({:.1f} s in all)",
+            r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), step, rt_.world_size(), r.world_before,
+            rt_.rank(), zero_->shards_state() ? "the shares and the lost rank's mirror" : "rank 0's state", r.seconds,
+            seconds);
+  if (rt_.world_size() < cfg_.dist.min_world_size) stop_below_minimum(step);
+}
+
+void Trainer::regroup_for_rebuild(const std::string& why) {
+  log::warn("{}", why);
+  const std::vector<int> before = rt_.members();
+  reducer_->abandon();  // the interrupted step's collectives: not waited for as this trainer goes
+  const auto r = rt_.regroup(position_.global_step);  // collective: the survivors agree
+  log::set_rank(rt_.rank(), rt_.world_size());
+  // A lost rank's share is on the next member (its mirror); two neighbours lost together
+  // leave the first one's nowhere.
+  const auto lost = [&](int member) { return std::count(r.lost.begin(), r.lost.end(), member) > 0; };
+  for (size_t i = 0; mirror_ && i < before.size(); ++i) {
+    const int holder = before[(i + 1) % before.size()];
+    if (lost(before[i]) && lost(holder)) {
+      throw RunError(fmt::format(
+          "rank {} and rank {}, which kept the mirror of its share (ZeRO stage {}), were both lost after step {}: "
+          "no copy of that share is left; resume from the last checkpoint (resume_from: latest, on any number of "
+          "ranks)",
+          before[i], holder, cfg_.train.zero_stage, position_.global_step));
+    }
+  }
+  regrouped_ = r;
 }
 
 void Trainer::regroup(const std::string& why) {
@@ -88,14 +190,17 @@ void Trainer::regroup(const std::string& why) {
             "took {:.1f} s",
             r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), at.global_step, rt_.world_size(), r.world_before,
             rt_.rank(), r.seconds);
-  if (rt_.world_size() >= cfg_.dist.min_world_size) return;
+  if (rt_.world_size() < cfg_.dist.min_world_size) stop_below_minimum(at.global_step);
+}
+
+void Trainer::stop_below_minimum(int64_t step) {
   checkpointer_->maybe_save(position_, total_steps_, false, position_.epoch, /*stop_requested=*/true,
                             [this] { return run_state(); });
   checkpointer_->finish();
   throw RunError(fmt::format("dist.min_world_size: {} rank{} left, fewer than {}: the run stops after step {} with a "
                              "checkpoint in {}; resume_from: latest continues on any number of ranks",
-                             rt_.world_size(), rt_.world_size() == 1 ? "" : "s", cfg_.dist.min_world_size,
-                             at.global_step, cfg_.work_dir));
+                             rt_.world_size(), rt_.world_size() == 1 ? "" : "s", cfg_.dist.min_world_size, step,
+                             cfg_.work_dir));
 }
 
 }  // namespace sana::train

@@ -198,7 +198,7 @@ double MemoryEstimate::activations_for_config() const {
 }
 
 double MemoryEstimate::total() const {
-  return weights + gradients + optimizer + ema + gathered + converted + in_flight + teacher + heads +
+  return weights + gradients + optimizer + ema + gathered + mirror + converted + in_flight + teacher + heads +
          activations_for_config();
 }
 
@@ -216,6 +216,20 @@ namespace {
 // rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
 // `in_flight` gets the device's transient gradient buckets where the gradients are kept
 // elsewhere (MemoryEstimate::in_flight).
+// dist.elastic continue under ZeRO (train/share_mirror.h): rank r keeps a copy of rank
+// r-1's share, its parameters and gradients flat (the owned segments), its optimizer state
+// and EMA as the owner keeps them (an EMA in host memory there too).
+void add_mirrors(const parallel::ShardPlan& plan, std::vector<RankState>& ranks) {
+  const int world = static_cast<int>(ranks.size());
+  for (int r = 0; r < world; ++r) {
+    const int p = (r + world - 1) % world;
+    const auto& theirs = ranks[static_cast<size_t>(p)];
+    ranks[static_cast<size_t>(r)].mirror =
+        2 * 4 * static_cast<double>(plan.owned_elements(p)) + theirs.optimizer + theirs.ema;
+    ranks[static_cast<size_t>(r)].host_mirror = theirs.host_ema;
+  }
+}
+
 std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const NamedParams& trained, double frozen, int world,
                                    double& in_flight) {
   std::vector<parallel::ParamInfo> infos;
@@ -289,6 +303,7 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
     if (cfg.ema_on_host) std::swap(st.host_ema, st.ema);
     out.push_back(st);
   }
+  if (cfg.mirror && sharded) add_mirrors(plan, out);
   return out;
 }
 
@@ -332,8 +347,8 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     e.ranks = state_bytes(cfg, all, 0, world_size, e.in_flight);
   }
   const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
-    return a.weights + a.gradients + a.optimizer + a.ema + a.gathered <
-           b.weights + b.gradients + b.optimizer + b.ema + b.gathered;
+    return a.weights + a.gradients + a.optimizer + a.ema + a.gathered + a.mirror <
+           b.weights + b.gradients + b.optimizer + b.ema + b.gathered + b.mirror;
   });
   e.weights = most.weights;
   e.gradients = most.gradients;
@@ -344,6 +359,8 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
   e.host_gradients = most.host_gradients;
   e.host_optimizer = most.host_optimizer;
   e.host_ema = most.host_ema;
+  e.mirror = most.mirror;
+  e.host_mirror = most.host_mirror;
 }
 
 // SANA-Sprint's stage 2: the teacher on the meta device with its layers in frozen_dtype, and

@@ -37,7 +37,11 @@ struct RankState {
   // and the optimizer state of this rank's share; train.ema_device cpu: the EMA). The device
   // fields then leave them out.
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
-  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema; }
+  // dist.elastic continue under ZeRO: the mirror of the previous rank's share (its
+  // parameters, gradients, optimizer state and EMA; train/share_mirror.h), on the device
+  // but for an EMA kept in host memory.
+  double mirror = 0, host_mirror = 0;
+  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
 };
 
 struct MemoryEstimate {
@@ -51,7 +55,8 @@ struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
   // That rank's host memory for the run's state (RankState's host fields).
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
-  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema; }
+  double mirror = 0, host_mirror = 0;  // RankState's
+  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
   // A frozen base stored in less than fp32: the largest layer's weight converted back to
   // fp32 while that layer computes (transient, one layer at a time).
   double converted = 0;
@@ -95,6 +100,7 @@ struct MemoryEstimateOptions {
   bool ema = false;                        // the EMA is kept (train.ema_rate)
   bool ema_on_host = false;                // train.ema_device cpu
   bool offload_optimizer = false;          // train.offload_optimizer
+  bool mirror = false;                     // dist.elastic continue: each rank mirrors another's ZeRO share
   parallel::ReducerOptions reducer;        // the bucket caps (ddp.*)
   int64_t zero_stage = 0;                  // train.zero_stage
   bool deterministic = false;              // train.deterministic: gradients stay whole

@@ -1,0 +1,74 @@
+// dist.elastic continue under ZeRO (docs/distributed.md, "Sharded state"): each rank keeps
+// a mirror of the previous rank's share of the sharded state (its trained parameters, their
+// optimizer state and EMA) and applies every step to it as the owner does, with the owner's
+// reduced gradients: its own copy of them at stage 1, where every rank has them all, sent
+// by the owner before the step's commit at stages 2 and 3. A committed step is therefore
+// on the mirror too whatever the moment of a loss, and an uncommitted one on neither. The
+// survivors of a lost rank rebuild the run from their shares and the lost one's mirror
+// (Trainer::whole_state); two neighbours lost at once leave no copy of the first one's
+// share: the run stops with a message and resumes from its last checkpoint.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sana/distributed/runtime.h"
+#include "sana/parallel/reducer.h"
+#include "sana/parallel/zero.h"
+#include "sana/train/ema.h"
+#include "sana/train/optim.h"
+
+namespace sana::train {
+
+class ShareMirror {
+ public:
+  // The mirror of the share of rank (rank - 1) mod W, laid out as its owner lays it out
+  // (parallel::Zero::share_of), with an optimizer and an EMA like the owner's. Its values
+  // come with seed().
+  ShareMirror(dist::Runtime& rt, const parallel::Zero& zero, const parallel::Reducer& reducer,
+              const OptimizerOptions& optimizer, double ema_rate, EmaPlacement ema_placement);
+
+  // The original rank (launcher's numbering) whose share this is.
+  int partner() const { return partner_; }
+  // Every rank's share (parameters, optimizer state, EMA) to the rank that mirrors it: once
+  // the run's state is restored. Collective.
+  void seed(const Optimizer& own_optimizer, const Ema& own_ema);
+  // Before the step's commit: the partner's reduced gradients, sent by it (stages 2 and 3:
+  // a collective every rank joins) or copied from this rank's whole ones (stage 1).
+  void take_gradients();
+  // After the commit, what the owner does with its share: the EMA at an overflowed step,
+  // and at an applied one the gradients unscaled and clipped (by the agreed norm), the EMA
+  // and the optimizer step.
+  void update_ema_at(int64_t step);
+  void apply_step(int64_t step, double lr, double grad_norm, double loss_scale, double clip);
+
+  // The partner's share as checkpoint entries (CPU copies): "<parameter>" values, optimizer
+  // state "<parameter>/<state>", EMA averages "<parameter>".
+  NamedTensors parameters() const;
+  NamedTensors optimizer_state() const;
+  NamedTensors averages() const;
+  // Memory the mirror holds: parameters, gradients, optimizer state and EMA.
+  int64_t bytes() const;
+
+ private:
+  struct Segment {
+    size_t bucket = 0, segment = 0;
+    int64_t offset = 0, numel = 0;  // in the mirror's flat storage
+  };
+  dist::Runtime& rt_;
+  const parallel::Zero& zero_;
+  const parallel::Reducer& reducer_;
+  int successor_ = 0, predecessor_ = 0, partner_ = 0;
+  std::vector<Segment> own_, mirrored_;  // this rank's segments (sent), the partner's (kept)
+  int64_t own_numel_ = 0;
+  torch::Tensor values_, grads_;  // the partner's segments, end to end
+  NamedParams params_;            // its parameters: views of values_, gradients views of grads_
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<Ema> ema_;
+};
+
+}  // namespace sana::train
