@@ -87,11 +87,11 @@ class Disk:
     def fill(self):
         st = os.statvfs(self.path)
         free = st.f_bavail * st.f_frsize
-        with open(self.filler, "wb") as f:
-            try:
+        try:  # a disk the run has filled already may refuse even the file
+            with open(self.filler, "wb") as f:
                 f.write(b"\0" * max(free - 4096, 0))
-            except OSError:
-                pass
+        except OSError:
+            pass
 
     def free(self):
         if os.path.exists(self.filler):
@@ -210,6 +210,9 @@ class Campaign:
                 pending_undo = None
             if planned is None:
                 planned = self.rnd.choice(self.kinds())
+            if pending_undo and planned in ("disk_full", "read_only"):
+                planned = None  # one disk fault at a time: the first is lifted before another strikes
+                continue
             # A disk fault strikes during a save: in the step before a checkpoint is due.
             due = planned not in ("disk_full", "read_only") or (steps and steps[-1] % STEPS_PER_CKPT == STEPS_PER_CKPT - 1)
             if now > next_fault and due and time.time() < deadline and steps and steps[-1] < self.args.steps - 2:
