@@ -120,6 +120,7 @@ class Campaign:
         self.step_times = {}    # global step -> wall time it was first recorded (this campaign)
         self.highest = 0
         self.zero = rnd.choice([0, 1, 2, 3])  # train.zero_stage
+        self.torn = 0  # lines of the per-step sample ids cut short (a full disk)
 
     def command(self):
         data = os.path.join(ROOT, "build/tests/test_photos")
@@ -317,8 +318,12 @@ class Campaign:
                 # restarted the run) shows as a line whose samples the step already had:
                 # the last time counts.
                 mine, key = {}, None
-                for line in open(path):
-                    e, s, *ids = map(int, line.split())
+                for line in open(path, errors="replace"):
+                    fields = line.split()
+                    if len(fields) < 3 or not all(f.isdigit() for f in fields):
+                        self.torn += 1  # written whole or not at all only while the disk has room
+                        continue
+                    e, s, *ids = map(int, fields)
                     if (e, s) == key and not set(ids) & set(mine[key]):
                         mine[key] += ids
                     else:
@@ -398,7 +403,10 @@ def main():
                 f"(epoch sizes {r['epoch_sizes']}); checkpoints verified {r['checkpoints_verified']}, bad "
                 f"{r['checkpoints_bad']}, corrupted found {r['corrupted_found']}; orphans {r['orphans']}; "
                 f"peak RSS per attempt (MiB) {[round(k / 1024) for k in c.peaks]}")
+            r["torn_id_lines"] = c.torn
             results.append(r)
+            with open(os.path.join(args.dir, "results.json"), "w") as f:  # a crash keeps what was measured
+                json.dump(results, f)
             if os.path.isdir(c.work):
                 shutil.copytree(c.work, c.keep, ignore=shutil.ignore_patterns("*.safetensors", "index", "tensorboard"),
                                 dirs_exist_ok=True)

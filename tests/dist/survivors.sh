@@ -7,11 +7,14 @@
 # others have left it, and exits 0. With --max-restarts 1 (JOIN) the launcher starts a
 # replacement, which the group takes in at a step boundary: the run ends on 4 ranks with
 # the weights of 4 -> 3 -> 4 ranks by checkpoint and resume at those steps. ZERO2 (SIGKILL)
-# and ZERO3 (SIGSTOP) do the same under train.zero_stage 2 and 3: the lost rank's share
-# comes from its mirror on the next rank (train/share_mirror.h); JOIN2 is JOIN under stage
-# 2, the shares gathered for the replacement. DET: SIGKILL under train.deterministic (its
+# and ZERO3 (SIGSTOP; CAME and an EMA, compared too) do the same under train.zero_stage
+# 2 and 3: the lost rank's share comes from its mirror on the next rank
+# (train/share_mirror.h); JOIN2 is JOIN under stage 2, the shares gathered for the
+# replacement. DET: SIGKILL under train.deterministic (its
 # integer sums start anew with the trainers rebuilt from rank 0's state); the weights must
-# be bitwise equal there. SURVIVOR_CASES picks cases.
+# be bitwise equal there. PAIR: two neighbouring ranks killed together under stage 2 leave
+# no copy of the first one's share: the survivors stop saying so and the launcher restarts
+# every rank from the last checkpoint. SURVIVOR_CASES picks cases.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -40,6 +43,9 @@ from sana_reference import read_safetensors
 a, refs = sys.argv[2], sys.argv[3:]
 wa, _ = read_safetensors(f"{a}/model.safetensors")
 wb, _ = read_safetensors(f"{refs[-1]}/model.safetensors")
+if os.path.exists(f"{refs[-1]}/ema.safetensors"):  # the EMA too, when the run keeps one
+    for name, t in read_safetensors(f"{a}/ema.safetensors")[0].items(): wa["ema/" + name] = t
+    for name, t in read_safetensors(f"{refs[-1]}/ema.safetensors")[0].items(): wb["ema/" + name] = t
 worst = max((wa[k].double() - wb[k].double()).abs().max().item() for k in wb)
 print(f"{len(wb)} tensors, same names {sorted(wa) == sorted(wb)}, largest difference {worst:.3g}")
 
@@ -78,13 +84,14 @@ leg() {  # DIR NPROC STEPS [FROM [ARGS...]]
   assert_code $? 0 "$n ranks to step $to"
 }
 
-for case in ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET}; do
+cases=" ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET PAIR} "
+for case in ${cases/ PAIR / }; do
   sig=$case; restarts=0; zero=0; join=false; extra=()
   [ "$case" = JOIN ] && { sig=KILL; restarts=1; join=true; }
   [ "$case" = JOIN2 ] && { sig=KILL; restarts=1; join=true; zero=2; }
   [ "$case" = ZERO1 ] && { sig=KILL; zero=1; }  # not in the default list: stage 2's path, gradients whole
   [ "$case" = ZERO2 ] && { sig=KILL; zero=2; }
-  [ "$case" = ZERO3 ] && { sig=STOP; zero=3; }
+  [ "$case" = ZERO3 ] && { sig=STOP; zero=3; extra=(--train.optimizer.type=CAME --train.ema_update=true); }
   [ "$case" = DET ] && { sig=KILL; extra=(--train.deterministic=true); }
   victim=$(( RANDOM % 3 + 1 ))
   at=$(( RANDOM % 6 + 3 ))
@@ -163,4 +170,26 @@ sys.exit(0 if len(got) == 3 and all(abs(got[r] - est[r]) <= 1e-3 * est[r] for r 
   assert_code $code 0 "$name: the weights (within $tolerance) and every step's samples equal the runs resumed at those steps"
   assert_no_leftovers
 done
+
+if [[ "$cases" == *" PAIR "* ]]; then
+  name=PAIR
+  dir=$SCRATCH/$TOKEN-$name
+  first=$(( RANDOM % 2 + 1 )); second=$((first + 1)); at=$(( RANDOM % 4 + 4 ))
+  start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 --max-restarts 3 -- "${common[@]}" \
+    --dist.elastic=continue --train.max_steps=$steps "--work_dir=$dir" --train.zero_stage=2 \
+    --train.save_model_steps=2 --resume_from=latest
+  launcher=$BG
+  if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
+    fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name.log"; finish
+  fi
+  kill -KILL "$(pid_of_rank "$first" --dist.elastic=continue)" "$(pid_of_rank "$second" --dist.elastic=continue)"
+  echo "SIGKILL to ranks $first and $second after step $at"
+  code_of "$launcher"
+  assert_code "$CODE" 0 "PAIR: the launcher, the run having restarted from its checkpoint"
+  assert_contains "$SCRATCH/$name.log" "rank $first and rank $second, which kept the mirror of its share" \
+    "PAIR: the survivors name the share no rank keeps"
+  assert_contains "$SCRATCH/$name.log" "resumed from" "PAIR: every rank restarted from the last checkpoint"
+  assert_contains "$SCRATCH/$name.log" "parameters identical on all 4 ranks" "PAIR: 4 ranks finish the run"
+  assert_no_leftovers
+fi
 finish
