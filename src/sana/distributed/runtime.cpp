@@ -316,10 +316,18 @@ void Runtime::all_reduce(torch::Tensor& t) {
   run_collective("all-reduce", static_cast<int64_t>(t.nbytes()), [&] { return backend_->allreduce(tensors); });
 }
 
+namespace {
+
+// Gloo (LibTorch 1.13's) takes no bfloat16: its bytes go as bytes, exactly.
+torch::Tensor as_gloo_sends(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t;
+}
+
+}  // namespace
+
 void Runtime::broadcast(torch::Tensor& t, int root) {
   if (world_size() == 1) return;
-  // Gloo (LibTorch 1.13's) takes no bfloat16: its bytes go as bytes, exactly.
-  std::vector<torch::Tensor> tensors{t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t};
+  std::vector<torch::Tensor> tensors{as_gloo_sends(t)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;
   run_collective("broadcast", static_cast<int64_t>(t.nbytes()), [&] { return backend_->broadcast(tensors, opts); });
@@ -382,11 +390,7 @@ void Runtime::wait(PendingCollective& pending, const char* what) {
 
 void Runtime::send_receive(const torch::Tensor& send, int to, torch::Tensor& receive, int from) {
   if (world_size() == 1) return;
-  // Gloo (LibTorch 1.13's) takes no bfloat16: bytes go as bytes, exactly.
-  const auto as_sent = [](const torch::Tensor& t) {
-    return t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t;
-  };
-  std::vector<torch::Tensor> out{as_sent(send)}, in{as_sent(receive)};
+  std::vector<torch::Tensor> out{as_gloo_sends(send)}, in{as_gloo_sends(receive)};
   const int64_t bytes = static_cast<int64_t>(send.nbytes() + receive.nbytes());
   FlightOp record(OpFamily::collective, "send/receive", "", bytes, collective_limit());
   tensor_bytes_ += bytes;

@@ -132,8 +132,9 @@ void Trainer::start() {
                                             config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0,
                                             ema_placement_for(cfg_.train));
     mirror_->seed(*optimizer_, *ema_);
+    const int64_t bytes = mirror_->bytes();
     log::info("this rank mirrors rank {}'s share of the sharded state (dist.elastic continue): {} bytes ({})",
-              mirror_->partner(), mirror_->bytes(), data::size_text(static_cast<uint64_t>(mirror_->bytes())));
+              mirror_->partner(), bytes, data::size_text(static_cast<uint64_t>(bytes)));
   }
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
