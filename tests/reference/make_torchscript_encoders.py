@@ -81,6 +81,11 @@ class Hed(torch.nn.Module):
 
 
 def main():
+    # One argument, a folder: "--help" or a missing argument prints the usage instead of
+    # becoming a folder of that name.
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(__doc__.strip(), file=sys.stderr if len(sys.argv) != 2 else sys.stdout)
+        return 0 if sys.argv[1:] in (["-h"], ["--help"]) else 2
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     torch.jit.script(Vae(4)).save(os.path.join(out, "vae.pt"))
