@@ -2,7 +2,10 @@
 // with a torchrun-style environment (sana/distributed/launcher.h does the work).
 #include "command.h"
 #include "sana/distributed/launcher.h"
+#include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
+
+#include <cstdlib>
 
 namespace sana::app {
 
@@ -32,6 +35,11 @@ class Launch : public PlainSubcommand {
       opts_.worker_args.erase(opts_.worker_args.begin());
     } else if (!opts_.worker_args.empty()) {
       opts_.program = args_.self;
+    }
+    const std::string& pause = train::TestHooks::get().spawn_pause;  // "local_rank:ms"
+    if (!pause.empty() && pause.find(':') != std::string::npos) {
+      opts_.pause_local_rank = std::atoi(pause.c_str());
+      opts_.pause_before_exec_ms = std::atoi(pause.c_str() + pause.find(':') + 1);
     }
     const std::string problem = dist::check_launch_options(opts_);
     if (!problem.empty()) throw UsageError("launch: " + problem);

@@ -38,4 +38,19 @@ assert_contains "$out" "rank 1 exited with code 7" "the first failure is reporte
 assert_contains "$out" "restart 1 of 2" "the launcher restarts all workers"
 assert_contains "$out" "[rank 0] attempt 1" "workers see the restart counter"
 assert_no_leftovers
+
+# A worker stopped between fork and exec (held there 3 s by a test hook) when another
+# fails at once: the SIGTERM is that worker's, not the launcher's, so the launcher still
+# restarts, and ends with the failure's own code.
+out=$SCRATCH/fork_window.log
+SANA_TEST_SPAWN_PAUSE_MS=1:3000 timeout 90 "$BIN" launch --nproc-per-node 2 --max-restarts 1 -- /bin/sh -c \
+  'if [ "$RANK" = 0 ]; then exit 5; fi; sleep 60' "$TOKEN" > "$out" 2>&1
+assert_code $? 5 "a run whose rank 0 fails while rank 1 is between fork and exec"
+assert_contains "$out" "restart 1 of 1" "the launcher restarts after the failure"
+if grep -qF "got signal" "$out"; then
+  fail "the launcher took the worker's SIGTERM for its own"; cat "$out"
+else
+  pass "the launcher does not take the worker's SIGTERM for its own"
+fi
+assert_no_leftovers
 finish

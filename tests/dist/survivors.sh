@@ -14,7 +14,10 @@
 # integer sums start anew with the trainers rebuilt from rank 0's state); the weights must
 # be bitwise equal there. PAIR: two neighbouring ranks killed together under stage 2 leave
 # no copy of the first one's share: the survivors stop saying so and the launcher restarts
-# every rank from the last checkpoint. SURVIVOR_CASES picks cases.
+# every rank from the last checkpoint. STOP0: rank 0 stopped (SIGSTOP) under stage 0: the
+# others lose the store it hosts and stop; the launcher, told by nobody, kills rank 0
+# once it has been stopped past dist.heartbeat_timeout_s + 5 s and restarts every rank
+# from the last checkpoint (before, it waited for rank 0 for ever). SURVIVOR_CASES picks cases.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -84,8 +87,9 @@ leg() {  # DIR NPROC STEPS [FROM [ARGS...]]
   assert_code $? 0 "$n ranks to step $to"
 }
 
-cases=" ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET PAIR} "
-for case in ${cases/ PAIR / }; do
+cases=" ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET PAIR STOP0} "
+single=${cases/ PAIR / }
+for case in ${single/ STOP0 / }; do
   sig=$case; restarts=0; zero=0; join=false; extra=()
   [ "$case" = JOIN ] && { sig=KILL; restarts=1; join=true; }
   [ "$case" = JOIN2 ] && { sig=KILL; restarts=1; join=true; zero=2; }
@@ -190,6 +194,34 @@ if [[ "$cases" == *" PAIR "* ]]; then
     "PAIR: the survivors name the share no rank keeps"
   assert_contains "$SCRATCH/$name.log" "resumed from" "PAIR: every rank restarted from the last checkpoint"
   assert_contains "$SCRATCH/$name.log" "parameters identical on all 4 ranks" "PAIR: 4 ranks finish the run"
+  assert_no_leftovers
+fi
+
+if [[ "$cases" == *" STOP0 "* ]]; then
+  name=STOP0
+  dir=$SCRATCH/$TOKEN-$name
+  at=$(( RANDOM % 4 + 4 ))
+  start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 --max-restarts 1 -- "${common[@]}" \
+    --dist.elastic=continue --train.max_steps=$steps "--work_dir=$dir" --train.save_model_steps=2 --resume_from=latest
+  launcher=$BG
+  if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
+    fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name.log"; finish
+  fi
+  kill -STOP "$(pid_of_rank 0 --dist.elastic=continue)"
+  t0=$(now)
+  echo "SIGSTOP to rank 0 after step $at"
+  if wait_for_line "$SCRATCH/$name.log" "rank 0 has been stopped for over" 60; then
+    secs=$(elapsed_since "$t0")
+    echo "the launcher killed the stopped rank 0 after ${secs} s (heartbeat timeout 3 s)"
+    awk -v s="$secs" 'BEGIN { exit !(s < 3 + 5 + 3) }' &&
+      pass "STOP0: the launcher kills rank 0 within dist.heartbeat_timeout_s + 8 s" || fail "STOP0: it took ${secs} s"
+  else
+    fail "STOP0: the launcher did not kill the stopped rank 0"
+  fi
+  code_of "$launcher"
+  assert_code "$CODE" 0 "STOP0: the launcher, the run having restarted from its checkpoint"
+  assert_contains "$SCRATCH/$name.log" "resumed from" "STOP0: every rank restarted from the last checkpoint"
+  assert_contains "$SCRATCH/$name.log" "parameters identical on all 4 ranks" "STOP0: 4 ranks finish the run"
   assert_no_leftovers
 fi
 finish

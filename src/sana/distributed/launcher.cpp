@@ -49,8 +49,9 @@ void say(const std::string& line) {
 // The read end of this pipe is inherited by every worker (and what it starts); the
 // launcher alone holds the write end, so its death, even by SIGKILL, is EOF for them.
 int g_lifeline[2] = {-1, -1};
-// Workers tell the launcher things by writing lines here (tell_launcher): "elastic" (the
-// run goes on without a lost rank: dist.elastic continue), "lost N" (rank N left the group).
+// Workers tell the launcher things by writing lines here (tell_launcher): "elastic MS" (the
+// run goes on without a lost rank: dist.elastic continue, with dist.heartbeat_timeout_s in
+// milliseconds), "lost N" (rank N left the group).
 int g_messages[2] = {-1, -1};
 
 // One attempt's workers and what the launcher knows of them: who has exited, the first
@@ -152,6 +153,30 @@ class Attempt {
     }
   }
 
+  // dist.elastic continue: a worker stopped (SIGSTOP, a debugger) for longer than the
+  // heartbeat timeout + 5 s has been left out by the run. Its peers tell this launcher so
+  // ("lost N"), but on a node where no peer is left, or when the stopped one is rank 0
+  // (whose peers then stop), nobody can: the launcher would wait for it for ever.
+  void kill_long_stopped() {
+    if (!elastic_ || heartbeat_ms_ <= 0 || stopping_ || Clock::now() < next_stop_check_) return;
+    next_stop_check_ = Clock::now() + std::chrono::seconds(1);
+    const auto limit = std::chrono::milliseconds(heartbeat_ms_) + std::chrono::seconds(5);
+    for (auto& w : workers_) {
+      if (w.exit_code || w.left_out) continue;
+      if (!is_stopped(w.pid)) {
+        w.stopped_since.reset();
+        continue;
+      }
+      if (!w.stopped_since) w.stopped_since = Clock::now();
+      if (Clock::now() - *w.stopped_since < limit) continue;
+      w.left_out = true;
+      say(fmt::format("rank {} has been stopped for over {:.0f} s, past dist.heartbeat_timeout_s: the run has left "
+                      "it out; killing it",
+                      w.rank, std::chrono::duration<double>(limit).count()));
+      kill(-w.pid, SIGKILL);
+    }
+  }
+
   // dist.elastic continue: a replacement for each lost worker, while --max-restarts
   // allows; it joins the running group at a step boundary (SANA_JOIN, a new id).
   void start_replacements() {
@@ -200,8 +225,9 @@ class Attempt {
     for (auto nl = messages_.find('\n'); nl != std::string::npos; nl = messages_.find('\n')) {
       const std::string line = messages_.substr(0, nl);
       messages_.erase(0, nl + 1);
-      if (line == "elastic") {
+      if (line.rfind("elastic", 0) == 0) {
         elastic_ = true;
+        if (line.size() > 8) heartbeat_ms_ = std::max<int64_t>(heartbeat_ms_, std::atoll(line.c_str() + 8));
       } else if (line.rfind("lost ", 0) == 0) {
         const int lost = std::atoi(line.c_str() + 5);
         for (auto& w : workers_) {
@@ -271,6 +297,8 @@ class Attempt {
   std::vector<Worker> workers_;
   int first_failure_ = 0;
   bool elastic_ = false;  // a worker said "elastic"
+  int64_t heartbeat_ms_ = 0;  // the heartbeat timeout it gave
+  Clock::time_point next_stop_check_{};
   int lost_code_ = 0;     // the first code of a worker the others went on without
   std::string messages_;
   bool stopping_ = false;
@@ -292,6 +320,7 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string
     a.serve_events();
     a.reap_exited();
     a.start_replacements();
+    a.kill_long_stopped();
     a.kill_after_grace();
     a.close_pipes_after_drain();
   }

@@ -19,6 +19,10 @@ struct LaunchOptions {
   double grace_s = 10;      // after SIGTERM, workers get this long before SIGKILL
   std::string program;      // worker executable: this one, or worker_args[0] if it is a path
   std::vector<std::string> worker_args;
+  // Tests only: the worker of this local rank waits this long between fork and exec, its
+  // signals held (train::TestHooks::spawn_pause).
+  int pause_local_rank = -1;
+  int pause_before_exec_ms = 0;
 };
 
 // Checks options; returns "" or what is wrong (a usage error).

@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
@@ -44,6 +46,42 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
   };
   env.insert(env.end(), extra.begin(), extra.end());
   return env;
+}
+
+// What a forked child needs to become the worker, all made before the fork (after it, the
+// child only makes system calls).
+struct ExecPlan {
+  std::string program;
+  std::vector<char*> argv;
+  std::vector<std::string> environment;
+  int out_fd = -1, err_fd = -1;  // the pipes' write ends
+  WorkerPipes pipes;
+  pid_t parent = 0;
+  int pause_ms = 0;  // tests only: a wait before exec, signals held
+  sigset_t signals_before;
+};
+
+[[noreturn]] void become_worker(const ExecPlan& plan) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE}) signal(sig, SIG_DFL);
+  if (plan.pause_ms > 0) usleep(static_cast<useconds_t>(plan.pause_ms) * 1000);  // a signal now waits
+  pthread_sigmask(SIG_SETMASK, &plan.signals_before, nullptr);
+  setpgid(0, 0);  // its own group: signals reach the worker and anything it starts
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher dies -> the worker dies
+  if (getppid() != plan.parent) _exit(kExitFailure);
+  dup2(plan.out_fd, STDOUT_FILENO);
+  dup2(plan.err_fd, STDERR_FILENO);
+  // A worker in a background group that read the terminal would stop for ever.
+  const int null_fd = open("/dev/null", O_RDONLY);
+  if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+  fcntl(plan.pipes.lifeline, F_SETFD, 0);  // inherited across exec
+  fcntl(plan.pipes.messages, F_SETFD, 0);
+  for (const auto& kv : plan.environment) putenv(const_cast<char*>(kv.c_str()));
+  execv(plan.program.c_str(), plan.argv.data());
+  const char* why = std::strerror(errno);
+  for (const char* part : {"cannot start ", plan.program.c_str(), ": ", why, "\n"}) {
+    (void)!write(STDERR_FILENO, part, std::strlen(part));
+  }
+  _exit(127);
 }
 
 }  // namespace
@@ -95,42 +133,35 @@ Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt, cons
     }
     throw std::runtime_error(fmt::format("pipe: {}", why));
   }
-  const pid_t parent = getpid();
+  ExecPlan plan;
+  plan.program = o.program;
+  plan.argv.push_back(const_cast<char*>(o.program.c_str()));
+  for (const auto& a : o.worker_args) plan.argv.push_back(const_cast<char*>(a.c_str()));
+  plan.argv.push_back(nullptr);
+  plan.environment = worker_environment(o, local_rank, port, attempt, run_id, pipes.lifeline, pipes.messages, join_id);
+  plan.out_fd = out_pipe[1];
+  plan.err_fd = err_pipe[1];
+  plan.pipes = pipes;
+  plan.parent = getpid();
+  plan.pause_ms = local_rank == o.pause_local_rank ? o.pause_before_exec_ms : 0;
+  // Until exec a child has the launcher's signal handlers, which write into the launcher's
+  // signal pipe: a SIGTERM for a worker just forked (the launcher stopping everyone) read
+  // as the launcher's own stop, which ends the run and its restarts. Signals stay blocked
+  // across the fork; the child puts the handlers back to the default before letting them in.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &plan.signals_before);
   const pid_t pid = fork();
-  if (pid < 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-    throw std::runtime_error(fmt::format("fork: {}", why));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group: signals reach the worker and anything it starts
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher dies -> the worker dies
-    if (getppid() != parent) _exit(kExitFailure);
-    dup2(out_pipe[1], STDOUT_FILENO);
-    dup2(err_pipe[1], STDERR_FILENO);
-    // A worker in a background group that read the terminal would stop for ever.
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    fcntl(pipes.lifeline, F_SETFD, 0);  // inherited across exec
-    fcntl(pipes.messages, F_SETFD, 0);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGPIPE, SIG_DFL);
-    for (auto& kv : worker_environment(o, local_rank, port, attempt, run_id, pipes.lifeline, pipes.messages, join_id)) {
-      putenv(strdup(kv.c_str()));
-    }
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(o.program.c_str()));
-    for (const auto& a : o.worker_args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(o.program.c_str(), argv.data());
-    const std::string msg = fmt::format("cannot start {}: {}\n", o.program, std::strerror(errno));
-    (void)!write(STDERR_FILENO, msg.data(), msg.size());
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from this side, so a signal right away finds the group
+  if (pid == 0) become_worker(plan);
+  const int fork_errno = errno;
+  if (pid > 0) setpgid(pid, pid);  // also from this side, so a signal right away finds the group
+  pthread_sigmask(SIG_SETMASK, &plan.signals_before, nullptr);
   close(out_pipe[1]);
   close(err_pipe[1]);
+  if (pid < 0) {
+    for (int fd : {out_pipe[0], err_pipe[0]}) close(fd);
+    throw std::runtime_error(fmt::format("fork: {}", std::strerror(fork_errno)));
+  }
   w.pid = pid;
   w.out.fd = out_pipe[0];
   w.err.fd = err_pipe[0];

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,8 @@ struct Worker {
   Stream out, err;
   std::optional<int> exit_code;
   bool left_out = false;  // "lost N": the others went on without it
+  // Since when it has been seen stopped (SIGSTOP, a debugger); none while it runs.
+  std::optional<std::chrono::steady_clock::time_point> stopped_since;
   std::string prefix() const;  // "[rank N] "
 };
 

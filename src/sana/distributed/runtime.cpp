@@ -83,7 +83,8 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptio
                                         const StartChecks& checks, const std::string& flight_dir) {
   FlightRecorder::process().set_identity(env.join_id >= 0 ? env.join_id : env.rank, env.world_size, flight_dir);
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
-  if (rt->elastic_) tell_launcher("elastic");  // a lost rank no longer stops the others
+  // A lost rank no longer stops the others; one stopped past the heartbeat timeout is lost.
+  if (rt->elastic_) tell_launcher(fmt::format("elastic {}", static_cast<int64_t>(cfg.heartbeat_timeout_s * 1000)));
   rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
   set_compute_threads(rt->threads_);
   keep_freed_memory();

@@ -36,6 +36,7 @@ const TestHooks& TestHooks::get() {
     h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
     h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
     h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");
+    h.spawn_pause = text_of("SANA_TEST_SPAWN_PAUSE_MS");
     if (const char* list = std::getenv("SANA_TEST_CUDA_DEVICES")) {
       h.inject_cuda_devices = true;
       std::stringstream in(list);

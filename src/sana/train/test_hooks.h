@@ -31,6 +31,9 @@ struct TestHooks {
   // SANA_TEST_KILL_AFTER_FEATURES=rank:N: prepare-features on that rank kills itself
   // after writing N samples' files.
   std::string kill_after_features;
+  // SANA_TEST_SPAWN_PAUSE_MS=local_rank:N: `sana-train launch` keeps that worker N ms
+  // between fork and exec, signals held (dist::LaunchOptions::pause_before_exec).
+  std::string spawn_pause;
   // SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b": these stand in for the visible CUDA devices
   // (the device checks without a GPU); `inject_cuda_devices` when it is set.
   bool inject_cuda_devices = false;
