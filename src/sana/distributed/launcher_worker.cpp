@@ -51,8 +51,7 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
 // What a forked child needs to become the worker, all made before the fork (after it, the
 // child only makes system calls).
 struct ExecPlan {
-  std::string program;
-  std::vector<char*> argv;
+  std::vector<char*> argv;  // argv[0]: the program
   std::vector<std::string> environment;
   int out_fd = -1, err_fd = -1;  // the pipes' write ends
   WorkerPipes pipes;
@@ -76,9 +75,9 @@ struct ExecPlan {
   fcntl(plan.pipes.lifeline, F_SETFD, 0);  // inherited across exec
   fcntl(plan.pipes.messages, F_SETFD, 0);
   for (const auto& kv : plan.environment) putenv(const_cast<char*>(kv.c_str()));
-  execv(plan.program.c_str(), plan.argv.data());
+  execv(plan.argv[0], plan.argv.data());
   const char* why = std::strerror(errno);
-  for (const char* part : {"cannot start ", plan.program.c_str(), ": ", why, "\n"}) {
+  for (const char* part : {"cannot start ", static_cast<const char*>(plan.argv[0]), ": ", why, "\n"}) {
     (void)!write(STDERR_FILENO, part, std::strlen(part));
   }
   _exit(127);
@@ -134,7 +133,6 @@ Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt, cons
     throw std::runtime_error(fmt::format("pipe: {}", why));
   }
   ExecPlan plan;
-  plan.program = o.program;
   plan.argv.push_back(const_cast<char*>(o.program.c_str()));
   for (const auto& a : o.worker_args) plan.argv.push_back(const_cast<char*>(a.c_str()));
   plan.argv.push_back(nullptr);
