@@ -5,9 +5,9 @@ Campaign after campaign, a `sana-train launch` run of the tiny preset on 4 proce
 (dist.elastic continue, --max-restarts, a checkpoint every 20 steps, a ZeRO stage drawn
 per campaign from 0-3: a lost rank's share comes from its mirror) trains to its last
 step while faults strike at random moments: SIGKILL, SIGSTOP and SIGTERM of workers,
-SIGKILL of rank 0 (the store host: the launcher restarts everyone), SIGTERM and SIGKILL of
-a launcher, a full disk and a read-only work_dir (on a tmpfs of its own, as root), and a
-corrupted checkpoint file, followed soon by a SIGKILL of a launcher or of rank 0 so that a
+SIGKILL of rank 0 (lost like any other: the launcher hosts the store), SIGTERM and SIGKILL
+of a launcher, a full disk and a read-only work_dir (on a tmpfs of its own, as root), and a
+corrupted checkpoint file, followed soon by a SIGKILL of (node 0's) launcher so that a
 resume meets it. A run that stops is launched again with resume_from latest.
 After each campaign: the last step was reached, every sample trained exactly once per
 epoch (from the per-step sample ids), every checkpoint left verifies (the corrupted ones
@@ -17,8 +17,10 @@ and time to recover per fault, the campaigns' checks, and the workers' peak RSS.
 One campaign in three (as root, where network namespaces can be made) runs on two nodes:
 two launchers (--nnodes 2), half the processes each, in two namespaces joined by a veth
 link that is also cut (1-12 s: past dist.heartbeat_timeout_s the peers across are lost)
-and slowed (capped at 2-128 Mbit/s each way for 10-30 s, packets queued up to 300 ms). A run on two nodes is done when node 0
-(rank 0) finishes: a node that lost all its workers may have stopped before.
+and slowed (capped at 2-128 Mbit/s each way for 10-30 s, packets queued up to 300 ms). A
+run on two nodes is done when the group's rank 0 finishes, on whichever node it is: a node
+that lost all its workers may have stopped before (node 0's launcher, the store's host,
+stays up until the other node is done).
 
 Not a test: it prints figures. `--summary-of DIR/results.json` prints an earlier run's
 summary again (results.json is written after each campaign).
@@ -273,6 +275,7 @@ class Campaign:
         peak = 0
         pending_undo = None  # (time, fn): a disk or link fault lifted after a while
         planned = None       # the next fault's kind
+        corrupted_last = False  # the fault before was a corrupted checkpoint: this one makes a resume meet it
         while any(launcher.poll() is None for launcher in launchers):
             time.sleep(0.2)
             now = time.time()
@@ -300,11 +303,16 @@ class Campaign:
             due = planned not in ("disk_full", "read_only") or (steps and steps[-1] % STEPS_PER_CKPT == STEPS_PER_CKPT - 1)
             if now > next_fault and due and time.time() < deadline and steps and steps[-1] < self.args.steps - 2:
                 count = len(self.faults)
-                pending_undo = self.strike(planned, self.rnd.choice(launchers), steps[-1]) or pending_undo
+                follow_up = planned == "kill_launcher" and corrupted_last  # node 0's: it ends the run
+                target = launchers[0] if follow_up else self.rnd.choice(launchers)
+                pending_undo = self.strike(planned, target, steps[-1]) or pending_undo
+                corrupted_last = False
                 next_fault = now + self.rnd.uniform(5, 20)
                 if planned == "corrupt_checkpoint" and len(self.faults) > count:
                     # Soon a restart, before the next save: its resume must pass over the damage.
-                    planned = self.rnd.choice(["kill_launcher", "kill_rank0"])
+                    # (Rank 0's loss no longer restarts the run: the survivors go on.)
+                    planned = "kill_launcher"
+                    corrupted_last = True
                     next_fault = now + self.rnd.uniform(0.5, 2)
                 else:
                     planned = None
@@ -334,16 +342,16 @@ class Campaign:
         steps = self.metrics_steps()
         codes = [launcher.returncode for launcher in launchers]
         self.usage_error = all(c == 2 for c in codes) and not steps
-        # Node 0 hosts rank 0, which finishes the run; a node whose workers were all lost
-        # (the link cut) may have stopped before.
-        done = codes[0] == 0 and steps and max(steps) >= self.args.steps and self.finished()
+        # The group's rank 0 finishes the run, on whichever node it is by then; a node whose
+        # workers were all lost (the link cut, a launcher killed) stopped before.
+        done = 0 in codes and steps and max(steps) >= self.args.steps and self.finished()
         self.log(f"  attempt {self.attempts}: exit {'/'.join(map(str, codes))}, reached step {max(steps) if steps else 0}"
                  f"{' (done)' if done else ''}")
         return done
 
     def finished(self):
-        log = open(self.attempt_log(self.attempts)).read()
-        return "parameters identical on all" in log
+        return any("parameters identical on all" in open(self.attempt_log(self.attempts, node), errors="replace").read()
+                   for node in range(self.nodes))
 
     def wait_gone(self, seconds):
         end = time.time() + seconds

@@ -27,6 +27,7 @@ void open_run_log(const config::Config& cfg, const dist::LaunchEnv& env, const s
   std::string err;
   if (!log::open_file((fs::path(cfg.work_dir) / log_name).string(), &err)) throw RunError(err);
   if (env.world_size > 1 && cfg.log_console == "rank0") {
+    log::set_console_rank0_only(true);  // the group's rank 0, after a regroup too
     if (id > 0) log::set_console_level(log::Level::warn);
     log::info("the terminal shows rank 0's lines and every rank's warnings and errors; rank N's whole log is "
               "{} (log_console: all shows every rank's lines)",

@@ -14,10 +14,18 @@
 # integer sums start anew with the trainers rebuilt from rank 0's state); the weights must
 # be bitwise equal there. PAIR: two neighbouring ranks killed together under stage 2 leave
 # no copy of the first one's share: the survivors stop saying so and the launcher restarts
-# every rank from the last checkpoint. STOP0: rank 0 stopped (SIGSTOP) under stage 0: the
-# others lose the store it hosts and stop; the launcher, told by nobody, kills rank 0
-# once it has been stopped past dist.heartbeat_timeout_s + 5 s and restarts every rank
-# from the last checkpoint (before, it waited for rank 0 for ever). SURVIVOR_CASES picks cases.
+# every rank from the last checkpoint. KILL0 (stage 0) and STOP0 (stage 2): rank 0 is the
+# one lost; the launcher hosts the store, so the others go on, rank 1 taking over rank 0's
+# duties (metrics, checkpoints, the end) in trainers rebuilt from the group's state.
+# NODE: two launchers as two nodes of 2 ranks under stage 2; node 1 is killed whole (its
+# launcher, its workers with it); the mirrors are across nodes, so node 0 goes on and ends
+# with the weights of 4 ranks to that step, then 2 by resume. NODE0: node 0's workers are
+# killed instead; its launcher keeps the store up while node 1 goes on to the end. STORE0: a config that names
+# its own dist.master_port has rank 0 host the store there;
+# rank 0 stopped (SIGSTOP): the others lose the store and stop; the launcher, told by
+# nobody, kills rank 0 once it has been stopped past dist.heartbeat_timeout_s + 5 s and
+# restarts every rank from the last checkpoint (before, it waited for rank 0 for ever).
+# SURVIVOR_CASES picks cases.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 data=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
@@ -76,6 +84,31 @@ sys.exit(0 if sorted(wa) == sorted(wb) and worst <= tol and sa == sb and once el
 PY
 }
 
+# Asserts for case NAME that LOG says the survivors went on within dist.timeout_s + 5 s of
+# T0 (WHO: what was lost, for the message).
+expect_regroup() {  # NAME LOG T0 WHO
+  local name=$1 log=$2 t0=$3 who=$4 secs
+  if wait_for_line "$log" "left the run after step" $((timeout_s + 10)); then
+    secs=$(elapsed_since "$t0")
+    echo "$who lost -> the survivors went on after ${secs} s (dist.timeout_s=$timeout_s)"
+    awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t + 5) }' &&
+      pass "$name: the survivors re-formed within dist.timeout_s + 5 s" || fail "$name: re-forming took ${secs} s"
+  else
+    fail "$name: the survivors did not re-form within $((timeout_s + 10)) s"; tail -30 "$log"
+  fi
+}
+
+# Asserts for case NAME that run DIR ended as the runs REF... resumed at the same steps
+# (same_run, within TOLERANCE).
+expect_same() {  # NAME TOLERANCE DIR REF...
+  local name=$1 tolerance=$2 code
+  shift 2
+  SAME_TOLERANCE=$tolerance same_run "$@" > "$SCRATCH/same.log" 2>&1
+  code=$?
+  cat "$SCRATCH/same.log"
+  assert_code $code 0 "$name: the weights (within $tolerance) and every step's samples equal the runs resumed at those steps"
+}
+
 # A reference leg: NPROC ranks resumed from FROM's checkpoint (none: a fresh start) to step
 # STEPS in its own folder DIR (its ids logs its own).
 leg() {  # DIR NPROC STEPS [FROM [ARGS...]]
@@ -87,17 +120,21 @@ leg() {  # DIR NPROC STEPS [FROM [ARGS...]]
   assert_code $? 0 "$n ranks to step $to"
 }
 
-cases=" ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET PAIR STOP0} "
+cases=" ${SURVIVOR_CASES:-KILL STOP JOIN ZERO2 ZERO3 JOIN2 DET PAIR KILL0 STOP0 NODE NODE0 STORE0} "
 single=${cases/ PAIR / }
-for case in ${single/ STOP0 / }; do
+single=${single/ NODE / }
+single=${single/ NODE0 / }
+for case in ${single/ STORE0 / }; do
   sig=$case; restarts=0; zero=0; join=false; extra=()
+  victim=$(( RANDOM % 3 + 1 ))
   [ "$case" = JOIN ] && { sig=KILL; restarts=1; join=true; }
   [ "$case" = JOIN2 ] && { sig=KILL; restarts=1; join=true; zero=2; }
   [ "$case" = ZERO1 ] && { sig=KILL; zero=1; }  # not in the default list: stage 2's path, gradients whole
   [ "$case" = ZERO2 ] && { sig=KILL; zero=2; }
   [ "$case" = ZERO3 ] && { sig=STOP; zero=3; extra=(--train.optimizer.type=CAME --train.ema_update=true); }
   [ "$case" = DET ] && { sig=KILL; extra=(--train.deterministic=true); }
-  victim=$(( RANDOM % 3 + 1 ))
+  [ "$case" = KILL0 ] && { sig=KILL; victim=0; }
+  [ "$case" = STOP0 ] && { sig=STOP; victim=0; zero=2; }
   at=$(( RANDOM % 6 + 3 ))
   name=$case
   dir=$SCRATCH/$TOKEN-$name
@@ -110,14 +147,7 @@ for case in ${single/ STOP0 / }; do
   kill "-$sig" "$(pid_of_rank "$victim" --dist.elastic=continue)"
   t0=$(now)
   echo "SIG$sig to rank $victim after step $at"
-  if wait_for_line "$SCRATCH/$name.log" "left the run after step" $((timeout_s + 10)); then
-    secs=$(elapsed_since "$t0")
-    echo "SIG$sig of rank $victim -> the survivors went on after ${secs} s (dist.timeout_s=$timeout_s)"
-    awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t + 5) }' &&
-      pass "$name: the survivors re-formed within dist.timeout_s + 5 s" || fail "$name: re-forming took ${secs} s"
-  else
-    fail "$name: the survivors did not re-form within $((timeout_s + 10)) s"
-  fi
+  expect_regroup "$name" "$SCRATCH/$name.log" "$t0" "SIG$sig: rank $victim"
   code_of "$launcher"
   world=3; $join && world=4
   assert_code "$CODE" 0 "$name: the launcher, the run having ended on $world ranks"
@@ -168,10 +198,7 @@ sys.exit(0 if len(got) == 3 and all(abs(got[r] - est[r]) <= 1e-3 * est[r] for r 
     refs=("$base" "${base}w3")
   fi
   tolerance=1e-6; [ "$case" = DET ] && tolerance=0
-  SAME_TOLERANCE=$tolerance same_run "$dir" "${refs[@]}" > "$SCRATCH/same.log" 2>&1
-  code=$?
-  cat "$SCRATCH/same.log"
-  assert_code $code 0 "$name: the weights (within $tolerance) and every step's samples equal the runs resumed at those steps"
+  expect_same "$name" $tolerance "$dir" "${refs[@]}"
   assert_no_leftovers
 done
 
@@ -197,12 +224,65 @@ if [[ "$cases" == *" PAIR "* ]]; then
   assert_no_leftovers
 fi
 
-if [[ "$cases" == *" STOP0 "* ]]; then
-  name=STOP0
+for name in NODE NODE0; do
+  [[ "$cases" == *" $name "* ]] || continue
+  # Two launchers on this host as two nodes of 2 (node 1's ranks are 2 and 3) under ZeRO
+  # stage 2. NODE: node 1's launcher is killed, its workers with it; NODE0: node 0's two
+  # workers are killed, its launcher (the store's host) stays. The mirror stride is 2, so
+  # each lost share has its mirror on the other node, which goes on alone.
+  dir=$SCRATCH/$TOKEN-$name
+  at=$(( RANDOM % 6 + 3 ))
+  port=$(free_port)
+  launchers=()
+  for node in 0 1; do
+    start_bounded 300 "$SCRATCH/$name$node.log" "$BIN" launch --nnodes 2 --node-rank $node --nproc-per-node 2 \
+      --master-addr 127.0.0.2 --master-port "$port" -- "${common[@]}" --dist.elastic=continue \
+      --train.max_steps=$steps "--work_dir=$dir" --train.zero_stage=2
+    launchers+=("$BG")
+  done
+  if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
+    fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name"[01].log; finish
+  fi
+  going=0; lost=1; lost_ranks="2, 3"
+  if [ "$name" = NODE ]; then
+    kill -KILL "${launchers[1]}"
+  else
+    going=1; lost=0; lost_ranks="0, 1"
+    kill -KILL "$(pid_of_rank 0 --dist.elastic=continue)" "$(pid_of_rank 1 --dist.elastic=continue)"
+  fi
+  t0=$(now)
+  echo "$name: node $lost killed after step $at"
+  log=$SCRATCH/$name$going.log
+  expect_regroup "$name" "$log" "$t0" "node $lost"
+  code_of "${launchers[$going]}"
+  assert_code "$CODE" 0 "$name: node $going's launcher, the run having ended on its 2 ranks"
+  code_of "${launchers[$lost]}" 30
+  if [ "$name" = NODE0 ]; then  # node 0's launcher kept the store up until node 1 was done
+    assert_code "$CODE" 137 "NODE0: node 0's launcher, its workers lost (the first one's code)"
+    assert_contains "$SCRATCH/NODE00.log" "the run's store stays up for the other nodes' workers" \
+      "NODE0: node 0's launcher serves the store for node 1"
+  fi
+  assert_contains "$log" "ranks $lost_ranks left the run after step" "$name: the log names node $lost's ranks"
+  assert_contains "$log" "parameters identical on all 2 ranks" "$name: 2 ranks finish the run"
+  assert_contains "$SCRATCH/${name}0.log" "rank 2's share (2 ranks on)" "$name: rank 0 mirrored rank 2's share"
+  if grep -q "resume_from\|resumed from" "$log"; then fail "$name: a checkpoint was read"; else
+    pass "$name: no checkpoint was read"; fi
+  after=$(grep -o "left the run after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")
+  base=$SCRATCH/z2w4to$after
+  leg "$base" 4 "$after" "" --train.zero_stage=2
+  leg "${base}w2" 2 $steps "$base" --train.zero_stage=2
+  expect_same "$name" 1e-6 "$dir" "$base" "${base}w2"  # 4 ranks to that step, then 2
+  assert_no_leftovers
+done
+
+if [[ "$cases" == *" STORE0 "* ]]; then
+  name=STORE0
   dir=$SCRATCH/$TOKEN-$name
   at=$(( RANDOM % 4 + 4 ))
+  port=$(free_port)
   start_bounded 300 "$SCRATCH/$name.log" "$BIN" launch --nproc-per-node 4 --max-restarts 1 -- "${common[@]}" \
-    --dist.elastic=continue --train.max_steps=$steps "--work_dir=$dir" --train.save_model_steps=2 --resume_from=latest
+    --dist.elastic=continue --train.max_steps=$steps "--work_dir=$dir" --train.save_model_steps=2 --resume_from=latest \
+    --dist.master_port="$port"
   launcher=$BG
   if ! wait_for_line "$dir/metrics.jsonl" "\"step\":$at," 240; then
     fail "$name: the run did not reach step $at"; cat "$SCRATCH/$name.log"; finish
@@ -214,14 +294,14 @@ if [[ "$cases" == *" STOP0 "* ]]; then
     secs=$(elapsed_since "$t0")
     echo "the launcher killed the stopped rank 0 after ${secs} s (heartbeat timeout 3 s)"
     awk -v s="$secs" 'BEGIN { exit !(s < 3 + 5 + 3) }' &&
-      pass "STOP0: the launcher kills rank 0 within dist.heartbeat_timeout_s + 8 s" || fail "STOP0: it took ${secs} s"
+      pass "STORE0: the launcher kills rank 0 within dist.heartbeat_timeout_s + 8 s" || fail "STORE0: it took ${secs} s"
   else
-    fail "STOP0: the launcher did not kill the stopped rank 0"
+    fail "STORE0: the launcher did not kill the stopped rank 0"
   fi
   code_of "$launcher"
-  assert_code "$CODE" 0 "STOP0: the launcher, the run having restarted from its checkpoint"
-  assert_contains "$SCRATCH/$name.log" "resumed from" "STOP0: every rank restarted from the last checkpoint"
-  assert_contains "$SCRATCH/$name.log" "parameters identical on all 4 ranks" "STOP0: 4 ranks finish the run"
+  assert_code "$CODE" 0 "STORE0: the launcher, the run having restarted from its checkpoint"
+  assert_contains "$SCRATCH/$name.log" "resumed from" "STORE0: every rank restarted from the last checkpoint"
+  assert_contains "$SCRATCH/$name.log" "parameters identical on all 4 ranks" "STORE0: 4 ranks finish the run"
   assert_no_leftovers
 fi
 finish

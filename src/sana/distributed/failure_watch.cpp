@@ -26,6 +26,13 @@ constexpr std::chrono::milliseconds kBeat{500};
 
 }  // namespace
 
+bool declare_lost(c10d::Store& store, int rank, const std::string& reason) {
+  if (store.add(keys::lost(rank) + "/declared", 1) != 1) return false;
+  store.set(keys::lost(rank), bytes(reason));
+  store.add(keys::kLostCount, 1);
+  return true;
+}
+
 void publish_failure(c10d::Store& store, const std::string& reason) noexcept {
   try {
     if (store.add(keys::kFailedCount, 1) == 1) store.set(keys::kFailed, bytes(reason));
@@ -208,10 +215,8 @@ void FailureWatch::set_members(std::vector<int> members) {
   members_ = std::move(members);
 }
 
-void FailureWatch::declare_lost(int r, const std::string& reason) {
-  store_->set(keys::lost(r), bytes(reason));
-  store_->add(keys::kLostCount, 1);
-  log::warn("{}; the others go on without it (dist.elastic: continue)", reason);
+void FailureWatch::lose(int r, const std::string& reason) {
+  if (declare_lost(*store_, r, reason)) log::warn("{}; the others go on without it (dist.elastic: continue)", reason);
   std::lock_guard<std::mutex> lock(mutex_);
   members_.erase(std::remove(members_.begin(), members_.end(), r), members_.end());
 }
@@ -226,9 +231,7 @@ void FailureWatch::stop() {
 }
 
 void FailureWatch::run() {
-  std::vector<int64_t> last(static_cast<size_t>(world_size_), -1);
-  std::vector<std::chrono::steady_clock::time_point> since(static_cast<size_t>(world_size_),
-                                                           std::chrono::steady_clock::now());
+  std::map<int, Watched> watched;  // by original rank (a replacement's id may pass the world size)
   int64_t beat = 0;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
@@ -246,7 +249,7 @@ void FailureWatch::run() {
                                      rank_, text(store_->get(keys::lost(rank_)))),
                          kExitPeerFailed);
       }
-      check_heartbeats(last, since);
+      check_heartbeats(watched);
     } catch (const std::exception& e) {
       lock.lock();
       if (stopping_) break;
@@ -257,40 +260,50 @@ void FailureWatch::run() {
   }
 }
 
-void FailureWatch::check_heartbeats(std::vector<int64_t>& last,
-                                    std::vector<std::chrono::steady_clock::time_point>& since) {
+void FailureWatch::check_heartbeats(std::map<int, Watched>& watched) {
   const auto now = std::chrono::steady_clock::now();
-  std::vector<int> watched{0};
-  if (rank_ == 0) {
+  int watcher = 0;
+  std::vector<int> ranks;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    watched.assign(members_.begin(), members_.end());
-    watched.erase(std::remove(watched.begin(), watched.end(), 0), watched.end());
+    if (members_.empty()) return;
+    watcher = members_.front();
+    if (rank_ == watcher) {
+      for (int m : members_) {
+        if (m != rank_) ranks.push_back(m);
+      }
+    } else {
+      ranks.push_back(watcher);
+    }
   }
-  for (int r : watched) {
-    const auto i = static_cast<size_t>(r);
+  std::map<int, Watched> still;  // a rank watched anew starts its wait now
+  for (int r : ranks) still[r] = watched.count(r) ? watched[r] : Watched{-2, now};
+  watched = std::move(still);
+  for (int r : ranks) {
+    Watched& w = watched[r];
     if (store_->check({keys::finished(r)})) continue;
     Beat beat;
     if (store_->check({keys::heartbeat(r)})) beat = decode_beat(text(store_->get(keys::heartbeat(r))));
-    if (beat.count != last[i]) {
-      last[i] = beat.count;
-      since[i] = now;
+    if (beat.count != w.count) {
+      w.count = beat.count;
+      w.since = now;
       continue;
     }
-    if (now - since[i] > heartbeat_timeout_) {
-      const double secs = std::chrono::duration<double>(now - since[i]).count();
-      std::string reason = fmt::format(
-          "rank {} stopped responding (no heartbeat for {:.0f} s): it was killed, crashed or hung", r, secs);
-      if (beat.collectives >= 0) {
-        reason += fmt::format("; it had started {} collectives, rank {} {}", beat.collectives, rank_,
-                              FlightRecorder::process().collectives_started());
-      }
-      if (elastic_ && rank_ == 0) {
-        declare_lost(r, reason);
-        continue;
-      }
-      publish_failure(*store_, reason);
-      exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_), r);
+    if (now - w.since <= heartbeat_timeout_) continue;
+    const double secs = std::chrono::duration<double>(now - w.since).count();
+    std::string reason = fmt::format(
+        "rank {} stopped responding (no heartbeat for {:.0f} s): it was killed, crashed or hung", r, secs);
+    if (beat.collectives >= 0) {
+      reason += fmt::format("; it had started {} collectives, rank {} {}", beat.collectives, rank_,
+                            FlightRecorder::process().collectives_started());
     }
+    // The watcher's own loss can be survived only where the store is not in its process.
+    if (elastic_ && (rank_ == watcher || endpoint_.outlives_ranks())) {
+      lose(r, reason);
+      continue;
+    }
+    publish_failure(*store_, reason);
+    exit_for_peer_failure(store_.get(), rank_, world_size_, published_failure(*store_), r);
   }
 }
 

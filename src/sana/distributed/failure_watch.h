@@ -1,15 +1,19 @@
 // Failure detection through the store, on a thread of its own with its own store
-// connection: every rank writes a heartbeat; rank 0 declares a rank dead when its
-// heartbeat stops; every rank exits when the store's failure key appears or when the
-// store itself (rank 0) is gone. The main thread may be stuck in a collective meanwhile.
-// Under dist.elastic continue rank 0 declares a silent rank lost instead (keys::lost) and
-// nobody exits: the main threads regroup; a rank that finds itself declared lost exits.
+// connection: every rank writes a heartbeat; the watcher (rank 0) declares a rank dead
+// when its heartbeat stops, the others watch the watcher; every rank exits when the
+// store's failure key appears or when the store itself is gone. The main thread may be
+// stuck in a collective meanwhile. Under dist.elastic continue the watcher declares a
+// silent rank lost instead (keys::lost) and nobody exits: the main threads regroup; a
+// rank that finds itself declared lost exits. Where the store outlives the ranks (our
+// launcher hosts it), a silent watcher is declared lost by the others in turn, and the
+// lowest member left watches.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -30,6 +34,10 @@ constexpr const char* kFailedCount = "failed_count";
 inline std::string lost(int rank) { return "lost/" + std::to_string(rank); }
 constexpr const char* kLostCount = "lost_count";
 }  // namespace keys
+
+// dist.elastic continue: declares original rank `rank` lost for `reason`, once however many
+// ranks find it silent together; true for the one call that did.
+bool declare_lost(c10d::Store& store, int rank, const std::string& reason);
 
 // Publishes `reason` as the run's failure unless another rank was first. Never throws.
 void publish_failure(c10d::Store& store, const std::string& reason) noexcept;
@@ -88,15 +96,21 @@ class FailureWatch {
   FailureWatch& operator=(const FailureWatch&) = delete;
 
   void stop();
-  // After a regroup: the original ranks rank 0 watches.
+  // After a regroup: the original ranks of the group (the first of them watches).
   void set_members(std::vector<int> members);
 
  private:
-  // dist.elastic continue: rank 0 declares `r` lost; the others go on without it.
-  void declare_lost(int r, const std::string& reason);
+  // What this rank knows of another's heartbeat while it watches it.
+  struct Watched {
+    int64_t count = -2;  // the last beat count read (-1: none yet)
+    std::chrono::steady_clock::time_point since;  // when it last changed
+  };
+  // dist.elastic continue: `r` is lost; the others go on without it.
+  void lose(int r, const std::string& reason);
   void run();
-  // Rank 0 watches every other rank's heartbeat; the others watch rank 0's.
-  void check_heartbeats(std::vector<int64_t>& last, std::vector<std::chrono::steady_clock::time_point>& since);
+  // The watcher (the first member) watches every other member's heartbeat; the others
+  // watch the watcher's.
+  void check_heartbeats(std::map<int, Watched>& watched);
 
   c10::intrusive_ptr<c10d::Store> store_;
   RendezvousEndpoint endpoint_;

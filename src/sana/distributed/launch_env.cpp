@@ -1,9 +1,7 @@
 #include "sana/distributed/launch_env.h"
 
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -93,6 +91,9 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     e.local_world_size = s.local_world_size == nullptr
                              ? e.world_size
                              : read_int(env, s.local_world_size, s.launcher, false, e.world_size);
+    if (e.launcher == "torchrun" || e.launcher == "sana-launch") {
+      e.node_rank = read_int(env, "GROUP_RANK", s.launcher, false, -1);
+    }
     if (e.world_size < 1 || e.rank >= e.world_size) {
       throw LaunchEnvError(fmt::format("{}={} is not below {}={}", s.rank, e.rank, s.world_size,
                                        e.world_size));
@@ -102,6 +103,8 @@ LaunchEnv detect_launch_env(const EnvLookup& lookup) {
     if (e.master_port > 65535) throw LaunchEnvError("MASTER_PORT must be at most 65535");
     const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
     e.agent_store = e.launcher == "torchrun" && agent != nullptr && std::string(agent) == "True";
+    const char* launcher_store = env("SANA_LAUNCHER_STORE");
+    e.launcher_store = e.launcher == "sana-launch" && launcher_store != nullptr && std::string(launcher_store) == "1";
     e.restart_count = read_int(env, "TORCHELASTIC_RESTART_COUNT", s.launcher, e.agent_store, 0);
     if (e.launcher == "slurm") {
       const char* nodes = env("SLURM_STEP_NODELIST");
@@ -159,7 +162,10 @@ RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& con
     }
     return ep;
   }
-  ep.server = env.rank == 0;
+  // Our launcher hosts it at MASTER_ADDR:MASTER_PORT unless the config points elsewhere
+  // (then rank 0 hosts it there, as under any other launcher).
+  ep.launcher_hosts = env.launcher_store && !overridden;
+  ep.server = env.rank == 0 && !ep.launcher_hosts;
   ep.host = !config_addr.empty() ? config_addr : env.master_addr;
   if (ep.host.empty()) ep.host = env.first_host;
   if (ep.host.empty()) {
@@ -184,10 +190,14 @@ RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& con
   }
   ep.token = env.token;
   if (ep.token.empty()) {
-    ep.token = fmt::format("derived/{}/{}/{}:{}", env.launcher, env.run_id, ep.host, ep.port);
+    ep.token = derived_token(env.launcher, env.run_id, ep.host, ep.port);
     ep.token_derived = true;
   }
   return ep;
+}
+
+std::string derived_token(const std::string& launcher, const std::string& run_id, const std::string& host, int port) {
+  return fmt::format("derived/{}/{}/{}:{}", launcher, run_id, host, port);
 }
 
 std::string random_token() {
@@ -206,23 +216,6 @@ std::string random_token() {
   std::string hex;
   for (uint8_t b : raw) hex += fmt::format("{:02x}", b);
   return hex;
-}
-
-int pick_free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 }  // namespace sana::dist

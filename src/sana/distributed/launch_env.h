@@ -18,10 +18,14 @@ struct LaunchEnv {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
+  int node_rank = -1;  // torchrun and `sana-train launch`: GROUP_RANK, the node's place; -1: not given
   // Rendezvous hints from the environment (empty/0 when the launcher gives none).
   std::string master_addr;
   int master_port = 0;
   bool agent_store = false;  // torchrun's agent hosts the TCPStore: every rank is a client
+  // `sana-train launch` on node 0 hosts the run's store (SANA_LAUNCHER_STORE=1): every
+  // rank is a client, and the store outlives any of them.
+  bool launcher_store = false;
   int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT
   std::string first_host;    // Slurm: first host of the step's node list
   std::string job_id;        // Slurm: SLURM_JOB_ID, for a per-job default port
@@ -53,6 +57,7 @@ struct RendezvousEndpoint {
   std::string host;
   int port = 0;
   bool server = false;      // this process hosts the TCPStore
+  bool launcher_hosts = false;  // `sana-train launch` on node 0 hosts it (LaunchEnv::launcher_store)
   std::string key_prefix;   // torchrun: "/worker/attempt_<n>"
   std::string run_id;       // from LaunchEnv::run_id
   // What every connection to the store must present: LaunchEnv::token, or where the
@@ -61,14 +66,23 @@ struct RendezvousEndpoint {
   std::string token;
   bool token_derived = false;
 
-  // Who hosts the store, for messages: rank 0, or torchrun's agent (agent store).
-  std::string host_name() const { return key_prefix.empty() ? "rank 0" : "torchrun's agent"; }
+  // Who hosts the store, for messages: rank 0, our launcher, or torchrun's agent.
+  std::string host_name() const {
+    if (!key_prefix.empty()) return "torchrun's agent";
+    return launcher_hosts ? "sana-train launch on node 0" : "rank 0";
+  }
+  // The store is not in any rank's process: it outlives the loss of rank 0.
+  bool outlives_ranks() const { return launcher_hosts || !key_prefix.empty(); }
 };
 
 // Resolves the endpoint from the environment and config overrides (empty/0 = not set).
 // Throws LaunchEnvError naming the variable or key to set when it cannot be known.
 RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& config_addr,
                                     int config_port);
+
+// The token of a run whose launcher gives none: the same on every rank (and on the launcher
+// that hosts the store), but not secret.
+std::string derived_token(const std::string& launcher, const std::string& run_id, const std::string& host, int port);
 
 // "node[01-03],gpu7" -> "node01": the first host of a Slurm node list.
 std::string first_slurm_host(const std::string& nodelist);
@@ -78,8 +92,5 @@ constexpr int kDefaultMasterPort = 29500;
 // 32 hex digits from the kernel's random source: a run's store token (`sana-train launch`
 // makes one per single-node run).
 std::string random_token();
-
-// A TCP port that was free a moment ago (`sana-train launch`'s MASTER_PORT when none is given).
-int pick_free_port();
 
 }  // namespace sana::dist

@@ -2,13 +2,12 @@
 #include "sana/distributed/launch_env.h"
 #include "sana/distributed/launcher_link.h"
 #include "sana/distributed/launcher_worker.h"
+#include "sana/distributed/launcher_store.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <sys/random.h>
 #include <unistd.h>
@@ -19,6 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
+#include <stdexcept>
 #include <algorithm>
 #include <optional>
 #include <thread>
@@ -51,7 +52,8 @@ void say(const std::string& line) {
 int g_lifeline[2] = {-1, -1};
 // Workers tell the launcher things by writing lines here (tell_launcher): "elastic MS" (the
 // run goes on without a lost rank: dist.elastic continue, with dist.heartbeat_timeout_s in
-// milliseconds), "lost N" (rank N left the group).
+// milliseconds), "store host N" (rank N hosts the run's store: the config named another
+// address or port than this launcher's), "lost N" (rank N left the group).
 int g_messages[2] = {-1, -1};
 
 // One attempt's workers and what the launcher knows of them: who has exited, the first
@@ -75,6 +77,8 @@ class Attempt {
     }
   }
   bool done() const { return all_exited(workers_); }
+  // Under dist.elastic continue, the heartbeat timeout the workers gave; else 0.
+  int64_t elastic_heartbeat_ms() const { return elastic_ ? heartbeat_ms_ : 0; }
   // The attempt's code: its first failure; under dist.elastic continue a node whose every
   // worker was lost fails with the first loss's code.
   int first_failure() const {
@@ -228,6 +232,8 @@ class Attempt {
       if (line.rfind("elastic", 0) == 0) {
         elastic_ = true;
         if (line.size() > 8) heartbeat_ms_ = std::max<int64_t>(heartbeat_ms_, std::atoll(line.c_str() + 8));
+      } else if (line.rfind("store host ", 0) == 0) {
+        store_rank_ = std::atoi(line.c_str() + 11);
       } else if (line.rfind("lost ", 0) == 0) {
         const int lost = std::atoi(line.c_str() + 5);
         for (auto& w : workers_) {
@@ -242,9 +248,10 @@ class Attempt {
 
   void note_exit(int rank, int code) {
     if (code == 0 || user_signal_ != 0) return;
-    // dist.elastic continue: the others go on without a lost rank. Rank 0 hosts the run's
-    // store: without it nobody can, so its failure stops everyone as before.
-    if (elastic_ && rank != 0 && !stopping_) {
+    // dist.elastic continue: the others go on without a lost rank, rank 0 too while this
+    // launcher hosts the store; a rank that hosts it ("store host N") takes it along, so its
+    // failure stops everyone as before.
+    if (elastic_ && rank != store_rank_ && !stopping_) {
       if (lost_code_ == 0) lost_code_ = code;
       say(fmt::format("rank {} exited with code {}; the others go on without it (dist.elastic: continue)", rank,
                       code));
@@ -298,6 +305,7 @@ class Attempt {
   int first_failure_ = 0;
   bool elastic_ = false;  // a worker said "elastic"
   int64_t heartbeat_ms_ = 0;  // the heartbeat timeout it gave
+  int store_rank_ = -1;       // the rank that said it hosts the store (-1: this launcher or none)
   Clock::time_point next_stop_check_{};
   int lost_code_ = 0;     // the first code of a worker the others went on without
   std::string messages_;
@@ -311,9 +319,10 @@ class Attempt {
 };
 
 // One attempt: all workers from start to end. Returns the attempt's first failure code
-// (0 when all succeeded); sets `user_signal` when the launcher was told to stop.
+// (0 when all succeeded); sets `user_signal` when the launcher was told to stop, and
+// `heartbeat_ms` to the workers' heartbeat timeout under dist.elastic continue (else 0).
 int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string& run_id,
-                int& user_signal) {
+                int& user_signal, int64_t& heartbeat_ms) {
   Attempt a(o, user_signal);
   a.start_workers(port, attempt, run_id);
   while (!a.done()) {
@@ -324,6 +333,7 @@ int run_attempt(const LaunchOptions& o, int port, int attempt, const std::string
     a.kill_after_grace();
     a.close_pipes_after_drain();
   }
+  heartbeat_ms = a.elastic_heartbeat_ms();
   return a.first_failure();
 }
 
@@ -382,9 +392,28 @@ int run_launcher(const LaunchOptions& o) {
       o.nnodes > 1 ? fmt::format("launch-{}-{}", o.master_addr, o.master_port)
                    : fmt::format("launch-{}-{}", getpid(), Clock::now().time_since_epoch().count());
   for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
-    const int port = o.master_port != 0 ? o.master_port : pick_free_port();
+    const std::string run_id = fmt::format("{}-{}", base_id, attempt);
+    std::unique_ptr<StoreServer> store;  // node 0's, for this attempt's workers
+    int port = o.master_port;
+    if (o.node_rank == 0) {
+      try {
+        store = host_store(o, run_id, say);
+      } catch (const std::exception& e) {
+        say(e.what());
+        return kExitFailure;
+      }
+      port = store->port();
+    }
     if (attempt > 0) say(fmt::format("restart {} of {}", attempt, o.max_restarts));
-    code = run_attempt(o, port, attempt, fmt::format("{}-{}", base_id, attempt), user_signal);
+    int64_t heartbeat_ms = 0;
+    code = run_attempt(o, port, attempt, run_id, user_signal, heartbeat_ms);
+    if (store && o.nnodes > 1) {
+      // Going on without node 0's workers (elastic): as long as a live worker is heard
+      // from; else only while the others finish or read the failure.
+      const auto quiet = std::chrono::milliseconds(std::max<int64_t>(heartbeat_ms, 2000));
+      const int sig = serve_other_nodes(*store, quiet, g_signal_pipe[0], say);
+      if (user_signal == 0) user_signal = sig;
+    }
     if (code == 0 || user_signal != 0) break;
   }
   if (user_signal != 0) return 128 + user_signal;

@@ -41,8 +41,9 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
       fmt::format("MASTER_PORT={}", port),
       fmt::format("TORCHELASTIC_RESTART_COUNT={}", attempt),
       fmt::format("TORCHELASTIC_MAX_RESTARTS={}", o.max_restarts),
-      "TORCHELASTIC_USE_AGENT_STORE=False",  // rank 0 hosts the store, not this launcher
+      "TORCHELASTIC_USE_AGENT_STORE=False",  // not torchrun's agent store: ours, below
       "SANA_LAUNCHER=1",
+      "SANA_LAUNCHER_STORE=1",  // node 0's launcher hosts the run's store (run_launcher)
   };
   env.insert(env.end(), extra.begin(), extra.end());
   return env;

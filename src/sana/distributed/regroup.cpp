@@ -44,6 +44,25 @@ std::vector<int> decode_ranks(const std::string& text) {
 
 }  // namespace
 
+std::string Runtime::node_key() const {
+  return env_.node_rank >= 0 ? fmt::format("node {}", env_.node_rank) : fmt::format("{} {}", host_, local_address_);
+}
+
+std::vector<std::string> Runtime::member_nodes() {
+  std::vector<std::string> out;
+  guard_store([&] {
+    for (int m : members_) {
+      auto known = node_of_.find(m);
+      if (known == node_of_.end()) {
+        const std::string key = "node/" + std::to_string(m);
+        known = node_of_.emplace(m, store_->check({key}) ? text(store_->get(key)) : "").first;
+      }
+      out.push_back(known->second);
+    }
+  });
+  return out;
+}
+
 bool Runtime::loss_pending() { return store_->add(keys::kLostCount, 0) > losses_seen_; }
 
 std::string Runtime::lost_reasons() {
@@ -173,9 +192,8 @@ std::string Runtime::decide_survivors(const std::string& base, int64_t position)
     if (waiting.empty()) break;
     if (Clock::now() > deadline) {
       for (int m : waiting) {
-        store_->set(keys::lost(m), bytes(fmt::format("rank {} did not come to the regroup within {:.0f} s", m,
-                                                     std::chrono::duration<double>(limit).count())));
-        store_->add(keys::kLostCount, 1);
+        declare_lost(*store_, m, fmt::format("rank {} did not come to the regroup within {:.0f} s", m,
+                                             std::chrono::duration<double>(limit).count()));
       }
       break;
     }
@@ -191,24 +209,25 @@ std::string Runtime::decide_survivors(const std::string& base, int64_t position)
   }
   if (!elsewhere.empty()) {
     const std::string reason = fmt::format(
-        "the survivors of a lost rank disagree on the last step they completed (rank 0 at step {}; {}): the run "
+        "the survivors of a lost rank disagree on the last step they completed (rank {} at step {}; {}): the run "
         "cannot go on in place; restart from the last checkpoint",
-        position, fmt::join(elsewhere, ", "));
+        original_rank(), position, fmt::join(elsewhere, ", "));
     publish_failure(*store_, reason);
     throw PeerFailure(reason);
   }
   return fmt::format("{};{}", encode_ranks(next), store_->add(keys::kLostCount, 0));
 }
 
-std::string Runtime::await_survivors(const std::string& key) {
+std::string Runtime::await_survivors(const std::string& key, int leader) {
   const auto limit = timeout() + heartbeat() + std::chrono::seconds(10);
   const auto deadline = Clock::now() + limit;
   while (!store_->check({key})) {
     const std::string failure = published_failure(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
+    if (leader >= 0 && store_->check({keys::lost(leader)})) return "";  // another leads
     if (Clock::now() > deadline) {
-      throw DistTimeout(fmt::format("rank 0 did not decide who goes on after the loss of a rank within {:.0f} s",
-                                    std::chrono::duration<double>(limit).count()));
+      throw DistTimeout(fmt::format("rank {} did not decide who goes on after the loss of a rank within {:.0f} s",
+                                    leader >= 0 ? leader : 0, std::chrono::duration<double>(limit).count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -307,6 +326,7 @@ void Runtime::join_running(const StartChecks& checks) {
   const auto limit = std::chrono::milliseconds(static_cast<int64_t>(cfg_.max_rejoin_wait_s * 1000));
   std::string generation;
   guard_store([&] {
+    store_->set("node/" + std::to_string(id), bytes(node_key()));
     const int64_t n = store_->add("join/count", 1);
     store_->set(fmt::format("join/request/{}", n),
                 bytes(fmt::format("{}\t{}\t{}\t{} pid {}", id, checks.version, checks.config_fingerprint, host_,
@@ -342,11 +362,17 @@ Runtime::Regrouped Runtime::regroup(int64_t position) {
   std::string decision;  // "<original ranks going on>;<losses declared so far>"
   guard_store([&] {
     store_->set(base + "arrived/" + std::to_string(original_rank()), bytes(std::to_string(position)));
-    if (rank_ == 0) {
-      decision = decide_survivors(base, position);
-      store_->set(base + "members", bytes(decision));
-    } else {
-      decision = await_survivors(base + "members");
+    // The first member not declared lost leads; should it be lost meanwhile (a store our
+    // launcher hosts outlives rank 0), the next one takes over. The first decision stands.
+    while (decision.empty()) {
+      const auto leader = std::find_if(members_.begin(), members_.end(),
+                                       [&](int m) { return !store_->check({keys::lost(m)}); });
+      if (leader == members_.end()) throw PeerFailure("every member of the group was declared lost");
+      if (*leader == original_rank()) {
+        decision = text(store_->compareSet(base + "members", {}, bytes(decide_survivors(base, position))));
+      } else {
+        decision = await_survivors(base + "members", *leader);
+      }
     }
   });
   out.lost = take_members(decision);

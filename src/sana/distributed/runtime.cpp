@@ -157,6 +157,7 @@ void Runtime::connect() {
   endpoint_ = resolve_endpoint(env_, cfg_.master_addr, static_cast<int>(cfg_.master_port));
   log::debug("rendezvous at {}:{}{}", endpoint_.host, endpoint_.port,
              endpoint_.server ? " (hosting the store)" : "");
+  if (elastic_ && endpoint_.server) tell_launcher(fmt::format("store host {}", original_rank()));  // not to be lost
   watch_deadlines();
   store_ = open_store(endpoint_, timeout(), timeout(), true, &local_address_);
   gen_store_ = store_;
@@ -187,6 +188,7 @@ std::chrono::milliseconds Runtime::heartbeat() const {
 void Runtime::join() {
   guard_store([&] {
     store_->set("join/" + std::to_string(rank()), bytes(fmt::format("{} pid {}", host_, getpid())));
+    store_->set("node/" + std::to_string(rank()), bytes(node_key()));
   });
   std::vector<std::string> all;
   for (int r = 0; r < world_size(); ++r) all.push_back("join/" + std::to_string(r));

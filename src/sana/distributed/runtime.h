@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -162,7 +163,7 @@ class Runtime {
   // decides, so no two survivors ever disagree on whether a step happened. Nothing to do
   // without elasticity or on one rank.
   void commit_step(int64_t step);
-  // After RankLost: the survivors agree on the members left (rank 0, the store host,
+  // After RankLost: the survivors agree on the members left (the first member not lost
   // decides once every member has arrived or been declared lost), drop the old backend
   // unwaited (its abandoned collectives may still run: nothing of theirs is reused) and
   // build a new one under the next generation's keys. `position`: this rank's last
@@ -174,6 +175,10 @@ class Runtime {
     double seconds = 0;
   };
   Regrouped regroup(int64_t position);
+  // The node each member runs on, in member order: "node <GROUP_RANK>" where the launcher
+  // numbers its nodes (torchrun, `sana-train launch`), else "<host name> <the address the
+  // store host sees>". Read from the store once per member.
+  std::vector<std::string> member_nodes();
   // Replacements (SANA_JOIN) rank 0 took in at the last committed step: the group grows by
   // them after that step (admit()); empty: none. Every rank reads the same.
   const std::vector<int>& joining() const { return joining_; }
@@ -207,6 +212,8 @@ class Runtime {
   // Starts a collective with `start` and waits for it, in the flight record as `kind`.
   void run_collective(const char* kind, int64_t bytes,
                       const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  // This process's node, as member_nodes() gives it; published under node/<original rank>.
+  std::string node_key() const;
   // dist.elastic continue: a rank was declared lost since the last regroup.
   bool loss_pending();
   // Why each member declared lost since the last regroup was, "; "-separated.
@@ -225,10 +232,11 @@ class Runtime {
   // as its group: ranks, keys and backend of the next generation. Returns the members
   // that left.
   std::vector<int> take_members(const std::string& decision);
-  // regroup()'s two sides: rank 0 waits for every member to arrive under `base` or be
-  // declared lost and returns the decision; the others wait for it under `key`.
+  // regroup()'s two sides: the leader (the first member not declared lost) waits for every
+  // member to arrive under `base` or be declared lost and returns the decision; the others
+  // wait for it under `key`, or return "" when `leader` (if >= 0) is declared lost first.
   std::string decide_survivors(const std::string& base, int64_t position);
-  std::string await_survivors(const std::string& key);
+  std::string await_survivors(const std::string& key, int leader = -1);
   // dist.elastic continue: waits for `work` to complete, but throws RankLost as soon as a
   // loss is declared (a collective with a hung peer would wait for the backend's timeout).
   void wait_unless_lost(c10d::Work& work, const char* what);
@@ -261,6 +269,7 @@ class Runtime {
   int64_t losses_seen_ = 0;  // declared losses already handled by a regroup
   int64_t join_requests_read_ = 0;  // rank 0: join/request/<n> read so far
   std::vector<int> joining_;        // offered at the last committed step
+  std::map<int, std::string> node_of_;  // member_nodes(), by original rank
   StartChecks checks_;              // what a joiner must match
   std::unique_ptr<FailureWatch> watch_;
   int64_t gather_generation_ = 0;

@@ -117,6 +117,10 @@ StoreServer::~StoreServer() {
   close(wake_pipe_[1]);
 }
 
+std::chrono::steady_clock::duration StoreServer::idle() const {
+  return Clock::now().time_since_epoch() - Clock::duration(last_request_.load());
+}
+
 std::vector<std::string> StoreServer::refusals() const {
   std::lock_guard<std::mutex> lock(refusals_mutex_);
   return {refusals_.begin(), refusals_.end()};
@@ -240,11 +244,14 @@ void StoreServer::handle(uint64_t id, Conn& c, const uint8_t* body, size_t size)
     const auto token = r.text();
     if (!protocol || *protocol != kProtocol || !token) return refuse(c, "not the sana-train store protocol");
     if (!same_token(*token, options_.token)) {
-      return refuse(c, "wrong run token (SANA_RUN_TOKEN differs from rank 0's)");
+      return refuse(c, "wrong run token (SANA_RUN_TOKEN differs from the store host's)");
     }
     c.authed = true;
+    ++clients_;
+    last_request_ = Clock::now().time_since_epoch().count();
     return reply(c, status_frame(Status::ok));
   }
+  last_request_ = Clock::now().time_since_epoch().count();
   StoreData::Outcome o = data_.apply(body, size);
   switch (o.kind) {
     case StoreData::Outcome::Kind::reply:
@@ -361,6 +368,7 @@ void StoreServer::close_conn(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   if (it->second.fd >= 0) close(it->second.fd);
+  if (it->second.authed) --clients_;
   conns_.erase(it);
   waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) { return w.conn == id; }),
                  waiters_.end());

@@ -55,6 +55,10 @@ class StoreServer {
   int port() const { return port_; }
   // "address:port" as bound.
   const std::string& address() const { return address_; }
+  // Connections that said hello and are still open (the run's processes still there).
+  int clients() const { return clients_.load(); }
+  // Since the last request of any of them (or the start): how long nobody asked anything.
+  std::chrono::steady_clock::duration idle() const;
   // Connections refused so far, and the last few reasons ("198.18.0.2:40112: wrong token").
   int64_t refused() const { return refused_.load(); }
   std::vector<std::string> refusals() const;
@@ -108,6 +112,8 @@ class StoreServer {
   std::vector<Waiter> waiters_;
 
   std::atomic<int64_t> refused_{0};
+  std::atomic<int> clients_{0};
+  std::atomic<std::chrono::steady_clock::rep> last_request_{std::chrono::steady_clock::now().time_since_epoch().count()};
   mutable std::mutex refusals_mutex_;
   std::deque<std::string> refusals_;
 };

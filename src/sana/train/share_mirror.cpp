@@ -41,12 +41,27 @@ NamedTensors on_cpu(const NamedParams& entries) {
 
 }  // namespace
 
+int mirror_stride(const std::vector<std::string>& nodes) {
+  const int n = static_cast<int>(nodes.size());
+  int best = 1, most = -1;
+  for (int s = 1; s < n; ++s) {
+    int apart = 0;
+    for (int r = 0; r < n; ++r) apart += nodes[static_cast<size_t>(r)] != nodes[static_cast<size_t>((r + s) % n)];
+    if (apart > most) {
+      most = apart;
+      best = s;
+    }
+  }
+  return best;
+}
+
 ShareMirror::ShareMirror(dist::Runtime& rt, const parallel::Zero& zero, const parallel::Reducer& reducer,
                          const OptimizerOptions& optimizer, double ema_rate, EmaPlacement ema_placement)
     : rt_(rt), zero_(zero), reducer_(reducer) {
   const int world = rt.world_size(), rank = rt.rank();
-  successor_ = (rank + 1) % world;
-  predecessor_ = (rank + world - 1) % world;
+  stride_ = mirror_stride(rt.member_nodes());
+  successor_ = (rank + stride_) % world;
+  predecessor_ = (rank + world - stride_) % world;
   partner_ = rt.members().at(static_cast<size_t>(predecessor_));
   const auto& plan = reducer.shard_plan();
   for (const auto& share : zero.share_of(rank)) {

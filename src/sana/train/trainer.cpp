@@ -133,8 +133,10 @@ void Trainer::start() {
                                             ema_placement_for(cfg_.train));
     mirror_->seed(*optimizer_, *ema_);
     const int64_t bytes = mirror_->bytes();
-    log::info("this rank mirrors rank {}'s share of the sharded state (dist.elastic continue): {} bytes ({})",
-              mirror_->partner(), bytes, data::size_text(static_cast<uint64_t>(bytes)));
+    log::info("this rank mirrors rank {}'s share ({} rank{} on) of the sharded state (dist.elastic continue): {} "
+              "bytes ({})",
+              mirror_->partner(), mirror_->stride(), mirror_->stride() == 1 ? "" : "s", bytes,
+              data::size_text(static_cast<uint64_t>(bytes)));
   }
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
@@ -220,11 +222,9 @@ bool Trainer::run() {
       break;
     } catch (const dist::RankLost& e) {
       if (!rt_.elastic()) throw;
-      if (mirror_ || cfg_.train.deterministic) {  // a trainer for the new group takes over (train())
-        regroup_for_rebuild(e.what());
-        return false;
-      }
-      regroup(e.what());  // dist.elastic continue: on from the last committed step
+      // dist.elastic continue: on from the last committed step, here or in a trainer built
+      // for the new group (train())
+      if (!regroup(e.what())) return false;
     }
   }
   finish();

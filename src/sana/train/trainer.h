@@ -53,14 +53,15 @@ class Trainer {
   // The whole run: every epoch's steps, then the end (final previews, the cross-rank
   // weight check, weights, report). false: it stopped without the end, after a step that
   // took in a replacement (Runtime::joining: hand_over(), Runtime::admit() and a new
-  // Trainer go on), or when a rank was lost under ZeRO or train.deterministic
-  // (regrouped(): the survivors re-formed; hand_over() and a new Trainer go on).
+  // Trainer go on), or when a rank was lost under ZeRO or train.deterministic, or rank 0
+  // was (regrouped(): the survivors re-formed; hand_over() and a new Trainer go on).
   bool run();
-  // After run() returned false: the run's whole state at the last committed step on rank 0
-  // (its checkpoint write finished first), gathered from every rank's share and, for a
-  // lost rank, from its mirror (a collective); nothing on the other ranks.
+  // After run() returned false: the run's whole state at the last committed step on the
+  // group's rank 0 (its checkpoint write finished first), gathered from every rank's share
+  // and, for a lost rank, from its mirror (a collective); nothing on the other ranks.
   std::optional<ckpt::Snapshot> hand_over();
-  // run() returned false because a rank was lost (ZeRO, train.deterministic): the regroup.
+  // run() returned false because a rank was lost (ZeRO, train.deterministic, rank 0): the
+  // regroup.
   const std::optional<dist::Runtime::Regrouped>& regrouped() const { return regrouped_; }
   // The group this trainer was built for changed (`r`, after step `step`; `rebuild_seconds`
   // since the loss, the regroup's included): the log and metrics.jsonl say so. Below
@@ -105,19 +106,23 @@ class Trainer {
   // The steps the run will take: the current epoch's plan, then whole epochs, max_steps.
   int64_t count_total_steps() const;
   bool run_epoch(int64_t epoch);  // false: stopped on request
-  // dist.elastic continue, after a lost rank (`why`): the survivors re-form and the parts
-  // tied to the group follow (the step's gradients discarded, the step's share, the
-  // held-out loader); weights, optimizer, EMA and position stay as the last committed step
-  // left them. Below dist.min_world_size: a checkpoint, then RunError.
-  void regroup(const std::string& why);
-  // dist.elastic continue at ZeRO stage 1-3 or with train.deterministic (whose integer
-  // gradient sums start anew): the survivors re-form (collective) and run() hands the run
-  // over to a trainer built for the new group.
-  void regroup_for_rebuild(const std::string& why);
+  // dist.elastic continue, after a lost rank (`why`): the survivors re-form (collective).
+  // At ZeRO stage 0 with rank 0 kept, in place (true): the parts tied to the group follow
+  // (the step's gradients discarded, the step's share, the held-out loader); weights,
+  // optimizer, EMA and position stay as the last committed step left them; below
+  // dist.min_world_size a checkpoint, then RunError. Else (false, regrouped() set) run()
+  // hands the run over to a trainer built for the new group: at ZeRO stages 1-3 (a share
+  // to take from its mirror), with train.deterministic (whose integer gradient sums start
+  // anew), and when rank 0 was lost (its duties: metrics, checkpoints, the report).
+  bool regroup(const std::string& why);
+  // The regroup at ZeRO stages 1-3: throws RunError when a lost rank's mirror was lost with
+  // it (`before`: the group's members before it).
+  void check_mirrors(const std::vector<int>& before, const dist::Runtime::Regrouped& r) const;
   // After a loss left fewer than dist.min_world_size ranks: a checkpoint, then RunError.
   void stop_below_minimum(int64_t step);
-  // hand_over()'s state: every part as rank 0 has it, the sharded parts' entries gathered
-  // from their owners (and from mirrors of the ranks lost) when the state is sharded.
+  // hand_over()'s state: every part as the group's rank 0 has it, the sharded parts'
+  // entries gathered from their owners (and from mirrors of the ranks lost) when the
+  // state is sharded.
   std::optional<ckpt::Snapshot> whole_state();
   bool train_step(data::Loader& loader, int64_t epoch, int64_t step, int64_t steps_in_epoch);
   // After this process's first step: what each rank holds (report/memory_use.h), gathered

@@ -75,8 +75,10 @@ std::optional<ckpt::Snapshot> Trainer::hand_over() {
 }
 
 std::optional<ckpt::Snapshot> Trainer::whole_state() {
+  // The group's rank 0 collects: after rank 0's loss another than this trainer's main rank.
+  const bool collector = rt_.rank() == 0;
   std::optional<ckpt::Snapshot> snap;
-  if (main_rank_) {
+  if (collector) {
     snap.emplace();
     snap->state = run_state();
   }
@@ -87,7 +89,7 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
   const auto owned = [this](const std::string& entry) { return zero_->owns(entry.substr(0, entry.find('/'))); };
   torch::NoGradGuard no_grad;
   for (auto* part : checkpointer_->parts()) {
-    // Unsharded parts, and every part at stage 0 (rank 0 has the whole state): rank 0's.
+    // Unsharded parts, and every part at stage 0 (every rank has the whole state): the collector's.
     // The optimizer's and the EMA's state go even with ckpt.save_optimizer/save_ema false.
     const bool weights = part == &*weights_part_, optimizer = part == &*optimizer_part_, ema = part == &*ema_part_;
     if (!weights && !optimizer && !ema) {
@@ -97,16 +99,16 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
     PartState kept;  // rank 0: the part's file metadata and, for the weights, entries of no trained parameter
     NamedTensors mine;  // this rank's share of the trained entries (all of them on rank 0 at stage 0)
     if (weights) {
-      if (main_rank_) {
+      if (collector) {
         kept = part->save_state_of([&](const std::string& e) { return !zero_->is_parameter_entry(e); });
       }
-      if (sharded || main_rank_) mine = *part->save_state_of([&](const std::string& e) { return owned(e); }).tensors;
+      if (sharded || collector) mine = *part->save_state_of([&](const std::string& e) { return owned(e); }).tensors;
       if (mirror_of_lost) {
         const auto more = mirror_->parameters();
         mine.insert(mine.end(), more.begin(), more.end());
       }
     } else if (optimizer) {
-      if (sharded || main_rank_) {
+      if (sharded || collector) {
         for (const auto& [name, t] : optimizer_->state()) mine.emplace_back(name, t.detach().to(torch::kCPU).clone());
       }
       if (mirror_of_lost) {
@@ -114,14 +116,14 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
         mine.insert(mine.end(), more.begin(), more.end());
       }
     } else {
-      if (main_rank_) kept = {nullptr, NamedTensors{}, ema_->save_state().metadata};
-      if (sharded || main_rank_) mine = ema_->named_averages();
+      if (collector) kept = {nullptr, NamedTensors{}, ema_->save_state().metadata};
+      if (sharded || collector) mine = ema_->named_averages();
       if (mirror_of_lost) {
         const auto more = mirror_->averages();
         mine.insert(mine.end(), more.begin(), more.end());
       }
     }
-    auto all = sharded ? parallel::gather_to_writer(rt_, "whole state " + part->state_name(), mine, main_rank_)
+    auto all = sharded ? parallel::gather_to_writer(rt_, "whole state " + part->state_name(), mine, collector)
                        : std::move(mine);  // collective when sharded
     if (!snap) continue;
     if (kept.tensors) all.insert(all.begin(), kept.tensors->begin(), kept.tensors->end());
@@ -148,33 +150,20 @@ void Trainer::note_regroup(const dist::Runtime::Regrouped& r, int64_t step, doub
   if (rt_.world_size() < cfg_.dist.min_world_size) stop_below_minimum(step);
 }
 
-void Trainer::regroup_for_rebuild(const std::string& why) {
-  log::warn("{}", why);
-  const std::vector<int> before = rt_.members();
-  reducer_->abandon();  // the interrupted step's collectives: not waited for as this trainer goes
-  const auto r = rt_.regroup(position_.global_step);  // collective: the survivors agree
-  log::set_rank(rt_.rank(), rt_.world_size());
-  // A lost rank's share is on the next member (its mirror); two neighbours lost together
-  // leave the first one's nowhere.
-  const auto lost = [&](int member) { return std::count(r.lost.begin(), r.lost.end(), member) > 0; };
-  for (size_t i = 0; mirror_ && i < before.size(); ++i) {
-    const int holder = before[(i + 1) % before.size()];
-    if (lost(before[i]) && lost(holder)) {
-      throw RunError(fmt::format(
-          "rank {} and rank {}, which kept the mirror of its share (ZeRO stage {}), were both lost after step {}: "
-          "no copy of that share is left; resume from the last checkpoint (resume_from: latest, on any number of "
-          "ranks)",
-          before[i], holder, cfg_.train.zero_stage, position_.global_step));
-    }
-  }
-  regrouped_ = r;
-}
-
-void Trainer::regroup(const std::string& why) {
+bool Trainer::regroup(const std::string& why) {
   log::warn("{}", why);
   const RunPosition at = position_;
+  const std::vector<int> before = rt_.members();
+  reducer_->abandon();  // the interrupted step's collectives: not waited for
   const auto r = rt_.regroup(at.global_step);  // collective: the survivors agree
   log::set_rank(rt_.rank(), rt_.world_size());
+  // Every survivor decides alike: rank 0's duties are its trainer's, so its loss rebuilds.
+  const bool main_lost = std::count(r.lost.begin(), r.lost.end(), before.front()) > 0;
+  if (mirror_ || cfg_.train.deterministic || main_lost) {
+    if (mirror_) check_mirrors(before, r);
+    regrouped_ = r;
+    return false;
+  }
   zero_->regroup();  // the interrupted step's gradients, in buckets the old group may still write
   optimizer_->use_flat_buckets(zero_->optimizer_buckets());
   checkpointer_->regroup(sharded_checkpoints());  // collective
@@ -191,6 +180,23 @@ void Trainer::regroup(const std::string& why) {
             r.lost.size() == 1 ? "" : "s", fmt::join(r.lost, ", "), at.global_step, rt_.world_size(), r.world_before,
             rt_.rank(), r.seconds);
   if (rt_.world_size() < cfg_.dist.min_world_size) stop_below_minimum(at.global_step);
+  return true;
+}
+
+void Trainer::check_mirrors(const std::vector<int>& before, const dist::Runtime::Regrouped& r) const {
+  // A lost rank's share is on the member `stride` places on (its mirror); the two lost
+  // together leave it nowhere.
+  const auto lost = [&](int member) { return std::count(r.lost.begin(), r.lost.end(), member) > 0; };
+  for (size_t i = 0; i < before.size(); ++i) {
+    const int holder = before[(i + static_cast<size_t>(mirror_->stride())) % before.size()];
+    if (lost(before[i]) && lost(holder)) {
+      throw RunError(fmt::format(
+          "rank {} and rank {}, which kept the mirror of its share (ZeRO stage {}), were both lost after step {}: "
+          "no copy of that share is left; resume from the last checkpoint (resume_from: latest, on any number of "
+          "ranks)",
+          before[i], holder, cfg_.train.zero_stage, position_.global_step));
+    }
+  }
 }
 
 void Trainer::stop_below_minimum(int64_t step) {

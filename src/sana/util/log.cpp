@@ -27,6 +27,7 @@ Sink& sink() {
 
 std::atomic<int> g_level{static_cast<int>(Level::info)};
 std::atomic<int> g_console_level{static_cast<int>(Level::debug)};
+std::atomic<bool> g_console_rank0_only{false};
 
 const char* level_letter(Level level) {
   switch (level) {
@@ -66,6 +67,8 @@ bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(); }
 
 void set_console_level(Level level) { g_console_level = static_cast<int>(level); }
 
+void set_console_rank0_only(bool on) { g_console_rank0_only = on; }
+
 bool is_log_line(std::string_view line) {
   // "[2026-11-25 06:02:50.861 ": the timestamp() format below.
   static constexpr std::string_view shape = "[dddd-dd-dd dd:dd:dd.ddd ";
@@ -81,6 +84,7 @@ void set_rank(int rank, int world_size) {
   std::lock_guard<std::mutex> lock(sink().mutex);
   sink().prefix = world_size > 1 ? fmt::format("r{}/{} ", rank, world_size) : "";
   sink().rank = rank;
+  if (g_console_rank0_only) set_console_level(rank == 0 ? Level::debug : Level::warn);
 }
 
 bool open_file(const std::string& path, std::string* error) {

@@ -24,6 +24,10 @@ void set_console_level(Level level);
 // such worker lines through as they are and puts "[rank N] " before any other.
 bool is_log_line(std::string_view line);
 
+// Only rank 0 shows every line on the terminal, the others warnings and errors
+// (log_console: rank0); set_rank then moves that with the rank (a regroup's new rank 0).
+void set_console_rank0_only(bool on);
+
 // Lines get an "r<rank>/<world>" prefix when world > 1.
 void set_rank(int rank, int world_size);
 

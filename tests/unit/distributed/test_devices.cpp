@@ -93,5 +93,4 @@ TEST_CASE("launch options that cannot work are usage errors", "[launcher]") {
   CHECK(check_launch_options(o).find("--node-rank must be in [0, 2)") != std::string::npos);
   o = LaunchOptions{};
   CHECK(check_launch_options(o).find("nothing to run") != std::string::npos);
-  CHECK(pick_free_port() > 0);
 }

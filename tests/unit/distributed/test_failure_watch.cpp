@@ -67,3 +67,24 @@ TEST_CASE("no rank is named when all beat or the silent one has finished, withou
   CHECK(silent_ranks(store, 3, /*self=*/1).empty());
   CHECK(std::chrono::steady_clock::now() - t0 < 1s);
 }
+
+TEST_CASE("a silent rank found by several watchers is declared lost once") {
+  // dist.elastic continue: when the watcher itself goes silent, every other rank finds it
+  // so; the loss must count once, or the survivors would wait for a second one.
+  c10d::HashStore store;
+  std::atomic<int> declared{0};
+  std::vector<std::thread> watchers;
+  for (int w = 0; w < 4; ++w) {
+    watchers.emplace_back([&] {
+      if (declare_lost(store, 0, "rank 0 stopped responding")) ++declared;
+    });
+  }
+  for (auto& t : watchers) t.join();
+  CHECK(declared.load() == 1);
+  CHECK(store.add(keys::kLostCount, 0) == 1);
+  const auto why = store.get(keys::lost(0));
+  CHECK(std::string(why.begin(), why.end()) == "rank 0 stopped responding");
+  CHECK_FALSE(declare_lost(store, 0, "again"));
+  CHECK(declare_lost(store, 2, "rank 2 stopped responding"));
+  CHECK(store.add(keys::kLostCount, 0) == 2);
+}

@@ -81,6 +81,20 @@ TEST_CASE("the rendezvous endpoint comes from the launcher, the config or the jo
     ep = resolve_endpoint(e, "10.9.9.9", 4321);
     CHECK((ep.host == "10.9.9.9" && ep.port == 4321));
   }
+  SECTION("our launcher hosts it: rank 0 is a client too, unless the config names another endpoint") {
+    const auto e = detect_launch_env(env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SANA_LAUNCHER", "1"},
+                                             {"SANA_LAUNCHER_STORE", "1"}, {"SANA_RUN_ID", "launch-1"},
+                                             {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "1234"}}));
+    auto ep = resolve_endpoint(e, "", 0);
+    CHECK_FALSE(ep.server);
+    CHECK(ep.launcher_hosts);
+    CHECK(ep.outlives_ranks());
+    CHECK(ep.host_name() == "sana-train launch on node 0");
+    // The launcher derives the same token from the same facts (no SANA_RUN_TOKEN given).
+    CHECK(ep.token == sana::dist::derived_token("sana-launch", "launch-1", "10.0.0.1", 1234));
+    ep = resolve_endpoint(e, "", 4321);
+    CHECK((ep.server && !ep.launcher_hosts && !ep.outlives_ranks() && ep.host_name() == "rank 0"));
+  }
   SECTION("mpirun on one host needs no MASTER_ADDR") {
     const auto e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                                              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));

@@ -18,6 +18,7 @@
 #include "sana/train/report/metrics.h"
 #include "sana/train/previews.h"
 #include "sana/train/resume.h"
+#include "sana/train/share_mirror.h"
 #include "sana/train/step_agreement.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -431,4 +432,22 @@ TEST_CASE("scaled gradients are unscaled, then clipped by their true norm", "[tr
   grad = g.clone();
   train::unscale_and_clip({grad}, 5.0, 1.0, 10.0);  // nothing to do
   CHECK(torch::equal(grad, g));
+}
+
+TEST_CASE("share mirrors go to another node where the group spans several (mirror_stride)", "[train][elastic]") {
+  using sana::train::mirror_stride;
+  // One node: the next rank, as before.
+  CHECK(mirror_stride({"a", "a", "a", "a"}) == 1);
+  // Two nodes of two, numbered node by node: two on, every mirror across.
+  CHECK(mirror_stride({"node 0", "node 0", "node 1", "node 1"}) == 2);
+  CHECK(mirror_stride({"x", "x", "x", "y", "y", "y"}) == 3);
+  // Nodes taking turns: the next rank is already across.
+  CHECK(mirror_stride({"a", "b", "a", "b"}) == 1);
+  // After a loss the nodes are uneven: the stride with the most mirrors across (2 of 3).
+  const std::vector<std::string> uneven{"a", "b", "b"};
+  const int s = mirror_stride(uneven);
+  int across = 0;
+  for (int r = 0; r < 3; ++r) across += uneven[static_cast<size_t>(r)] != uneven[static_cast<size_t>((r + s) % 3)];
+  CHECK(across == 2);
+  CHECK(mirror_stride({"a", "b"}) == 1);
 }
