@@ -218,7 +218,9 @@ namespace {
 // elsewhere (MemoryEstimate::in_flight).
 // dist.elastic continue under ZeRO (train/share_mirror.h): rank r keeps a copy of rank
 // r-1's share, its parameters and gradients flat (the owned segments), its optimizer state
-// and EMA as the owner keeps them (an EMA in host memory there too).
+// and EMA as the owner keeps them (an EMA in host memory there too). On several nodes the
+// mirror is rank r-s's (mirror_stride), which this estimate does not know: the shares are
+// the same, each on another rank, so only which rank holds the largest mirror may differ.
 void add_mirrors(const parallel::ShardPlan& plan, std::vector<RankState>& ranks) {
   const int world = static_cast<int>(ranks.size());
   for (int r = 0; r < world; ++r) {
