@@ -264,7 +264,7 @@ for name in NODE NODE0; do
   fi
   assert_contains "$log" "ranks $lost_ranks left the run after step" "$name: the log names node $lost's ranks"
   assert_contains "$log" "parameters identical on all 2 ranks" "$name: 2 ranks finish the run"
-  assert_contains "$SCRATCH/${name}0.log" "rank 2's share (2 ranks on)" "$name: rank 0 mirrored rank 2's share"
+  assert_contains "$SCRATCH/${name}0.log" "rank 2's share (2 ranks before it)" "$name: rank 0 mirrored rank 2's share"
   if grep -q "resume_from\|resumed from" "$log"; then fail "$name: a checkpoint was read"; else
     pass "$name: no checkpoint was read"; fi
   after=$(grep -o "left the run after step [0-9]*" "$log" | head -1 | grep -o "[0-9]*$")

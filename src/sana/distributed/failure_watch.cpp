@@ -27,11 +27,13 @@ constexpr std::chrono::milliseconds kBeat{500};
 }  // namespace
 
 bool declare_lost(c10d::Store& store, int rank, const std::string& reason) {
-  if (store.add(keys::lost(rank) + "/declared", 1) != 1) return false;
+  if (store.add(keys::lost(rank) + "/declared", 1) != 1) return false;  // the gate: is_declared_lost
   store.set(keys::lost(rank), bytes(reason));
   store.add(keys::kLostCount, 1);
   return true;
 }
+
+bool is_declared_lost(c10d::Store& store, int rank) { return store.check({keys::lost(rank) + "/declared"}); }
 
 void publish_failure(c10d::Store& store, const std::string& reason) noexcept {
   try {

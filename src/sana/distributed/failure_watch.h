@@ -39,6 +39,10 @@ constexpr const char* kLostCount = "lost_count";
 // ranks find it silent together; true for the one call that did.
 bool declare_lost(c10d::Store& store, int rank, const std::string& reason);
 
+// Whether `rank` was declared lost (true from the moment declare_lost began, before its
+// reason is written).
+bool is_declared_lost(c10d::Store& store, int rank);
+
 // Publishes `reason` as the run's failure unless another rank was first. Never throws.
 void publish_failure(c10d::Store& store, const std::string& reason) noexcept;
 

@@ -164,7 +164,9 @@ RendezvousEndpoint resolve_endpoint(const LaunchEnv& env, const std::string& con
   }
   // Our launcher hosts it at MASTER_ADDR:MASTER_PORT unless the config points elsewhere
   // (then rank 0 hosts it there, as under any other launcher).
-  ep.launcher_hosts = env.launcher_store && !overridden;
+  const bool elsewhere = (!config_addr.empty() && config_addr != env.master_addr) ||
+                         (config_port > 0 && config_port != env.master_port);
+  ep.launcher_hosts = env.launcher_store && !elsewhere;
   ep.server = env.rank == 0 && !ep.launcher_hosts;
   ep.host = !config_addr.empty() ? config_addr : env.master_addr;
   if (ep.host.empty()) ep.host = env.first_host;

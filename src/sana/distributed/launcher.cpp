@@ -159,8 +159,9 @@ class Attempt {
 
   // dist.elastic continue: a worker stopped (SIGSTOP, a debugger) for longer than the
   // heartbeat timeout + 5 s has been left out by the run. Its peers tell this launcher so
-  // ("lost N"), but on a node where no peer is left, or when the stopped one is rank 0
-  // (whose peers then stop), nobody can: the launcher would wait for it for ever.
+  // ("lost N"), but on a node where no peer is left, or when the stopped one is a rank 0
+  // hosting the store (whose peers then stop), nobody can: the launcher would wait for it
+  // for ever.
   void kill_long_stopped() {
     if (!elastic_ || heartbeat_ms_ <= 0 || stopping_ || Clock::now() < next_stop_check_) return;
     next_stop_check_ = Clock::now() + std::chrono::seconds(1);

@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include "sana/distributed/launcher_link.h"
 #include "sana/util/exit_codes.h"
@@ -53,7 +55,8 @@ std::vector<std::string> worker_environment(const LaunchOptions& o, int local_ra
 // child only makes system calls).
 struct ExecPlan {
   std::vector<char*> argv;  // argv[0]: the program
-  std::vector<std::string> environment;
+  std::vector<std::string> environment;  // the launcher's settings
+  std::vector<char*> envp;  // the worker's whole environment: ours, then the rest of the launcher's
   int out_fd = -1, err_fd = -1;  // the pipes' write ends
   WorkerPipes pipes;
   pid_t parent = 0;
@@ -75,8 +78,7 @@ struct ExecPlan {
   if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
   fcntl(plan.pipes.lifeline, F_SETFD, 0);  // inherited across exec
   fcntl(plan.pipes.messages, F_SETFD, 0);
-  for (const auto& kv : plan.environment) putenv(const_cast<char*>(kv.c_str()));
-  execv(plan.argv[0], plan.argv.data());
+  execve(plan.argv[0], plan.argv.data(), plan.envp.data());
   const char* why = std::strerror(errno);
   for (const char* part : {"cannot start ", static_cast<const char*>(plan.argv[0]), ": ", why, "\n"}) {
     (void)!write(STDERR_FILENO, part, std::strlen(part));
@@ -138,6 +140,18 @@ Worker spawn(const LaunchOptions& o, int local_rank, int port, int attempt, cons
   for (const auto& a : o.worker_args) plan.argv.push_back(const_cast<char*>(a.c_str()));
   plan.argv.push_back(nullptr);
   plan.environment = worker_environment(o, local_rank, port, attempt, run_id, pipes.lifeline, pipes.messages, join_id);
+  // The whole environment before the fork: putenv in the child could take a lock another
+  // thread of the launcher (the store's) held at the fork.
+  std::set<std::string, std::less<>> ours;
+  for (const auto& kv : plan.environment) {
+    ours.insert(kv.substr(0, kv.find('=')));
+    plan.envp.push_back(const_cast<char*>(kv.c_str()));
+  }
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    if (ours.count(kv.substr(0, kv.find('='))) == 0) plan.envp.push_back(*e);
+  }
+  plan.envp.push_back(nullptr);
   plan.out_fd = out_pipe[1];
   plan.err_fd = err_pipe[1];
   plan.pipes = pipes;

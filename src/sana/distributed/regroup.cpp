@@ -187,7 +187,7 @@ std::string Runtime::decide_survivors(const std::string& base, int64_t position)
   for (;;) {
     std::vector<int> waiting;
     for (int m : members_) {
-      if (!store_->check({arrived(m)}) && !store_->check({keys::lost(m)})) waiting.push_back(m);
+      if (!store_->check({arrived(m)}) && !is_declared_lost(*store_, m)) waiting.push_back(m);
     }
     if (waiting.empty()) break;
     if (Clock::now() > deadline) {
@@ -202,7 +202,7 @@ std::string Runtime::decide_survivors(const std::string& base, int64_t position)
   std::vector<int> next;
   std::vector<std::string> elsewhere;
   for (int m : members_) {
-    if (store_->check({keys::lost(m)})) continue;
+    if (is_declared_lost(*store_, m)) continue;
     next.push_back(m);
     const std::string at = text(store_->get(arrived(m)));
     if (at != std::to_string(position)) elsewhere.push_back(fmt::format("rank {} at step {}", m, at));
@@ -224,10 +224,11 @@ std::string Runtime::await_survivors(const std::string& key, int leader) {
   while (!store_->check({key})) {
     const std::string failure = published_failure(*store_);
     if (!failure.empty()) throw PeerFailure(failure);
-    if (leader >= 0 && store_->check({keys::lost(leader)})) return "";  // another leads
+    if (leader >= 0 && is_declared_lost(*store_, leader)) return "";  // another leads
     if (Clock::now() > deadline) {
-      throw DistTimeout(fmt::format("rank {} did not decide who goes on after the loss of a rank within {:.0f} s",
-                                    leader >= 0 ? leader : 0, std::chrono::duration<double>(limit).count()));
+      throw DistTimeout(fmt::format("{} did not announce the group that goes on within {:.0f} s",
+                                    leader >= 0 ? fmt::format("rank {} (as started)", leader) : "the group's rank 0",
+                                    std::chrono::duration<double>(limit).count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -298,6 +299,8 @@ void Runtime::offer_joins(int64_t step) {
     std::getline(in, id, '\t');
     std::getline(in, version, '\t');
     std::getline(in, fingerprint, '\t');
+    // Read before by a rank 0 since lost: taken in already (or refused, or given up).
+    if (store_->check({"join/admitted/" + id}) || store_->check({"join/refused/" + id})) continue;
     if (version != checks_.version || fingerprint != checks_.config_fingerprint) {
       store_->set("join/refused/" + id,
                   bytes(fmt::format("the run's rank 0 has program version {} and config fingerprint {}; the "
@@ -366,7 +369,7 @@ Runtime::Regrouped Runtime::regroup(int64_t position) {
     // launcher hosts outlives rank 0), the next one takes over. The first decision stands.
     while (decision.empty()) {
       const auto leader = std::find_if(members_.begin(), members_.end(),
-                                       [&](int m) { return !store_->check({keys::lost(m)}); });
+                                       [&](int m) { return !is_declared_lost(*store_, m); });
       if (leader == members_.end()) throw PeerFailure("every member of the group was declared lost");
       if (*leader == original_rank()) {
         decision = text(store_->compareSet(base + "members", {}, bytes(decide_survivors(base, position))));

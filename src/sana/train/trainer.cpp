@@ -133,8 +133,8 @@ void Trainer::start() {
                                             ema_placement_for(cfg_.train));
     mirror_->seed(*optimizer_, *ema_);
     const int64_t bytes = mirror_->bytes();
-    log::info("this rank mirrors rank {}'s share ({} rank{} on) of the sharded state (dist.elastic continue): {} "
-              "bytes ({})",
+    log::info("this rank mirrors rank {}'s share ({} rank{} before it) of the sharded state (dist.elastic "
+              "continue): {} bytes ({})",
               mirror_->partner(), mirror_->stride(), mirror_->stride() == 1 ? "" : "s", bytes,
               data::size_text(static_cast<uint64_t>(bytes)));
   }

@@ -92,6 +92,8 @@ TEST_CASE("the rendezvous endpoint comes from the launcher, the config or the jo
     CHECK(ep.host_name() == "sana-train launch on node 0");
     // The launcher derives the same token from the same facts (no SANA_RUN_TOKEN given).
     CHECK(ep.token == sana::dist::derived_token("sana-launch", "launch-1", "10.0.0.1", 1234));
+    ep = resolve_endpoint(e, "10.0.0.1", 1234);  // the launcher's own endpoint, repeated: still its store
+    CHECK((ep.launcher_hosts && !ep.server));
     ep = resolve_endpoint(e, "", 4321);
     CHECK((ep.server && !ep.launcher_hosts && !ep.outlives_ranks() && ep.host_name() == "rank 0"));
   }
