@@ -19,7 +19,6 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <stdexcept>
 #include <algorithm>
 #include <optional>
 #include <thread>
