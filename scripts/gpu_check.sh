@@ -25,6 +25,18 @@
 #                    on the GPU to 18: each resume verifies the checkpoint's checksums
 #   lora             20 LoRA steps on the GPU (tiny base exported by sana-train export)
 #   controlnet       20 ControlNet steps on the GPU
+#   offload          20 AdamW steps of the tiny preset with EMA, the optimizer and EMA in host
+#                    memory (train.offload_optimizer, train.ema_device=cpu) against the same 20
+#                    device-resident, at 2 micro-batches a step and at 1 (buckets streamed out
+#                    mid-backward): weights and EMA within 1e-3 relative on the GPU (its conv
+#                    kernels are not bitwise run to run), byte-identical on the CPU; memory.json
+#                    has none of the optimizer state, EMA or gradients on the device
+#   optim-8bit       20 steps each of AdamW8bit and CAME8bit: finite losses, the optimizer
+#                    state measured against `sana-train model`'s estimate (within 1%)
+#   sprint           SANA-Sprint stage 2 (sCM with its JVP, LADD heads) on synthetic tiny
+#                    features: a 5-step teacher, 10 student steps in the check's precision
+#                    (finite losses), and the first 2 steps in fp32 on the device against 2
+#                    processes on the CPU (losses within 2e-2 relative)
 #   tensorboard      the machine's tensorboard package reads tiny-bf16's event file: every
 #                    scalar of metrics.jsonl is a tag there
 # Columns: step, result (ok, FAIL, skip), seconds, figures, detail.
@@ -80,7 +92,7 @@ py=python3
 
 # ---- The table ------------------------------------------------------------------------------
 rows=(build cuda-tests check-dist-nccl tiny-bf16 1600m-bf16 zero0 zero1 zero2 zero3 zero3-nccl-w1
-      two-ranks-1-gpu resume-gpu-cpu lora controlnet tensorboard)
+      two-ranks-1-gpu resume-gpu-cpu lora controlnet offload optim-8bit sprint tensorboard)
 declare -A result seconds figures detail
 for r in "${rows[@]}"; do result[$r]=skip seconds[$r]=0 figures[$r]="" detail[$r]="not run"; done
 failed=0
@@ -419,6 +431,150 @@ if wanted controlnet; then
     figures[controlnet]="$sps samples/s"
     ok controlnet "20 steps; $(grep -o 'the base weights are unchanged' "$out/controlnet.log" | head -n 1)"
   else fail controlnet "see $out/controlnet.log"; fi
+fi
+
+# ---- offload --------------------------------------------------------------------------------
+# Relative difference of two runs' safetensors files (float32 tensors, as one vector; the
+# standard library only, for a bare machine's python3): prints "TENSORS RELATIVE".
+weights_diff() {  # FILE_A FILE_B
+  "$py" - "$1" "$2" <<'PY'
+import array, json, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__" and v["dtype"] == "F32":
+            a = array.array("f")
+            a.frombytes(raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            out[k] = a
+    return out
+x, y = read(sys.argv[1]), read(sys.argv[2])
+assert x and x.keys() == y.keys(), f"{len(x)} tensors against {len(y)}"
+num = sum((p - q) ** 2 for k in x for p, q in zip(x[k], y[k]))
+den = sum(p * p for k in x for p in x[k])
+print(len(x), f"{(num / den) ** 0.5:.3g}")
+PY
+}
+if wanted offload; then
+  # Two micro-batches a step (gradients accumulated on the device, then streamed out) and one
+  # (each bucket streamed to the host and released mid-backward).
+  limit=1e-3
+  [ "$mode" = cpu ] && limit=0
+  off_fig="" off_bad=""
+  for acc in 2 1; do
+    off_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 --train.max_steps=20 "--train.micro_batch_size=$micro"
+              "--train.global_batch_size=$((acc * micro))" "--dist.backend=$backend" --model.mixed_precision=fp32
+              --train.optimizer.type=AdamW --train.ema_update=true --train.log_interval=1)
+    dev=$out/offload-device-$acc host=$out/offload-host-$acc
+    rm -rf "$dev" "$host"
+    if run_logged offload 300 "offload-device-$acc" "$bin" launch --nproc-per-node 1 -- "${off_args[@]}" "--work_dir=$dev" &&
+       run_logged offload 300 "offload-host-$acc" "$bin" launch --nproc-per-node 1 -- "${off_args[@]}" \
+         --train.offload_optimizer=true --train.ema_device=cpu "--work_dir=$host"; then
+      read -r _ wrel < <(weights_diff "$dev/model.safetensors" "$host/model.safetensors")
+      read -r _ erel < <(weights_diff "$dev/ema.safetensors" "$host/ema.safetensors")
+      mem=$("$py" - "$dev/memory.json" "$host/memory.json" <<'PY' 2>&1
+import json, sys
+dev, host = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
+left = {k: host[k] for k in ("optimizer", "ema", "gradients") if host[k]}
+moved = host["host_optimizer"] == dev["optimizer"] > 0 and host["host_ema"] == dev["ema"] > 0
+print(f"device state {'left: ' + str(left) if left else 'none'}, host optimizer {host['host_optimizer'] / 2**20:.1f} MiB"
+      f"{'' if moved else ' (not the device-resident run' + chr(39) + 's ' + str(dev['optimizer']) + ' B)'}")
+sys.exit(0 if not left and moved else 1)
+PY
+)
+      mem_ok=$?
+      read -r dsps _ < <(throughput "$dev/metrics.jsonl" $((acc * micro)) 0 1)
+      read -r hsps _ < <(throughput "$host/metrics.jsonl" $((acc * micro)) 0 1)
+      off_fig+="${off_fig:+; }$acc micro-batch(es) a step: weights rel diff ${wrel:-?}, EMA ${erel:-?}, $dsps samples/s device-resident, $hsps offloaded, $mem"
+      "$py" -c "import sys; sys.exit(0 if float('$wrel') <= $limit and float('$erel') <= $limit else 1)" 2> /dev/null &&
+        [ "$mem_ok" = 0 ] || off_bad+=" $acc-micro-batch"
+    else off_bad+=" $acc-micro-batch" off_fig+="${off_fig:+; }$acc: see $out/offload-*-$acc.log"; fi
+  done
+  figures[offload]=$off_fig
+  if [ -z "$off_bad" ]; then ok offload "20 steps offloaded against device-resident (weights and EMA within $limit)"
+  else fail offload "failed:$off_bad (limit $limit relative)"; fi
+fi
+
+# ---- optim-8bit -----------------------------------------------------------------------------
+if wanted optim-8bit; then
+  q_args=("${base[@]}" --model.model=SanaMS_tiny_P2_D4 --train.max_steps=20 "--train.micro_batch_size=$micro"
+          "--train.global_batch_size=$micro" "--dist.backend=$backend" --train.log_interval=1)
+  q_fig="" q_bad=""
+  for opt in AdamW8bit CAME8bit; do
+    rm -rf "$out/$opt"
+    model_json "$opt-model" "${q_args[@]}" "--train.optimizer.type=$opt"
+    if run_logged optim-8bit 300 "$opt" "$bin" launch --nproc-per-node 1 -- "${q_args[@]}" "--train.optimizer.type=$opt" \
+         "--work_dir=$out/$opt"; then
+      line=$("$py" - "$out/$opt/metrics.jsonl" "$out/$opt/memory.json" "$out/$opt-model.json" <<'PY' 2>&1
+import json, math, sys
+losses = [json.loads(l).get("loss") for l in open(sys.argv[1])]
+losses = [x for x in losses if x is not None]
+measured = json.load(open(sys.argv[2]))["ranks"][0]["optimizer"]
+estimate = json.load(open(sys.argv[3]))["memory_per_process"]["optimizer"]
+good = len(losses) == 20 and all(math.isfinite(x) for x in losses) and abs(measured - estimate) <= 0.01 * estimate
+print(f"{len(losses)} losses {losses[0]:.4f} -> {losses[-1]:.4f}, optimizer {measured / 2**20:.2f} MiB "
+      f"(estimate {estimate / 2**20:.2f})")
+sys.exit(0 if good else 1)
+PY
+)
+      [ $? = 0 ] || q_bad+=" $opt"
+      q_fig+="${q_fig:+; }$opt: $line"
+    else q_bad+=" $opt" q_fig+="${q_fig:+; }$opt: see $out/$opt.log"; fi
+  done
+  figures[optim-8bit]=$q_fig
+  if [ -z "$q_bad" ]; then ok optim-8bit "20 steps each, $precision"; else fail optim-8bit "failed:$q_bad"; fi
+fi
+
+# ---- sprint ---------------------------------------------------------------------------------
+if wanted sprint; then
+  sf=$out/sprint_features
+  [ -f "$sf/train.yaml" ] || "$py" scripts/make_feature_set.py "$sf" --count 64 --latent-channels 4 --latent-size 16 \
+    --downsample 8 --tokens 8 --dim 16 --base-config "$root/configs/sana_tiny_cpu.yaml" > "$out/sprint-features.log" 2>&1
+  sp_common=(--config "$sf/train.yaml" --vae.vae_type=dc-ae --vae.vae_latent_dim=4 --vae.vae_downsample_rate=8
+             --text_encoder.caption_channels=16 --text_encoder.model_max_length=8 --data.image_size=128
+             --model.image_size=128 --model.multi_scale=false --scheduler.timestep_norm_scale_factor=1000
+             --train.visualize=false --train.save_model_steps=0 --train.save_model_epochs=0 --ckpt.async_save=false
+             --train.num_epochs=1000 --train.log_interval=1 --dist.timeout_s=300)
+  student=(--model.model=SanaMSCM_tiny_P2_D4 --model.cfg_embed=true --model.logvar=true --model.teacher=SanaMS_tiny_P2_D4
+           "--model.teacher_model=$out/sprint-teacher/model.safetensors" "--model.head_block_ids=[1, 3]"
+           "--model.load_from=$out/sprint-teacher/model.safetensors" --model.load_strict=false
+           --scheduler.weighting_scheme=logit_normal_trigflow --scheduler.sigma_data=0.5 --scheduler.vis_sampler=scm
+           --train.discriminator_loss=hinge "--train.scm_cfg_scale=[4, 4.5, 5]" --train.tangent_warmup_steps=4)
+  rm -rf "$out"/sprint-teacher "$out"/sprint-student "$out"/sprint-fp32 "$out"/sprint-cpu
+  cpu_env=(env)
+  [ "$mode" = cuda ] && cpu_env=(env CUDA_VISIBLE_DEVICES=)
+  if run_logged sprint 300 sprint-teacher "$bin" launch --nproc-per-node 1 -- "${sp_common[@]}" --train.max_steps=5 \
+       "--dist.device=$device" "--dist.backend=$backend" "--work_dir=$out/sprint-teacher" &&
+     run_logged sprint 300 sprint-student "$bin" launch --nproc-per-node 1 -- "${sp_common[@]}" "${student[@]}" \
+       --train.max_steps=10 "--model.mixed_precision=$precision" "--dist.device=$device" "--dist.backend=$backend" \
+       "--work_dir=$out/sprint-student" &&
+     run_logged sprint 300 sprint-fp32 "$bin" launch --nproc-per-node 1 -- "${sp_common[@]}" "${student[@]}" \
+       --train.max_steps=2 "--dist.device=$device" "--dist.backend=$backend" "--work_dir=$out/sprint-fp32" &&
+     run_logged sprint 300 sprint-cpu "${cpu_env[@]}" "$bin" launch --nproc-per-node 2 -- "${sp_common[@]}" "${student[@]}" \
+       --train.max_steps=2 --dist.device=cpu --dist.backend=gloo "--work_dir=$out/sprint-cpu"; then
+    line=$("$py" - "$out/sprint-student/metrics.jsonl" "$out/sprint-fp32/metrics.jsonl" "$out/sprint-cpu/metrics.jsonl" <<'PY' 2>&1
+import json, math, sys
+def steps(path):
+    return {m["step"]: {k: v for k, v in m.items() if k.startswith("loss_")}
+            for m in map(json.loads, open(path)) if "step" in m}
+run, dev, cpu = (steps(p) for p in sys.argv[1:4])
+finite = sorted(run) == list(range(1, 11)) and all(math.isfinite(v) for s in run.values() for v in s.values())
+assert sorted(dev) == sorted(cpu) == [1, 2], f"steps {sorted(dev)} and {sorted(cpu)}"
+worst, where = max((abs(dev[s][k] - cpu[s][k]) / max(abs(cpu[s][k]), 1.0), f"{k} at step {s}")
+                   for s in cpu for k in cpu[s])
+print(f"10 steps, losses {'finite' if finite else 'NOT finite or missing'} (loss_G {run[1]['loss_G']:.4f} -> "
+      f"{run[max(run)].get('loss_G', run[max(run) - 1].get('loss_G', float('nan'))):.4f}); fp32 on the device "
+      f"against 2 CPU processes: {worst:.2g} ({where})")
+sys.exit(0 if finite and worst <= 2e-2 else 1)
+PY
+)
+    sp_ok=$?
+    read -r sps _ < <(throughput "$out/sprint-student/metrics.jsonl" 8 0 1)
+    figures[sprint]="$sps samples/s; $line"
+    if [ "$sp_ok" = 0 ]; then ok sprint "stage 2, 10 steps $precision, 2 steps fp32 against the CPU"
+    else fail sprint "$line"; fi
+  else fail sprint "see $out/sprint-*.log"; fi
 fi
 
 # ---- tensorboard ----------------------------------------------------------------------------
