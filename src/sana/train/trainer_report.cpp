@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sana/train/batching.h"
+#include "sana/train/part_options.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/trainer.h"
 #include "sana/util/log.h"
