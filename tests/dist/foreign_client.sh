@@ -97,7 +97,7 @@ def closed(s):
 silent = conn()  # says nothing for the whole run
 half = conn(); half.sendall(struct.pack("<I", 500) + b"\x01\x00")  # half a hello, then nothing
 cases = {
-    "wrong token": frame(b"\x01" + field(b"sana-store/1") + field(b"guessed-token")),
+    "wrong token": frame(b"\x01" + field(b"sana-store/2") + field(b"guessed-token")),
     "set before hello": frame(b"\x02" + field(b"sana/failed") + field(b"stop")),
     "oversized frame": struct.pack("<I", 1 << 30) + b"\x02",
     "garbage": b"GET / HTTP/1.0\r\n\r\n",

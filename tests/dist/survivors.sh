@@ -20,7 +20,8 @@
 # NODE: two launchers as two nodes of 2 ranks under stage 2; node 1 is killed whole (its
 # launcher, its workers with it); the mirrors are across nodes, so node 0 goes on and ends
 # with the weights of 4 ranks to that step, then 2 by resume. NODE0: node 0's workers are
-# killed instead; its launcher keeps the store up while node 1 goes on to the end. STORE0: a config that names
+# killed instead; its launcher keeps the store up while node 1 goes on to the end, and both
+# lost ranks are cleared within one heartbeat timeout, not one each. STORE0: a config that names
 # its own dist.master_port has rank 0 host the store there;
 # rank 0 stopped (SIGSTOP): the others lose the store and stop; the launcher, told by
 # nobody, kills rank 0 once it has been stopped past dist.heartbeat_timeout_s + 5 s and
@@ -86,10 +87,12 @@ PY
 
 # Asserts for case NAME that LOG says the survivors went on within dist.timeout_s + 5 s of
 # T0 (WHO: what was lost, for the message).
-expect_regroup() {  # NAME LOG T0 WHO
+expect_regroup() {  # NAME LOG T0 WHO; sets REGROUP_S (seconds from T0, "" if none)
   local name=$1 log=$2 t0=$3 who=$4 secs
+  REGROUP_S=""
   if wait_for_line "$log" "left the run after step" $((timeout_s + 10)); then
     secs=$(elapsed_since "$t0")
+    REGROUP_S=$secs
     echo "$who lost -> the survivors went on after ${secs} s (dist.timeout_s=$timeout_s)"
     awk -v s="$secs" -v t="$timeout_s" 'BEGIN { exit !(s < t + 5) }' &&
       pass "$name: the survivors re-formed within dist.timeout_s + 5 s" || fail "$name: re-forming took ${secs} s"
@@ -254,6 +257,13 @@ for name in NODE NODE0; do
   echo "$name: node $lost killed after step $at"
   log=$SCRATCH/$name$going.log
   expect_regroup "$name" "$log" "$t0" "node $lost"
+  if [ "$name" = NODE0 ] && [ -n "$REGROUP_S" ]; then
+    # Rank 1 went silent with rank 0: found from the store's record of its last beat as soon
+    # as rank 0 is declared, not one more heartbeat timeout later (3 s each).
+    awk -v s="$REGROUP_S" 'BEGIN { exit !(s < 2 * 3) }' &&
+      pass "NODE0: both of node 0's ranks cleared within one heartbeat timeout (${REGROUP_S} s)" ||
+      fail "NODE0: clearing node 0's ranks took ${REGROUP_S} s, a heartbeat timeout (3 s) per rank"
+  fi
   code_of "${launchers[$going]}"
   assert_code "$CODE" 0 "$name: node $going's launcher, the run having ended on its 2 ranks"
   code_of "${launchers[$lost]}" 30

@@ -262,6 +262,16 @@ void FailureWatch::run() {
   }
 }
 
+FailureWatch::Watched FailureWatch::first_look(int r, std::chrono::steady_clock::time_point now) {
+  Watched w{-2, now};
+  if (!store_->check({keys::heartbeat(r)})) return w;
+  // The beat before its age: a beat landing in between makes the age young, never old.
+  const int64_t count = decode_beat(text(store_->get(keys::heartbeat(r)))).count;
+  const auto age = store_key_age_ms(*store_, endpoint_, keys::heartbeat(r));
+  if (!age || *age < 0) return w;
+  return {count, now - std::chrono::milliseconds(*age)};
+}
+
 void FailureWatch::check_heartbeats(std::map<int, Watched>& watched) {
   const auto now = std::chrono::steady_clock::now();
   int watcher = 0;
@@ -278,8 +288,8 @@ void FailureWatch::check_heartbeats(std::map<int, Watched>& watched) {
       ranks.push_back(watcher);
     }
   }
-  std::map<int, Watched> still;  // a rank watched anew starts its wait now
-  for (int r : ranks) still[r] = watched.count(r) ? watched[r] : Watched{-2, now};
+  std::map<int, Watched> still;
+  for (int r : ranks) still[r] = watched.count(r) ? watched[r] : first_look(r, now);
   watched = std::move(still);
   for (int r : ranks) {
     Watched& w = watched[r];

@@ -6,7 +6,8 @@
 // silent rank lost instead (keys::lost) and nobody exits: the main threads regroup; a
 // rank that finds itself declared lost exits. Where the store outlives the ranks (our
 // launcher hosts it), a silent watcher is declared lost by the others in turn, and the
-// lowest member left watches.
+// lowest member left watches; the store host's record of when each beat came lets a new
+// watcher judge at once a rank that has long been silent.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -112,6 +113,11 @@ class FailureWatch {
   // dist.elastic continue: `r` is lost; the others go on without it.
   void lose(int r, const std::string& reason);
   void run();
+  // A rank watched anew: its wait counts from its last beat where the store host can tell
+  // when that was (store_key_age_ms), so a rank that went silent together with the one
+  // watched before it (a whole node) is found at once, not one heartbeat timeout later;
+  // else from now.
+  Watched first_look(int r, std::chrono::steady_clock::time_point now);
   // The watcher (the first member) watches every other member's heartbeat; the others
   // watch the watcher's.
   void check_heartbeats(std::map<int, Watched>& watched);

@@ -52,6 +52,11 @@ int64_t RunStore::getNumKeys() {
   return client_->num_keys();
 }
 
+int64_t RunStore::age_ms(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return client_->age_ms(key);
+}
+
 void RunStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void RunStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
@@ -144,9 +149,22 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
       }
     }
   }
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
-      endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/", store);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(store_key_prefix(endpoint), store);
   return c10::make_intrusive<WatchedStore>(prefixed, quick_limit, keep_in_record);
+}
+
+std::string store_key_prefix(const RendezvousEndpoint& endpoint) {
+  return endpoint.key_prefix + kStorePrefix + endpoint.run_id + "/";
+}
+
+std::optional<int64_t> store_key_age_ms(c10d::Store& store, const RendezvousEndpoint& endpoint,
+                                        const std::string& key) {
+  // open_store's layers: the flight record's watch, the run's prefix, then our store.
+  auto* watched = dynamic_cast<WatchedStore*>(&store);
+  auto* prefixed = watched ? dynamic_cast<c10d::PrefixStore*>(watched->inner().get()) : nullptr;
+  auto* ours = prefixed ? dynamic_cast<RunStore*>(prefixed->getUnderlyingStore().get()) : nullptr;
+  if (ours == nullptr) return std::nullopt;
+  return ours->age_ms(store_key_prefix(endpoint) + "/" + key);  // as c10d::PrefixStore joins them
 }
 
 }  // namespace sana::dist

@@ -39,6 +39,8 @@ class RunStore : public c10d::Store {
 
   // This host's address as the store host sees it (store_client.h).
   const std::string& local_address() const { return client_->local_address(); }
+  // Milliseconds since the store host last saw `key` (the whole key) written; -1: none.
+  int64_t age_ms(const std::string& key);
   const StoreServer* server() const { return server_.get(); }
 
  private:

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -293,5 +294,14 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousEndpoint& endpoint,
                                            std::chrono::milliseconds quick_limit,
                                            bool keep_in_record = true,
                                            std::string* local_address = nullptr);
+
+// The prefix of every key the run keeps in its store (inside torchrun's attempt prefix).
+std::string store_key_prefix(const RendezvousEndpoint& endpoint);
+
+// Milliseconds since the store host last saw `key` (as the run names it, unprefixed)
+// written, -1 when there is no such key; nullopt when the store cannot tell (torchrun's
+// TCPStore). `store`: what open_store returned for `endpoint`.
+std::optional<int64_t> store_key_age_ms(c10d::Store& store, const RendezvousEndpoint& endpoint,
+                                        const std::string& key);
 
 }  // namespace sana::dist

@@ -262,6 +262,10 @@ bool StoreClient::erase(const std::string& key) {
   return integer_of(call(FrameWriter(static_cast<uint8_t>(Op::erase)).field(key).take(), "delete", key, timeout_)) != 0;
 }
 
+int64_t StoreClient::age_ms(const std::string& key) {
+  return integer_of(call(FrameWriter(static_cast<uint8_t>(Op::age)).field(key).take(), "age", key, timeout_));
+}
+
 int64_t StoreClient::num_keys() {
   return integer_of(call(FrameWriter(static_cast<uint8_t>(Op::num_keys)).take(), "key count", "", timeout_));
 }

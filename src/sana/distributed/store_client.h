@@ -55,6 +55,8 @@ class StoreClient {
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired);
   bool erase(const std::string& key);
   int64_t num_keys();
+  // Milliseconds since the store host last saw `key` written (by anyone); -1: no such key.
+  int64_t age_ms(const std::string& key);
   // Waits up to `wait` for every key to exist; StoreTimeout names the missing ones.
   void wait(const std::vector<std::string>& keys, ms wait);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 namespace sana::dist {
 
@@ -26,6 +27,18 @@ FrameWriter ok() { return FrameWriter(static_cast<uint8_t>(Status::ok)); }
 
 }  // namespace
 
+StoreData::StoreData(std::function<int64_t()> now_ms) : now_ms_(std::move(now_ms)) {}
+
+int64_t StoreData::steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void StoreData::write(const std::string& key, Bytes value) {
+  data_[key] = std::move(value);
+  written_ms_[key] = now_ms_();
+}
+
 bool StoreData::has_all(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) > 0; });
 }
@@ -46,7 +59,7 @@ Outcome StoreData::apply(const uint8_t* body, size_t size) {
       auto key = r.text();
       auto value = r.bytes();
       if (!key || !value || !r.done()) return malformed();
-      data_[*key] = std::move(*value);
+      write(*key, std::move(*value));
       return reply(ok().take(), true);
     }
     case Op::get:
@@ -68,7 +81,14 @@ Outcome StoreData::apply(const uint8_t* body, size_t size) {
     case Op::erase: {
       auto key = r.text();
       if (!key || !r.done()) return malformed();
+      written_ms_.erase(*key);
       return reply(ok().integer(data_.erase(*key) > 0 ? 1 : 0).take());
+    }
+    case Op::age: {
+      auto key = r.text();
+      if (!key || !r.done()) return malformed();
+      const auto it = written_ms_.find(*key);
+      return reply(ok().integer(it == written_ms_.end() ? -1 : std::max<int64_t>(0, now_ms_() - it->second)).take());
     }
     case Op::num_keys:
       if (!r.done()) return malformed();
@@ -119,7 +139,7 @@ Outcome StoreData::add(FrameReader& r) {
     now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(*held));
   }
   const std::string text = counter_text(now);
-  data_[*key] = Bytes(text.begin(), text.end());
+  write(*key, Bytes(text.begin(), text.end()));
   return reply(ok().integer(now).take(), true);
 }
 
@@ -133,14 +153,14 @@ Outcome StoreData::compare_set(FrameReader& r) {
   bool changed = false;
   if (it == data_.end()) {
     if (expected->empty()) {
-      data_[*key] = *desired;
+      write(*key, *desired);
       held = std::move(*desired);
       changed = true;
     } else {
       held = std::move(*expected);
     }
   } else if (it->second == *expected) {
-    it->second = *desired;
+    write(*key, *desired);
     held = std::move(*desired);
     changed = true;
   } else {

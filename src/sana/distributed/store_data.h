@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,10 @@ class StoreData {
     int64_t timeout_ms = 0;         // park: how long
   };
 
+  // `now_ms`: the host's clock, in milliseconds, for `age` (a steady clock by default).
+  explicit StoreData(std::function<int64_t()> now_ms = steady_ms);
+  static int64_t steady_ms();
+
   // Applies one request body (op byte and fields) from a connection past its hello.
   Outcome apply(const uint8_t* body, size_t size);
   bool has_all(const std::vector<std::string>& keys) const;
@@ -36,8 +41,12 @@ class StoreData {
   Outcome wait_or_get(store_wire::Op op, store_wire::FrameReader& r);
   Outcome add(store_wire::FrameReader& r);
   Outcome compare_set(store_wire::FrameReader& r);
+  // Stores `value` under `key` and notes when.
+  void write(const std::string& key, store_wire::Bytes value);
 
+  std::function<int64_t()> now_ms_;
   std::unordered_map<std::string, store_wire::Bytes> data_;
+  std::unordered_map<std::string, int64_t> written_ms_;  // when each key was last written
 };
 
 }  // namespace sana::dist

@@ -17,7 +17,7 @@
 
 namespace sana::dist::store_wire {
 
-constexpr const char* kProtocol = "sana-store/1";
+constexpr const char* kProtocol = "sana-store/2";  // 2: `age`
 constexpr uint32_t kMaxFrame = 64u << 20;  // 64 MiB: far above any key or value we write
 
 enum class Op : uint8_t {
@@ -30,6 +30,7 @@ enum class Op : uint8_t {
   erase = 7,        // key -> 1 if it existed
   num_keys = 8,
   wait = 9,  // timeout_ms, keys...: parked until all exist or the timeout
+  age = 10,  // key -> milliseconds since the store host last saw it written; -1: no such key
 };
 
 enum class Status : uint8_t { ok = 0, timeout = 1, error = 2 };

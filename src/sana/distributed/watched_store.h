@@ -39,6 +39,9 @@ class WatchedStore : public c10d::Store {
     return c10::make_intrusive<WatchedStore>(inner_, quick_limit_, keep_);
   }
 
+  // The store it watches.
+  const c10::intrusive_ptr<c10d::Store>& inner() const { return inner_; }
+
   // The margin a waiting operation gets beyond its own timeout before it is overdue.
   static constexpr std::chrono::milliseconds kWaitMargin{5000};
 

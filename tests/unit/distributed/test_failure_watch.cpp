@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "sana/distributed/failure_watch.h"
+#include "sana/distributed/runtime.h"
+#include "sana/distributed/store_server.h"
 
 using namespace sana::dist;
 using namespace std::chrono_literals;
@@ -87,4 +89,51 @@ TEST_CASE("a silent rank found by several watchers is declared lost once") {
   CHECK_FALSE(declare_lost(store, 0, "again"));
   CHECK(declare_lost(store, 2, "rank 2 stopped responding"));
   CHECK(store.add(keys::kLostCount, 0) == 2);
+}
+
+TEST_CASE("ranks that went silent together are declared lost together, not a heartbeat timeout apart") {
+  // dist.elastic continue with the store outside every rank (our launcher hosts it): ranks 0
+  // and 1, a whole node, stopped beating at the same moment. Rank 2 watches rank 0 (the
+  // watcher) and declares it lost after the heartbeat timeout; then it watches rank 1, whose
+  // silence it has not timed itself, and judges it at once from when the store host last
+  // heard from it (not after another timeout: 8 GPUs of a node would take 8 of them).
+  StoreServerOptions o;
+  o.bind_host = "127.0.0.1";
+  o.token = "0123456789abcdef";
+  StoreServer server(o);
+  RendezvousEndpoint e;
+  e.host = "127.0.0.1";
+  e.port = server.port();
+  e.launcher_hosts = true;
+  e.run_id = "node-lost";
+  e.token = o.token;
+  auto store = open_store(e, 5s, 5s);
+  REQUIRE(store_key_age_ms(*store, e, keys::heartbeat(0)) == -1);
+  set_beat(*store, 0, 1, 3);  // their last beats
+  set_beat(*store, 1, 1, 3);
+  const auto age = store_key_age_ms(*store, e, keys::heartbeat(1));  // the run's key, as the prefix makes it
+  REQUIRE(age.has_value());
+  CHECK(*age >= 0);
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const auto timeout = 2000ms;
+  Clock::time_point lost0{}, lost1{};
+  {
+    FailureWatch watch(e, /*rank=*/2, /*world_size=*/3, timeout, /*elastic=*/true);
+    while (Clock::now() - t0 < 10s && lost1 == Clock::time_point{}) {
+      const auto now = Clock::now();
+      if (lost0 == Clock::time_point{} && is_declared_lost(*store, 0)) lost0 = now;
+      if (lost1 == Clock::time_point{} && is_declared_lost(*store, 1)) lost1 = now;
+      std::this_thread::sleep_for(10ms);  // polling for the condition, bounded above
+    }
+  }
+  REQUIRE(lost0 != Clock::time_point{});
+  REQUIRE(lost1 != Clock::time_point{});
+  const double first = std::chrono::duration<double>(lost0 - t0).count();
+  const double apart = std::chrono::duration<double>(lost1 - lost0).count();
+  INFO("rank 0 declared after " << first << " s, rank 1 " << apart << " s later");
+  CHECK(first >= 1.9);   // the watcher's own loss waits for the whole timeout
+  CHECK(apart < 1.5);    // one beat later (0.5 s), not another 2 s timeout
+  const auto why = store->get(keys::lost(1));
+  CHECK(std::string(why.begin(), why.end()).find("rank 1 stopped responding") != std::string::npos);
 }

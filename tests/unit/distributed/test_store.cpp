@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "sana/distributed/store_client.h"
+#include "sana/distributed/store_data.h"
 #include "sana/distributed/store_server.h"
 
 using namespace sana::dist;
@@ -107,6 +108,56 @@ TEST_CASE("the run's store keeps c10d's semantics for every operation") {
   const std::string big(3 << 20, 'z');  // a few MB in one value
   c.set("big", b(big));
   CHECK(s(c.get("big", 1s)) == big);
+}
+
+TEST_CASE("the store host tells how long ago a key was last written, whoever wrote it") {
+  // What a new watcher of a rank's heartbeat asks (failure_watch.h): the host's own clock,
+  // here a counter, so that the ages are exact.
+  int64_t clock_ms = 1000;
+  StoreData data([&] { return clock_ms; });
+  using store_wire::FrameWriter;
+  using store_wire::Op;
+  const auto apply = [&](FrameWriter f) {
+    const auto frame = f.take();
+    return data.apply(frame.data() + 4, frame.size() - 4);
+  };
+  const auto age = [&](const std::string& key) {
+    const auto o = apply(FrameWriter(static_cast<uint8_t>(Op::age)).field(key));
+    REQUIRE(o.kind == StoreData::Outcome::Kind::reply);
+    store_wire::FrameReader r(o.frame.data() + 4, o.frame.size() - 4);
+    REQUIRE(r.head() == uint8_t{0});
+    return r.integer().value_or(-99);
+  };
+  CHECK(age("hb/1") == -1);
+  apply(FrameWriter(static_cast<uint8_t>(Op::set)).field("hb/1").field(b("1 0")));
+  clock_ms += 2500;
+  CHECK(age("hb/1") == 2500);
+  apply(FrameWriter(static_cast<uint8_t>(Op::add)).field("n").integer(1));
+  clock_ms += 40;
+  CHECK(age("n") == 40);
+  CHECK(age("hb/1") == 2540);
+  apply(FrameWriter(static_cast<uint8_t>(Op::add)).field("n").integer(1));
+  CHECK(age("n") == 0);
+  // A compare-set that changes nothing leaves the age; one that changes the value resets it.
+  clock_ms += 7;
+  apply(FrameWriter(static_cast<uint8_t>(Op::compare_set)).field("hb/1").field(b("other")).field(b("x")));
+  CHECK(age("hb/1") == 2547);
+  apply(FrameWriter(static_cast<uint8_t>(Op::compare_set)).field("hb/1").field(b("1 0")).field(b("2 0")));
+  CHECK(age("hb/1") == 0);
+  apply(FrameWriter(static_cast<uint8_t>(Op::erase)).field("hb/1"));
+  CHECK(age("hb/1") == -1);
+  // A malformed request (an extra field) is refused, not answered.
+  CHECK(apply(FrameWriter(static_cast<uint8_t>(Op::age)).field("n").field("extra")).kind ==
+        StoreData::Outcome::Kind::malformed);
+
+  // Through a connection: a key just written is young, a missing one has no age.
+  StoreServer server(loopback_options());
+  StoreClient c("127.0.0.1", server.port(), kToken, 5s, 5s);
+  c.set("a", b("1"));
+  const int64_t young = c.age_ms("a");
+  CHECK(young >= 0);
+  CHECK(young < 5000);
+  CHECK(c.age_ms("missing") == -1);
 }
 
 TEST_CASE("a get waits for a key another client sets, a wait that runs out names the missing keys") {
