@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "sana/config/config.h"
 #include "sana/model/encoders.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/tokenizer.h"

@@ -9,7 +9,6 @@
 
 #include "sana/parallel/bucket_assignment.h"
 
-using namespace sana::dist;
 using namespace sana::parallel;
 
 namespace {
