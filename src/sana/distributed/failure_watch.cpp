@@ -263,13 +263,8 @@ void FailureWatch::run() {
 }
 
 FailureWatch::Watched FailureWatch::first_look(int r, std::chrono::steady_clock::time_point now) {
-  Watched w{-2, now};
-  if (!store_->check({keys::heartbeat(r)})) return w;
-  // The beat before its age: a beat landing in between makes the age young, never old.
-  const int64_t count = decode_beat(text(store_->get(keys::heartbeat(r)))).count;
   const auto age = store_key_age_ms(*store_, endpoint_, keys::heartbeat(r));
-  if (!age || *age < 0) return w;
-  return {count, now - std::chrono::milliseconds(*age)};
+  return {-2, age && *age >= 0 ? now - std::chrono::milliseconds(*age) : now};
 }
 
 void FailureWatch::check_heartbeats(std::map<int, Watched>& watched) {
@@ -296,7 +291,9 @@ void FailureWatch::check_heartbeats(std::map<int, Watched>& watched) {
     if (store_->check({keys::finished(r)})) continue;
     Beat beat;
     if (store_->check({keys::heartbeat(r)})) beat = decode_beat(text(store_->get(keys::heartbeat(r))));
-    if (beat.count != w.count) {
+    if (w.count == -2) {
+      w.count = beat.count;  // the first look: its wait counts from first_look's `since`
+    } else if (beat.count != w.count) {
       w.count = beat.count;
       w.since = now;
       continue;

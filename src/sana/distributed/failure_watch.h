@@ -107,7 +107,7 @@ class FailureWatch {
  private:
   // What this rank knows of another's heartbeat while it watches it.
   struct Watched {
-    int64_t count = -2;  // the last beat count read (-1: none yet)
+    int64_t count = -2;  // the last beat count read (-1: no beat yet; -2: not read yet)
     std::chrono::steady_clock::time_point since;  // when it last changed
   };
   // dist.elastic continue: `r` is lost; the others go on without it.
@@ -116,7 +116,7 @@ class FailureWatch {
   // A rank watched anew: its wait counts from its last beat where the store host can tell
   // when that was (store_key_age_ms), so a rank that went silent together with the one
   // watched before it (a whole node) is found at once, not one heartbeat timeout later;
-  // else from now.
+  // else from now. Its beat count is read by the check that follows.
   Watched first_look(int r, std::chrono::steady_clock::time_point now);
   // The watcher (the first member) watches every other member's heartbeat; the others
   // watch the watcher's.
