@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Random faults against multi-process training runs for a set time (scripts/chaos.sh).
 
 Campaign after campaign, a `sana-train launch` run of the tiny preset on 4 processes

@@ -5,4 +5,5 @@
 #   bash scripts/chaos.sh --summary-of DIR/results.json
 # Needs the built sana-train (scripts/build.sh); as root its work_dir is a tmpfs of its
 # own, for the full-disk and read-only faults.
-exec /usr/bin/python3 "$(dirname "$0")/chaos.py" "$@"
+. "$(dirname "$0")/python_env.sh"
+exec "$SANA_PYTHON" "$(dirname "$0")/chaos.py" "$@"

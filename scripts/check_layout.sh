@@ -245,7 +245,7 @@ if [ ${#test_scripts[@]} -gt 0 ]; then
         while (match(cmd, /^([A-Za-z_][A-Za-z0-9_]*=("[^"]*"|\047[^\047]*\047|[^ \t]*)|env)[ \t]+/)) cmd = substr(cmd, RLENGTH + 1)
         if (cmd ~ /^wait([ \t]|$)/) {
           printf "%s:%d: a bare wait (rule e: code_of PID SECONDS waits until a deadline)\n", file, line >> OUT
-        } else if (cmd ~ /^("\$\{?[A-Z_]*BIN\}?"|\$\{?[A-Z_]*BIN\}?|mpirun|srun|ip[ \t]+netns[ \t]+exec|\/usr\/bin\/python3|python3|"\$PY"|\$PY|setsid)([ \t]|$)/) {
+        } else if (cmd ~ /^("\$\{?[A-Z_]*BIN\}?"|\$\{?[A-Z_]*BIN\}?|mpirun|srun|ip[ \t]+netns[ \t]+exec|\/usr\/bin\/python3|python3|"\$PY"|\$PY|"\$\{?SANA_PYTHON\}?"|\$\{?SANA_PYTHON\}?|setsid)([ \t]|$)/) {
           word = cmd; sub(/[ \t].*$/, "", word)
           printf "%s:%d: %s started without a time limit (rule e: timeout SECONDS ..., or start_bounded)\n", file, line, word >> OUT
         }

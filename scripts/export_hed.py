@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Exports upstream's HED edge network for ControlNet scribble and HED maps to TorchScript,
 the file controlnet.hed_model names (docs/controlnet.md).
 

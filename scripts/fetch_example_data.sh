@@ -8,6 +8,7 @@
 # Packages are fetched with apt-get download and unpacked with dpkg -x (nothing installed).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/python_env.sh"
 out=${1:-$root/data}
 cache=$out/.cache
 if [ -f "$out/.fetched" ]; then
@@ -25,7 +26,7 @@ packages=(mate-backgrounds ukui-wallpapers gnome-backgrounds dataset-fashion-mni
   fi
 )
 for deb in "$cache"/debs/*.deb; do dpkg -x "$deb" "$cache/root"; done
-/usr/bin/python3 "$root/scripts/make_example_sets.py" "$cache/root" "$out" | tee "$out/.fetched.tmp"
+"$SANA_PYTHON" "$root/scripts/make_example_sets.py" "$cache/root" "$out" | tee "$out/.fetched.tmp"
 tr '\n' ' ' < "$out/.fetched.tmp" > "$out/.fetched"
 rm -f "$out/.fetched.tmp"
 echo "fetch_example_data: done; index them with: sana-train index --input $out/multiscale/metadata.jsonl --output $out/multiscale.sidx"

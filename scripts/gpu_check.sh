@@ -182,7 +182,9 @@ tests_bin=$build_dir/tests/sana_torch_tests
 prefixes=()
 [ -d "$kit/usr" ] && prefixes+=("$kit/usr" "$kit/fmt/usr")
 [ "$torch_source" != system ] && prefixes+=("$torch_prefix")
-cmake_args=(-DSANA_BUILD_TESTS=ON)
+# The tests' Python: the machine's python3, whose torch is the LibTorch when that is pip's.
+cmake_args=(-DSANA_BUILD_TESTS=ON "-DSANA_PYTHON=$(command -v python3 || echo python3)")
+[ "$torch_source" = TORCH_PREFIX ] && cmake_args+=(-DSANA_PYTHON_CHECK=OFF)
 [ "${#prefixes[@]}" -gt 0 ] && cmake_args+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefixes[*]}")")
 # The kit's protoc and its shared libraries.
 [ -d "$kit/usr/bin" ] && export PATH=$kit/usr/bin:$PATH LD_LIBRARY_PATH=$kit/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

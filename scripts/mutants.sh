@@ -11,6 +11,7 @@
 # The sources are put back on any exit (a trap), and the build is brought back at the end.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/python_env.sh"
 build=${1:-$root/build}
 [ $# -gt 0 ] && shift
 catalogue=$root/scripts/mutants.tsv
@@ -49,7 +50,7 @@ while IFS=$'\t' read -r id file original planted what tests; do
     continue
   fi
   saved=$file
-  /usr/bin/python3 - "$root/$file" "$original" "$planted" <<'PY'
+  "$SANA_PYTHON" - "$root/$file" "$original" "$planted" <<'PY'
 import sys
 path, old, new = sys.argv[1:4]
 text = open(path).read()
@@ -65,7 +66,7 @@ PY
      > "$log_dir/$id.ctest.log" 2>&1)
   restore
   ran=$(grep -c '<testcase ' "$log_dir/$id.xml" 2>/dev/null || echo 0)
-  failed=$(/usr/bin/python3 - "$log_dir/$id.xml" <<'PY' 2>/dev/null
+  failed=$("$SANA_PYTHON" - "$log_dir/$id.xml" <<'PY' 2>/dev/null
 import sys, xml.etree.ElementTree as ET
 cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
 print(", ".join(c.get("name") for c in cases if c.get("status") == "fail"))

@@ -15,10 +15,11 @@
 #   bash scripts/sprint_tiny.sh [OUT] [STEPS] [CHUNK] [ARGS...]   (defaults /tmp/sana-sprint-tiny 300 50)
 # ARGS go to the student's runs (e.g. --train.optimizer.lr=1e-5). SANA_TEACHER_STEPS: the
 # teacher's steps (default 1500).
-# Needs build/apps/sana-train (cmake --build build --target sana-train) and /usr/bin/python3
+# Needs build/apps/sana-train (cmake --build build --target sana-train) and the project's Python (scripts/install_deps.sh)
 # with torch (the stand-in encoder) and PIL.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/python_env.sh"
 out=${1:-/tmp/sana-sprint-tiny}
 steps=${2:-300}
 chunk=${3:-50}
@@ -28,7 +29,7 @@ bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
 mkdir -p "$out"
 cd "$out"
 bash "$root/scripts/prepare_example_data.sh" "$out/data" > /dev/null
-[ -f enc/text.pt ] || timeout 120 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" enc > enc.log
+[ -f enc/text.pt ] || timeout 120 "$SANA_PYTHON" "$root/tests/reference/make_torchscript_encoders.py" enc > enc.log
 cat > teacher.yaml <<EOF
 base: $root/configs/sana_tiny_cpu.yaml
 work_dir: teacher
@@ -53,7 +54,7 @@ train: {discriminator_loss: hinge, scm_cfg_scale: [4, 4.5, 5], tangent_warmup_st
         save_model_steps: $chunk, preview_steps: 2}
 EOF
 # The previews' captions: the first 8 sidecar captions of the data, as a YAML list.
-prompts=$(ls data/*/*.txt | head -8 | xargs cat | /usr/bin/python3 -c 'import json, sys; print(json.dumps([l.strip() for l in sys.stdin]))')
+prompts=$(ls data/*/*.txt | head -8 | xargs cat | "$SANA_PYTHON" -c 'import json, sys; print(json.dumps([l.strip() for l in sys.stdin]))')
 # ARGS go to every preview too (e.g. --train.preview_cfg_scale=1 with --train.scm_cfg_scale=[1]).
 preview() {
   timeout 300 "$bin" preview --config "$1" "--train.validation_prompts=$prompts" "${student_args[@]}" "${@:2}" > /dev/null 2>&1
@@ -67,7 +68,7 @@ preview teacher.yaml --weights teacher/model.safetensors --out previews/teacher2
 # mse DIR: the mean squared error of DIR's grids against the teacher's, in [-1, 1] pixels,
 # in full and 4 x 4-pooled.
 mse() {
-  /usr/bin/python3 - previews/teacher20 "$1" <<'PY'
+  "$SANA_PYTHON" - previews/teacher20 "$1" <<'PY'
 import glob, os, sys
 import numpy as np
 from PIL import Image

@@ -12,6 +12,7 @@
 #include "sana/train/train.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
+#include "sana/util/torch_build.h"
 
 namespace sana::app {
 
@@ -50,8 +51,8 @@ class Train : public ConfigCommand {
   int run(const dist::LaunchEnv& env, const config::Config& cfg) override {
     open_run_log(cfg, env, "train");
     if (env.rank == 0) std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << config::to_yaml(cfg);
-    log::info("sana-train {}: launcher {}, rank {} of {}, work_dir {}", SANA_VERSION, env.launcher, env.rank,
-              env.world_size, cfg.work_dir);
+    log::info("sana-train {} ({}): launcher {}, rank {} of {}, work_dir {}", SANA_VERSION,
+              util::torch_build_summary(), env.launcher, env.rank, env.world_size, cfg.work_dir);
     return train::train(cfg, env);
   }
 

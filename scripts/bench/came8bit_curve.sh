@@ -8,6 +8,7 @@
 #   scripts/bench/came8bit_curve.sh [STEPS=300]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 steps=${1:-300}
 build=${SANA_BUILD_DIR:-$root/build}
 cmake --build "$build" --target sana-train > /dev/null
@@ -25,4 +26,4 @@ run() {  # NAME TYPE SEED
 run came CAME 1
 run came8bit CAME8bit 1
 run came_seed2 CAME 2
-/usr/bin/python3 "$root/scripts/bench/loss_curves.py" "$work" 30 came:CAME came_seed2:"CAME seed 2" came8bit:CAME8bit
+"$SANA_PYTHON" "$root/scripts/bench/loss_curves.py" "$work" 30 came:CAME came_seed2:"CAME seed 2" came8bit:CAME8bit

@@ -12,6 +12,7 @@
 # Prints Markdown.  bash scripts/bench/checkpoint_host_memory.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
 up=$root/tests/configs/upstream
 work=$(mktemp -d)
@@ -32,7 +33,7 @@ for entry in "${configs[@]}"; do
     state "$config" "$opt" 1 0 > "$work/w1.json"
     state "$config" "$opt" 8 3 > "$work/w8.json"
     state "$config" "$opt" 64 3 > "$work/w64.json"
-    /usr/bin/python3 - "$name" "$opt" "$work/w1.json" "$work/w8.json" "$work/w64.json" <<'PY'
+    "$SANA_PYTHON" - "$name" "$opt" "$work/w1.json" "$work/w8.json" "$work/w64.json" <<'PY'
 import json, sys
 name, opt, one, w8, w64 = sys.argv[1], sys.argv[2], *[json.load(open(p))["memory_per_process"] for p in sys.argv[3:6]]
 gib = lambda b: f"{b / 2**30:.1f} GiB"

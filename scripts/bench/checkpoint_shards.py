@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Checkpoint format 3 against format 2 (ckpt.format), the same model, world size and stage:
 the wall time of a save and each rank's host memory around it, measured from outside.
 
@@ -12,7 +12,7 @@ the window. Prints the median save time per format and, per save and rank, stead
 peak and the growth against 1/W of the checkpoint's tensor bytes + 64 MiB. A benchmark,
 not a test: it prints figures.
 
-    /usr/bin/python3 scripts/bench/checkpoint_shards.py [NPROC=4] [STAGE=3] [PRESET=SanaMS_100M_P2_D12] [STEPS=6]
+    .venv/bin/python scripts/bench/checkpoint_shards.py [NPROC=4] [STAGE=3] [PRESET=SanaMS_100M_P2_D12] [STEPS=6]
 """
 import datetime
 import glob

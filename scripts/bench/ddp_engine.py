@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The Python side of scripts/bench/ddp_engine.sh: the same SanaMS architecture in PyTorch
 (unconditional, pixel space; sana_torch.py), trained with torch.nn.parallel.DistributedDataParallel on
 Gloo with AdamW on random data, printing samples/s. Run under torchrun:

@@ -9,6 +9,7 @@
 #   scripts/bench/frozen_base_curve.sh [STEPS=300]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 steps=${1:-300}
 build=${SANA_BUILD_DIR:-$root/build}
 cmake --build "$build" --target sana-train > /dev/null
@@ -35,5 +36,5 @@ run fp32 fp32 1
 run fp32_seed2 fp32 2
 run bf16 bf16 1
 run int8 int8 1
-/usr/bin/python3 "$root/scripts/bench/loss_curves.py" "$work" 30 fp32:"fp32 base" fp32_seed2:"fp32 seed 2" \
+"$SANA_PYTHON" "$root/scripts/bench/loss_curves.py" "$work" 30 fp32:"fp32 base" fp32_seed2:"fp32 seed 2" \
   bf16:"bf16 base" int8:"int8 base"

@@ -8,6 +8,7 @@
 #   scripts/bench/index.sh [ROWS=10000000] [DIR=/tmp/sana-bench-index]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 bin=${SANA_BUILD_DIR:-$root/build}/apps/sana-train
 rows=${1:-10000000}
 dir=${2:-/tmp/sana-bench-index}
@@ -50,7 +51,7 @@ if [ "$rows" -gt 20000000 ]; then
   exit 0
 fi
 echo "--- python3: json.loads every line into a list"
-/usr/bin/time -f "python: %e s wall, peak RSS %M KiB" /usr/bin/python3 -c "
+/usr/bin/time -f "python: %e s wall, peak RSS %M KiB" "$SANA_PYTHON" -c "
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 print('python rows:', len(rows))

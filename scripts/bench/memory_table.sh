@@ -9,6 +9,7 @@
 #   bash scripts/bench/memory_table.sh   (Markdown on stdout)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
 up=$root/tests/configs/upstream
 work=$(mktemp -d)
@@ -22,7 +23,7 @@ cell() {
   local config=$1 act=$2
   shift 2
   "$bin" model --config "$config" "$@" --json --no-activations "--work_dir=$work/w" > "$work/m.json" 2> /dev/null
-  /usr/bin/python3 - "$work/m.json" "$act" <<'PY'
+  "$SANA_PYTHON" - "$work/m.json" "$act" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))["memory_per_process"]
 gib = (m["weights"] + m["gradients"] + m["optimizer"] + m["ema"] + m["gathered"]) / 2**30
@@ -34,7 +35,7 @@ PY
 # The activations once per config (they depend on neither the stage nor the optimizer).
 activations() {
   "$bin" model --config "$1" --json "--work_dir=$work/w" > "$work/a.json" 2> /dev/null
-  /usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["memory_per_process"]; print(m["total_for_config"]-m["weights"]-m["gradients"]-m["optimizer"]-m["ema"])' "$work/a.json"
+  "$SANA_PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1]))["memory_per_process"]; print(m["total_for_config"]-m["weights"]-m["gradients"]-m["optimizer"]-m["ema"])' "$work/a.json"
 }
 echo "| model, px | optimizer | stage | W=1 | W=8 | W=64 |"
 echo "| --- | --- | --- | --- | --- | --- |"

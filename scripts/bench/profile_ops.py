@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Sums a Chrome trace of torch's autograd profiler (LibTorch's RecordProfile, e.g.
 BENCH_PROFILE=FILE with build/apps/bench_ddp, built by cmake --build build --target
 bench_ddp) per operator: self time (an operator's time minus the operators it called),
 calls, share. With --python PRESET SIDE BATCH it prints the
 same table for a PyTorch step of the same shapes (forward, backward, AdamW; one thread) next
 to it: upstream_peer.py's model (upstream's classes) by default, --peer mirror for sana_torch.py.
-  /usr/bin/python3 scripts/bench/profile_ops.py TRACE [--top 25] [--python SanaMS_tiny_P2_D4 64 8]
+  .venv/bin/python scripts/bench/profile_ops.py TRACE [--top 25] [--python SanaMS_tiny_P2_D4 64 8]
 """
 import argparse
 import collections

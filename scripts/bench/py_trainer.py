@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Python peer trainer: the speed reference for sana-train benchmarks.
 
 An independent PyTorch implementation of the same job as sana-train: SanaMS (pixel space,
@@ -6,7 +6,7 @@ unconditional) trained with flow matching, DistributedDataParallel on Gloo (CPU)
 gradient accumulation, aspect-ratio buckets, and images decoded by a torchvision
 DataLoader. Run under torchrun, e.g.:
 
-  OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --redirects 2 --tee 1 \
+  OMP_NUM_THREADS=1 .venv/bin/python -m torch.distributed.run --redirects 2 --tee 1 \
       --log_dir "$(mktemp -d)" --nproc_per_node 2 --master_port 29517 \
       scripts/bench/py_trainer.py --samples samples.tsv --global-batch 8 --micro-batch 4
 

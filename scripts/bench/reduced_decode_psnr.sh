@@ -6,6 +6,7 @@
 #   scripts/bench/reduced_decode_psnr.sh [DIR=/usr/share/backgrounds/mate] [SIZE=512]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 dir=${1:-/usr/share/backgrounds/mate}
 size=${2:-512}
 bin=${SANA_BUILD_DIR:-$root/build}/apps/sana-train
@@ -20,7 +21,7 @@ for mode in full reduced; do
   timeout 900 "$bin" check-data --config "$work/c.yaml" --dump "$work/$mode" --data.jpeg_reduced_decode=$flag \
     2>/dev/null | grep "images/s" | sed "s/^/$mode: /"
 done
-/usr/bin/python3 - "$work" <<'EOF'
+"$SANA_PYTHON" - "$work" <<'EOF'
 import math, os, sys
 import numpy as np
 from PIL import Image

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The benchmark suite behind the README's "Performance" table (scripts/bench/run_all.sh).
 
 Every row is the median of RUNS runs (with min and max), the trainer and its reference
@@ -17,7 +17,7 @@ alternating run by run so that drift on the machine hits both alike:
              index at 10M rows vs Python; checkpoint blocking, write rate vs dd, resume;
              fault trials: kill -9 and others to the last process's exit)
 Writes OUT/results.json and OUT/results.md and prints the markdown.
-  /usr/bin/python3 scripts/bench/run_all.py [--quick] [--out DIR] [--only compute,e2e,...] [--runs N]
+  .venv/bin/python scripts/bench/run_all.py [--quick] [--out DIR] [--only compute,e2e,...] [--runs N]
       [--presets SanaMS_tiny_P2_D4] [--rows 1x1,1x2]
 """
 import argparse
@@ -33,7 +33,7 @@ import time
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("SANA_BUILD_DIR", os.path.join(ROOT, "build"))
 BIN = os.path.join(BUILD, "apps", "sana-train")
-PY = "/usr/bin/python3"
+PY = sys.executable
 CORES = os.cpu_count() or 1
 
 

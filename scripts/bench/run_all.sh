@@ -5,5 +5,6 @@
 #   bash scripts/bench/run_all.sh [--quick] [--out DIR] [--only compute,e2e,scripts] [--runs N]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 cmake --build "${SANA_BUILD_DIR:-$root/build}" --target sana-train bench_decode bench_gloo_allreduce bench_ddp > /dev/null
-exec /usr/bin/python3 "$root/scripts/bench/run_all.py" "$@"
+exec "$SANA_PYTHON" "$root/scripts/bench/run_all.py" "$@"

@@ -8,6 +8,7 @@
 # the example photos' test copies at 32 px (tiny activations: the state dominates), EMA on.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/python_env.sh"
 bin=${SANA_TRAIN_BIN:-$root/build/apps/sana-train}
 preset=${1:-SanaMS_100M_P2_D12}
 optimizer=${2:-AdamW}
@@ -31,7 +32,7 @@ for stage in 0 1 2 3; do
   wait
   kb0=$(tail -1 "$work/rss0"); kb1=$(tail -1 "$work/rss1")
   "$bin" model "${args[@]}" --train.zero_stage=$stage --json --world-size 2 "--work_dir=$work/m" 2> /dev/null > "$work/m$stage.json"
-  pred=$(/usr/bin/python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["memory_per_process"]; print(max(r["weights"]+r["gradients"]+r["optimizer"]+r["ema"]+r["gathered"] for r in m["ranks"]))' "$work/m$stage.json")
+  pred=$("$SANA_PYTHON" -c 'import json,sys; m=json.load(open(sys.argv[1]))["memory_per_process"]; print(max(r["weights"]+r["gradients"]+r["optimizer"]+r["ema"]+r["gathered"] for r in m["ranks"]))' "$work/m$stage.json")
   if [ $stage = 0 ]; then base0=$kb0; base1=$kb1; pred0=$pred; fi
   printf "%-6s %-22s %-22s %-24s %s\n" "$stage" "$((kb0 / 1024)) / $((kb1 / 1024))" \
     "$(((base0 - kb0) / 1024)) / $(((base1 - kb1) / 1024))" "$(mib "$pred")" "$(mib "$(awk -v a="$pred0" -v b="$pred" 'BEGIN { print a - b }')")"

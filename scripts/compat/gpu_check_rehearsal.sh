@@ -4,10 +4,9 @@
 # compiler, cmake, ninja, python3 and a LibTorch, and none of sana-train's other libraries:
 # only .kit is carried in, as on a borrowed GPU machine. A script for a person, not a test.
 #   bash scripts/gpu_check.sh --rehearse [OUT_DIR]   (default output/gpu_check_rehearsal)
-# The LibTorch is Debian's 1.13 as a LibTorch folder comes: its runtime (libtorch1.13 and the
-# libraries it loads) and its own header dependencies (glog, gflags), with libtorch-dev's
-# files unpacked without the -dev packages apt would add for it (libprotobuf-dev). Before
-# anything runs, the root is checked to hold no header of the kit's libraries.
+# The LibTorch is the GPU machine's kind: pip's torch in a venv at /opt/torch/.venv (this
+# checkout's .venv, bind-mounted read-only: the same Debian 12 Python), with the CUDA
+# toolkit's folder bind-mounted as /usr/local/cuda (the build needs nvcc; a GPU it does not).
 # Needs root (debootstrap, chroot, mounts). The root is kept between runs
 # (SANA_BARE_ROOT, default /var/cache/sana-bare-bookworm), and so is its build folder.
 set -euo pipefail
@@ -19,21 +18,19 @@ say() { echo "gpu_check_rehearsal: $*"; }
 die() { echo "gpu_check_rehearsal: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot)"
 [ -d "$repo/.kit/usr" ] || die "no device kit in $repo/.kit: run bash scripts/device_kit.sh first"
+[ -x "$repo/.venv/bin/python" ] || die "no $repo/.venv: run bash scripts/install_deps.sh first"
+cuda=$(readlink -f /usr/local/cuda)
+[ -x "$cuda/bin/nvcc" ] || die "no CUDA toolkit at /usr/local/cuda (the build needs nvcc)"
 start=$(date +%s)
 
-if [ ! -f "$root/.sana-bare-ready" ]; then
+if [ ! -f "$root/.sana-bare-ready-2" ]; then
   command -v debootstrap > /dev/null || apt-get install -y -q debootstrap
   rm -rf "$root"
   say "a bare bookworm root in $root: minbase, a compiler, cmake, ninja, python3"
   debootstrap --variant=minbase --include=g++,make,cmake,ninja-build,python3,procps bookworm "$root" "$mirror" \
     > "$out/debootstrap.log" 2>&1 || { tail -n 20 "$out/debootstrap.log" >&2; die "debootstrap failed"; }
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
-  say "the LibTorch: libtorch1.13 with glog and gflags, and libtorch-dev's own files"
-  chroot "$root" bash -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q --no-install-recommends \
-      libtorch1.13 libgoogle-glog-dev libgflags-dev && cd /tmp && apt-get download -q libtorch-dev &&
-      dpkg -x libtorch-dev_*.deb / && rm libtorch-dev_*.deb' > "$out/libtorch.log" 2>&1 ||
-    { tail -n 20 "$out/libtorch.log" >&2; die "installing the LibTorch failed"; }
-  touch "$root/.sana-bare-ready"
+  touch "$root/.sana-bare-ready-2"
 fi
 # Bare: none of the kit's libraries' headers are in the root.
 found=""
@@ -44,11 +41,14 @@ done
 [ -z "$found" ] || die "the root is not bare, it has:$found"
 say "the root holds none of the kit's headers"
 
-cleanup() { for m in proc dev sys; do umount "$root/$m" 2> /dev/null || true; done; }
+cleanup() { for m in proc dev sys opt/torch/.venv usr/local/cuda; do umount "$root/$m" 2> /dev/null || true; done; }
 trap cleanup EXIT
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 mountpoint -q "$root/dev" || mount --bind /dev "$root/dev"
 mountpoint -q "$root/sys" || mount --bind /sys "$root/sys"
+mkdir -p "$root/opt/torch/.venv" "$root/usr/local/cuda"
+mountpoint -q "$root/opt/torch/.venv" || mount --bind -o ro "$repo/.venv" "$root/opt/torch/.venv"
+mountpoint -q "$root/usr/local/cuda" || mount --bind -o ro "$cuda" "$root/usr/local/cuda"
 # The committed tree (a clean clone's files) and the kit, nothing else.
 rm -rf "$root/work/repo.new" && mkdir -p "$root/work/repo.new"
 git -C "$repo" archive HEAD | tar -x -C "$root/work/repo.new"
@@ -59,7 +59,7 @@ rm -rf "$root/work/repo" && mv "$root/work/repo.new" "$root/work/repo"
 rm -rf "$root/work/out"
 say "running gpu_check.sh in the root (SANA_CHECK_ALLOW_CPU=1)"
 set +e
-chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SANA_CHECK_ALLOW_CPU=1 \
+chroot "$root" env -i PATH=/opt/torch/.venv/bin:/usr/local/cuda/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root SANA_CHECK_ALLOW_CPU=1 \
   bash -c 'cd /work/repo && bash scripts/gpu_check.sh /work/out' 2>&1 | tee "$out/check.log"
 rc=${PIPESTATUS[0]}
 set -e

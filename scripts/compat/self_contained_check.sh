@@ -11,13 +11,14 @@
 #   bash scripts/compat/self_contained_check.sh [BUILD_DIR]   (default build)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+. "$repo/scripts/python_env.sh"
 build=$(cd "${1:-$repo/build}" && pwd)
 [ -f "$build/compile_commands.json" ] || { echo "self_contained_check: no compile_commands.json in $build (configure it first)"; exit 2; }
 jobs=${SANA_CHECK_JOBS:-$(nproc)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # One small script per member source: its target's command, syntax only, on that source.
-/usr/bin/python3 - "$build/compile_commands.json" "$work" <<'PY'
+"$SANA_PYTHON" - "$build/compile_commands.json" "$work" <<'PY'
 import json, os, re, shlex, sys
 entries, work = json.load(open(sys.argv[1])), sys.argv[2]
 n = 0

@@ -28,7 +28,7 @@ case "${1:-}" in files | work_dir) part=$1; shift ;; esac
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 TINY=$ROOT/configs/sana_tiny_cpu.yaml
 IMAGES=/usr/share/backgrounds/mate  # 30 wallpapers (mate-backgrounds), as the other tests use
-PY=/usr/bin/python3                 # Debian's, with python3-pil
+PY=$SANA_PYTHON
 W=$SCRATCH/$TOKEN                   # the token is on every command line (lib.sh's cleanup)
 mkdir -p "$W"
 MOUNTS=()

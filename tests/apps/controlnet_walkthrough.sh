@@ -42,7 +42,7 @@ assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
 assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
 steps=$(grep -o '"step":[0-9]*' output/my_controlnet/metrics.jsonl | sort -u | wc -l)
 if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
-if /usr/bin/python3 - "${base:-none}" output/my_controlnet "$root/tests/reference" > check.txt 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "${base:-none}" output/my_controlnet "$root/tests/reference" > check.txt 2>&1 <<'PY'; then
 import glob, sys
 import numpy as np
 import torch

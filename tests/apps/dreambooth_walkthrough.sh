@@ -38,7 +38,7 @@ assert_contains cmd4.log "resumed from" "the second launch resumed"
 if grep -q "generating" cmd4.log; then fail "the resume generated class images again"; else pass "the resume reused the class images"; fi
 n=$(ls output/class_dog/generated_*.png 2> /dev/null | wc -l)
 if [ "$n" -eq 4 ]; then pass "4 class images in output/class_dog"; else fail "$n class images"; fi
-if /usr/bin/python3 - output/my_dreambooth > check.txt 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - output/my_dreambooth > check.txt 2>&1 <<'PY'; then
 import json, os, sys
 d = sys.argv[1]
 lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]

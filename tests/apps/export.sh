@@ -5,6 +5,7 @@
 # equal (the null caption, which diffusers' layout lacks, comes from the same seed; upstream's
 # pos_embed buffer is in both, as diffusers' single-file loader needs it), and
 # a folder whose config.json names another depth is refused with exit 2, naming the field;
+# diffusers' SanaPipeline, assembled around the exported folder, samples 2 steps;
 # with a text encoder, the null caption exported is the one a run makes.
 # Every command under `timeout` in a `mktemp -d` folder.
 . "$(dirname "$0")/../dist/lib.sh"
@@ -16,8 +17,16 @@ ex --format upstream --out "$SCRATCH/a.pth"; assert_code $? 0 "initial weights t
 ex --from "$SCRATCH/a.pth" --format diffusers --out "$SCRATCH/transformer"; assert_code $? 0 ".pth to a diffusers folder"
 [ -f "$SCRATCH/transformer/config.json" ] && [ -f "$SCRATCH/transformer/diffusion_pytorch_model.safetensors" ] &&
   pass "the folder has config.json and diffusion_pytorch_model.safetensors" || fail "diffusers folder incomplete"
+# diffusers' SanaPipeline around the exported folder (a tiny AutoencoderDC, Gemma2Model and
+# tokenizer made by the script): 2 sampling steps with guidance, decoded.
+if timeout 300 "$SANA_PYTHON" "$(dirname "$0")/diffusers_pipeline.py" "$SCRATCH/transformer" "$SCRATCH/pipeline" \
+     > "$SCRATCH/pipeline.log" 2>&1; then
+  pass "$(tail -1 "$SCRATCH/pipeline.log")"
+else
+  fail "diffusers' SanaPipeline does not run on the exported transformer"; tail -20 "$SCRATCH/pipeline.log"
+fi
 ex --from "$SCRATCH/transformer" --format upstream --out "$SCRATCH/b.pth"; assert_code $? 0 "the folder back to a .pth"
-if /usr/bin/python3 - "$SCRATCH/a.pth" "$SCRATCH/b.pth" > "$SCRATCH/cmp.txt" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH/a.pth" "$SCRATCH/b.pth" > "$SCRATCH/cmp.txt" 2>&1 <<'PY'; then
 import sys, torch
 a, b = (torch.load(p, weights_only=True)["state_dict"] for p in sys.argv[1:])  # as PyTorch 2.6 loads by default
 same = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
@@ -34,7 +43,7 @@ PY
 else
   fail "the round trip changed the weights"; cat "$SCRATCH/cmp.txt"
 fi
-timeout 120 /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_layers"] = 7; json.dump(c, open(sys.argv[1], "w"))' \
+timeout 120 "$SANA_PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1])); c["num_layers"] = 7; json.dump(c, open(sys.argv[1], "w"))' \
   "$SCRATCH/transformer/config.json"
 ex --from "$SCRATCH/transformer" --format upstream --out "$SCRATCH/c.pth"; assert_code $? 2 "a config.json of another depth"
 assert_contains "$SCRATCH/export.log" "num_layers: file 7, preset 4" "the error names the field"
@@ -42,7 +51,7 @@ assert_contains "$SCRATCH/export.log" "num_layers: file 7, preset 4" "the error 
 # The null caption as a run has it: with a text encoder (a TorchScript stand-in), the
 # initial weights exported and a diffusers folder (which keeps no null caption) exported
 # back hold the encoder's empty-prompt features, as a 1-step run's model.safetensors does.
-timeout 120 /usr/bin/python3 "$(dirname "$0")/../reference/make_torchscript_encoders.py" "$SCRATCH/enc" \
+timeout 120 "$SANA_PYTHON" "$(dirname "$0")/../reference/make_torchscript_encoders.py" "$SCRATCH/enc" \
   > "$SCRATCH/enc.log" 2>&1 || { fail "writing the stand-in encoders"; cat "$SCRATCH/enc.log"; }
 te=(--text_encoder.text_encoder_name=torchscript "--text_encoder.text_encoder_path=$SCRATCH/enc/text.pt"
     --text_encoder.caption_channels=8 --text_encoder.model_max_length=6 "--work_dir=$SCRATCH/te")
@@ -54,7 +63,7 @@ assert_contains "$SCRATCH/export_te.log" "the text encoder's empty-prompt featur
 timeout 300 "$BIN" --config "$config" "${te[@]}" "--data.data_dir=[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]" \
   --train.max_steps=1 --train.visualize=false > "$SCRATCH/te_run.log" 2>&1
 assert_code $? 0 "one training step with the same text encoder"
-if /usr/bin/python3 - "$SCRATCH" > "$SCRATCH/null.txt" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH" > "$SCRATCH/null.txt" 2>&1 <<'PY'; then
 import json, struct, sys
 import torch
 d = sys.argv[1]

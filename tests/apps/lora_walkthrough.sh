@@ -6,10 +6,12 @@
 # download is replaced by a tiny caption model's initial weights exported as a diffusers
 # pipeline folder (`sana-train export --format diffusers` to its transformer/). The training
 # launch is stopped with Ctrl-C once it has taken 10 steps; the resume must pick up there on
-# 1 process and reach max_steps. Then, in python3-torch: pytorch_lora_weights.safetensors fits the diffusers
+# 1 process and reach max_steps. Then, in torch: pytorch_lora_weights.safetensors fits the diffusers
 # transformer module by module as PEFT needs (lora_A [r, in], lora_B [out, r]) with its
 # settings in the metadata, and the merged export's weights are the base's plus
-# B A alpha / r exactly where adapted and the base's elsewhere.
+# B A alpha / r exactly where adapted and the base's elsewhere; and diffusers with peft load
+# the trained and the EMA adapters cleanly, the adapted model computing what the merged export
+# computes (tests/apps/peft_lora_check.py).
 . "$(dirname "$0")/../dist/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 as_a_user
@@ -19,7 +21,7 @@ work_dir: output/my_lora
 data: {data_dir: [my_images], random_flip: false}
 model: {load_from: output/pretrained_models/Sana_1600M_1024px_diffusers}
 text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
-train: {max_steps: 30, log_interval: 5, save_model_steps: 1000, visualize: false, optimizer: {lr: 3.0e-3},
+train: {max_steps: 30, log_interval: 5, save_model_steps: 1000, visualize: false, ema_update: true, optimizer: {lr: 3.0e-3},
         lora: {rank: 4, alpha: 8, target_modules: [to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]}}
 dist: {timeout_s: 60}
 EOF
@@ -36,7 +38,7 @@ assert_contains cmd4.log "(saved on 2 processes)" "from the 2-process run"
 assert_contains cmd4.log "the base weights are unchanged" "the base did not move"
 steps=$(grep -o '"step":[0-9]*' output/my_lora/metrics.jsonl | sort -u | wc -l)
 if [ "$steps" -eq 30 ]; then pass "every step 1..30 is in metrics.jsonl once"; else fail "$steps distinct steps"; fi
-if /usr/bin/python3 - "${base:-none}" output/my_lora/pytorch_lora_weights.safetensors output/my_lora/merged "$root/tests/reference" \
+if "$SANA_PYTHON" - "${base:-none}" output/my_lora/pytorch_lora_weights.safetensors output/my_lora/merged "$root/tests/reference" \
      > check.txt 2>&1 <<'PY'; then
 import json, sys
 import torch
@@ -75,5 +77,17 @@ PY
 else
   fail "the LoRA file or the merged export: $(cat check.txt)"
 fi
+# diffusers and peft themselves: SanaPipeline's LoRA loading takes both adapter files (the
+# trained and the EMA ones) with no missing or unexpected key, and the adapted transformer
+# computes what the merged export computes.
+ema=()
+[ -f output/my_lora/ema.safetensors ] && ema=(output/my_lora/ema.safetensors)
+if timeout 300 "$SANA_PYTHON" "$root/tests/apps/peft_lora_check.py" "${base:-none}" output/my_lora/merged \
+     output/my_lora/pytorch_lora_weights.safetensors "${ema[@]}" > peft.txt 2>&1; then
+  pass "$(grep -v -i "kernels" peft.txt | tr '\n' ' ')"
+else
+  fail "diffusers/peft on the LoRA files: $(tail -20 peft.txt)"
+fi
+[ "${#ema[@]}" -eq 1 ] && pass "the run wrote the EMA adapters" || fail "no output/my_lora/ema.safetensors"
 assert_no_leftovers
 finish

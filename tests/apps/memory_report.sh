@@ -16,7 +16,7 @@
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-PY=/usr/bin/python3
+PY=$SANA_PYTHON
 PHOTOS=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
 
 # check NAME NPROC OVERRIDES...: one step, then memory.json against the estimate.

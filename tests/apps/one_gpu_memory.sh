@@ -36,7 +36,7 @@ for c in lora16 lora48 full16; do
   code_of "${pid[$c]}"
   assert_code "$CODE" 0 "sana-train model --json on the $c row"
 done
-if timeout 60 /usr/bin/python3 - "$SCRATCH" "$ROOT/README.md" > "$SCRATCH/rows.txt" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH" "$ROOT/README.md" > "$SCRATCH/rows.txt" 2>&1 <<'PY'; then
 import json, re, sys
 folder, readme = sys.argv[1], open(sys.argv[2]).read()
 G = 2 ** 30

@@ -15,7 +15,7 @@
 . "$(dirname "$0")/../dist/lib.sh"
 . "$(dirname "$0")/pixel_config.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-PY=/usr/bin/python3
+PY=$SANA_PYTHON
 PHOTOS=/usr/share/backgrounds/mate
 W=$SCRATCH/$TOKEN
 mkdir -p "$W/images"

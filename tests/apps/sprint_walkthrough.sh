@@ -76,7 +76,7 @@ assert_contains cmd3.log "discriminator heads" "and the discriminator heads"
 assert_contains cmd3.log "stage 2's generator step" "and the activations of a generator step"
 assert_contains cmd5.log "resumed from" "the 1-process run resumed"
 assert_contains cmd5.log "(saved on 2 processes)" "from the 2-process run"
-if /usr/bin/python3 - output/my_sprint/metrics.jsonl > check.txt 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - output/my_sprint/metrics.jsonl > check.txt 2>&1 <<'PY'; then
 import json, sys
 steps = {}
 for line in open(sys.argv[1]):
@@ -102,7 +102,7 @@ done
 timeout 120 sana-train export --config my_teacher.yaml --model.qk_norm=false --model.cross_norm=false --model.load_from= \
   --from "$download_dir" --format upstream --out download.pth > "$SCRATCH/download.log" 2>&1
 assert_code $? 0 "the download exported in upstream's names"
-if /usr/bin/python3 - download.pth output/my_teacher/model.safetensors output/my_sprint \
+if "$SANA_PYTHON" - download.pth output/my_teacher/model.safetensors output/my_sprint \
      "$root/tests/reference" > check.txt 2>&1 <<'PY'; then
 import glob, json, sys
 import torch

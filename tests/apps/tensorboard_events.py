@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Reads a run's TensorBoard event files the way TensorBoard does, without our code or
 our .proto: TFRecord framing with both masked CRC-32Cs checked, protobuf wire format
 decoded by hand with TensorFlow's field numbers (Event: wall_time 1, step 2,

@@ -51,7 +51,7 @@ assert_code $? 0 "4.8B: sana-train model at stage 3 on 8"
 (cd "$dir" && timeout 120 "$BIN" model --config "$big" --train.optimizer.type=AdamW "--train.optimizer.betas=[0.9,0.999]" \
    "--train.optimizer.eps=[1e-8]" --train.ema_update=true --no-activations --json > m0.json 2> /dev/null)
 assert_code $? 0 "4.8B: sana-train model with AdamW and EMA on 1"
-if /usr/bin/python3 - "$dir/m3.json" "$dir/m0.json" > "$dir/fits.txt" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$dir/m3.json" "$dir/m0.json" > "$dir/fits.txt" 2>&1 <<'PY'; then
 import json, sys
 w8, w1 = (json.load(open(f))["memory_per_process"] for f in sys.argv[1:])
 gib = lambda m: m["total_for_config"] / 2**30

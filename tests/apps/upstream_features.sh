@@ -11,11 +11,11 @@
 YAML=$(cd "$(dirname "$0")/../configs/upstream/512ms" && pwd)/ci_Sana_600M_img512.yaml
 MAKE=$(cd "$(dirname "$0")/../reference" && pwd)/make_wids_dataset.py
 cd "$SCRATCH" || exit 1
-timeout 120 /usr/bin/python3 "$MAKE" data/data_public/vaef32c32_v2_512/dir1 . 16 > make.log 2>&1 || { cat make.log; exit 1; }
+timeout 120 "$SANA_PYTHON" "$MAKE" data/data_public/vaef32c32_v2_512/dir1 . 16 > make.log 2>&1 || { cat make.log; exit 1; }
 # The empty prompt's features where upstream's train.py writes them (train.null_embed_root).
 null=output/pretrained_models/null_embed_diffusers_gemma-2-2b-it_300token_2304.pth
 mkdir -p output/pretrained_models
-timeout 120 /usr/bin/python3 -c "import torch; torch.save({'uncond_prompt_embeds': torch.randn(1, 300, 2304),
+timeout 120 "$SANA_PYTHON" -c "import torch; torch.save({'uncond_prompt_embeds': torch.randn(1, 300, 2304),
   'uncond_prompt_embeds_mask': torch.ones(1, 300, dtype=torch.long)}, '$null')" ||
   fail "python3-torch could not write $null"
 common=(--config "$YAML" --data.load_vae_feat=true --data.load_text_feat=true --model.model=SanaMS_tiny_P1_D4

@@ -24,7 +24,7 @@ run() {  # NAME NPROC ARGS... (output in $SCRATCH/NAME.log)
 }
 # The learning rate of each global step FIRST..LAST in a work_dir's metrics.jsonl, one line.
 rates() {  # WORK_DIR FIRST LAST
-  timeout 60 /usr/bin/python3 - "$1/metrics.jsonl" "$2" "$3" <<'PY'
+  timeout 60 "$SANA_PYTHON" - "$1/metrics.jsonl" "$2" "$3" <<'PY'
 import json, sys
 by_step = {}
 for line in open(sys.argv[1]):
@@ -38,7 +38,7 @@ same() {  # A B WHAT
 }
 # The largest per-parameter step count in a format-2 checkpoint's optimizer.safetensors.
 optimizer_steps() {  # CHECKPOINT_DIR
-  timeout 60 /usr/bin/python3 - "$1/optimizer.safetensors" <<'PY'
+  timeout 60 "$SANA_PYTHON" - "$1/optimizer.safetensors" <<'PY'
 import json, struct, sys
 raw = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]

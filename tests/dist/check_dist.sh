@@ -21,13 +21,13 @@ case "$launcher" in
     # Debian's torchrun (python3-torch 1.13) hosts the store in its agent. Trixie's 2.6
     # cannot start even /bin/true: its static rendezvous asks for a libuv TCPStore and
     # Debian builds torch without libuv. That is torchrun's fault, not ours: skip (77).
-    if ! timeout 60 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 1 \
+    if ! timeout 60 "$SANA_PYTHON" -m torch.distributed.run --nnodes 1 --nproc_per_node 1 \
         --master_port "$port" --redirects 2 --tee 2 --log_dir "$SCRATCH/probe" \
         --no_python /bin/true > "$SCRATCH/probe.log" 2>&1; then
       tail -3 "$SCRATCH/probe.log"
       skip "this torchrun cannot start /bin/true (above)"
     fi
-    timeout 120 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node "$n" \
+    timeout 120 "$SANA_PYTHON" -m torch.distributed.run --nnodes 1 --nproc_per_node "$n" \
       --master_port "$port" --redirects 2 --tee 2 --log_dir "$SCRATCH/torchrun" \
       --no_python "$BIN" "${args[@]}" > "$out" 2>&1
     code=$?

@@ -56,12 +56,12 @@ fi
 # 3. torchrun (Debian's 1.13; trixie's cannot start a process here: see check_dist.sh).
 if [ "$part" = torchrun ]; then
   port=$(free_port)
-  timeout 60 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 1 --master_port "$port" \
+  timeout 60 "$SANA_PYTHON" -m torch.distributed.run --nnodes 1 --nproc_per_node 1 --master_port "$port" \
     --redirects 2 --tee 2 --log_dir "$SCRATCH/probe" --no_python /bin/true > "$SCRATCH/probe.log" 2>&1 ||
     { tail -3 "$SCRATCH/probe.log"; skip "this torchrun cannot start /bin/true (above)"; }
   out=$SCRATCH/torchrun.log
   # Debian's torchrun crashes without --redirects (its default 0 hits an enum bug); 2 + tee 2: stderr to the terminal.
-  timeout 240 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --master_port "$port" \
+  timeout 240 "$SANA_PYTHON" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --master_port "$port" \
     --redirects 2 --tee 2 --log_dir "$SCRATCH/torchrun-logs" --no_python "$BIN" "${common[@]}" "--work_dir=$SCRATCH/torchrun-$TOKEN" > "$out" 2>&1
   assert_code $? 0 "$steps steps under torchrun"
   check_terminal torchrun "$out" "$SCRATCH/torchrun-$TOKEN" 0  # torchrun prints its own notices
@@ -75,7 +75,7 @@ fi
 bash "$(dirname "$0")/../../scripts/prepare_example_data.sh" "$SCRATCH/example" > /dev/null || fail "no example data"
 # A tEXt chunk with a wrong CRC after each PNG's header (Debian 12's libpng also warns about
 # the photos' sRGB profiles, trixie's does not; this warning every libpng 1.6 gives).
-timeout 60 /usr/bin/python3 - "$SCRATCH/example" <<'PY' || fail "damaging the example PNGs' text chunks"
+timeout 60 "$SANA_PYTHON" - "$SCRATCH/example" <<'PY' || fail "damaging the example PNGs' text chunks"
 import pathlib, struct, sys
 for p in pathlib.Path(sys.argv[1]).rglob("*.png"):
     b = p.read_bytes()

@@ -38,7 +38,7 @@ assert_contains "$SCRATCH/ref.log" "the 2 control blocks start as copies" "the c
 start_sum=$(grep -o "ControlNet: the base (checksum [0-9a-f]*)" "$SCRATCH/ref.log" | grep -o "[0-9a-f]\{16\}")
 assert_contains "$SCRATCH/ref.log" "the base weights are unchanged (checksum $start_sum)" \
   "the base's checksum after 40 steps equals start-up's ($start_sum)"
-if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
 import json, sys
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ ckpt=$(ls -d "$SCRATCH"/chain/checkpoints/step_* | tail -1)
 timeout 120 "$BIN" export "${common[@]}" --from "$ckpt" --format upstream --out "$SCRATCH/controlnet.pth" \
   > "$SCRATCH/export3.log" 2>&1
 assert_code $? 0 "the ControlNet checkpoint exported in upstream's layout"
-if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/pth.check" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/pth.check" 2>&1 <<'PY'; then
 import sys
 import torch
 root = sys.argv[1]
@@ -112,7 +112,7 @@ same_losses ref zero3 20 "stage 3 vs stage 0"
 #    small TorchScript VAE encodes each sample's canny map beside its image; 10 steps on the
 #    features (data.load_vae_feat) give the losses of 10 steps that encode both online.
 root=$(cd "$(dirname "$0")/../.." && pwd)
-timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
   fail "python3-torch could not export the stand-in VAE"
 vae=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
      --vae.vae_downsample_rate=4 --data.random_flip=false --model.load_from= --train.max_steps=10)
@@ -152,7 +152,7 @@ assert_code $? 0 "6 ControlNet steps on a bf16 base on 2 processes"
 assert_contains "$SCRATCH/bf16.log" "train.frozen_base_dtype bf16: the frozen base's" "the start-up names the stored dtype"
 assert_contains "$SCRATCH/bf16.log" "the base weights are unchanged (checksum bf16:" \
   "the bf16 base's checksum names its dtype and holds to the end"
-if /usr/bin/python3 - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/bf16.check" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH" "$(dirname "$0")/../reference" > "$SCRATCH/bf16.check" 2>&1 <<'PY'; then
 import sys
 import torch
 root = sys.argv[1]

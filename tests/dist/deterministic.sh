@@ -32,7 +32,7 @@ if cmp -s "$SCRATCH/normal1/model.safetensors" "$SCRATCH/normal2/model.safetenso
 else
   pass "without train.deterministic 1 and 2 processes differ in the last bits (float sums in another order)"
 fi
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY'
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY'
 import json, statistics, sys
 root = sys.argv[1]
 def step_time(name):  # median seconds per step after the first (start-up) steps

@@ -28,7 +28,7 @@ for w in 1 4; do
 done
 assert_contains "$SCRATCH/g8w3/train.rank2.log" "global batch 8: 2 samples on this rank in 1 micro-batch of at most 2" \
   "rank 2 of 3 takes 2 of 8 samples"
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/losses.log" 2>&1
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY' > "$SCRATCH/losses.log" 2>&1
 import json, sys
 root = sys.argv[1]
 def losses(name):
@@ -59,7 +59,7 @@ assert_contains "$SCRATCH/r3.log" "train.global_batch_size 8 -> train.global_bat
 run r2 2 "${x[@]}" --train.max_steps=6 --train.global_batch_size=4; assert_code $? 0 "to step 6 on 2, G 4"
 run r1 1 "${x[@]}" --train.max_steps=10 --train.global_batch_size=4; assert_code $? 0 "to step 10 on 1, G 4"
 timeout 300 "$BIN" plan "${common[@]}" --work_dir="$SCRATCH/plan" --samples > "$SCRATCH/samples.tsv" 2> /dev/null
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/samples.log" 2>&1
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY' > "$SCRATCH/samples.log" 2>&1
 import collections, glob, sys
 root = sys.argv[1]
 bucket = {}
@@ -103,7 +103,7 @@ for w in 1 2 4; do
 done
 assert_contains "$SCRATCH/tok4.log" "train.batch_tokens 4096: global batches of 4 to 16 samples by bucket" \
   "the log gives the batch range"
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/tokens.log" 2>&1
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY' > "$SCRATCH/tokens.log" 2>&1
 import json, sys
 root = sys.argv[1]
 rows = {w: [json.loads(l) for l in open(f"{root}/tok{w}/metrics.jsonl")] for w in (1, 2, 4)}
@@ -135,9 +135,9 @@ run dist2 2 "--work_dir=$SCRATCH/dist2" "${sampler[@]}"; assert_code $? 0 "data.
 unset SANA_TEST_LOG_IDS
 seed=$(sed -n 's/^  seed: *\([0-9]*\).*/\1/p' "$config")
 n=$(find "$data" -type f \( -iname '*.png' -o -iname '*.jpg' -o -iname '*.jpeg' -o -iname '*.webp' \) | wc -l)
-timeout 120 /usr/bin/python3 "$(dirname "$0")/../reference/distributed_sampler.py" "[[$n, 2, $seed, 0, 1, 1]]" \
+timeout 120 "$SANA_PYTHON" "$(dirname "$0")/../reference/distributed_sampler.py" "[[$n, 2, $seed, 0, 1, 1]]" \
   > "$SCRATCH/torch_sampler.json" 2> "$SCRATCH/torch_sampler.err" || { fail "DistributedSampler"; cat "$SCRATCH/torch_sampler.err"; }
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY'
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY'
 import collections, json, sys
 root = sys.argv[1]
 torch_lists = json.load(open(f"{root}/torch_sampler.json"))[0]

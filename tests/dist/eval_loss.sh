@@ -19,7 +19,7 @@ common=(--config "$config" --data.data_dir="[$photos]" --train.visualize=false -
         "--work_dir=$SCRATCH/$TOKEN")
 run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 evals() {  # WORK_DIR: every evaluation's step, loss and per-timestep losses, one line each
-  timeout 60 /usr/bin/python3 -c 'import json, sys
+  timeout 60 "$SANA_PYTHON" -c 'import json, sys
 for l in open(sys.argv[1]):
     m = json.loads(l)
     if "eval_step" in m:

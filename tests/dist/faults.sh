@@ -69,7 +69,7 @@ strike_target() {  # WORK LOG RANK MOMENT
 # one process (the plan does not depend on the world size); once, since every trial trains
 # the same data with the same settings.
 plan_steps() {  # OUT_JSON
-  timeout 300 /usr/bin/python3 - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
+  timeout 300 "$SANA_PYTHON" - "$1" "$BIN" "$config" "$data" "$steps" "$SCRATCH/plan-$TOKEN" <<'PY'
 import json, subprocess, sys
 out_json, binary, config, data, steps, work = sys.argv[1:7]
 steps = int(steps)
@@ -90,7 +90,7 @@ PY
 # Every planned sample of the first $steps steps trained exactly once: the first run's ids
 # before the checkpoint the resume loaded, and all of the resumed run's.
 check_samples() {  # WORK RESUME_LOG
-  timeout 120 /usr/bin/python3 - "$1" "$2" "$SCRATCH/planned.json" <<'PY'
+  timeout 120 "$SANA_PYTHON" - "$1" "$2" "$SCRATCH/planned.json" <<'PY'
 import collections, glob, json, re, sys
 work, resume_log, planned_json = sys.argv[1:4]
 m = re.search(r"resumed from (\S+) ", open(resume_log).read())

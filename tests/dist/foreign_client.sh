@@ -23,7 +23,7 @@ port=$(tr '\0' '\n' < "/proc/$rank0/environ" | sed -n 's/^MASTER_PORT=//p')
 echo "rank 0 (pid $rank0) hosts the store on port $port"
 
 # Every listening TCP socket of the workers, as "address:port" (from /proc: no ss needed).
-listening=$(timeout 120 /usr/bin/python3 - $(pgrep -f "$TOKEN") <<'EOF'
+listening=$(timeout 120 "$SANA_PYTHON" - $(pgrep -f "$TOKEN") <<'EOF'
 import os, socket, sys
 inodes = set()
 for pid in sys.argv[1:]:
@@ -56,7 +56,7 @@ else
   pass "every listening socket of the workers is on loopback (store and Gloo)"
 fi
 if [ "$part" = other_address ]; then
-  if timeout 5 /usr/bin/python3 -c 'import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 3)' \
+  if timeout 5 "$SANA_PYTHON" -c 'import socket,sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 3)' \
       "$other" "$port" 2>/dev/null; then
     fail "the store's port accepts a connection on $other"
   else
@@ -68,7 +68,7 @@ if [ "$part" = other_address ]; then
 fi
 
 # Raw foreign clients; each prints what the store did with it.
-timeout 60 /usr/bin/python3 - "$port" > "$SCRATCH/raw.log" 2>&1 <<'EOF' &
+timeout 60 "$SANA_PYTHON" - "$port" > "$SCRATCH/raw.log" 2>&1 <<'EOF' &
 import socket, struct, sys, time
 port = int(sys.argv[1])
 
@@ -110,7 +110,7 @@ time.sleep(2)  # keep the silent and half connections open while the run goes on
 EOF
 raw=$!
 # LibTorch's own client, as any PyTorch tool would connect: it must get nothing.
-timeout 60 /usr/bin/python3 - "$port" > "$SCRATCH/tcpstore.log" 2>&1 <<'EOF'
+timeout 60 "$SANA_PYTHON" - "$port" > "$SCRATCH/tcpstore.log" 2>&1 <<'EOF'
 import sys, datetime
 import torch.distributed as dist
 kwargs = dict(is_master=False, timeout=datetime.timedelta(seconds=3))

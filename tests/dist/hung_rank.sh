@@ -27,7 +27,7 @@ start_soak
 kill -USR1 "${PIDS[1]}"
 deadline=$(( $(date +%s) + 10 ))
 until [ -f "$flight/rank1.json" ] || [ "$(date +%s)" -ge "$deadline" ]; do sleep 0.05; done
-if /usr/bin/python3 - "$flight/rank1.json" <<'PY'
+if "$SANA_PYTHON" - "$flight/rank1.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 ops = j["ops"]
@@ -75,7 +75,7 @@ stop_and_wait 0 $((hb + 5))
 for r in 1 2; do
   assert_contains "$SCRATCH/rank$r.log" "rank 0 (the store host at 127.0.0.1:" "rank $r names rank 0 as the store host"
   assert_contains "$SCRATCH/rank$r.log" "flight record of this rank: $flight/rank$r.json" "rank $r says where its flight record is"
-  if /usr/bin/python3 -c '
+  if "$SANA_PYTHON" -c '
 import json, sys
 j = json.load(open(sys.argv[1]))
 # Unanswered: still in flight (the watchdog fired) or failed (its socket timed out).

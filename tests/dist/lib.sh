@@ -2,6 +2,7 @@
 # that appears on the command line of every process it starts (so leftovers can be
 # found), and a scratch folder. ctest gives every test a hard timeout on top.
 set -u
+. "$(dirname "${BASH_SOURCE[0]}")/../../scripts/python_env.sh"
 BIN=${SANA_TRAIN_BIN:?set SANA_TRAIN_BIN to the sana-train binary}
 TOKEN=sanatest$$x$RANDOM
 SCRATCH=$(mktemp -d /tmp/sana-dist-XXXXXX)
@@ -12,7 +13,7 @@ fail() { echo "FAIL: $*"; FAILURES=$((FAILURES + 1)); }
 pass() { echo "ok: $*"; }
 
 free_port() {
-  timeout 30 /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+  timeout 30 "$SANA_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
 }
 
 now() { date +%s.%N; }
@@ -172,7 +173,7 @@ resume_on_one() {
   launch_named chain1 1 "${chain[@]}" --train.max_steps="$max"; assert_code $? 0 "resumed on 1 process to step $max"
   unset SANA_TEST_LOG_IDS
   assert_contains "$SCRATCH/chain1.log" "resumed from" "the 1-process run resumed the 2-process checkpoint"
-  if /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
+  if "$SANA_PYTHON" "$(dirname "${BASH_SOURCE[0]}")/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
     pass "every sample once per epoch, 2 processes then 1: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
   else
     fail "samples lost or repeated across the resume"; cat "$SCRATCH/ids.log"
@@ -183,7 +184,7 @@ resume_on_one() {
 # (metrics.jsonl) within 1e-6 relative, and B logged exactly N.
 same_losses() {
   local a=$1 b=$2 n=$3 what=$4
-  if /usr/bin/python3 - "$SCRATCH/$a/metrics.jsonl" "$SCRATCH/$b/metrics.jsonl" "$n" > "$SCRATCH/$b.cmp" 2>&1 <<'PY'; then
+  if "$SANA_PYTHON" - "$SCRATCH/$a/metrics.jsonl" "$SCRATCH/$b/metrics.jsonl" "$n" > "$SCRATCH/$b.cmp" 2>&1 <<'PY'; then
 import json, sys
 a, b = ([json.loads(l)["loss"] for l in open(p) if '"loss"' in l] for p in sys.argv[1:3])
 n = int(sys.argv[3])
@@ -207,11 +208,11 @@ replayed() {
   local work=$1 what=$2 keys=$3 settings; shift 3
   timeout 120 "$BIN" model --json --no-memory "${common[@]}" "$@" "--work_dir=$SCRATCH/$work" \
     > "$SCRATCH/$work.model.json" 2> /dev/null
-  settings=$(timeout 60 /usr/bin/python3 -c 'import json, sys
+  settings=$(timeout 60 "$SANA_PYTHON" -c 'import json, sys
 s = json.loads(sys.argv[2])
 s["spec"] = json.load(open(sys.argv[1]))["spec"]
 print(json.dumps(s))' "$SCRATCH/$work.model.json" "$keys")
-  if timeout 300 /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../reference/train_replay.py" "$SCRATCH/$work" \
+  if timeout 300 "$SANA_PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../reference/train_replay.py" "$SCRATCH/$work" \
       "$SCRATCH/base.pth" "$settings" > "$SCRATCH/$work.replay" 2>&1; then
     pass "$what: $(tail -1 "$SCRATCH/$work.replay")"
   else
@@ -313,7 +314,7 @@ as_a_user() {
   mkdir bin && ln -s "$BIN" bin/sana-train
   export PATH=$SCRATCH/bin:$PATH
   bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
-  timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
+  timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
     { fail "python3-torch could not export the stand-in encoders"; finish; }
 }
 

@@ -32,7 +32,7 @@ run ref 2; assert_code $? 0 "20 LoRA steps on 2 processes"
 start_sum=$(grep -o "train.lora: the base (checksum [0-9a-f]*)" "$SCRATCH/ref.log" | grep -o "[0-9a-f]\{16\}")
 assert_contains "$SCRATCH/ref.log" "the base weights are unchanged (checksum $start_sum)" \
   "the base's checksum after 20 steps equals start-up's ($start_sum)"
-if /usr/bin/python3 - "$SCRATCH/ref" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
+if "$SANA_PYTHON" - "$SCRATCH/ref" > "$SCRATCH/ref.check" 2>&1 <<'PY'; then
 import json, struct, sys
 root = sys.argv[1]
 steps = [json.loads(l) for l in open(f"{root}/metrics.jsonl") if '"loss"' in l]
@@ -97,7 +97,7 @@ run bf16 2 --train.frozen_base_dtype=bf16 --train.max_steps=6 --train.save_model
 assert_code $? 0 "6 LoRA steps on a bf16 base on 2 processes"
 # Every file of the adapters and of their EMA, the checkpoints' shards included, carries
 # diffusers' LoRA settings (without them diffusers would take alpha = rank).
-if timeout 60 /usr/bin/python3 - "$SCRATCH/bf16" > "$SCRATCH/bf16.meta" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH/bf16" > "$SCRATCH/bf16.meta" 2>&1 <<'PY'; then
 import glob, json, struct, sys
 files = [f for pattern in ("pytorch_lora_weights.safetensors", "ema.safetensors", "checkpoints/step_*/lora-*.safetensors",
                            "checkpoints/step_*/ema-*.safetensors") for f in glob.glob(f"{sys.argv[1]}/{pattern}")]

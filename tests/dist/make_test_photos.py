@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Copies of the example photos (Debian's mate-backgrounds) shrunk to at most MAX_SIDE px,
 for the multi-process tests where the photos' pixel count does not matter: the same
 folders, names, formats and aspect ratios (within one pixel of rounding), decoding ~50x
 faster. Full-size decoding is a third of a 2-process run's CPU with the originals
 (5640x3172 at most); the tests that are about decoding keep the originals.
 
-    /usr/bin/python3 tests/dist/make_test_photos.py OUT [SRC [MAX_SIDE]]
+    .venv/bin/python tests/dist/make_test_photos.py OUT [SRC [MAX_SIDE]]
 
 Writes OUT atomically (a sibling folder renamed into place); a complete OUT is kept.
 """

@@ -26,7 +26,7 @@ run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 # half_weights WORK WHAT: every sample of $SCRATCH/WORK's dumped batches weighs 1 everywhere
 # (no mask) or, for a half mask, 1 on one side and 0.25 on the other; both kinds occur.
 half_weights() {
-  if PYTHONPATH="$(dirname "$0")/../reference" timeout 120 /usr/bin/python3 - "$SCRATCH/$1" > "$SCRATCH/$1.check" 2>&1 <<'PY'; then
+  if PYTHONPATH="$(dirname "$0")/../reference" timeout 120 "$SANA_PYTHON" - "$SCRATCH/$1" > "$SCRATCH/$1.check" 2>&1 <<'PY'; then
 import glob, sys
 from sana_reference import read_safetensors
 halves = whole = 0
@@ -58,7 +58,7 @@ timeout 120 "$BIN" export --config "$config" --format upstream --out "$SCRATCH/b
 assert_code $? 0 "the tiny preset's initial weights exported as the base"
 
 # Three JSONL files over the same photos: no masks, white masks, left-half masks on every other row.
-timeout 120 /usr/bin/python3 - "$photos" "$SCRATCH" <<'PY'
+timeout 120 "$SANA_PYTHON" - "$photos" "$SCRATCH" <<'PY'
 import json, pathlib, sys
 from PIL import Image
 photos, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
@@ -82,7 +82,7 @@ assert_code $? 0 "the metadata files and masks"
 
 run plain 2 --data.data_dir="[$SCRATCH/plain.jsonl]"; assert_code $? 0 "10 LoRA steps without masks"
 run white 2 --data.data_dir="[$SCRATCH/white.jsonl]" --train.masked_loss=true; assert_code $? 0 "white masks"
-losses() { timeout 60 /usr/bin/python3 -c 'import json, sys
+losses() { timeout 60 "$SANA_PYTHON" -c 'import json, sys
 print(" ".join(repr(json.loads(l)["loss"]) for l in open(sys.argv[1]) if "\"loss\"" in l))' "$SCRATCH/$1/metrics.jsonl"; }
 a=$(losses plain) b=$(losses white)
 if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$(echo "$a" | wc -w)" = 10 ]; then
@@ -101,7 +101,7 @@ replayed half "the masked run" '{"kind": "lora", "lr": 3e-3, "betas": [0.9, 0.99
 
 # 3. train.masked_loss_alpha: without a mask field, an image's alpha channel is its mask: RGBA PNGs, opaque on the left
 #    half, on every other row (RGB on the others); 2 steps dumped: the weights as in 2.
-timeout 120 /usr/bin/python3 - "$photos" "$SCRATCH" <<'PY'
+timeout 120 "$SANA_PYTHON" - "$photos" "$SCRATCH" <<'PY'
 import pathlib, sys
 from PIL import Image
 photos, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]) / "alpha"

@@ -39,7 +39,7 @@ run device1 1 "${ema[@]}" --train.save_model_steps=0; assert_code $? 0 "20 AdamW
 run host1 1 "${ema[@]}" "${offload[@]}" --train.save_model_steps=4 --ckpt.keep_last_n=0; assert_code $? 0 "the same, offloaded"
 identical device1 host1 "offloaded AdamW and host EMA on 1 process: the weights and EMA of the device-resident run"
 assert_contains "$SCRATCH/host1/train.log" "train.offload_optimizer" "the start-up says where the optimizer runs"
-if timeout 60 /usr/bin/python3 - "$SCRATCH/device1/memory.json" "$SCRATCH/host1/memory.json" > "$SCRATCH/memory.cmp" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH/device1/memory.json" "$SCRATCH/host1/memory.json" > "$SCRATCH/memory.cmp" 2>&1 <<'PY'; then
 import json, sys
 dev, host = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
 assert host["optimizer"] == 0 and host["ema"] == 0 and host["gradients"] == 0, f"device-side state left: {host}"
@@ -61,7 +61,7 @@ run host1one 1 "${one[@]}" "${offload[@]}"; assert_code $? 0 "the same, offloade
 identical device1one host1one "offloaded, one micro-batch a step: the weights of the device-resident run"
 
 # 2. ema_update_interval 5 at rate 0.5: no move before step 5, then one by 0.5^5.
-if timeout 60 /usr/bin/python3 - "$SCRATCH/host1/checkpoints" > "$SCRATCH/interval.cmp" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH/host1/checkpoints" > "$SCRATCH/interval.cmp" 2>&1 <<'PY'; then
 import json, struct, sys
 import numpy as np
 def read(path):

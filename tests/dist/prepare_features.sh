@@ -11,7 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bash "$root/scripts/prepare_example_data.sh" "$SCRATCH/data" > /dev/null || { fail "no example data"; finish; }
-timeout 300 /usr/bin/python3 "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
+timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_torchscript_encoders.py" "$SCRATCH/enc" > /dev/null 2>&1 ||
   { fail "python3-torch could not export the encoders"; finish; }
 enc=(--vae.vae_type=torchscript "--vae.vae_pretrained=$SCRATCH/enc/vae.pt" --vae.vae_latent_dim=4
      --vae.vae_downsample_rate=4 --text_encoder.text_encoder_name=torchscript
@@ -49,7 +49,7 @@ rank1=$(grep -c "prepare-features: .* of this rank's samples" "$SCRATCH/prep-$TO
 if [ "$rank1" -ge 1 ]; then pass "rank 1 showed progress in its log ($rank1 lines)"; else fail "no progress line from rank 1"; fi
 
 # 3. NumPy reads every file, in the shapes of each sample's bucket.
-if /usr/bin/python3 - "$feat" > "$SCRATCH/numpy.log" 2>&1 <<'PY'
+if "$SANA_PYTHON" - "$feat" > "$SCRATCH/numpy.log" 2>&1 <<'PY'
 import json, os, sys
 import numpy as np
 out = sys.argv[1]
@@ -81,7 +81,7 @@ assert_code $? 0 "8 steps with the encoders online"
 train features "--data.data_dir=[$feat/meta.jsonl]" --data.load_vae_feat=true --data.load_text_feat=true \
   "--text_encoder.null_embed_path=$feat/null_embed.safetensors"
 assert_code $? 0 "8 steps on the prepared features"
-if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/metrics.jsonl" "$SCRATCH/features-$TOKEN/metrics.jsonl" > "$SCRATCH/cmp.log" 2>&1 <<'PY'
+if "$SANA_PYTHON" - "$SCRATCH/online-$TOKEN/metrics.jsonl" "$SCRATCH/features-$TOKEN/metrics.jsonl" > "$SCRATCH/cmp.log" 2>&1 <<'PY'
 import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
 assert len(a) == len(b) == 8, (len(a), len(b))
@@ -96,7 +96,7 @@ then pass "same losses: $(tail -1 "$SCRATCH/cmp.log")"; else fail "losses: $(tai
 #    the online run's last checkpoint equals the empty prompt's features prepare-features
 #    wrote. Without that file, a run on precomputed captions with caption dropout refuses to
 #    start (exit 2), naming the file it looked for and the command that writes it.
-if /usr/bin/python3 - "$SCRATCH/online-$TOKEN/checkpoints" "$feat/null_embed.safetensors" \
+if "$SANA_PYTHON" - "$SCRATCH/online-$TOKEN/checkpoints" "$feat/null_embed.safetensors" \
     "$(dirname "$0")/../reference" > "$SCRATCH/null.log" 2>&1 <<'PY'
 import glob, os, sys
 import numpy as np
@@ -136,7 +136,7 @@ SANA_TEST_KILL_AFTER_FEATURES=1:3 prep "$SCRATCH/tiled_killed.log" "${tiles[@]}"
 prep "$SCRATCH/tiled.log" "${tiles[@]}"
 assert_code $? 0 "tiled: the rerun after a kill finishes"
 assert_contains "$SCRATCH/tiled.log" "there before, 0 bad" "tiled: the rerun counts what was there"
-if /usr/bin/python3 - "$whole" "$feat" > "$SCRATCH/tiled_cmp.log" 2>&1 <<'PY'
+if "$SANA_PYTHON" - "$whole" "$feat" > "$SCRATCH/tiled_cmp.log" 2>&1 <<'PY'
 import json, os, sys
 import numpy as np
 whole, tiled = sys.argv[1], sys.argv[2]

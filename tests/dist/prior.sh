@@ -36,7 +36,7 @@ sums() { (cd "$classes" && md5sum generated_*.png 2> /dev/null); }
 # 1. Generated, then trained beside; the replay.
 SANA_TEST_DUMP_BATCHES=1 run gen 2; assert_code $? 0 "6 steps with class images on 2 processes"
 assert_contains "$SCRATCH/gen.log" "generating 5 class images" "the missing class images are generated first"
-if timeout 60 /usr/bin/python3 - "$classes" > "$SCRATCH/classes.check" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$classes" > "$SCRATCH/classes.check" 2>&1 <<'PY'; then
 import os, sys
 from PIL import Image
 d = sys.argv[1]
@@ -52,7 +52,7 @@ else
   fail "class images: $(tail -3 "$SCRATCH/classes.check")"
 fi
 assert_contains "$SCRATCH/gen.log" "each sample trains beside one of 5 class images" "the start-up says what pairs"
-if timeout 60 /usr/bin/python3 - "$SCRATCH/gen/batches" > "$SCRATCH/dumps.check" 2>&1 <<'PY'; then
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH/gen/batches" > "$SCRATCH/dumps.check" 2>&1 <<'PY'; then
 import glob, json, struct, sys
 import numpy as np
 bad, rows = [], 0

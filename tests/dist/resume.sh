@@ -34,7 +34,7 @@ here=$(dirname "$0")
 timeout 120 "$BIN" inspect "$SCRATCH/half/checkpoints/step_00000006" --consolidate "$SCRATCH/format1" \
   > "$SCRATCH/consolidate.log" 2>&1
 assert_code $? 0 "the step-6 checkpoint consolidated into format 2"
-timeout 120 /usr/bin/python3 "$here/ckpt_format1.py" "$SCRATCH/format1" "$here/../data/ckpt_format1/trainer_state.json" \
+timeout 120 "$SANA_PYTHON" "$here/ckpt_format1.py" "$SCRATCH/format1" "$here/../data/ckpt_format1/trainer_state.json" \
   > "$SCRATCH/format1.log" 2>&1
 assert_code $? 0 "the step-6 checkpoint rewritten in format 1 ($(tail -1 "$SCRATCH/format1.log"))"
 run old 2 "--work_dir=$SCRATCH/old" --train.max_steps=12 "--resume_from=$SCRATCH/format1"; assert_code $? 0 "resumed from format 1"
@@ -51,7 +51,7 @@ run w1s 1 "--work_dir=$SCRATCH/x1" --train.max_steps=12; assert_code $? 0 "12 st
 run w3 3 "--work_dir=$SCRATCH/y" --train.max_steps=5 --train.global_batch_size=12 --train.micro_batch_size=2; assert_code $? 0 "5 steps on 3 processes"
 run w3to2 2 "--work_dir=$SCRATCH/y" --train.max_steps=10 --train.global_batch_size=12 --train.micro_batch_size=2 --resume_from=latest
 assert_code $? 0 "resumed on 2 processes"
-timeout 300 /usr/bin/python3 - "$SCRATCH" "$BIN" "$config" "$data" <<'PY' > "$SCRATCH/compare.log" 2>&1
+timeout 300 "$SANA_PYTHON" - "$SCRATCH" "$BIN" "$config" "$data" <<'PY' > "$SCRATCH/compare.log" 2>&1
 import collections, json, glob, struct, subprocess, sys
 import numpy as np
 root, binary, config, data = sys.argv[1:5]

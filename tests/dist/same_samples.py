@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Whether a run that was stopped and resumed (perhaps on other process counts) trained each
 epoch's samples as an uninterrupted run did, each once.
 

@@ -31,7 +31,7 @@ rank_log() { if [ "$2" = 0 ]; then echo "$1/train.log"; else echo "$1/train.rank
 # shares WORK STEP W SAVE_STAGE [RESUMED_WORK W2 RESUME_STAGE]: the checks of 1 and 2.
 shares() {
   local work=$SCRATCH/$1 step=$2 w=$3 stage=$4 resumed=${5:+$SCRATCH/$5} w2=${6:-0} stage2=${7:-0}
-  timeout 300 /usr/bin/python3 - "$work" "$step" "$w" "$stage" "$resumed" "$w2" "$stage2" <<'PY'
+  timeout 300 "$SANA_PYTHON" - "$work" "$step" "$w" "$stage" "$resumed" "$w2" "$stage2" <<'PY'
 import json, os, re, sys
 work, step, w, stage, resumed, w2, stage2 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), \
     sys.argv[5], int(sys.argv[6]), int(sys.argv[7])
@@ -139,7 +139,7 @@ fi
 # says so, and continues from the checkpoint before (to the uninterrupted run's weights);
 # naming that checkpoint itself stops with exit 1, naming the file and the tensor.
 damage() {  # FOLDER: flips a byte of rank 1's first model tensor; prints "FILE TENSOR"
-  timeout 60 /usr/bin/python3 - "$1" <<'PY'
+  timeout 60 "$SANA_PYTHON" - "$1" <<'PY'
 import json, sys
 folder = sys.argv[1]
 entry = next(e for e in json.load(open(f"{folder}/index.json"))["parts"]["model"] if e["rank"] == 1)

@@ -40,7 +40,7 @@ preview_every=20
 config=$(cd "$(dirname "$0")/../../configs" && pwd)/sana_tiny_cpu.yaml
 W=$SCRATCH/$TOKEN
 mkdir -p "$W"
-if ! timeout 60 /usr/bin/python3 - "$W/images" <<'PY'
+if ! timeout 60 "$SANA_PYTHON" - "$W/images" <<'PY'
 import os, sys
 from PIL import Image
 d = sys.argv[1]

@@ -26,7 +26,7 @@ mode=${1:-plain}  # plain, or deterministic: the same with train.deterministic, 
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
 photos="[${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}]"
-timeout 120 /usr/bin/python3 "$(dirname "$0")/../reference/make_torchscript_encoders.py" "$SCRATCH/enc" \
+timeout 120 "$SANA_PYTHON" "$(dirname "$0")/../reference/make_torchscript_encoders.py" "$SCRATCH/enc" \
   > "$SCRATCH/enc.log" 2>&1 || { fail "writing the stand-in encoders"; cat "$SCRATCH/enc.log"; finish; }
 # The teacher and the student see sigma, not a truncated 1000 sigma (upstream's normT), so
 # that the JVP has its time derivative.
@@ -50,7 +50,7 @@ run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 # same_run A B WHAT: every step's losses and the final student and heads of runs A and B.
 same_run() {
   local a=$1 b=$2 what=$3
-  if /usr/bin/python3 - "$SCRATCH/$a" "$SCRATCH/$b" "$mode" > "$SCRATCH/$b.same" 2>&1 <<'PY'; then
+  if "$SANA_PYTHON" - "$SCRATCH/$a" "$SCRATCH/$b" "$mode" > "$SCRATCH/$b.same" 2>&1 <<'PY'; then
 import glob, json, struct, sys
 import numpy as np
 def steps(root):

@@ -48,7 +48,7 @@ run() {  # NAME NPROC ARGS...: a launcher run to its end (output in $SCRATCH/NAM
 # The weights and the per-step samples of run A against the runs REF... that did the same
 # by checkpoint and resume (the last one's weights): python3-torch reads them.
 same_run() {  # A REF...
-  timeout 120 /usr/bin/python3 - "$(dirname "$0")/../reference" "$@" <<'PY'
+  timeout 120 "$SANA_PYTHON" - "$(dirname "$0")/../reference" "$@" <<'PY'
 import glob, os, re, sys
 sys.path.insert(0, sys.argv[1])
 from sana_reference import read_safetensors
@@ -164,7 +164,7 @@ for case in ${single/ STORE0 / }; do
   joined=$(grep -o "joined after step [0-9]*" "$SCRATCH/$name.log" | head -1 | grep -o "[0-9]*$")
   $join && { [ -n "$joined" ] && pass "$name: the replacement joined after step $joined" ||
               fail "$name: no replacement joined"; }
-  timeout 30 /usr/bin/python3 - "$dir/metrics.jsonl" "$after" "$victim" "${joined:-}" <<'PY' || fail "$name: metrics.jsonl marks no regroup"
+  timeout 30 "$SANA_PYTHON" - "$dir/metrics.jsonl" "$after" "$victim" "${joined:-}" <<'PY' || fail "$name: metrics.jsonl marks no regroup"
 import json, sys
 marks = [r["regroup"] for r in map(json.loads, open(sys.argv[1])) if "regroup" in r]
 print("metrics.jsonl:", marks)
@@ -177,7 +177,7 @@ PY
   if [ "$case" = ZERO2 ]; then  # the mirrors' memory, as logged after the rebuild, against `sana-train model`
     timeout 120 "$BIN" model "${common[@]}" --train.zero_stage=2 --dist.elastic=continue --json --world-size 3 \
       > "$SCRATCH/estimate.json" 2> /dev/null
-    cat "$SCRATCH/$name.log" "$dir"/train.rank*.log | timeout 30 /usr/bin/python3 -c '
+    cat "$SCRATCH/$name.log" "$dir"/train.rank*.log | timeout 30 "$SANA_PYTHON" -c '
 import json, re, sys
 est = [r["mirror"] for r in json.load(open(sys.argv[1]))["memory_per_process"]["ranks"]]
 got = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"r(\d)/3 I\] this rank mirrors .*?: (\d+) bytes", sys.stdin.read())}

@@ -2,7 +2,8 @@
 # train.report_to: tensorboard on 2 processes: work_dir/tensorboard holds an event file
 # that an independent reader (tests/apps/tensorboard_events.py: TFRecord CRCs, protobuf
 # wire format by hand) reads whole: every step's scalars equal to metrics.jsonl, and the
-# preview grids of both ranks as PNG images at their steps. A flipped byte is caught;
+# preview grids of both ranks as PNG images at their steps, and so does TensorBoard's own
+# EventAccumulator (tests/apps/tensorboard_accumulator.py). A flipped byte is caught;
 # report_to: none writes no event file. The model TFLOP/s logged is the training FLOPs over
 # the step's time, and those FLOPs are python3-torch's profiler's count of upstream's modules.
 . "$(dirname "$0")/lib.sh"
@@ -16,15 +17,21 @@ dir=$SCRATCH/tb-$TOKEN
 timeout 300 "$BIN" launch --nproc-per-node 2 -- "${common[@]}" "--work_dir=$dir" > "$SCRATCH/run.log" 2>&1
 assert_code $? 0 "20 steps with previews, report_to tensorboard (the default)"
 assert_contains "$SCRATCH/run.log" "TensorBoard: $dir/tensorboard/events.out.tfevents." "the run says where its events go"
-if /usr/bin/python3 "$reader" "$dir" 20 10 20 > "$SCRATCH/read.log" 2>&1; then
+if "$SANA_PYTHON" "$reader" "$dir" 20 10 20 > "$SCRATCH/read.log" 2>&1; then
   pass "the event file reads back: $(tr '\n' ';' < "$SCRATCH/read.log")"
 else
   fail "the event file does not read back"; cat "$SCRATCH/read.log"
 fi
+# And TensorBoard's own reader (the pinned tensorboard package) sees the same.
+if timeout 120 "$SANA_PYTHON" "$(dirname "$0")/../apps/tensorboard_accumulator.py" "$dir" 20 10 20 > "$SCRATCH/tb.log" 2>&1; then
+  pass "$(tail -1 "$SCRATCH/tb.log")"
+else
+  fail "TensorBoard's EventAccumulator does not read the run as written"; cat "$SCRATCH/tb.log"
+fi
 # The model TFLOP/s per process in metrics.jsonl is the model's training FLOPs ("train" that
 # `sana-train model --json` counts: 3 x forward here) over the step's time and the 2 processes.
 timeout 300 "$BIN" model --json --no-memory "${common[@]}" "--work_dir=$dir" > "$SCRATCH/model.json" 2> /dev/null
-if /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" > "$SCRATCH/flops.log" 2>&1 <<'PY'
+if "$SANA_PYTHON" - "$SCRATCH/model.json" "$dir/metrics.jsonl" > "$SCRATCH/flops.log" 2>&1 <<'PY'
 import json, sys
 model = json.load(open(sys.argv[1]))
 train = {(f["height"], f["width"]): f["train"] for f in model["flops_every_bucket"]}
@@ -42,7 +49,7 @@ then pass "$(tail -1 "$SCRATCH/flops.log")"; else fail "FLOP/s: $(tail -2 "$SCRA
 # And those FLOPs counted apart from the model: python3-torch's profiler (with_flops) on
 # upstream's modules (tests/reference/upstream_model.py --flops), one forward pass of one
 # sample at every bucket the run trained; training is 3 forward passes' worth here.
-if timeout 300 /usr/bin/python3 - "$SCRATCH/model.json" "$dir/metrics.jsonl" "$(dirname "$0")/../reference/upstream_model.py" \
+if timeout 300 "$SANA_PYTHON" - "$SCRATCH/model.json" "$dir/metrics.jsonl" "$(dirname "$0")/../reference/upstream_model.py" \
     > "$SCRATCH/oracle.log" 2>&1 <<'PY'
 import json, subprocess, sys
 model = json.load(open(sys.argv[1]))
@@ -71,8 +78,8 @@ file=$(ls "$dir"/tensorboard/events.out.tfevents.* | head -1)
 cp "$file" "$SCRATCH/bad/tensorboard/"
 copy="$SCRATCH/bad/tensorboard/$(basename "$file")"
 size=$(stat -c %s "$copy")
-timeout 120 /usr/bin/python3 -c 'import sys; p, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read()); b[at] ^= 0x40; open(p, "wb").write(b)' "$copy" $((size / 2))
-if /usr/bin/python3 "$reader" "$SCRATCH/bad" 20 10 20 > "$SCRATCH/bad.log" 2>&1; then
+timeout 120 "$SANA_PYTHON" -c 'import sys; p, at = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read()); b[at] ^= 0x40; open(p, "wb").write(b)' "$copy" $((size / 2))
+if "$SANA_PYTHON" "$reader" "$SCRATCH/bad" 20 10 20 > "$SCRATCH/bad.log" 2>&1; then
   fail "a corrupted event file passed the reader"
 else
   pass "a flipped byte fails the reader: $(tail -1 "$SCRATCH/bad.log")"

@@ -34,7 +34,7 @@ for n in 1 2 3; do
   fi
 done
 # Same samples, same noise: the loss curves and final weights of W = 1, 2, 3 agree.
-timeout 300 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/compare.log" 2>&1
+timeout 300 "$SANA_PYTHON" - "$SCRATCH" <<'PY' > "$SCRATCH/compare.log" 2>&1
 import json, struct, sys
 import numpy as np
 root = sys.argv[1]
@@ -72,7 +72,7 @@ for run in "${runs[@]}"; do
     --train.global_batch_size=8 "--train.micro_batch_size=$2" > "$out" 2>&1
   assert_code $? 0 "G 8 on $1 process(es), micro-batch $2"
 done
-timeout 120 /usr/bin/python3 - "$SCRATCH" <<'PY' > "$SCRATCH/elastic.log" 2>&1
+timeout 120 "$SANA_PYTHON" - "$SCRATCH" <<'PY' > "$SCRATCH/elastic.log" 2>&1
 import json, sys
 import numpy as np
 root = sys.argv[1]

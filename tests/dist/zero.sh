@@ -23,7 +23,7 @@ common=(--config "$config" --data.data_dir="[${SANA_TEST_PHOTOS:-/usr/share/back
 run() { launch_named "$@"; }  # NAME NPROC ARGS... (lib.sh)
 # compare REFERENCE OTHER WHAT: per-step losses (and the EMA file, when both have one) within 1e-6.
 compare() {
-  if /usr/bin/python3 - "$SCRATCH/$1" "$SCRATCH/$2" > "$SCRATCH/$2.cmp" 2>&1 <<'PY'; then
+  if "$SANA_PYTHON" - "$SCRATCH/$1" "$SCRATCH/$2" > "$SCRATCH/$2.cmp" 2>&1 <<'PY'; then
 import json, os, struct, sys
 import numpy as np
 a, b = sys.argv[1], sys.argv[2]
@@ -108,7 +108,7 @@ for f in model.safetensors ema.safetensors; do
     fail "$f of the resumed chain differs from the uninterrupted run's"
   fi
 done
-if /usr/bin/python3 "$(dirname "$0")/same_samples.py" "$SCRATCH" det-ref chain > "$SCRATCH/ids.log" 2>&1; then
+if "$SANA_PYTHON" "$(dirname "$0")/same_samples.py" "$SCRATCH" det-ref chain > "$SCRATCH/ids.log" 2>&1; then
   pass "every sample once per epoch across the chain: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
 else
   fail "samples lost or repeated across the chain"; cat "$SCRATCH/ids.log"

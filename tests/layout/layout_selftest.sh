@@ -38,7 +38,7 @@ cat > "$tree/tests/bounded.sh" <<'SH'
 timeout 60 "$BIN" launch -- x > out.log 2>&1 &
 start_bounded 60 out.log "$BIN" launch -- y
 code_of "$BG" 30; echo "done"  # the word wait in a string, and in: wait_for_exit
-X=1 timeout 30 /usr/bin/python3 - <<'PY'
+X=1 timeout 30 "$SANA_PYTHON" - <<'PY'
 wait
 PY
 wait "$pid"  # bounded: it has exited
@@ -76,7 +76,7 @@ zero=zero_stage test_var=SANA_TEST_
 printf 'int stage(int %s) { return 0; }\n' "$zero" > "$tree/src/sana/model/knows_zero.cpp"
 printf 'const char* v = "%sX";\n' "$test_var" > "$tree/src/sana/data/reads_test.cpp"
 printf '#pragma once\n#include "sana/config/config.h"\n' > "$tree/src/sana/train/reads_config.h"
-w=wait m=mpirun py=/usr/bin/python3
+w=wait m=mpirun py='"$SANA_PYTHON"'
 printf '"$BIN" train &\n%s $!\nif ! X=1 env %s -np 2 a \\\n  b; then :; fi\nout=$(%s -c 1)\n' "$w" "$m" "$py" \
   > "$tree/tests/unbounded.sh"
 
@@ -96,7 +96,7 @@ expect "scripts/bare.sh:1: comment points at 'DESIGN.md'"
 expect 'tests/unbounded.sh:1: "$BIN" started without a time limit (rule e'
 expect 'tests/unbounded.sh:2: a bare wait (rule e'
 expect 'tests/unbounded.sh:3: mpirun started without a time limit (rule e'
-expect 'tests/unbounded.sh:5: /usr/bin/python3 started without a time limit (rule e'
+expect 'tests/unbounded.sh:5: "$SANA_PYTHON" started without a time limit (rule e'
 expect 'src/sana/model/knows_zero.cpp:1: names ZeRO in the model (rule f'
 expect 'src/sana/data/reads_test.cpp:1: reads or names a SANA_TEST_ variable (rule g'
 expect 'src/sana/train/reads_config.h:2: includes the config (rule h'

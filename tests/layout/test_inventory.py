@@ -43,6 +43,11 @@ def main():
         print(f"test_inventory: ctest --show-only in {build} failed", file=sys.stderr)
         return 2
     entries = [t for t in json.loads(out)["tests"] if t.get("command")]
+    # tests/unit/cuda_cases.sh BIN ARGS runs BIN "[cuda]" ARGS (or skips where no GPU is).
+    for t in entries:
+        c = t["command"]
+        if len(c) >= 3 and os.path.basename(c[0]) == "bash" and c[1].endswith("/unit/cuda_cases.sh"):
+            t["command"] = [c[2], "[cuda]", *c[3:]]
     # A Catch2 binary: a test executable of this build that ctest runs directly.
     catch = {os.path.basename(t["command"][0]): t["command"][0] for t in entries
              if t["command"][0].startswith(os.path.join(os.path.abspath(build), "tests"))

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """bitsandbytes' AdamW8bit (upstream Sana's AdamW8bitWrapper) as its CUDA kernels compute it,
 in python3-torch float32, written from bitsandbytes' published source (0.44 and later:
 bitsandbytes/optim/optimizer.py, bitsandbytes/functional.py create_dynamic_map,

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """CAME in numpy (float64), written from the paper's Algorithm 1 (Luo et al., 2023), to
 check the C++ optimizer.
 

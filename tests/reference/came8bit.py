@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream Sana's 8-bit CAME (CAME8BitWrapper, diffusion/utils/optimizer.py) in python3-torch
 float32, written from its rules, to check the C++ optimizer step for step.
 

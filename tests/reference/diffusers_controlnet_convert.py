@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream Sana's ControlNet state dict to diffusers' SanaControlNetModel names, in
 python3-torch, written from diffusers' published conversion
 (scripts/convert_sana_controlnet_to_diffusers.py, models/controlnets/controlnet_sana.py),

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream Sana's transformer state dict to diffusers' SanaTransformer2DModel names, in
 python3-torch, written from diffusers' published conversion rules
 (scripts/convert_sana_to_diffusers.py, models/transformers/sana_transformer.py), to check the

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream's HEDdetector (tools/controlnet/annotator/hed) on the image a C++ case file holds,
 with the TorchScript network given, against the edges sana-train computed.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream's LADD discriminator heads and hinge losses in float64, for checking the C++ ones.
 
 Usage: ladd_heads.py CASE.safetensors   (written by the C++ test "SANA-Sprint's discriminator

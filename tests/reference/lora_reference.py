@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """LoRA on Sana as PEFT computes it, for checking the C++ adapters (src/sana/model/lora.h).
 
 Usage: lora_reference.py CASE.safetensors

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes the first N Fashion-MNIST test images (Debian's dataset-fashion-mnist) as PNGs
 with a metadata.jsonl (path, caption, label, width, height).
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream's caption pipeline on a small SentencePiece tokenizer and a TorchScript encoder
 that takes token ids, for the C++ trainer's CaptionTokenizer / FrozenTextEncoder to match.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Writes small TorchScript encoders as a user would export them from Python.
 
 Usage: make_torchscript_encoders.py DIR

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """SANA-1.5's model growth by the rules of upstream's ModelGrowthInitializer
 (diffusion/model/model_growth_utils.py), written here from those rules, against the C++
 model/growth.h.

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream's pixels, computed by upstream's own transform, against `sana-train check-data --dump`.
 
 For every row of DUMP/dump.tsv (id, path, height, width, file, caption) this opens the source with

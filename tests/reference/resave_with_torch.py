@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Re-saves a safetensors file as Python would save a training checkpoint.
 
 Default: a DDP-style checkpoint,

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """An independent float64 evaluation of the SanaMS linear DiT, for checking the C++ model.
 
 Usage: sana_reference.py CASE.safetensors...

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """SANA-Sprint's stage-2 generator loop as upstream's train_scm_ladd.py runs it (the sCM loss
 only: adv_lambda 0, so no discriminator), in python3-torch on upstream_model.py's SanaMSCM,
 for holding the C++ trainer's curve against a run of upstream's maths over many steps. A

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """SANA-Sprint's sCM step as upstream computes it, in float64, for checking the C++ JVP and loss.
 
 Usage: sprint_reference.py CASE.safetensors

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """One generator step and one discriminator step of SANA-Sprint's stage 2 as upstream's
 train_scm_ladd.py runs them, in float64, for checking the C++ step (src/sana/train/sprint_step.h).
 

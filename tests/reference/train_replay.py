@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A fine-tuning run of sana-train (train.lora, or a ControlNet) replayed in python3-torch,
 step by step, for its loss curve.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The SanaMS forward pass as upstream's modules compute it, for checking the C++ model.
 
 Usage: upstream_model.py CASE.safetensors...   (the case files of the C++ test "the C++ model

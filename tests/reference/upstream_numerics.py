@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Upstream Sana's numerics, computed the way upstream's Python computes them, for the C++
 trainer to match. Independent of sana_reference.py (our own model reading): every part here
 follows a named upstream function, with upstream's dtypes (numpy float64 tables, torch float32

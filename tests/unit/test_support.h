@@ -66,7 +66,7 @@ inline const TempDir& reference_fixtures(const char* script) {
   auto& dir = made[script];
   if (!dir) {
     dir = std::make_unique<TempDir>();
-    const auto r = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+    const auto r = run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                "/tests/reference/" + script + " " + dir->path());
     if (r.exit_code != 0) throw std::runtime_error(std::string(script) + " failed:\n" + r.output);
   }

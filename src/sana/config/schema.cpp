@@ -190,7 +190,7 @@ void describe_dist(std::vector<Field>& f, DistConfig& d) {
   s.add("allow_shared_device", d.allow_shared_device,
         "debugging only: let several ranks share one GPU (needs backend gloo)");
   s.add("threads_per_process", d.threads_per_process,
-        "CPU threads per process; 0 = cores / processes on the host")
+        "CPU threads per process; 0 = OMP_NUM_THREADS where set, else usable cores / processes on the host")
       .at_least(0);
   s.add("elastic", d.elastic,
         "a rank declared dead or hung: restart (every rank stops; the launcher restarts from the last "

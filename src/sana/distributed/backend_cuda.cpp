@@ -16,7 +16,7 @@ bool nccl_available() { return true; }
 c10::intrusive_ptr<compat::CollectiveBackend> make_nccl_backend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
     std::chrono::milliseconds timeout) {
-  const auto env = apply_nccl_defaults(SANA_TORCH_AT_LEAST(2, 2));
+  const auto env = apply_nccl_defaults(/*torch_aborts_by_default=*/true);
   if (rank == 0) {
     log::info("NCCL environment: {}{}", env.variables.empty() ? "LibTorch's defaults" : fmt::format("{}", fmt::join(env.variables, " ")),
               env.set_by_us.empty() ? "" : fmt::format(" (set by sana-train: {})", fmt::join(env.set_by_us, " ")));

@@ -53,7 +53,13 @@ std::vector<std::string> find_device_clashes(const std::vector<DeviceClaim>& cla
 std::string choose_backend(const RuntimeOptions& cfg, const DeviceClaim& claim,
                            bool nccl_available);
 
-// CPU threads for this process: dist.threads_per_process, or cores / processes on the host.
-int threads_per_process(const RuntimeOptions& cfg, const LaunchEnv& env, unsigned cores);
+// CPU threads for this process: dist.threads_per_process; else OMP_NUM_THREADS where it is set
+// (`omp_num_threads` > 0: torchrun sets 1, and a test runner sharing the cores among its jobs
+// sets its share); else the usable cores / processes on the host.
+int threads_per_process(const RuntimeOptions& cfg, const LaunchEnv& env, unsigned cores, int omp_num_threads = 0);
+// The cores this process may run on (its CPU affinity: taskset, cgroups' cpusets), and
+// OMP_NUM_THREADS as a positive number (0 when unset or not one).
+unsigned usable_cores();
+int omp_num_threads_from_env();
 
 }  // namespace sana::dist

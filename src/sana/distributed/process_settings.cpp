@@ -1,6 +1,5 @@
 #include "sana/distributed/process_settings.h"
 
-#include <dlfcn.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -14,15 +13,8 @@ namespace sana::dist {
 
 void set_compute_threads(int threads) {
   torch::set_num_threads(threads);
-  // OpenBLAS keeps a pool of its own (as many threads as cores, unless OPENBLAS_NUM_THREADS
-  // was set before it loaded) whose threads spin after every product, taking the cores
-  // from ATen's pool: with several processes per host it oversubscribes them, and even in
-  // one process with 2 threads every elementwise operator after a product runs slower.
-  // So OpenBLAS runs on the calling thread only, and the model's big products use ATen's
-  // pool through oneDNN (model/layers.cpp, token_product). SanaMS_tiny_P2_D4, batch 8 of
-  // 64x64, one process on 2 threads: 0.75 -> 0.46 s a step (apps/bench_ddp).
-  using SetThreads = void (*)(int);
-  if (auto fn = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) fn(1);
+  // pip's LibTorch runs its products in MKL on the same OpenMP pool, so this one setting
+  // bounds every thread the process computes on.
 }
 
 void keep_freed_memory() {

@@ -4,7 +4,7 @@
 
 namespace sana::dist {
 
-// LibTorch's intra-op threads set to `threads`; OpenBLAS on the calling thread only.
+// LibTorch's intra-op threads (its products' too: MKL on the same pool) set to `threads`.
 void set_compute_threads(int threads);
 
 // The host allocator keeps what a step frees for the next step: a step allocates and frees

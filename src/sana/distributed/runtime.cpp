@@ -85,7 +85,7 @@ std::unique_ptr<Runtime> Runtime::start(const LaunchEnv& env, const RuntimeOptio
   std::unique_ptr<Runtime> rt(new Runtime(env, cfg));
   // A lost rank no longer stops the others; one stopped past the heartbeat timeout is lost.
   if (rt->elastic_) tell_launcher(fmt::format("elastic {}", static_cast<int64_t>(cfg.heartbeat_timeout_s * 1000)));
-  rt->threads_ = threads_per_process(cfg, env, std::thread::hardware_concurrency());
+  rt->threads_ = threads_per_process(cfg, env, usable_cores(), omp_num_threads_from_env());
   set_compute_threads(rt->threads_);
   keep_freed_memory();
   if (env.world_size > 1) rt->connect();

@@ -166,7 +166,7 @@ TEST_CASE("plan with data.sampler=distributed gives each rank torch's Distribute
                            dir.path("w") + " --model.multi_scale=false --data.sampler=distributed" +
                            " --train.seed=3 --train.global_batch_size=4 --train.micro_batch_size=1";
   // 30 samples, 2 ranks, seed 3, epoch 1, drop_last (tail drop): 15 per rank, 7 steps of 2.
-  const auto ref = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto ref = run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                "/tests/reference/distributed_sampler.py '[[30, 2, 3, 1, 1, 1]]'" +
                                " 2>/dev/null");
   REQUIRE(ref.exit_code == 0);

@@ -183,7 +183,7 @@ TEST_CASE("a failed save (disk full) leaves no partial folder, one left by a kil
 TEST_CASE("Python reads the model weights with numpy alone", "[ckpt]") {
   sana::test::TempDir dir;
   const auto path = ckpt::write_checkpoint(dir.path(), snapshot(3), 0);
-  const auto r = sana::test::run_command("/usr/bin/python3 -c '\n"
+  const auto r = sana::test::run_command(SANA_PYTHON " -c '\n"
                                          "import json, struct, sys, numpy as np\n"
                                          "b = open(sys.argv[1], \"rb\").read(); n = struct.unpack(\"<Q\", b[:8])[0]\n"
                                          "h = json.loads(b[8:8 + n]); h.pop(\"__metadata__\", None)\n"

@@ -169,7 +169,7 @@ TEST_CASE("HED edges are upstream's HEDdetector's, in python3-torch", "[control]
   TempDir dir;
   const auto file = dir.path("hed.safetensors");
   sana::write_safetensors(file, {{"rgb", rgb}, {"edges", edges}});
-  const auto r = run_command(fmt::format("/usr/bin/python3 {}/tests/reference/hed_reference.py {} {}", SANA_SOURCE_DIR,
+  const auto r = run_command(fmt::format(SANA_PYTHON " {}/tests/reference/hed_reference.py {} {}", SANA_SOURCE_DIR,
                                          file, cfg.controlnet.hed_model));
   INFO(r.output);
   CHECK(r.exit_code == 0);

@@ -206,7 +206,7 @@ TEST_CASE("weights round-trip through safetensors and torch.save, strict loads n
 
   // A Python training checkpoint: {"state_dict": {"module.<name>": tensor}, "step": 7}.
   const auto pt = dir.path("w.pt");
-  const auto r = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto r = sana::test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                          "/tests/reference/resave_with_torch.py " + path + " " + pt);
   REQUIRE(r.exit_code == 0);
   model::SanaMS c(spec, model::BuildOptions{torch::kFloat32, false, 3});
@@ -217,7 +217,7 @@ TEST_CASE("weights round-trip through safetensors and torch.save, strict loads n
   // pos_embed buffer, state_dict_ema, optimizer, epoch, step. A strict load takes it, names
   // pos_embed as ignored (this model has no absolute position embedding), and no misfit.
   const auto up = dir.path("upstream.pth");
-  const auto ru = sana::test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto ru = sana::test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                           "/tests/reference/resave_with_torch.py --upstream " + path + " " + up);
   REQUIRE(ru.exit_code == 0);
   model::SanaMS u(spec, model::BuildOptions{torch::kFloat32, false, 5});

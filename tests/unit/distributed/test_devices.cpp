@@ -2,6 +2,9 @@
 // "Duplicate GPU detected" (devices are injected: no GPU needed).
 #include "catch.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "sana/distributed/devices.h"
 #include "sana/distributed/launch_env.h"
 #include "sana/distributed/launcher.h"
@@ -76,8 +79,20 @@ TEST_CASE("CPU threads default to the cores shared by the processes of a host", 
   RuntimeOptions cfg;
   CHECK(threads_per_process(cfg, local(0, 2), 16) == 8);
   CHECK(threads_per_process(cfg, local(0, 4), 2) == 1);
+  CHECK(threads_per_process(cfg, local(0, 2), 16, /*omp_num_threads=*/1) == 1);  // OMP_NUM_THREADS=1 (torchrun)
   cfg.threads_per_process = 3;
   CHECK(threads_per_process(cfg, local(0, 4), 2) == 3);
+  CHECK(threads_per_process(cfg, local(0, 4), 2, 1) == 3);  // the key wins over the variable
+  CHECK(usable_cores() >= 1);
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before ? before : "";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  CHECK(omp_num_threads_from_env() == 3);
+  setenv("OMP_NUM_THREADS", "two", 1);
+  CHECK(omp_num_threads_from_env() == 0);
+  unsetenv("OMP_NUM_THREADS");
+  CHECK(omp_num_threads_from_env() == 0);
+  if (before != nullptr) setenv("OMP_NUM_THREADS", saved.c_str(), 1);
 }
 
 TEST_CASE("launch options that cannot work are usage errors", "[launcher]") {

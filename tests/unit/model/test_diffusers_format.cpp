@@ -1,7 +1,8 @@
 // diffusers' layout of a Sana transformer (model/diffusers_format.h): every preset's names
 // map to diffusers' and back, bit for bit, and an independent python3-torch converter
 // written from diffusers' published rules (tests/reference/diffusers_convert.py) produces
-// the same tensors under the same names.
+// the same tensors under the same names; and diffusers itself (the pinned package) loads our
+// export and computes what our forward computes.
 #include "catch.h"
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/util/safetensors.h"
+#include "model_specs.h"
 #include "test_support.h"
 
 using namespace sana;
@@ -32,7 +34,7 @@ model::TensorMap tensors_of(model::SanaMS& net) {
 model::TensorMap independent_conversion(model::SanaMS& net, test::TempDir& dir) {
   model::save_weights(*net, dir.path("upstream.safetensors"));
   std::filesystem::create_directories(dir.path("transformer"));
-  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto r = test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                    "/tests/reference/diffusers_convert.py " + dir.path("upstream.safetensors") + " " +
                                    dir.path("transformer/diffusion_pytorch_model.safetensors"));
   INFO(r.output);
@@ -252,7 +254,7 @@ TEST_CASE("export writes diffusers' sharded folder and upstream's .pth, both loa
                                          "    ok = ok and torch.equal(sd[k], t)\n"
                                          "print(len(sd), 'tensors', 'equal' if ok else 'DIFFERENT')\n"
                                          "sys.exit(0 if ok else 1)\n";
-  const auto r = test::run_command("/usr/bin/python3 " + dir.path("check.py") + " " + dir.path("upstream.pth") + " " +
+  const auto r = test::run_command(SANA_PYTHON " " + dir.path("check.py") + " " + dir.path("upstream.pth") + " " +
                                    dir.path("ours.safetensors"));
   INFO(r.output);
   CHECK(r.exit_code == 0);
@@ -279,7 +281,7 @@ TEST_CASE("a ControlNet exports as SanaControlNetModel, named as diffusers' conv
   model::save_weights(*net, dir.path("upstream.safetensors"));
   const auto written = model::export_controlnet_diffusers(upstream, spec, 64, dir.path("out"));
   CHECK(written.size() == 4);  // each folder: its weights and config.json
-  const auto r = test::run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto r = test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                                    "/tests/reference/diffusers_controlnet_convert.py " +
                                    dir.path("upstream.safetensors") + " " + dir.path("theirs.safetensors"));
   INFO(r.output);
@@ -313,4 +315,70 @@ TEST_CASE("a ControlNet exports as SanaControlNetModel, named as diffusers' conv
   model::SanaMS normed(spec, model::BuildOptions{torch::kFloat32, false, 13});
   CHECK_THROWS_WITH(model::export_controlnet_diffusers(tensors_of(normed), spec, 64, dir.path("normed")),
                     Catch::Contains("has no q/k norms"));
+}
+
+// diffusers as the judge (tests/reference/diffusers_transformer.py): SanaTransformer2DModel
+// .from_pretrained loads each exported folder with no missing, unexpected or mismatched key,
+// and its forward on the same latents, timesteps and caption features equals ours. The
+// timesteps go to diffusers as its pipelines pass them: times config.timestep_scale
+// (SanaPipeline), the guidance times config.guidance_embeds_scale (SanaSprintPipeline), so a
+// wrong config field shows as a wrong output.
+TEST_CASE("diffusers' SanaTransformer2DModel loads our export and computes our forward", "[torch][diffusers]") {
+  struct Case {
+    std::string name;
+    model::ModelSpec spec;
+    int64_t h, w;
+  };
+  auto sana10 = test::small_spec(model::Conditioning::caption);
+  auto sana15 = sana10;  // SANA-1.5: q/k norms in both attentions
+  sana15.qk_norm = sana15.cross_norm = true;
+  auto pe = sana10;  // model.use_pe: diffusers' sin-cos table for a bucket off the square
+  pe.use_pe = true;
+  pe.pe_base_size = 8;
+  auto sprint = test::sprint_student_spec();  // guidance embedding, timestep factor 1000, q/k norms
+  sprint.integer_timesteps = false;
+  const std::vector<Case> cases = {{"SANA-1.0 defaults, 16x16", sana10, 16, 16},
+                                   {"SANA-1.5 q/k norms and cross_norm, 8x24", sana15, 8, 24},
+                                   {"use_pe, 16x8", pe, 16, 8},
+                                   {"SANA-Sprint student, 16x16", sprint, 16, 16}};
+  test::TempDir dir;
+  std::string args;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& cs = cases[i];
+    INFO(cs.name);
+    model::SanaMS net(cs.spec, model::BuildOptions{torch::kFloat32, false, 40 + i});
+    test::perturb(net, 50 + i);
+    torch::manual_seed(static_cast<uint64_t>(60 + i));
+    const int64_t B = 3;
+    auto c = test::condition_for(cs.spec, B);
+    const auto x = torch::randn({B, cs.spec.in_channels, cs.h, cs.w});
+    // Whole numbers: upstream's forward truncates its timesteps, diffusers' does not.
+    const auto t = torch::tensor({17.0f, 503.0f, 981.0f});
+    if (cs.spec.cfg_embed) c.cfg_scale = torch::tensor({1.0f, 4.5f, 7.0f});
+    torch::Tensor pred;
+    {
+      torch::NoGradGuard no_grad;
+      net->eval();
+      pred = net->forward(x, t, c);
+    }
+    const auto folder = dir.path(fmt::format("transformer{}", i));
+    model::export_diffusers(tensors_of(net), cs.spec, cs.spec.pe_base_size * cs.spec.patch, folder);
+    NamedTensors out = {{"in.x", x}, {"in.t", t}, {"in.y", c.y}, {"in.mask", c.mask}, {"out.pred", pred}};
+    if (c.cfg_scale.defined()) out.emplace_back("in.guidance", c.cfg_scale);
+    const auto file = dir.path(fmt::format("case{}.safetensors", i));
+    write_safetensors(file, out, {{"case", cs.name}, {"tolerance", "1e-5"}, {"upstream_eps", "1"}});
+    args += " " + file + " " + folder;
+    // diffusers as shipped: its cross-attention q/k norms' eps (1e-5, upstream's 1e-6) is the
+    // one difference, 2e-5 relative at these sizes; without q/k norms there is none.
+    const auto as_shipped = dir.path(fmt::format("case{}_as_shipped.safetensors", i));
+    write_safetensors(as_shipped, out, {{"case", cs.name + " (diffusers as shipped)"},
+                                        {"tolerance", cs.spec.qk_norm ? "1e-4" : "1e-5"}});
+    args += " " + as_shipped + " " + folder;
+  }
+  const auto r = test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
+                                   "/tests/reference/diffusers_transformer.py" + args);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("SANA-Sprint student, 16x16: diffusers") != std::string::npos);
+  WARN(r.output);
 }

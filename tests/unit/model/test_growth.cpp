@@ -90,7 +90,7 @@ TEST_CASE("model growth initialises every tensor by upstream's rules (model_grow
                        {"seed", std::to_string(o.seed)}, {"order", order.dump()}});
   }
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/model_growth.py";
-  const auto r = test::run_command(fmt::format("/usr/bin/python3 {} {} {}", script, source, fmt::join(files, " ")));
+  const auto r = test::run_command(fmt::format(SANA_PYTHON " {} {} {}", script, source, fmt::join(files, " ")));
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("every tensor equal") != std::string::npos);
@@ -105,7 +105,7 @@ TEST_CASE("model growth initialises every tensor by upstream's rules (model_grow
     }
   }
   write_safetensors(files[4], file.tensors, file.metadata);
-  CHECK(test::run_command(fmt::format("/usr/bin/python3 {} {} {}", script, source, files[4])).exit_code == 1);
+  CHECK(test::run_command(fmt::format(SANA_PYTHON " {} {} {}", script, source, files[4])).exit_code == 1);
 }
 
 TEST_CASE("model growth refuses what cannot grow, naming the key", "[model]") {

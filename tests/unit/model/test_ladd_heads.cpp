@@ -61,7 +61,7 @@ TEST_CASE("SANA-Sprint's discriminator heads match upstream's DiscHead with torc
   const auto file = dir.path("heads.safetensors");
   sana::write_safetensors(file, out, {});
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/ladd_heads.py";
-  const auto r = sana::test::run_command("/usr/bin/python3 " + script + " " + file);
+  const auto r = sana::test::run_command(SANA_PYTHON " " + script + " " + file);
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("3 heads of 24 channels") != std::string::npos);
@@ -72,5 +72,5 @@ TEST_CASE("SANA-Sprint's discriminator heads match upstream's DiscHead with torc
     if (name == "out.real") t = t * (1 + 1e-7);
   }
   sana::write_safetensors(file, bad.tensors, bad.metadata);
-  CHECK(sana::test::run_command("/usr/bin/python3 " + script + " " + file).exit_code == 1);
+  CHECK(sana::test::run_command(SANA_PYTHON " " + script + " " + file).exit_code == 1);
 }

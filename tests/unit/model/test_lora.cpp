@@ -342,7 +342,7 @@ TEST_CASE("LoRA's forward and backward match a python3-torch reference", "[.refe
                             {{"spec", s.dump()}, {"alpha", "6"}, {"case", qk ? "qk_norm, some parts" : "plain"}});
   }
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/lora_reference.py";
-  const auto r = sana::test::run_command("/usr/bin/python3 " + script + " " + fmt::format("{}", fmt::join(files, " ")));
+  const auto r = sana::test::run_command(SANA_PYTHON " " + script + " " + fmt::format("{}", fmt::join(files, " ")));
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("plain: 27 adapters") != std::string::npos);
@@ -354,7 +354,7 @@ TEST_CASE("LoRA's forward and backward match a python3-torch reference", "[.refe
     if (name == "grad.transformer.transformer_blocks.1.attn1.to_k.lora_A.weight") t = t * 1.001;
   }
   sana::write_safetensors(files[0], file.tensors, file.metadata);
-  const auto bad = sana::test::run_command("/usr/bin/python3 " + script + " " + files[0]);
+  const auto bad = sana::test::run_command(SANA_PYTHON " " + script + " " + files[0]);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
 }

@@ -482,14 +482,14 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
     sana::write_safetensors(files.back(), out, {{"spec", spec.dump()}, {"case", cs.name}});
   }
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/sana_reference.py";
-  const auto r = sana::test::run_command("/usr/bin/python3 " + script + " " + fmt::format("{}", fmt::join(files, " ")));
+  const auto r = sana::test::run_command(SANA_PYTHON " " + script + " " + fmt::format("{}", fmt::join(files, " ")));
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("worst relative difference") != std::string::npos);
   WARN(r.output);
   // And against upstream's own modules (upstream_model.py: SanaMS's code paths, strict names).
   const std::string upstream = std::string(SANA_SOURCE_DIR) + "/tests/reference/upstream_model.py";
-  const auto u = sana::test::run_command("/usr/bin/python3 " + upstream + " " + fmt::format("{}", fmt::join(files, " ")));
+  const auto u = sana::test::run_command(SANA_PYTHON " " + upstream + " " + fmt::format("{}", fmt::join(files, " ")));
   INFO(u.output);
   CHECK(u.exit_code == 0);
   CHECK(u.output.find("captions + qk_norm, 8x32 bucket: max relative difference") != std::string::npos);
@@ -534,7 +534,7 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
         {"logvar", true}, {"logvar_scale", 1.0}, {"timestep_norm_scale", 1000.0}};
     const auto sprint = dir.path("sprint.safetensors");
     sana::write_safetensors(sprint, file, {{"spec", js.dump()}, {"case", "SANA-Sprint student (TrigFlow)"}});
-    const auto r2 = sana::test::run_command("/usr/bin/python3 " + upstream + " " + sprint);
+    const auto r2 = sana::test::run_command(SANA_PYTHON " " + upstream + " " + sprint);
     INFO(r2.output);
     CHECK(r2.exit_code == 0);
     CHECK(r2.output.find("SANA-Sprint student (TrigFlow): max relative difference") != std::string::npos);
@@ -547,10 +547,10 @@ TEST_CASE("the C++ model matches an independent Python implementation", "[.refer
     if (name == "out.pred") t = t * 1.001;
   }
   sana::write_safetensors(files[0], file.tensors, file.metadata);
-  const auto bad = sana::test::run_command("/usr/bin/python3 " + script + " " + files[0]);
+  const auto bad = sana::test::run_command(SANA_PYTHON " " + script + " " + files[0]);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
-  CHECK(sana::test::run_command("/usr/bin/python3 " + upstream + " " + files[0]).exit_code == 1);
+  CHECK(sana::test::run_command(SANA_PYTHON " " + upstream + " " + files[0]).exit_code == 1);
 }
 
 TEST_CASE("upstream's presets, SANA-1.5's included, have the parameter counts of upstream's modules",
@@ -575,7 +575,7 @@ TEST_CASE("upstream's presets, SANA-1.5's included, have the parameter counts of
     REQUIRE(names.size() == 4);  // SanaMS_1600M_P1_D20 and SANA-1.5's D30, D40, D60
     std::string depths;
     for (const auto& name : names) depths += " " + std::to_string(preset_spec(name).depth);
-    const auto r = sana::test::run_command(fmt::format("/usr/bin/python3 {} --count 2240 20 1 {} {}{}", script,
+    const auto r = sana::test::run_command(fmt::format(SANA_PYTHON " {} --count 2240 20 1 {} {}{}", script,
                                                        norms, norms, depths));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);

@@ -138,7 +138,7 @@ TEST_CASE("the student's JVP and sCM loss match upstream's in float64", "[.refer
       {"spec", js.dump()}, {"sigma_data", fmt::format("{}", sigma_d)}, {"r", fmt::format("{}", r)}};
   sana::write_safetensors(path, file, meta);
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/sprint_reference.py";
-  const auto ok = sana::test::run_command("/usr/bin/python3 " + script + " " + path);
+  const auto ok = sana::test::run_command(SANA_PYTHON " " + script + " " + path);
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
   CHECK(ok.output.find("dF (JVP): max relative difference") != std::string::npos);
@@ -148,7 +148,7 @@ TEST_CASE("the student's JVP and sCM loss match upstream's in float64", "[.refer
     if (name == "out.dF") t = t * (1 + 1e-7);
   }
   sana::write_safetensors(path, file, meta);
-  const auto bad = sana::test::run_command("/usr/bin/python3 " + script + " " + path);
+  const auto bad = sana::test::run_command(SANA_PYTHON " " + script + " " + path);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
 }

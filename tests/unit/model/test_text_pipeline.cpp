@@ -111,7 +111,7 @@ TEST_CASE("with precomputed caption features the null caption comes from upstrea
   // As upstream's train.py writes output/pretrained_models/null_embed_diffusers_<N>token.pth.
   const std::string pth = dir.path("null_embed_diffusers_6token.pth");
   const auto made = sana::test::run_command(
-      "/usr/bin/python3 -c \"import torch; g = torch.Generator().manual_seed(4); "
+      SANA_PYTHON " -c \"import torch; g = torch.Generator().manual_seed(4); "
       "torch.save({'uncond_prompt_embeds': torch.randn(1, 6, 8, generator=g), "
       "'uncond_prompt_embeds_mask': torch.ones(1, 6, dtype=torch.long)}, '" + pth + "')\"");
   REQUIRE(made.exit_code == 0);

@@ -427,7 +427,7 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
   const auto path = dir.path("step.safetensors");
   write_safetensors(path, file, meta);
   const std::string script = std::string(SANA_SOURCE_DIR) + "/tests/reference/sprint_step_reference.py";
-  const auto ok = test::run_command("/usr/bin/python3 " + script + " " + path);
+  const auto ok = test::run_command(SANA_PYTHON " " + script + " " + path);
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
   CHECK(ok.output.find("student gradients: max relative difference") != std::string::npos);
@@ -437,7 +437,7 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
     if (name == "grad.s.blocks.1.attn.qkv.weight") t = t * (1 + 1e-7);
   }
   write_safetensors(path, file, meta);
-  const auto bad = test::run_command("/usr/bin/python3 " + script + " " + path);
+  const auto bad = test::run_command(SANA_PYTHON " " + script + " " + path);
   INFO(bad.output);
   CHECK(bad.exit_code == 1);
 }
@@ -465,7 +465,7 @@ TEST_CASE("SANA-Sprint's stage-2 YAMLs build upstream's student, teacher and hea
     const auto blocks = train::head_blocks_for(cfg);
     const int64_t ours_student = model::SanaMS(student, model::BuildOptions{torch::kFloat32, true, 0})->parameter_count();
     const int64_t ours_teacher = model::SanaMS(teacher, model::BuildOptions{torch::kFloat32, true, 0})->parameter_count();
-    const auto r = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/upstream_model.py --count-sprint {} {} {}",
+    const auto r = test::run_command(fmt::format(SANA_PYTHON " {}/tests/reference/upstream_model.py --count-sprint {} {} {}",
                                                  SANA_SOURCE_DIR, student.hidden, student.cross_heads, student.depth));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -476,7 +476,7 @@ TEST_CASE("SANA-Sprint's stage-2 YAMLs build upstream's student, teacher and hea
     CHECK(ours_teacher == upstream_teacher);
     CHECK(ours_student - ours_teacher == 256 * student.hidden + student.hidden * student.hidden + 2 * student.hidden +
                                              student.hidden + 1);  // cfg_embedder and logvar_linear
-    const auto h = test::run_command(fmt::format("/usr/bin/python3 {}/tests/reference/ladd_heads.py --count {} {}",
+    const auto h = test::run_command(fmt::format(SANA_PYTHON " {}/tests/reference/ladd_heads.py --count {} {}",
                                                  SANA_SOURCE_DIR, teacher.hidden, blocks.size()));
     INFO(h.output);
     REQUIRE(h.exit_code == 0);

@@ -1,11 +1,9 @@
-// The tensor side as a user would notice it: a fast BLAS under LibTorch, and a short real
+// The tensor side as a user would notice it: LibTorch's own BLAS on the process's threads, and a short real
 // training run whose loss goes down.
 #include "catch.h"
 
 #include <filesystem>
 #include <torch/torch.h>
-
-#include <dlfcn.h>
 
 #include <chrono>
 #include <fstream>
@@ -21,35 +19,16 @@
 using sana::test::run_command;
 using sana::test::TempDir;
 
-TEST_CASE("LibTorch calls OpenBLAS, not the reference BLAS", "[torch][blas]") {
-  // Debian's LibTorch uses whichever libblas.so.3 is selected; the reference one made a
-  // DiT step 14x slower. A matmul loads it; then its file name is in our memory map.
-  auto a = torch::randn({256, 256});
-  auto b = torch::mm(a, a);
-  CHECK(b.size(0) == 256);
-  std::ifstream maps("/proc/self/maps");
-  std::string line, blas;
-  while (std::getline(maps, line)) {
-    if (line.find("libblas") != std::string::npos || line.find("openblas") != std::string::npos) {
-      blas = line.substr(line.find('/'));
-      if (line.find("openblas") != std::string::npos) break;
-    }
-  }
-  INFO("BLAS in use: " << blas << " (scripts/install_deps.sh selects OpenBLAS)");
-  CHECK(blas.find("openblas") != std::string::npos);
-}
-
-TEST_CASE("OpenBLAS runs on the calling thread, LibTorch's pool on the process's threads", "[torch][blas]") {
-  // OpenBLAS's own pool spins after each product and takes the cores from LibTorch's: two
-  // processes on two cores ran a SanaMS_small step in 3.0 s instead of 2.3 s, and one
-  // process on two threads a SanaMS_tiny step in 0.75 s instead of 0.46 s.
-  using GetThreads = int (*)();
-  const auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  REQUIRE(get != nullptr);  // OpenBLAS is the BLAS (the test above)
+TEST_CASE("LibTorch's products run in its own BLAS (MKL) on LibTorch's threads", "[torch][blas]") {
+  // pip's torch carries MKL, linked in: no system BLAS is looked up (Debian's LibTorch took
+  // whichever libblas.so.3 was selected, and the reference one made a DiT step 14x slower).
+  // MKL runs on ATen's OpenMP pool, so the process's thread setting is the products' too.
+  CHECK(at::globalContext().hasMKL());
   const int before = torch::get_num_threads();
   sana::dist::set_compute_threads(2);
-  CHECK(get() == 1);
   CHECK(torch::get_num_threads() == 2);
+  const auto a = torch::randn({256, 256}, torch::kFloat64);
+  CHECK(torch::allclose(torch::mm(a, torch::eye(256, torch::kFloat64)), a));
   sana::dist::set_compute_threads(before);
 }
 
@@ -149,7 +128,7 @@ TEST_CASE("the distributed sampler partitions exactly as torch's DistributedSamp
                                 {11, 4, 42, 3, 1, 1}, {7, 8, 1, 0, 1, 0},    {100, 6, 5, 2, 0, 0},
                                 {100, 6, 5, 2, 0, 1}, {1000, 8, 123, 7, 1, 0}, {3, 2, 9, 9, 1, 1},
                                 {64, 1, 2, 1, 1, 0},  {5000, 3, 77, 11, 1, 1}};
-  const auto r = run_command("/usr/bin/python3 " + std::string(SANA_SOURCE_DIR) +
+  const auto r = run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) +
                              "/tests/reference/distributed_sampler.py '" + cases.dump() +
                              "' 2>/dev/null");
   REQUIRE(r.exit_code == 0);

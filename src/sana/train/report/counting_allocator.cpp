@@ -22,13 +22,8 @@ class CountingAllocator final : public c10::Allocator {
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
   int64_t peak() const { return peak_->load(); }
   void reset_peak() { peak_->store(held_->load()); }
-  // LibTorch 2.3 made allocate() non-const and added copy_data().
-#if SANA_TORCH_AT_LEAST(2, 3)
   c10::DataPtr allocate(size_t n) override { return counted(n); }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-#else
-  c10::DataPtr allocate(size_t n) const override { return counted(n); }
-#endif
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
   int64_t held() const { return held_->load(); }
 
