@@ -45,6 +45,7 @@ struct ModelFacts {
   model::ModelSpec spec;
   std::vector<std::pair<std::string, int64_t>> counts;
   int64_t total = 0;
+  std::vector<std::vector<int64_t>> shapes;  // each parameter's, in the model's order
   std::string upstream_params;  // "" for our own presets
   std::vector<BucketSize> buckets;      // the showcase ones
   std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
@@ -71,11 +72,12 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
 }
 
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, "", {}, {}, {}, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}};
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
+  for (const auto& w : net->parameters()) f.shapes.push_back(w.sizes().vec());
   const auto& all = model::presets();
   const auto preset =
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
@@ -164,6 +166,7 @@ void print_json(const ModelFacts& f) {
   for (const auto& [name, n] : f.counts) p[name] = n;
   p["total"] = f.total;
   j["parameters"] = p;
+  j["parameter_shapes"] = f.shapes;  // the optimizer's tensors (scripts/perf/pieces.py)
   if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
   if (f.sprint) {
     j["sprint"] = {{"teacher", f.sprint->teacher},

@@ -327,6 +327,11 @@ struct TrainConfig {
   // weights and the optimizer state live in host memory, where the update runs.
   bool offload_optimizer = false;
   int64_t log_interval = 50;
+  // Optimizer steps (counting from 1) rank 0 records with LibTorch's profiler into
+  // work_dir/profile/ (train/report/step_profile.h).
+  std::vector<int64_t> profile_steps;
+  bool cudnn_benchmark = true;          // CUDA: cuDNN times its algorithms per shape once (train/cuda_modes.h)
+  std::string cuda_sync_debug = "off";  // CUDA: warn about (warn) or fail on (error) each host wait in a step
   std::string report_to = "tensorboard";  // or none: metrics.jsonl and report/ only
   double peak_tflops = 0;  // the device's peak for MFU; 0: from its name (CUDA), unknown: no MFU
   int64_t save_model_steps = 1000000;

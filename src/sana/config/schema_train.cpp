@@ -11,6 +11,16 @@ namespace {
 void describe_reporting(Section& s, TrainConfig& t) {
   s.add("log_interval", t.log_interval, "optimizer steps between log lines").at_least(1)
       .commonly_used();
+  s.add("profile_steps", t.profile_steps,
+        "optimizer steps (from 1) rank 0 records with LibTorch's profiler: work_dir/profile/step_<N>.trace.json "
+        "(Chrome trace) and step_<N>.ops.tsv (op, calls, cpu_ms, device_ms, share)")
+      .at_least(1);
+  s.add("cudnn_benchmark", t.cudnn_benchmark,
+        "CUDA: cuDNN times its convolution algorithms for each new shape once and keeps the fastest");
+  s.add("cuda_sync_debug", t.cuda_sync_debug,
+        "CUDA: off; warn: log every operation that makes the host wait for the GPU, with its call site; "
+        "error: fail on it")
+      .one_of({"off", "warn", "error"});
   s.add("report_to", t.report_to,
         "tensorboard: event files in work_dir/tensorboard (scalars every step, preview grids) besides "
         "metrics.jsonl; none: metrics.jsonl and report/ only")

@@ -126,20 +126,34 @@ FlowBatch make_eval_batch(const torch::Tensor& x0, uint32_t id, uint64_t seed, c
   return rows.assemble(x0);
 }
 
+namespace {
+
+// A tensor made on the host, on `like`'s device in its dtype, without making the host wait:
+// converted on the host, then through page-locked memory as a non-blocking copy on the
+// current stream (the caching host allocator keeps the pinned buffer until the copy is
+// done). On the CPU the conversion alone, as before.
+torch::Tensor to_device_of(const torch::Tensor& host, const torch::Tensor& like, torch::ScalarType dtype) {
+  const auto converted = host.to(dtype);
+  if (!like.is_cuda()) return converted.to(like.device());
+  return converted.pin_memory().to(like.device(), /*non_blocking=*/true);
+}
+
+}  // namespace
+
 FlowBatch FlowRows::assemble(const torch::Tensor& x0) const {
   FlowBatch b;
-  const auto eps = torch::stack(noise).to(x0.device(), x0.scalar_type());
-  b.sigmas = torch::tensor(sigmas, torch::kFloat64).to(x0.device(), x0.scalar_type());
+  const auto dtype = x0.scalar_type();
+  const auto eps = to_device_of(torch::stack(noise), x0, dtype);
+  b.sigmas = to_device_of(torch::tensor(sigmas, torch::kFloat64), x0, dtype);
   std::vector<int64_t> view(static_cast<size_t>(x0.dim()), 1);
   view[0] = x0.size(0);
   const auto s = b.sigmas.view(view);
-  const auto a = torch::tensor(alphas, torch::kFloat64).to(x0.device(), x0.scalar_type()).view(view);
+  const auto a = to_device_of(torch::tensor(alphas, torch::kFloat64), x0, dtype).view(view);
   b.noisy = a * x0 + s * eps;
   b.target = eps - x0;
-  b.timesteps = torch::tensor(timesteps, torch::kFloat64).to(x0.device(), x0.scalar_type());
-  b.dropped = torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kInt64)
-                  .to(torch::kBool)
-                  .to(x0.device());
+  b.timesteps = to_device_of(torch::tensor(timesteps, torch::kFloat64), x0, dtype);
+  b.dropped = to_device_of(torch::tensor(std::vector<int64_t>(dropped.begin(), dropped.end()), torch::kInt64), x0,
+                           torch::kBool);
   return b;
 }
 

@@ -86,9 +86,23 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const auto q = q_full.view({B, N, heads, hd}).transpose(1, 2);
   const auto k = k_full.reshape({B, L, heads, hd}).transpose(1, 2);
   const auto v = kv[1].reshape({B, L, heads, hd}).transpose(1, 2);
-  auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  if (bias.defined()) scores = scores + bias;
-  const auto out = torch::matmul(torch::softmax(scores, -1), v);  // [B, h, N, hd]
+  // softmax(q k^T / sqrt(hd) + bias) v as one ATen call: a fused kernel (flash or
+  // memory-efficient attention on CUDA, the flash kernel on the CPU) where one takes the
+  // shapes and the additive caption mask, the matrix products and the softmax otherwise.
+  // Under forward-mode AD (SANA-Sprint's JVP) the two products and the softmax themselves:
+  // ATen's fused kernels have no forward derivative.
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const bool tangents = q._fw_grad(0).defined() || k._fw_grad(0).defined() || v._fw_grad(0).defined();
+  torch::Tensor out;  // [B, h, N, hd]
+  if (tangents) {
+    auto scores = torch::matmul(q, k.transpose(-1, -2)) * scale;
+    if (bias.defined()) scores = scores + bias;
+    out = torch::matmul(torch::softmax(scores, -1), v);
+  } else {
+    std::optional<at::Tensor> mask;
+    if (bias.defined()) mask = bias.to(q.scalar_type());
+    out = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false, scale);
+  }
   if (FlopTrace::active()) FlopTrace::add(4.0 * static_cast<double>(B * N * L * C));
   return proj->forward(out.transpose(1, 2).reshape({B, N, C}));
 }
@@ -184,10 +198,10 @@ TimestepEmbedderImpl::TimestepEmbedderImpl(int64_t hidden, const torch::TensorOp
 torch::Tensor timestep_features(const torch::Tensor& t, int64_t dim) {
   const int64_t half = dim / 2;
   const auto dtype = t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  // Made where t is: no host-to-device copy in the step.
   const auto freqs = torch::exp(-std::log(10000.0) *
-                                torch::arange(half, torch::TensorOptions().dtype(dtype)) /
-                                static_cast<double>(half))
-                         .to(t.device());
+                                torch::arange(half, torch::TensorOptions().dtype(dtype).device(t.device())) /
+                                static_cast<double>(half));
   const auto args = t.to(dtype).unsqueeze(1) * freqs.unsqueeze(0);
   auto emb = torch::cat({torch::cos(args), torch::sin(args)}, -1);
   if (dim % 2) emb = torch::cat({emb, torch::zeros_like(emb.narrow(1, 0, 1))}, -1);

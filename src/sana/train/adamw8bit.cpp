@@ -89,6 +89,11 @@ void AdamW8bit::to_fp32_moments(std::map<std::string, torch::Tensor>& state) {
   for (const char* n : {"exp_avg.codes", "exp_avg.absmax", "exp_avg_sq.codes", "exp_avg_sq.absmax"}) state.erase(n);
 }
 
+// One parameter at a time, unlike AdamW's and CAME's multi-tensor steps: each quantized
+// parameter's moments are its own 256-element blocks (a short last block padded, its own
+// absmax per block), so the dequantize-update-requantize chain is shaped by the tensor and
+// no _foreach_ call spans two of them; the fp32 ones are the few small tensors under
+// min_size (biases, norms), a handful of launches.
 void AdamW8bit::step(double lr) {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -76,12 +76,13 @@ void StatefulOptimizer::load_state(const NamedParams& saved) {
   state_ = std::move(loaded);
 }
 
-AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay)
+AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay, Fused fused)
     : StatefulOptimizer(std::move(params)),
       beta1_(betas.at(0)),
       beta2_(betas.at(1)),
       eps_(eps),
-      weight_decay_(weight_decay) {}
+      weight_decay_(weight_decay),
+      fused_(fused) {}
 
 void AdamW::step(double lr) {
   torch::NoGradGuard no_grad;
@@ -157,6 +158,21 @@ bool AdamW::prepare_flat() {
 void AdamW::flat_step(double lr) {
   for (auto& st : state_) ++st.step;
   const double k = static_cast<double>(state_.front().step);
+  if (fused_ == Fused::always || buckets_.front().params.is_cuda()) {
+    std::vector<torch::Tensor> params, grads;
+    for (auto& b : buckets_) {
+      params.push_back(b.params);
+      grads.push_back(b.grads);
+    }
+    if (steps_.size() != buckets_.size()) {
+      steps_.clear();
+      for (const auto& p : params) steps_.push_back(torch::zeros({}, p.options().dtype(torch::kFloat32)));
+    }
+    for (auto& t : steps_) t.fill_(k);  // a host value: no wait for the device
+    at::_fused_adamw_(params, grads, exp_avg_, exp_avg_sq_, {}, steps_, lr, beta1_, beta2_, weight_decay_, eps_,
+                      /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
   const double bias1 = 1 - std::pow(beta1_, k);
   const double bias2 = 1 - std::pow(beta2_, k);
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -257,19 +273,53 @@ void Came::keep_first_moment(State& s, const torch::Tensor& m, bool quantized) c
   }
 }
 
-// Operation for operation upstream's CAMEWrapper / CAME8BitWrapper step (the order of
-// roundings included), so that a python3-torch transcription agrees to the last bit.
+// Upstream's CAMEWrapper / CAME8BitWrapper step with the order of its roundings kept (a
+// python3-torch transcription agrees to the last bit), over all parameters at once: each
+// element-wise operation is one ATen _foreach_ call over the factored (or the other)
+// parameters instead of one kernel per parameter. What stays per parameter: the row and
+// column means and their rank-1 estimate (a reduction along one dimension of each matrix),
+// each update's RMS, and the 8-bit first moment's chunked min-max codes. The foreach calls
+// apply the same element-wise kernels, so grouping changes no bit.
+// The parameters of one kind (factored or not) that have gradients this step: their
+// indices, fp32 gradients (matrices where factored), first moments and updates.
+struct Came::Group {
+  bool factored = false;
+  std::vector<size_t> index;
+  std::vector<torch::Tensor> grad, m, update;
+};
+
 void Came::step(double lr) {
   torch::NoGradGuard no_grad;
+  Group fac, plain;
+  fac.factored = true;
+  collect(fac, plain);
+  std::vector<torch::Tensor> params, steps;
+  for (auto* g : {&fac, &plain}) {
+    if (g->index.empty()) continue;
+    update_moments(*g);
+    for (size_t k = 0; k < g->index.size(); ++k) {
+      auto& p = params_[g->index[k]].second;
+      keep_first_moment(state_[g->index[k]], g->m[k], eight_bit_.applies(p.sizes()));
+      params.push_back(p);
+    }
+    const auto dir = directions(*g, lr);
+    steps.insert(steps.end(), dir.begin(), dir.end());
+  }
+  if (params.empty()) return;
+  if (weight_decay_ != 0) at::_foreach_add_(params, params, -weight_decay_ * lr);
+  for (size_t k = 0; k < params.size(); ++k) steps[k] = steps[k].reshape(params[k].sizes()).to(params[k].scalar_type());
+  at::_foreach_sub_(params, steps);
+}
+
+void Came::collect(Group& fac, Group& plain) {
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i].second;
     if (!p.grad().defined()) continue;
     auto& s = state_[i];
-    const bool fac = factored(p.sizes());
-    const bool q8 = eight_bit_.applies(p.sizes());
-    const auto grad = fac ? as_matrix(p.grad()).to(torch::kFloat32) : p.grad().to(torch::kFloat32);
+    const bool f = factored(p.sizes());
+    const auto grad = f ? as_matrix(p.grad()).to(torch::kFloat32) : p.grad().to(torch::kFloat32);
     if (s.step == 0) {
-      if (fac) {
+      if (f) {
         for (const char* n : {"exp_avg_sq_row", "exp_avg_res_row"}) s.get(n) = torch::zeros({grad.size(0)}, grad.options());
         for (const char* n : {"exp_avg_sq_col", "exp_avg_res_col"}) s.get(n) = torch::zeros({grad.size(1)}, grad.options());
       } else {
@@ -277,36 +327,72 @@ void Came::step(double lr) {
       }
     }
     ++s.step;
-    torch::Tensor m = first_moment(s, grad, q8);
-    torch::Tensor update = grad.pow(2) + eps1_;
-    if (fac) {
-      s.get("exp_avg_sq_row").mul_(beta2_).add_(update.mean(1), 1.0 - beta2_);
-      s.get("exp_avg_sq_col").mul_(beta2_).add_(update.mean(0), 1.0 - beta2_);
-      update = approx(s.get("exp_avg_sq_row"), s.get("exp_avg_sq_col"));
-      update.mul_(grad);
-    } else {
-      s.get("exp_avg_sq").mul_(beta2_).add_(update, 1.0 - beta2_);
-      update = s.get("exp_avg_sq").rsqrt().mul_(grad);
-    }
-    // Clip the update's RMS at clip_threshold (as Adafactor), on the device: reading the RMS
-    // back would make the host wait for the device once per parameter.
-    update.div_((rms(update) / clip_).clamp_(1.0));
-    m.mul_(beta1_).add_(update, 1 - beta1_);
-    keep_first_moment(s, m, q8);
-    torch::Tensor step_dir;
-    if (fac) {
-      // Confidence: how far the update is from its running mean, factored as well.
-      const auto res = (update - m).pow(2) + eps2_;
-      s.get("exp_avg_res_row").mul_(beta3_).add_(res.mean(1), 1.0 - beta3_);
-      s.get("exp_avg_res_col").mul_(beta3_).add_(res.mean(0), 1.0 - beta3_);
-      step_dir = approx(s.get("exp_avg_res_row"), s.get("exp_avg_res_col")).mul_(m);
-    } else {
-      step_dir = m.clone();
-    }
-    if (weight_decay_ != 0) p.add_(p, -weight_decay_ * lr);
-    step_dir.mul_(lr);
-    p.sub_(step_dir.reshape(p.sizes()).to(p.scalar_type()));
+    auto& g = f ? fac : plain;
+    g.index.push_back(i);
+    g.grad.push_back(grad);
+    g.m.push_back(first_moment(s, grad, eight_bit_.applies(p.sizes())));
   }
+}
+
+std::vector<torch::Tensor> Came::states(const Group& g, const char* name) {
+  std::vector<torch::Tensor> out;
+  for (size_t i : g.index) out.push_back(state_[i].get(name));
+  return out;
+}
+
+// state = beta * state + (1 - beta) * mean(v, dim), per row and per column; returns their
+// rank-1 estimate of each matrix.
+std::vector<torch::Tensor> Came::running_means(const Group& g, const std::vector<torch::Tensor>& v, const char* row,
+                                               const char* col, double beta) {
+  std::vector<torch::Tensor> rows = states(g, row), cols = states(g, col), row_means, col_means;
+  for (const auto& t : v) {
+    row_means.push_back(t.mean(1));
+    col_means.push_back(t.mean(0));
+  }
+  at::_foreach_mul_(rows, beta);
+  at::_foreach_add_(rows, row_means, 1.0 - beta);
+  at::_foreach_mul_(cols, beta);
+  at::_foreach_add_(cols, col_means, 1.0 - beta);
+  std::vector<torch::Tensor> estimate;
+  for (size_t k = 0; k < rows.size(); ++k) estimate.push_back(approx(rows[k], cols[k]));
+  return estimate;
+}
+
+// The second moment, the update it scales (its RMS clipped) and the first moment.
+void Came::update_moments(Group& g) {
+  g.update = at::_foreach_mul(g.grad, g.grad);
+  at::_foreach_add_(g.update, eps1_);
+  if (g.factored) {
+    g.update = running_means(g, g.update, "exp_avg_sq_row", "exp_avg_sq_col", beta2_);
+  } else {
+    auto sq = states(g, "exp_avg_sq");
+    at::_foreach_mul_(sq, beta2_);
+    at::_foreach_add_(sq, g.update, 1.0 - beta2_);
+    g.update = at::_foreach_rsqrt(sq);
+  }
+  at::_foreach_mul_(g.update, g.grad);
+  // Clip each update's RMS at clip_threshold (as Adafactor), on the device: reading the
+  // RMS back would make the host wait for the device once per parameter.
+  // (Each RMS on its own: CUDA divides by a host scalar as a product with its reciprocal.)
+  std::vector<torch::Tensor> each;
+  for (const auto& u : g.update) each.push_back(rms(u));
+  const auto divisor = (torch::stack(each) / clip_).clamp_(1.0).unbind();
+  for (size_t k = 0; k < g.update.size(); ++k) g.update[k].div_(divisor[k]);
+  at::_foreach_mul_(g.m, beta1_);
+  at::_foreach_add_(g.m, g.update, 1 - beta1_);
+}
+
+// Each parameter's step, lr included: the first moment, scaled where factored by the
+// confidence (how far the update is from its running mean, factored as well).
+std::vector<torch::Tensor> Came::directions(Group& g, double lr) {
+  if (!g.factored) return at::_foreach_mul(g.m, lr);
+  auto res = at::_foreach_sub(g.update, g.m);
+  res = at::_foreach_mul(res, res);
+  at::_foreach_add_(res, eps2_);
+  auto dir = running_means(g, res, "exp_avg_res_row", "exp_avg_res_col", beta3_);
+  at::_foreach_mul_(dir, g.m);
+  at::_foreach_mul_(dir, lr);
+  return dir;
 }
 
 const char* optimizer_name(OptimizerOptions::Kind kind) {

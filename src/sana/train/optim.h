@@ -91,10 +91,14 @@ class StatefulOptimizer : public Optimizer {
 // AdamW as torch.optim.AdamW computes it (decoupled weight decay, bias correction). Given
 // flat buckets covering every parameter, its moments live in flat tensors too (each
 // parameter's state() entries are views of them) and a step is five operations per bucket
-// instead of per parameter, like torch's fused/foreach AdamW.
+// instead of per parameter; on CUDA one: ATen's fused AdamW kernel (torch.optim.AdamW's
+// fused=True) over every bucket, reading each gradient and moment once.
 class AdamW : public StatefulOptimizer {
  public:
-  AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay);
+  // Where the flat step runs as ATen's fused kernel: on CUDA, or on every device (its CPU
+  // kernel too: for tests).
+  enum class Fused { on_cuda, always };
+  AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay, Fused fused = Fused::on_cuda);
   void step(double lr) override;
   const char* name() const override { return "AdamW"; }
   void load_state(const NamedParams& state) override;
@@ -106,8 +110,10 @@ class AdamW : public StatefulOptimizer {
   bool prepare_flat();
   void flat_step(double lr);
   double beta1_, beta2_, eps_, weight_decay_;
+  Fused fused_;
   std::vector<parallel::FlatBucket> buckets_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;  // per bucket, when prepared
+  std::vector<torch::Tensor> steps_;                 // the fused kernel's step count per bucket (float, on the device)
   bool flat_ready_ = false;
 };
 
@@ -144,6 +150,14 @@ class Came : public StatefulOptimizer {
   torch::Tensor first_moment(State& s, const torch::Tensor& like, bool quantized) const;
   // Keeps `m` as the state's first moment: quantized or as is.
   void keep_first_moment(State& s, const torch::Tensor& m, bool quantized) const;
+  // The step's parts, each over a group of parameters at once (optim.cpp).
+  struct Group;
+  void collect(Group& factored, Group& plain);
+  std::vector<torch::Tensor> states(const Group& g, const char* name);
+  std::vector<torch::Tensor> running_means(const Group& g, const std::vector<torch::Tensor>& v, const char* row,
+                                           const char* col, double beta);
+  void update_moments(Group& g);
+  std::vector<torch::Tensor> directions(Group& g, double lr);
   double beta1_, beta2_, beta3_, eps1_, eps2_, weight_decay_, clip_;
   EightBitState eight_bit_;
 };

@@ -22,6 +22,7 @@
 #include "sana/model/weights.h"
 #include "sana/train/batching.h"
 #include "sana/train/component_options.h"
+#include "sana/train/cuda_modes.h"
 #include "sana/train/host_optimizer.h"
 #include "sana/train/initial_model.h"
 #include "sana/train/part_options.h"
@@ -142,6 +143,8 @@ void Trainer::start() {
   total_steps_ = count_total_steps();
   metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, resumed_ && position_.global_step > 0, world,
                    device_peak_flops());
+  profiler_.emplace(cfg_.train.profile_steps, cfg_.work_dir, main_rank_, rt_.device().is_cuda());
+  if (rt_.device().is_cuda()) apply_cuda_modes({cfg_.train.cudnn_benchmark, cfg_.train.cuda_sync_debug});
   log_start();
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
@@ -264,6 +267,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
   PhaseLosses phase_losses;
+  profiler_->begin(position_.global_step + 1);
   auto out = sprint_ ? sprint_->run(*step_, loader, epoch, step, position_.global_step, *guard_, *reducer_,
                                     phase_losses)
                      : step_->run(loader, epoch, step, *guard_, scale);
@@ -278,6 +282,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   if (lost_after_commit_) throw dist::RankLost(*lost_after_commit_);  // the step is kept: regroup after it
   if (!memory_reported_) report_memory(peak, out);
   const int64_t global_step = position_.global_step;
+  profiler_->end();
   {
     PhaseTimer timer(out.times.checkpoint_preview);
     preview_and_evaluate(global_step, epoch_end, epoch);
@@ -364,9 +369,10 @@ bool Trainer::out_of_time() const {
 StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_square_part) {
   const auto [bad, reads] = guard_->local();
   const LocalStep mine{loss, grad_norm, bad, reads, g_stop_signal.load() != 0, out_of_time(), grad_square_part};
-  auto sums = torch::tensor(pack_step(mine, rt_.rank(), rt_.world_size()),
-                            torch::dtype(torch::kFloat64))
-                  .to(rt_.device());
+  auto sums = torch::tensor(pack_step(mine, rt_.rank(), rt_.world_size()), torch::dtype(torch::kFloat64));
+  // To a GPU through page-locked memory, without a wait: the read after the all-reduce is
+  // the step's one wait for the device besides the gradient norm's.
+  if (rt_.device().is_cuda()) sums = sums.pin_memory().to(rt_.device(), /*non_blocking=*/true);
   rt_.all_reduce(sums);
   rt_.commit_step(position_.global_step + 1);  // dist.elastic continue: applied by all or none
   sums = sums.to(torch::kCPU).contiguous();

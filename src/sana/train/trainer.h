@@ -31,6 +31,7 @@
 #include "sana/train/lr_scheduler.h"
 #include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
+#include "sana/train/report/step_profile.h"
 #include "sana/train/share_mirror.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
@@ -184,6 +185,7 @@ class Trainer {
   std::optional<parallel::WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
+  std::optional<StepProfiler> profiler_;  // train.profile_steps
   // Where the run stands.
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   RunPosition position_;

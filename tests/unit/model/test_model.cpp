@@ -181,6 +181,74 @@ TEST_CASE("linear attention equals a direct float64 evaluation of its formula", 
   }
 }
 
+TEST_CASE("cross-attention through ATen's fused attention equals its matrix products and softmax", "[model]") {
+  // Today's path before ATen's scaled_dot_product_attention: softmax(q k^T / sqrt(hd) +
+  // caption bias) v as two products and a softmax, on the module's own projections, with
+  // captions of 5, 2 and 1 tokens of 6. The forward within 1e-6; every gradient as close to
+  // that path in float64 as the path itself is in float32, or 2e-6 (the fused backward
+  // recomputes the softmax from its log-sum-exp: another rounding order, no larger an
+  // error). With the third caption fully masked (a uniform average of its padding, as
+  // before) every score carries -10000, whose float32 rounding leaves both paths' gradients
+  // about 1e-4 from float64's: there within 1e-3.
+  torch::manual_seed(11);
+  const int64_t B = 3, N = 10, L = 6, C = 24, heads = 4, hd = C / heads;
+  const auto eager = [&](CrossAttention& attn, const torch::Tensor& x, const torch::Tensor& y,
+                         const torch::Tensor& bias, bool cross_norm) {
+    auto q_full = attn->q_linear->forward(x);
+    const auto kv = attn->kv_linear->forward(y).view({B, L, 2, C}).unbind(2);
+    auto k_full = kv[0];
+    if (cross_norm) {
+      q_full = attn->q_norm->forward(q_full);
+      k_full = attn->k_norm->forward(k_full);
+    }
+    const auto q = q_full.view({B, N, heads, hd}).transpose(1, 2);
+    const auto k = k_full.reshape({B, L, heads, hd}).transpose(1, 2);
+    const auto v = kv[1].reshape({B, L, heads, hd}).transpose(1, 2);
+    const auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd)) + bias;
+    return attn->proj->forward(torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({B, N, C}));
+  };
+  for (const bool cross_norm : {false, true}) for (const bool empty : {false, true}) {
+    CrossAttention attn(C, heads, cross_norm, torch::TensorOptions());
+    {
+      torch::NoGradGuard no_grad;  // the module's weights are the model's to initialise: random here
+      for (auto& p : attn->parameters()) p.normal_(0.0, 0.3);
+    }
+    const auto x = torch::randn({B, N, C}, torch::requires_grad());
+    const auto y = torch::randn({B, L, C}, torch::requires_grad());
+    auto mask = torch::zeros({B, L});
+    mask[0].narrow(0, 0, 5).fill_(1);
+    mask[1].narrow(0, 0, 2).fill_(1);
+    if (!empty) mask[2][0] = 1;
+    const auto bias = ((1 - mask) * -10000.0).view({B, 1, 1, L});
+    const auto ours = attn->forward(x, y, bias);
+    const auto before = eager(attn, x, y, bias, cross_norm);
+    REQUIRE(torch::isfinite(ours).all().item<bool>());
+    CHECK(rel_diff(ours, before) < 1e-6);
+    const auto w = torch::randn_like(ours);
+    std::vector<torch::Tensor> inputs{x, y};
+    for (const auto& p : attn->parameters()) inputs.push_back(p);
+    const auto g_ours = torch::autograd::grad({(ours * w).sum()}, inputs);
+    const auto g_before = torch::autograd::grad({(before * w).sum()}, inputs);
+    // The same in float64, the path before as the reference.
+    attn->to(torch::kFloat64);
+    const auto x64 = x.detach().to(torch::kFloat64).requires_grad_();
+    const auto y64 = y.detach().to(torch::kFloat64).requires_grad_();
+    std::vector<torch::Tensor> inputs64{x64, y64};
+    for (const auto& p : attn->parameters()) inputs64.push_back(p);
+    const auto out64 = eager(attn, x64, y64, bias.to(torch::kFloat64), cross_norm);
+    const auto g64 = torch::autograd::grad({(out64 * w.to(torch::kFloat64)).sum()}, inputs64);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      INFO("input " << i << ", cross_norm " << cross_norm << ", empty caption " << empty);
+      const double fused = rel_diff(g_ours[i], g64[i]), matrix = rel_diff(g_before[i], g64[i]);
+      if (empty) {
+        CHECK(fused < 1e-3);
+      } else {
+        CHECK(fused <= std::max(2 * matrix, 2e-6));
+      }
+    }
+  }
+}
+
 TEST_CASE("SANA 1.5's cross_norm and upstream's use_pe", "[model]") {
   torch::manual_seed(5);
   // cross_norm: RMSNorm (eps 1e-6, weight) over all C of the cross-attention's q and k, not v.

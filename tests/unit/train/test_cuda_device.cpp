@@ -8,7 +8,11 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <tuple>
 
+#include "sana/diffusion/flow_matching.h"
+#include "sana/model/sana_ms.h"
+#include "sana/train/cuda_modes.h"
 #include "sana/train/device_feed.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_use.h"
@@ -74,4 +78,48 @@ TEST_CASE("cuda_device_name names the GPU MFU's peak is looked up by", "[cuda][t
   if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
     CHECK(sana::train::peak_tflops_for(name, true) > 700);
   }
+}
+
+TEST_CASE("train.cudnn_benchmark and train.cuda_sync_debug set cuDNN's and c10::cuda's modes", "[cuda][train]") {
+  if (no_gpu()) return;
+  const auto before = sana::train::current_cuda_modes();
+  sana::train::apply_cuda_modes({true, "error"});
+  CHECK(sana::train::current_cuda_modes().cudnn_benchmark);
+  CHECK(sana::train::current_cuda_modes().sync_debug == "error");
+  // A read of a device value waits for the device: the error mode says so.
+  const auto x = torch::ones({4}, torch::device(torch::kCUDA));
+  CHECK_THROWS(x.sum().item<float>());
+  sana::train::apply_cuda_modes({false, "off"});
+  CHECK_FALSE(sana::train::current_cuda_modes().cudnn_benchmark);
+  CHECK(x.sum().item<float>() == 4.0F);
+  sana::train::apply_cuda_modes(before);
+}
+
+TEST_CASE("a flow batch reaches the GPU without a host wait, equal to the CPU's", "[cuda][train]") {
+  if (no_gpu()) return;
+  // Before: five pageable copies per micro-batch, each a wait (the sync-debug mode's error
+  // here). Now pinned, non-blocking: the same numbers, and no error.
+  const auto x0 = torch::randn({3, 4, 8, 8});
+  const auto cpu = sana::diffusion::make_flow_batch(x0, {7, 8, 9}, 5, 0, sana::diffusion::TimestepOptions{}, 0.5);
+  const auto on_gpu = x0.to(torch::kCUDA);
+  torch::cuda::synchronize();
+  const auto before = sana::train::current_cuda_modes();
+  sana::train::apply_cuda_modes({before.cudnn_benchmark, "error"});
+  sana::diffusion::FlowBatch gpu;
+  CHECK_NOTHROW(gpu = sana::diffusion::make_flow_batch(on_gpu, {7, 8, 9}, 5, 0, sana::diffusion::TimestepOptions{},
+                                                      0.5));
+  // The timestep embedding's frequencies are made on the device too.
+  torch::Tensor features;
+  CHECK_NOTHROW(features = sana::model::timestep_features(gpu.timesteps));
+  sana::train::apply_cuda_modes(before);
+  for (const auto& [name, a, b] : {std::tuple{"noisy", cpu.noisy, gpu.noisy}, std::tuple{"target", cpu.target, gpu.target},
+                                   std::tuple{"sigmas", cpu.sigmas, gpu.sigmas},
+                                   std::tuple{"timesteps", cpu.timesteps, gpu.timesteps},
+                                   std::tuple{"dropped", cpu.dropped, gpu.dropped}}) {
+    INFO(name);
+    CHECK(b.is_cuda());
+    CHECK(torch::equal(a, b.cpu()));
+  }
+  // exp on the device against the host's: the last bit may differ.
+  CHECK(torch::allclose(features.cpu(), sana::model::timestep_features(cpu.timesteps), 0.0, 1e-5));
 }

@@ -127,6 +127,56 @@ TEST_CASE("CAME on SANA-Sprint's discriminator heads matches the independent CAM
   check_with_reference("came.py", file, config);
 }
 
+TEST_CASE("CAME over all parameters at once takes, to the bit, the step each takes alone", "[train][optim]") {
+  // The step's _foreach_ calls over every parameter against one optimizer per parameter
+  // (today's per-parameter path, in effect): the same parameters and state, CAME and CAME8bit,
+  // with a parameter that has no gradient at some steps.
+  const bool eight = GENERATE(false, true);
+  torch::manual_seed(12);
+  const Shapes shapes = {{"linear", {40, 30}}, {"pointwise", {36, 30, 1, 1}}, {"small", {6, 5}},
+                         {"depthwise", {4, 1, 3, 3}}, {"bias", {7}}, {"scale", {2, 9}}};
+  NamedTensors unused;
+  auto together = initial_params(shapes, unused);
+  train::NamedParams alone;
+  for (const auto& [n, t] : together) alone.emplace_back(n, t.detach().clone().requires_grad_(true));
+  const train::EightBitState q8{eight, 16, 100};
+  train::Came all(together, {0.9, 0.999, 0.9999}, {1e-30, 1e-16}, 0.02, 1.0, q8);
+  std::vector<std::unique_ptr<train::Came>> each;
+  for (const auto& p : alone) {
+    each.push_back(std::make_unique<train::Came>(train::NamedParams{p}, std::vector<double>{0.9, 0.999, 0.9999},
+                                                 std::vector<double>{1e-30, 1e-16}, 0.02, 1.0, q8));
+  }
+  for (int s = 0; s < 4; ++s) {
+    for (size_t i = 0; i < together.size(); ++i) {
+      if (i == 4 && s == 1) {  // the bias sits this step out
+        together[i].second.mutable_grad() = torch::Tensor();
+        alone[i].second.mutable_grad() = torch::Tensor();
+        continue;
+      }
+      const auto g = torch::randn(together[i].second.sizes()) * (0.5 + s);
+      together[i].second.mutable_grad() = g.clone();
+      alone[i].second.mutable_grad() = g.clone();
+    }
+    all.step(0.01);
+    for (auto& o : each) o->step(0.01);
+  }
+  for (size_t i = 0; i < together.size(); ++i) {
+    INFO(together[i].first);
+    CHECK(torch::equal(together[i].second, alone[i].second));
+  }
+  std::map<std::string, torch::Tensor> state_each;
+  for (const auto& o : each) {
+    for (const auto& [n, t] : o->state()) state_each[n] = t;
+  }
+  const auto state_all = all.state();
+  CHECK(state_all.size() == state_each.size());
+  for (const auto& [n, t] : state_all) {
+    INFO(n);
+    REQUIRE(state_each.count(n) == 1);
+    CHECK(torch::equal(t, state_each.at(n)));
+  }
+}
+
 TEST_CASE("CAME8bit computes what upstream's CAME8BitWrapper computes, in python3-torch", "[train][optim]") {
   torch::manual_seed(5);
   // Two tensors over min_8bit_size (a linear weight, a 1x1 convolution) in chunks of 16
@@ -352,6 +402,9 @@ TEST_CASE("AdamW computes what torch's AdamW computes, optimizer state round-tri
 
 TEST_CASE("AdamW over flat buckets computes what it computes per parameter, state and resume unchanged",
           "[train][optim]") {
+  // The flat step as the CPU runs it (five operations a bucket), and as CUDA runs it (ATen's
+  // fused kernel, here its CPU version).
+  const auto fused = GENERATE(train::AdamW::Fused::on_cuda, train::AdamW::Fused::always);
   torch::manual_seed(9);
   const std::vector<std::vector<int64_t>> shapes = {{6, 5}, {4, 3, 1, 1}, {7}, {2, 2}};
   train::NamedParams per_param, flat;
@@ -381,7 +434,7 @@ TEST_CASE("AdamW over flat buckets computes what it computes per parameter, stat
     }
     buckets.push_back(b);
   }
-  train::AdamW a(per_param, {0.9, 0.99}, 1e-8, 0.05), b(flat, {0.9, 0.99}, 1e-8, 0.05);
+  train::AdamW a(per_param, {0.9, 0.99}, 1e-8, 0.05), b(flat, {0.9, 0.99}, 1e-8, 0.05, fused);
   b.use_flat_buckets(buckets);
   const auto step_both = [&](int s) {
     for (size_t i = 0; i < shapes.size(); ++i) {

@@ -1,4 +1,4 @@
-// A CUDA device's name as the driver reports it (built with a CUDA LibTorch only).
+// A CUDA device's name as the driver reports it.
 #include <ATen/cuda/CUDAContext.h>
 
 #include "sana/train/report/device_peak.h"

@@ -13,7 +13,7 @@ namespace sana::train {
 // name the table does not know.
 double peak_tflops_for(const std::string& device_name, bool half);
 
-// CUDA device `index`'s name; "" where LibTorch has no CUDA (device_name_cpu.cpp).
+// CUDA device `index`'s name, as the driver reports it (device_name_cuda.cpp).
 std::string cuda_device_name(int index);
 
 }  // namespace sana::train

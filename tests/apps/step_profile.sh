@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# train.profile_steps on the CPU: 2 processes, 3 steps of the tiny preset with step 2 asked
+# for. Rank 0 writes profile/step_2.trace.json (Kineto's Chrome trace) and step_2.ops.tsv; no
+# other step is recorded; the table's ops are the model's (its matrix products among the top
+# five), their shares add up to 1, and each op's call count is the trace's count of it.
+# Every command under `timeout` in a `mktemp -d` folder, removed on exit.
+[ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
+. "$(dirname "$0")/../dist/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PHOTOS=${SANA_TEST_PHOTOS:-/usr/share/backgrounds/mate}
+work=$SCRATCH/run-$TOKEN
+if ! timeout 240 "$BIN" launch --nproc-per-node 2 -- --config "$ROOT/configs/sana_tiny_cpu.yaml" \
+     "--data.data_dir=[$PHOTOS]" --train.max_steps=3 --train.visualize=false --dist.timeout_s=60 \
+     "--train.profile_steps=[2]" "--work_dir=$work" > "$SCRATCH/run.log" 2>&1; then
+  fail "the run failed"; tail -20 "$SCRATCH/run.log"; finish
+fi
+ls "$work/profile" > "$SCRATCH/files"
+if [ "$(cat "$SCRATCH/files")" = "$(printf 'step_2.ops.tsv\nstep_2.trace.json')" ]; then
+  pass "rank 0 recorded step 2 alone: $(tr '\n' ' ' < "$SCRATCH/files")"
+else
+  fail "profile/ holds: $(tr '\n' ' ' < "$SCRATCH/files")"
+fi
+if grep -q "train.profile_steps: step 2 recorded" "$SCRATCH/run.log"; then
+  pass "the log names the step and its top ops: $(grep -o 'by host time: [^(]*' "$SCRATCH/run.log")"
+else
+  fail "no log line for the recorded step"
+fi
+if "$SANA_PYTHON" - "$work/profile/step_2.ops.tsv" "$work/profile/step_2.trace.json" > "$SCRATCH/check" 2>&1 <<'EOF'; then
+import collections, csv, json, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+assert [k for k in rows[0]] == ["op", "calls", "cpu_ms", "device_ms", "share"], rows[0].keys()
+share = sum(float(r["share"]) for r in rows)
+assert abs(share - 1) < 1e-3, f"shares add up to {share}"
+top = [r["op"] for r in rows[:5]]
+assert any(op in ("aten::addmm", "aten::mm", "aten::bmm", "aten::convolution_backward", "aten::mkldnn_convolution")
+           for op in top), f"no matrix product among the top five: {top}"
+assert all(float(a["share"]) >= float(b["share"]) for a, b in zip(rows, rows[1:])), "not sorted by share"
+# Host events: ATen's ops (cpu_op) and named regions such as the collectives' (user_annotation).
+host = ("cpu_op", "user_annotation")
+traced = collections.Counter(e["name"] for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("cat") in host)
+differ = [(r["op"], r["calls"], traced[r["op"]]) for r in rows if int(r["calls"]) != traced[r["op"]]]
+assert not differ, f"calls differ from the trace's: {differ[:5]}"
+print(f"{len(rows)} ops, {sum(int(r['calls']) for r in rows)} calls, as the trace counts; top: "
+      + ", ".join(f"{r['op']} {100 * float(r['share']):.1f}%" for r in rows[:3]))
+EOF
+  pass "the table: $(cat "$SCRATCH/check")"
+else
+  fail "the table: $(cat "$SCRATCH/check")"
+fi
+finish
