@@ -15,7 +15,8 @@
 #      ceilings, cross-attention eager against SDPA, the 11200-channel depthwise convolution
 #      with cuDNN's benchmark mode off and on;
 #   2. with the binary: torch's AdamW per tensor, multi-tensor and fused over the model's own
-#      parameter shapes (`sana-train model --json`), and the fused kernels' tests ([kernels]);
+#      parameter shapes (`sana-train model --json`), the fused kernels' tests ([kernels]), and
+#      the micro-batch `sana-train model` suggests for the GPU's memory;
 #   3. the sweep, SanaMS_1600M_P1_D20 on synthetic 1024 px features (scripts/make_feature_set.py),
 #      bf16, about 8 steps each: micro-batch 64 and 32 with gradient checkpointing, 16 without,
 #      32 with train.gc_step 2; then at the fastest of those AdamW against the config's CAME,
@@ -52,7 +53,7 @@ say() { printf 'gpu_perf: %s\n' "$*"; }
 py=python3
 table_name=perf
 
-rows=(build pieces optimizer kernels mb64-gc mb32-gc mb16 mb32-gc2 adamw fused profile syncs)
+rows=(build pieces optimizer kernels suggest mb64-gc mb32-gc mb16 mb32-gc2 adamw fused profile syncs)
 declare -A result seconds figures detail
 for r in "${rows[@]}"; do result[$r]=skip seconds[$r]=0 figures[$r]="" detail[$r]="not run"; done
 failed=0
@@ -112,6 +113,25 @@ elif [ "$mode" != cuda ]; then skip kernels "$kernel_cases [kernels] cases need 
 elif run_logged kernels 120 kernels "$tests_bin" "[kernels]"; then
   ok kernels "$(grep -E 'All tests passed|test cases' "$out/kernels.log" | tail -n 1)"
 else fail kernels "see $out/kernels.log"; fi
+
+# ---- what `sana-train model` suggests for this device (the sweep then measures it) ------------
+suggest_args=()
+[ "$mode" = cuda ] || suggest_args=(--device-memory 4)  # the rehearsal: no GPU to read it from
+suggestion() {  # MODEL_JSON: each setting's largest micro-batch, and the pick
+  "$py" - "$1" <<'PY' 2> /dev/null
+import json, sys
+s = json.load(open(sys.argv[1]))["micro_batch_suggestion"]
+name = lambda c: "no checkpointing" if c["gc_step"] == 0 else f"gc_step {c['gc_step']}"
+print("; ".join(f"{name(c)} up to {c['micro_batch']}" for c in s["largest"])
+      + f"; pick micro-batch {s['pick']['micro_batch']}, {name(s['pick'])}")
+PY
+}
+if run_logged suggest 120 suggest "$bin" model "${common[@]}" --train.micro_batch_size=1 --train.global_batch_size=64 \
+     --json "${suggest_args[@]}" && sed -n '/^{/,$p' "$out/suggest.log" > "$out/suggest.json" &&
+   line=$(suggestion "$out/suggest.json"); then
+  figures[suggest]=$line
+  ok suggest "sana-train model on this device (estimate at fp32: an upper bound under bf16)"
+else fail suggest "see $out/suggest.log"; fi
 
 # ---- 3. the sweep -----------------------------------------------------------------------------
 # Runs ROW ARGS...: $steps steps into $out/ROW; the row's figures "samples/s MFU memory".

@@ -18,6 +18,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
+#include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_estimate.h"
 #include "sana/train/trainable.h"
 
@@ -50,6 +51,10 @@ struct ModelFacts {
   std::vector<BucketSize> buckets;      // the showcase ones
   std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
   std::optional<train::MemoryEstimate> memory;  // without --no-memory
+  // For a device of `device_memory` bytes (--device-memory, else the GPU's): 2 GiB kept
+  // for the CUDA context and the allocator's slack, the rest the budget.
+  double device_memory = 0;
+  std::optional<train::MicroBatchSuggestion> micro_batch;
   // SANA-Sprint stage 2 (a SanaMSCM preset): the frozen teacher and the discriminator heads.
   struct Sprint {
     std::string teacher;
@@ -71,9 +76,17 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
   return s;
 }
 
-ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations) {
+constexpr double kContextBytes = 2.0 * (1 << 30);  // the CUDA context and the allocator's slack
+
+ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
   ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}};
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
+  // The suggestion scales the measured activations; stage 2's graphs are composed otherwise.
+  if (f.memory && activations && device_memory > 0 && !f.spec.trigflow) {
+    f.device_memory = device_memory;
+    const int64_t share = std::max<int64_t>(1, cfg.train.global_batch_size / world_size);
+    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec, device_memory - kContextBytes, share);
+  }
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
   f.total = net->parameter_count();
@@ -99,7 +112,7 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
 std::vector<int> gpus_that_fit(double bytes) {
   std::vector<int> out;
   for (int gb : {8, 12, 16, 24, 48, 80}) {
-    if (bytes + 2.0 * (1 << 30) <= gb * 1e9) out.push_back(gb);
+    if (bytes + kContextBytes <= gb * 1e9) out.push_back(gb);
   }
   return out;
 }
@@ -167,6 +180,17 @@ void print_json(const ModelFacts& f) {
   p["total"] = f.total;
   j["parameters"] = p;
   j["parameter_shapes"] = f.shapes;  // the optimizer's tensors (scripts/perf/pieces.py)
+  if (f.micro_batch) {
+    const auto choice = [](const train::MicroBatchChoice& c) {
+      return nlohmann::ordered_json{{"gc_step", c.gc_step}, {"micro_batch", c.micro_batch}, {"bytes", c.bytes}};
+    };
+    auto largest = nlohmann::ordered_json::array();
+    for (const auto& c : f.micro_batch->largest) largest.push_back(choice(c));
+    j["micro_batch_suggestion"] = {{"device_memory", f.device_memory},
+                                   {"budget", f.device_memory - kContextBytes},
+                                   {"largest", largest},
+                                   {"pick", choice(f.micro_batch->pick)}};
+  }
   if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
   if (f.sprint) {
     j["sprint"] = {{"teacher", f.sprint->teacher},
@@ -262,6 +286,35 @@ void print_memory(const train::MemoryEstimate& m) {
   }
 }
 
+std::string checkpointing_name(int64_t gc_step) {
+  if (gc_step == 0) return "train.grad_checkpointing false";
+  if (gc_step == 1) return "train.grad_checkpointing true (every block)";
+  return fmt::format("train.grad_checkpointing true, train.gc_step {}", gc_step);
+}
+
+void print_micro_batch(const ModelFacts& f) {
+  const auto& s = *f.micro_batch;
+  std::cout << fmt::format("\nmicro-batch for a device of {} ({} of it for the state and activations; 2 GiB kept for "
+                           "the CUDA context; activations at fp32, an upper bound under autocast):\n",
+                           data::size_text(static_cast<uint64_t>(f.device_memory)),
+                           data::size_text(static_cast<uint64_t>(f.device_memory - kContextBytes)));
+  for (const auto& c : s.largest) {
+    std::cout << fmt::format("  {:<58} {}\n", checkpointing_name(c.gc_step),
+                             c.micro_batch == 0 ? std::string("none fits")
+                                                : fmt::format("up to {} ({})", c.micro_batch,
+                                                              data::size_text(static_cast<uint64_t>(c.bytes))));
+  }
+  if (s.pick.micro_batch == 0) {
+    std::cout << "  suggested: nothing fits; train.zero_stage over more processes, train.offload_optimizer, or a "
+                 "smaller bucket\n";
+  } else {
+    std::cout << fmt::format("  suggested: train.micro_batch_size {} with {} (the least recomputation whose "
+                             "micro-batch holds 16384 image tokens or the whole per-process batch, else the "
+                             "largest micro-batch)\n",
+                             s.pick.micro_batch, checkpointing_name(s.pick.gc_step));
+  }
+}
+
 void print_text(const ModelFacts& f) {
   using model::Conditioning;
   const auto& spec = f.spec;
@@ -299,6 +352,7 @@ void print_text(const ModelFacts& f) {
                              b.train / 1e9);
   }
   if (f.memory) print_memory(*f.memory);
+  if (f.micro_batch) print_micro_batch(f);
 }
 
 class Model : public ConfigSubcommand {
@@ -314,9 +368,17 @@ class Model : public ConfigSubcommand {
                    "the memory estimate without the activations (their measurement takes seconds): the state only");
     cli_->add_flag("--no-memory", no_memory_,
                    "skip the memory estimate (it builds the model at depth 1 and 2 on the CPU: seconds for 1.6B)");
+    cli_->add_option("--device-memory", device_gib_,
+                     "GiB of the device to suggest a micro-batch and gradient checkpointing for (default: GPU 0's, "
+                     "where there is one)")
+        ->check(CLI::Range(1.0, 1e6));
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    const auto facts = facts_of(cfg, !no_memory_, world_size_, !no_activations_);
+    double device_memory = device_gib_ * (1 << 30);
+    if (device_gib_ == 0 && torch::cuda::is_available()) {
+      device_memory = static_cast<double>(train::cuda_device_memory(0));
+    }
+    const auto facts = facts_of(cfg, !no_memory_, world_size_, !no_activations_, device_memory);
     if (json_) {
       print_json(facts);
     } else {
@@ -330,6 +392,7 @@ class Model : public ConfigSubcommand {
   bool no_memory_ = false;
   int world_size_ = 1;
   bool no_activations_ = false;
+  double device_gib_ = 0;
 };
 
 }  // namespace

@@ -233,3 +233,39 @@ TEST_CASE("model: parameters per module, FLOPs per bucket and memory per process
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Catch::Contains("model.linear_head_dim"));
 }
+
+TEST_CASE("model --device-memory: the largest micro-batch that fits, and how to checkpoint for it", "[cli][model]") {
+  // The 600M at 512 px (global batch 128 on one process): its own estimate at each
+  // suggested size is within the device, and checkpointing every block fits the most.
+  const std::string cfg600 = std::string(SANA_SOURCE_DIR) + "/configs/Sana_600M_img512.yaml";
+  const auto r = run_command(kBin + " model --config " + cfg600 + " --json --device-memory 24");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.find("\n{") + 1));
+  const auto& s = j.at("micro_batch_suggestion");
+  CHECK(s["device_memory"].get<double>() == 24.0 * (1 << 30));
+  REQUIRE(s["largest"].size() == 3);
+  int64_t before = 0;
+  for (const auto& c : s["largest"]) {  // none, every second block, every block: each fits more
+    CHECK(c["micro_batch"].get<int64_t>() >= before);
+    CHECK(c["bytes"].get<double>() <= s["budget"].get<double>());
+    before = c["micro_batch"].get<int64_t>();
+  }
+  CHECK(s["pick"]["micro_batch"] == s["largest"][2]["micro_batch"]);
+  CHECK(s["largest"][2]["micro_batch"].get<int64_t>() > s["largest"][0]["micro_batch"].get<int64_t>());
+  // The suggestion run as the config: the estimate of that run is what the suggestion said.
+  const int64_t m = s["pick"]["micro_batch"], gc = s["pick"]["gc_step"];
+  const auto again = run_command(kBin + " model --config " + cfg600 + " --json --train.micro_batch_size=" +
+                                 std::to_string(m) + " --train.grad_checkpointing=" + (gc > 0 ? "true" : "false") +
+                                 " --train.gc_step=" + std::to_string(std::max<int64_t>(gc, 1)));
+  REQUIRE(again.exit_code == 0);
+  const auto k = nlohmann::json::parse(again.output.substr(again.output.find("\n{") + 1));
+  CHECK(k["memory_per_process"]["total_for_config"].get<double>() ==
+        Approx(s["pick"]["bytes"].get<double>()).epsilon(1e-9));
+  // In words, and nothing fits a device smaller than the state.
+  const auto text = run_command(kBin + " model --config " + kTiny + " --device-memory 4");
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.output, Catch::Contains("suggested: train.micro_batch_size"));
+  const auto none = run_command(kBin + " model --config " + cfg600 + " --device-memory 3");
+  CHECK(none.exit_code == 0);
+  CHECK_THAT(none.output, Catch::Contains("suggested: nothing fits"));
+}

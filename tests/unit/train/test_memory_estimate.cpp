@@ -5,6 +5,8 @@
 // the optimizer state follows the optimizer (AdamW two moments, CAME factored).
 #include "catch.h"
 
+#include <algorithm>
+
 #include "sana/config/config.h"
 #include "sana/config/loader.h"
 #include "sana/model/frozen_storage.h"
@@ -220,4 +222,45 @@ TEST_CASE("SANA-Sprint's stage 2: the activation estimate matches its steps meas
     CHECK(e.activations > (largest ? 2.2 : 1.5) * plain.activations);
     CHECK(e.total() > plain.total() + e.teacher + e.heads);
   }
+}
+
+TEST_CASE("activations at another micro-batch and checkpointing, from the one measurement", "[train][memory]") {
+  // At the estimate's own settings, its own figures; the suggestion's sizes fit its budget
+  // and one more step of the size would not.
+  auto cfg = tiny_config();
+  cfg.train.gc_step = 1;
+  const auto e = train::estimate_memory(train::memory_estimate_options_for(cfg));
+  const auto spec = train::model_spec_for(cfg);
+  CHECK(train::activations_at(e, spec, e.micro_batch, 0) == e.activations);
+  CHECK(train::activations_at(e, spec, e.micro_batch, 1) == e.activations_checkpointed);
+  CHECK(train::activations_at(e, spec, 2 * e.micro_batch, 0) == Approx(2 * e.activations));
+  CHECK(train::activations_at(e, spec, e.micro_batch, 2) < e.activations);
+  CHECK(train::activations_at(e, spec, e.micro_batch, 2) > e.activations_checkpointed);
+  const double state = e.total() - e.activations_for_config();
+  const double budget = state + train::activations_at(e, spec, 4, 0) + 1;
+  const auto s = train::suggest_micro_batch(e, spec, budget, 64);
+  REQUIRE(s.largest.size() == 3);
+  CHECK(s.largest[0].gc_step == 0);
+  CHECK(s.largest[0].micro_batch == 4);
+  CHECK(s.largest[1].micro_batch >= 4);
+  CHECK(s.largest[2].micro_batch >= s.largest[1].micro_batch);
+  for (const auto& c : s.largest) {
+    CHECK(c.bytes <= budget);
+    if (c.micro_batch < 64) CHECK(state + train::activations_at(e, spec, 2 * c.micro_batch, c.gc_step) > budget);
+  }
+  // The pick: the least recomputation whose micro-batch holds 16384 image tokens (or all 64
+  // samples), else the largest micro-batch.
+  const int64_t enough = std::min<int64_t>(64, (16384 + e.tokens - 1) / e.tokens);
+  const auto first_enough = std::find_if(s.largest.begin(), s.largest.end(),
+                                         [&](const train::MicroBatchChoice& c) { return c.micro_batch >= enough; });
+  if (first_enough != s.largest.end()) {
+    CHECK(s.pick.gc_step == first_enough->gc_step);
+  } else {
+    CHECK(s.pick.micro_batch == s.largest[2].micro_batch);
+  }
+  // At equal sizes the least recomputation: a budget every setting fits at the most.
+  const auto roomy = train::suggest_micro_batch(e, spec, state + train::activations_at(e, spec, 6, 0), 6);
+  CHECK(roomy.pick.micro_batch == 6);
+  CHECK(roomy.pick.gc_step == 0);
+  CHECK(train::suggest_micro_batch(e, spec, state / 2, 64).pick.micro_batch == 0);
 }

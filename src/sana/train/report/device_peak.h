@@ -4,6 +4,7 @@
 // the table. No torch.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace sana::train {
@@ -15,5 +16,7 @@ double peak_tflops_for(const std::string& device_name, bool half);
 
 // CUDA device `index`'s name, as the driver reports it (device_name_cuda.cpp).
 std::string cuda_device_name(int index);
+// Its memory in bytes, all of it (device_name_cuda.cpp).
+int64_t cuda_device_memory(int index);
 
 }  // namespace sana::train

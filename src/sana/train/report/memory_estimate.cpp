@@ -128,6 +128,30 @@ struct PerSample {
   }
 };
 
+// A step's activations from the measured terms: every block run (a ControlNet's copies
+// too, each kept like a base block) keeps all its activations, or with gradient
+// checkpointing (gc_step > 0) every gc_step-th block only its inputs (the recompute of one
+// block at a time is in `kept`'s outside terms), the others all of theirs.
+double step_activations(const PerSample& plain, const PerSample& kept, const model::ModelSpec& spec, int64_t tokens,
+                        int64_t micro_batch, int64_t gc_step) {
+  const int64_t blocks_run = spec.depth + spec.control_blocks;
+  if (gc_step <= 0) return plain.bytes(blocks_run, tokens, micro_batch);
+  PerSample plain_blocks = plain;
+  plain_blocks.outside = plain_blocks.outside_per_token = 0;
+  const auto every = [&](int64_t n) { return (n + gc_step - 1) / gc_step; };
+  const int64_t checkpointed = every(spec.depth) + every(spec.control_blocks);
+  return kept.bytes(checkpointed, tokens, micro_batch) +
+         plain_blocks.bytes(blocks_run - checkpointed, tokens, micro_batch);
+}
+
+PerSample per_sample_of(const std::map<std::string, double>& terms) {
+  const auto at = [&](const char* k) {
+    const auto it = terms.find(k);
+    return it == terms.end() ? 0.0 : it->second;
+  };
+  return {at("outside"), at("outside_per_token"), at("block"), at("block_per_token")};
+}
+
 // From the model at depth 1 and 2, each on 8 x 8 and 8 x 16 tokens: the four terms are the
 // differences. Both modes (without and with gradient checkpointing) from the same two builds.
 std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
@@ -425,23 +449,51 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& cfg, int world_size,
   log::info("memory estimate: measuring {}'s activations on the CPU at depth 1 and 2 (seconds for the largest presets)",
             spec.name);
   const auto [plain, kept] = measure(spec);
-  // The blocks a step runs: a ControlNet's copies too, each kept like a base block.
-  const int64_t blocks_run = spec.depth + spec.control_blocks;
-  e.activations = plain.bytes(blocks_run, e.tokens, e.micro_batch);
-  // train.gc_step: every gc_step-th block keeps only its inputs (the recompute of one block
-  // at a time is in `kept`'s outside terms), the others all their activations.
-  PerSample plain_blocks = plain;
-  plain_blocks.outside = plain_blocks.outside_per_token = 0;
-  const auto every = [&](int64_t n) { return (n + cfg.gc_step - 1) / cfg.gc_step; };
-  const int64_t checkpointed = every(spec.depth) + every(spec.control_blocks);
-  e.activations_checkpointed = kept.bytes(checkpointed, e.tokens, e.micro_batch) +
-                               plain_blocks.bytes(blocks_run - checkpointed, e.tokens, e.micro_batch);
+  e.activations = step_activations(plain, kept, spec, e.tokens, e.micro_batch, 0);
+  e.activations_checkpointed = step_activations(plain, kept, spec, e.tokens, e.micro_batch, cfg.gc_step);
   if (cfg.sprint) add_stage2_graphs(*cfg.sprint, plain, kept, spec.depth, e);
   e.terms = {{"outside", plain.outside}, {"outside_per_token", plain.outside_per_token}, {"block", plain.block},
              {"block_per_token", plain.block_per_token}};
   e.terms_checkpointed = {{"outside", kept.outside}, {"outside_per_token", kept.outside_per_token},
                           {"block", kept.block}, {"block_per_token", kept.block_per_token}};
   return e;
+}
+
+double activations_at(const MemoryEstimate& e, const model::ModelSpec& spec, int64_t micro_batch, int64_t gc_step) {
+  return step_activations(per_sample_of(e.terms), per_sample_of(e.terms_checkpointed), spec, e.tokens, micro_batch,
+                          gc_step);
+}
+
+// Image tokens per micro-batch from which the step's matrix products have rows enough to
+// keep a GPU's tensor cores busy: more samples then buy little, recomputing blocks costs a
+// third of a forward each.
+constexpr int64_t kBusyTokens = 16384;
+
+MicroBatchSuggestion suggest_micro_batch(const MemoryEstimate& e, const model::ModelSpec& spec, double budget,
+                                         int64_t most) {
+  MicroBatchSuggestion out;
+  const double state = e.total() - e.activations_for_config();
+  std::vector<int64_t> sizes;
+  for (int64_t m = 1; m <= most; m *= 2) sizes.push_back(m);
+  if (most > 0 && sizes.back() != most) sizes.push_back(most);
+  // Least recomputation first: none, every second block, every block.
+  for (const int64_t gc_step : {int64_t{0}, int64_t{2}, int64_t{1}}) {
+    MicroBatchChoice best{gc_step, 0, 0};
+    for (const int64_t m : sizes) {
+      const double bytes = state + activations_at(e, spec, m, gc_step);
+      if (bytes <= budget) best = {gc_step, m, bytes};
+    }
+    out.largest.push_back(best);
+  }
+  // The least recomputation whose micro-batch is big enough; else the largest micro-batch.
+  const int64_t enough = std::min(most, std::max<int64_t>(1, (kBusyTokens + e.tokens - 1) / std::max<int64_t>(e.tokens, 1)));
+  for (const auto& c : out.largest) {
+    if (c.micro_batch >= enough) return out.pick = c, out;
+  }
+  for (const auto& c : out.largest) {
+    if (c.micro_batch > out.pick.micro_batch) out.pick = c;
+  }
+  return out;
 }
 
 }  // namespace sana::train
