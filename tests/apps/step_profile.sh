@@ -2,7 +2,8 @@
 # train.profile_steps on the CPU: 2 processes, 3 steps of the tiny preset with step 2 asked
 # for. Rank 0 writes profile/step_2.trace.json (Kineto's Chrome trace) and step_2.ops.tsv; no
 # other step is recorded; the table's ops are the model's (its matrix products among the top
-# five), their shares add up to 1, and each op's call count is the trace's count of it.
+# five), their shares add up to 1, and each op's call count is the trace's count of it; no
+# ERROR line from Kineto's CUDA probe on this machine without a GPU.
 # Every command under `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
 . "$(dirname "$0")/../dist/lib.sh"
@@ -19,6 +20,12 @@ if [ "$(cat "$SCRATCH/files")" = "$(printf 'step_2.ops.tsv\nstep_2.trace.json')"
   pass "rank 0 recorded step 2 alone: $(tr '\n' ' ' < "$SCRATCH/files")"
 else
   fail "profile/ holds: $(tr '\n' ' ' < "$SCRATCH/files")"
+fi
+# Kineto's probe for CUDA devices fails on a machine without one: no ERROR line for it.
+if grep -q "ERROR" "$SCRATCH/run.log"; then
+  fail "an ERROR line on a CPU run: $(grep -m1 ERROR "$SCRATCH/run.log")"
+else
+  pass "no ERROR line in the run's output"
 fi
 if grep -q "train.profile_steps: step 2 recorded" "$SCRATCH/run.log"; then
   pass "the log names the step and its top ops: $(grep -o 'by host time: [^(]*' "$SCRATCH/run.log")"

@@ -89,12 +89,14 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   // softmax(q k^T / sqrt(hd) + bias) v as one ATen call: a fused kernel (flash or
   // memory-efficient attention on CUDA, the flash kernel on the CPU) where one takes the
   // shapes and the additive caption mask, the matrix products and the softmax otherwise.
-  // Under forward-mode AD (SANA-Sprint's JVP) the two products and the softmax themselves:
-  // ATen's fused kernels have no forward derivative.
+  // The two products and the softmax themselves under forward-mode AD (SANA-Sprint's JVP:
+  // ATen's fused kernels have no forward derivative) and for a single key (class-label
+  // conditioning: the softmax is exactly 1, the queries' gradients exactly 0, where the fused
+  // backward's recomputation leaves roundoff in them).
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const bool tangents = q._fw_grad(0).defined() || k._fw_grad(0).defined() || v._fw_grad(0).defined();
   torch::Tensor out;  // [B, h, N, hd]
-  if (tangents) {
+  if (tangents || L == 1) {
     auto scores = torch::matmul(q, k.transpose(-1, -2)) * scale;
     if (bias.defined()) scores = scores + bias;
     out = torch::matmul(torch::softmax(scores, -1), v);

@@ -267,11 +267,13 @@ std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& g
   std::vector<torch::Tensor> squares;
   squares.reserve(grads.size() + 1);
   for (const auto& g : grads) {
-    // Each bucket's squares summed in float32 where the bucket is, by ATen's reduction
-    // (pairwise on the CPU, a tree on CUDA: within 1e-6 of float64, where a BLAS dot's running
-    // float32 sum is 1e-4 off at 25 M elements), instead of a float64 copy of every gradient.
+    // Each bucket's norm accumulated in float64 as ATen's reduction reads the float32
+    // elements: no float64 copy of every gradient on the CPU. Float64 accumulation keeps the
+    // norm the same, to 1e-11, however the elements are split into buckets or ZeRO segments
+    // (a float32 sum differs by 1e-7 between splits, enough to move CAME8bit's codes).
     const auto f = g.scalar_type() == torch::kFloat32 ? g : g.to(torch::kFloat32);
-    squares.push_back(f.square().sum().to(torch::kFloat64));
+    const auto norm = at::linalg_vector_norm(f, 2, {}, false, torch::kFloat64);
+    squares.push_back(norm * norm);
   }
   squares.push_back(loss_sum);
   const auto host = torch::stack(squares).to(torch::kCPU);

@@ -139,8 +139,8 @@ class TrainStep {
 
 // The global gradient norm of `grads` (each gradient element in exactly one of them: the
 // reducer's flat buckets) and this rank's loss, in one read from the device (each bucket's
-// squares summed in float32 on the device, the buckets' sums in float64 on the host in the
-// given order).
+// norm accumulated in float64 on the device from its float32 elements, the buckets' squares
+// summed in float64 on the host in the given order).
 std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum);
 
 // Gradients (`grads`, the reducer's flat buckets) computed from a loss scaled by `loss_scale`, whose true global norm is

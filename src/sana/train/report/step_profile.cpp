@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -134,6 +135,9 @@ void StepProfiler::begin(int64_t global_step) {
   if (!on_ || std::find(steps_.begin(), steps_.end(), global_step) == steps_.end()) return;
   std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
   if (cuda_) activities.insert(prof::ActivityType::CUDA);
+  // Without a GPU, Kineto's start-up probe of CUDA devices fails as expected and says so as an
+  // ERROR line; on a CPU run its log is quiet unless KINETO_LOG_LEVEL says otherwise.
+  if (!cuda_) setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
   kin::prepareProfiler(config, activities);
   kin::enableProfiler(config, activities);
