@@ -159,24 +159,25 @@ keys = ("parameters", "gradients", "optimizer", "ema", "gathered", "activations_
 print(f"{sum(r[k] for k in keys) / 2**30:.2f} GiB of state and activations")
 PY
 }
-sweep mb64-gc "${sizes[0]}" --train.grad_checkpointing=true
-sweep mb32-gc "${sizes[1]}" --train.grad_checkpointing=true
-sweep mb16 "${sizes[2]}" --train.grad_checkpointing=false
-sweep mb32-gc2 "${sizes[3]}" --train.grad_checkpointing=true --train.gc_step=2
+# Each sweep setting once: micro-batch, then its checkpointing.
+declare -A setting=([mb64-gc]="${sizes[0]} --train.grad_checkpointing=true"
+                    [mb32-gc]="${sizes[1]} --train.grad_checkpointing=true"
+                    [mb16]="${sizes[2]} --train.grad_checkpointing=false"
+                    [mb32-gc2]="${sizes[3]} --train.grad_checkpointing=true --train.gc_step=2")
+for r in mb64-gc mb32-gc mb16 mb32-gc2; do
+  read -r -a args <<< "${setting[$r]}"
+  sweep "$r" "${args[@]}"
+done
 # The fastest of the four, by samples/s.
 best="" best_sps=0
 for r in mb64-gc mb32-gc mb16 mb32-gc2; do
   [ -n "${sps_of[$r]:-}" ] && "$py" -c "import sys; sys.exit(0 if ${sps_of[$r]} > $best_sps else 1)" &&
     best=$r best_sps=${sps_of[$r]}
 done
-declare -A best_args=([mb64-gc]="${sizes[0]} --train.grad_checkpointing=true"
-                      [mb32-gc]="${sizes[1]} --train.grad_checkpointing=true"
-                      [mb16]="${sizes[2]} --train.grad_checkpointing=false"
-                      [mb32-gc2]="${sizes[3]} --train.grad_checkpointing=true --train.gc_step=2")
 if [ -z "$best" ]; then
   for r in adamw fused profile syncs; do skip "$r" "no sweep run finished"; done
 else
-  read -r -a at_best <<< "${best_args[$best]}"
+  read -r -a at_best <<< "${setting[$best]}"
   sweep adamw "${at_best[@]}" --train.optimizer.type=AdamW
   sweep fused "${at_best[@]}" --model.kernels=fused
   # ---- 4. one profiled step at the fastest setting ---------------------------------------------
