@@ -286,7 +286,7 @@ hook_violations=$(( $(wc -l < "$violations") - before ))
 # In src/sana/train/ and src/sana/parallel/, only the config mapping (component_options,
 # part_options, the config checks), the trainer and the prepare-features command include the
 # config (config/*.h, or the mapping headers that bring it).
-config_allowed='^src/sana/train/(component_options|part_options|config_checks|lora_config_check|train|trainer|trainer_[a-z]+)\.(h|cpp)$|^src/sana/train/features/'
+config_allowed='^src/sana/train/(component_options|part_options|config_checks|lora_config_check|train|trainer|trainer_[a-z_]+)\.(h|cpp)$|^src/sana/train/features/'
 before=$(wc -l < "$violations")
 config_readers=0
 while IFS=: read -r file line _; do

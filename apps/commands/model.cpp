@@ -20,6 +20,7 @@
 #include "sana/train/part_options.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_estimate.h"
+#include "sana/train/report/micro_batch.h"
 #include "sana/train/trainable.h"
 
 namespace sana::app {
@@ -55,6 +56,7 @@ struct ModelFacts {
   // for the CUDA context and the allocator's slack, the rest the budget.
   double device_memory = 0;
   std::optional<train::MicroBatchSuggestion> micro_batch;
+  bool auto_micro_batch = false;  // train.micro_batch_size auto: `memory` is at the suggestion's pick
   // SANA-Sprint stage 2 (a SanaMSCM preset): the frozen teacher and the discriminator heads.
   struct Sprint {
     std::string teacher;
@@ -76,16 +78,21 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
   return s;
 }
 
-constexpr double kContextBytes = 2.0 * (1 << 30);  // the CUDA context and the allocator's slack
+using train::kContextBytes;
 
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}};
+  f.auto_micro_batch = cfg.train.micro_batch_auto;
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   // The suggestion scales the measured activations; stage 2's graphs are composed otherwise.
   if (f.memory && activations && device_memory > 0 && !f.spec.trigflow) {
     f.device_memory = device_memory;
-    const int64_t share = std::max<int64_t>(1, cfg.train.global_batch_size / world_size);
-    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec, device_memory - kContextBytes, share);
+    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec, device_memory - kContextBytes,
+                                               train::largest_share(cfg.train.global_batch_size, world_size));
+    // train.micro_batch_size auto: the run is the one the suggestion picks.
+    if (cfg.train.micro_batch_auto && f.micro_batch->pick.micro_batch > 0) {
+      f.memory = train::estimate_at(*f.memory, f.spec, f.micro_batch->pick);
+    }
   }
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
@@ -189,7 +196,8 @@ void print_json(const ModelFacts& f) {
     j["micro_batch_suggestion"] = {{"device_memory", f.device_memory},
                                    {"budget", f.device_memory - kContextBytes},
                                    {"largest", largest},
-                                   {"pick", choice(f.micro_batch->pick)}};
+                                   {"pick", choice(f.micro_batch->pick)},
+                                   {"taken", f.auto_micro_batch}};  // micro_batch_size auto: the estimate is the pick's
   }
   if (!f.upstream_params.empty()) j["upstream_parameters"] = f.upstream_params;
   if (f.sprint) {
@@ -286,12 +294,6 @@ void print_memory(const train::MemoryEstimate& m) {
   }
 }
 
-std::string checkpointing_name(int64_t gc_step) {
-  if (gc_step == 0) return "train.grad_checkpointing false";
-  if (gc_step == 1) return "train.grad_checkpointing true (every block)";
-  return fmt::format("train.grad_checkpointing true, train.gc_step {}", gc_step);
-}
-
 void print_micro_batch(const ModelFacts& f) {
   const auto& s = *f.micro_batch;
   std::cout << fmt::format("\nmicro-batch for a device of {} ({} of it for the state and activations; 2 GiB kept for "
@@ -299,19 +301,20 @@ void print_micro_batch(const ModelFacts& f) {
                            data::size_text(static_cast<uint64_t>(f.device_memory)),
                            data::size_text(static_cast<uint64_t>(f.device_memory - kContextBytes)));
   for (const auto& c : s.largest) {
-    std::cout << fmt::format("  {:<58} {}\n", checkpointing_name(c.gc_step),
+    std::cout << fmt::format("  {:<58} {}\n", train::checkpointing_name(c.gc_step),
                              c.micro_batch == 0 ? std::string("none fits")
                                                 : fmt::format("up to {} ({})", c.micro_batch,
                                                               data::size_text(static_cast<uint64_t>(c.bytes))));
   }
   if (s.pick.micro_batch == 0) {
-    std::cout << "  suggested: nothing fits; train.zero_stage over more processes, train.offload_optimizer, or a "
+    std::cout << "  suggested: nothing fits" << (f.auto_micro_batch ? " (train.micro_batch_size auto will stop)" : "")
+              << "; train.zero_stage over more processes, train.offload_optimizer, or a "
                  "smaller bucket\n";
   } else {
     std::cout << fmt::format("  suggested: train.micro_batch_size {} with {} (the least recomputation whose "
                              "micro-batch holds 16384 image tokens or the whole per-process batch, else the "
                              "largest micro-batch)\n",
-                             s.pick.micro_batch, checkpointing_name(s.pick.gc_step));
+                             s.pick.micro_batch, train::checkpointing_name(s.pick.gc_step));
   }
 }
 
@@ -374,9 +377,13 @@ class Model : public ConfigSubcommand {
         ->check(CLI::Range(1.0, 1e6));
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
-    double device_memory = device_gib_ * (1 << 30);
-    if (device_gib_ == 0 && torch::cuda::is_available()) {
-      device_memory = static_cast<double>(train::cuda_device_memory(0));
+    // The flag, else train.micro_batch_memory_gib, else GPU 0's; under micro_batch_size auto
+    // without a GPU, what the training takes there: this host's available memory.
+    const double gib = device_gib_ > 0 ? device_gib_ : cfg.train.micro_batch_memory_gib;
+    const int gpu = torch::cuda::is_available() ? 0 : -1;
+    double device_memory = 0;
+    if (gib > 0 || gpu >= 0 || cfg.train.micro_batch_auto) {
+      device_memory = train::memory_budget(gib, gpu, world_size_).bytes;
     }
     const auto facts = facts_of(cfg, !no_memory_, world_size_, !no_activations_, device_memory);
     if (json_) {

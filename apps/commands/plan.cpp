@@ -41,6 +41,9 @@ void print_human(const data::Dataset& ds, const data::EpochPlan& plan, const con
   const std::string per_rank =
       cfg.train.batch_tokens > 0
           ? "a share of each bucket's global batch (the histogram below lists them)"
+      : cfg.train.micro_batch_auto
+          ? fmt::format("{} samples per step in micro-batches of the size train.micro_batch_size auto takes on the "
+                        "device (sana-train model --device-memory GIB shows it)", last - first)
           : fmt::format("{} samples per step in {} micro-batch{} of at most {}", last - first,
                         data::micro_batches(last - first, m), data::micro_batches(last - first, m) == 1 ? "" : "es", m);
   const std::string whose = cfg.data.sampler == config::DataSampler::distributed
@@ -65,7 +68,8 @@ void print_json(const data::EpochPlan& plan, const config::Config& cfg, const Pl
       "{{\"steps_per_epoch\": {}, \"num_samples\": {}, \"dropped\": {}, \"padded\": {}, "
       "\"global_batch_size\": {}, \"micro_batch_size\": {}, \"world_size\": {}, \"rank\": {}, "
       "\"epoch\": {}, \"fingerprint\": \"{}\", \"dataset\": \"{}\", \"steps\": [",
-      plan.steps(), st.num_samples, st.dropped, st.padded, cfg.train.global_batch_size, cfg.train.micro_batch_size,
+      plan.steps(), st.num_samples, st.dropped, st.padded, cfg.train.global_batch_size,
+      cfg.train.micro_batch_auto ? std::string("\"auto\"") : std::to_string(cfg.train.micro_batch_size),
       o.world_size, o.rank, plan.epoch(), plan.fingerprint(), dataset_fingerprint);
   std::fwrite(out.data(), 1, out.size(), stdout);
   auto cursor = plan.cursor();
@@ -134,7 +138,10 @@ class Plan : public ConfigSubcommand {
     const auto spec = train::model_spec_for(cfg);
     const auto ds = data::Dataset::open(train::dataset_options_for(cfg), {}, spec.downsample * spec.patch);
     const auto opened = Clock::now();
-    const auto plan = data::make_epoch_plan(ds, o_.epoch, o_.world_size, cfg.train.micro_batch_size);
+    // micro_batch_size auto takes a divisor of the share under data.sampler distributed:
+    // the plan checks only that the world size divides the global batch then.
+    const auto plan =
+        data::make_epoch_plan(ds, o_.epoch, o_.world_size, cfg.train.micro_batch_auto ? 1 : cfg.train.micro_batch_size);
     data::check_plan_coverage(ds, plan, "plan");
     const auto first_ids = plan.rank_slice(0, o_.rank, o_.world_size);
     const auto planned = Clock::now();

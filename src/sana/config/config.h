@@ -281,6 +281,14 @@ struct TrainConfig {
   double early_stop_hours = 100;  // stop, with a checkpoint, this long after start-up (upstream's); 0 = never
   int64_t global_batch_size = 32;  // samples per optimizer step (a resume may change it)
   int64_t micro_batch_size = 4;    // at most this many samples per process per forward
+  // micro_batch_size: auto (not a key of its own): the training takes the micro-batch and the
+  // gradient checkpointing `sana-train model --device-memory` suggests for this process's
+  // device (train/report/micro_batch.h), and sets micro_batch_size, grad_checkpointing and
+  // gc_step to them before the run builds anything.
+  bool micro_batch_auto = false;
+  // micro_batch_size auto: the memory it fits in, GiB; 0 = the device's (a GPU's memory, on
+  // the CPU this host's available memory shared by its processes).
+  double micro_batch_memory_gib = 0;
   // > 0: tokens per optimizer step instead of a fixed sample count; each bucket's global
   // batch is this / its tokens per sample (latent patches), rounded, at least 1.
   int64_t batch_tokens = 0;
@@ -442,7 +450,8 @@ struct Config {
 };
 
 // Micro-steps per optimizer step on `world_size` processes when the global batch splits
-// evenly into micro-batches (upstream's batch style always does), or 0.
+// evenly into micro-batches (upstream's batch style always does), or 0 (micro_batch_size
+// auto too: the device decides).
 int64_t accumulation_steps(const TrainConfig& train, int64_t world_size);
 
 // Whether the global batch follows the world size (upstream's train_batch_size style).

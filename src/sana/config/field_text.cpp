@@ -43,6 +43,7 @@ std::string type_name(const FieldRef& ref) {
     std::string operator()(std::vector<double>*) const { return "list of numbers"; }
     std::string operator()(NamedWeights*) const { return "mapping of names to numbers"; }
     std::string operator()(const ChoiceRef&) const { return "string"; }
+    std::string operator()(const IntOrWord& w) const { return "integer or " + w.word; }
   };
   return std::visit(Name{}, ref);
 }
@@ -66,6 +67,7 @@ std::string value_text(const FieldRef& ref) {
       return out + "}";
     }
     std::string operator()(const ChoiceRef& c) const { return quote(c.name()); }
+    std::string operator()(const IntOrWord& w) const { return *w.word_given ? w.word : std::to_string(*w.value); }
   };
   return std::visit(Text{}, ref);
 }

@@ -249,6 +249,12 @@ struct Assign {
     return true;
   }
   bool operator()(int64_t* v) const { return parse_int(node, *v); }
+  bool operator()(const IntOrWord& w) const {
+    if (node.IsScalar() && ascii_lower(node.Scalar()) == w.word) return *w.word_given = true, true;
+    if (!parse_int(node, *w.value)) return false;
+    *w.word_given = false;
+    return true;
+  }
   bool operator()(double* v) const { return parse_double(node, *v); }
   bool operator()(bool* v) const { return parse_bool(node, *v); }
   bool operator()(std::string* v) const { return parse_string(node, *v); }

@@ -31,8 +31,16 @@ struct ChoiceRef {
   bool set_name(const std::string& name) const;
 };
 
+// An integer that may be written as a word instead (train.micro_batch_size: auto): the word
+// sets `word_given`, a number clears it; the integer's bounds apply to numbers only.
+struct IntOrWord {
+  int64_t* value = nullptr;
+  bool* word_given = nullptr;
+  std::string word;
+};
+
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              std::vector<int64_t>*, std::vector<double>*, NamedWeights*, ChoiceRef>;
+                              std::vector<int64_t>*, std::vector<double>*, NamedWeights*, ChoiceRef, IntOrWord>;
 
 struct Field {
   std::string key;  // full dotted path, e.g. "train.optimizer.lr"
@@ -49,6 +57,11 @@ struct Field {
   Field& at_most(double v) { max = v; return *this; }
   Field& one_of(std::vector<std::string> values) { choices = std::move(values); return *this; }
   Field& commonly_used() { common = true; return *this; }
+  // An integer field that also takes `word`, which sets `given` (IntOrWord).
+  Field& or_word(std::string word, bool& given) {
+    ref = IntOrWord{std::get<int64_t*>(ref), &given, std::move(word)};
+    return *this;
+  }
 };
 
 // All fields of `c`, in the order they are printed. The pointers are into `c`.

@@ -158,8 +158,16 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("global_batch_size", t.global_batch_size, "samples per optimizer step, all processes")
       .at_least(1)
       .commonly_used();
-  s.add("micro_batch_size", t.micro_batch_size, "samples per process per forward").at_least(1)
+  s.add("micro_batch_size", t.micro_batch_size,
+        "samples per process per forward; auto = the largest that fits the device, with the gradient checkpointing "
+        "`sana-train model --device-memory` suggests (it sets grad_checkpointing and gc_step)")
+      .at_least(1)
+      .or_word("auto", t.micro_batch_auto)
       .commonly_used();
+  s.add("micro_batch_memory_gib", t.micro_batch_memory_gib,
+        "micro_batch_size auto: GiB of memory to fit the run's state and activations in, 2 GiB kept for the CUDA "
+        "context; 0 = the device's (a GPU's memory; on the CPU this host's available memory over its processes)")
+      .at_least(0);
   s.add("batch_tokens", t.batch_tokens,
         "0 = off; else tokens (latent patches) per optimizer step: each bucket's global batch is this / its "
         "tokens per sample, so large images come fewer to a step")

@@ -34,7 +34,7 @@ std::string null_embed_file(const Config& cfg) {
 
 int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
   const int64_t per_micro_step = train.micro_batch_size * world_size;
-  if (per_micro_step <= 0 || train.global_batch_size % per_micro_step != 0) return 0;
+  if (train.micro_batch_auto || per_micro_step <= 0 || train.global_batch_size % per_micro_step != 0) return 0;
   return train.global_batch_size / per_micro_step;
 }
 
@@ -61,7 +61,8 @@ class Checker : public IssueSink {
                     std::move(hint)});
   }
 
-  void bounds(const Field& f, double v) {
+  // `word`: the other form an IntOrWord field takes, named beside the range.
+  void bounds(const Field& f, double v, const std::string& word = "") {
     const bool low = f.min && (f.min_exclusive ? v <= *f.min : v < *f.min);
     const bool high = f.max && v > *f.max;
     if (!low && !high) return;
@@ -73,7 +74,7 @@ class Checker : public IssueSink {
     } else {
       range = fmt::format("<= {}", *f.max);
     }
-    fail(f.key, fmt::format("{} is out of range: must be {}", v, range));
+    fail(f.key, fmt::format("{} is out of range: must be {}{}", v, range, word.empty() ? "" : " or " + word));
   }
 
   void choice(const Field& f, const std::string& v) {
@@ -94,6 +95,9 @@ struct CheckField {
   Checker& c;
   const Field& f;
   void operator()(int64_t* v) const { c.bounds(f, static_cast<double>(*v)); }
+  void operator()(const IntOrWord& w) const {
+    if (!*w.word_given) c.bounds(f, static_cast<double>(*w.value), w.word);
+  }
   void operator()(double* v) const { c.bounds(f, *v); }
   void operator()(bool*) const {}
   void operator()(std::string* v) const { c.choice(f, *v); }
@@ -230,6 +234,12 @@ void check_eval(Checker& c, const Config& cfg) {
 
 void check_combinations(Checker& c, const Config& cfg, const ValidationContext& ctx) {
   if (ctx.check_batch) check_batch(c, cfg.train, ctx.world_size);
+  if (cfg.train.micro_batch_auto && cfg.train.deterministic) {
+    c.fail("train.micro_batch_size",
+           "auto with train.deterministic: the deterministic sums are the same only at the same micro-batch, and "
+           "auto's follows the device and the process count",
+           "give a number (sana-train model --device-memory GIB suggests one)");
+  }
   check_optimizer_shape(c, cfg.train.optimizer);
   check_buckets(c, cfg);
   check_captions(c, cfg.data);

@@ -205,4 +205,11 @@ class Trainer {
   bool memory_reported_ = false;
 };
 
+// train.micro_batch_size auto (config/config.h): `cfg` with the micro-batch and gradient
+// checkpointing `sana-train model --device-memory` suggests for the smallest memory budget
+// among the group's ranks (train/report/micro_batch.h), auto replaced by them. A collective:
+// every rank gives its budget, rank 0 measures the activations and decides, every rank
+// takes its decision (trainer_micro_batch.cpp). Without auto, `cfg` as it is.
+config::Config with_micro_batch_chosen(const config::Config& cfg, dist::Runtime& rt);
+
 }  // namespace sana::train

@@ -39,7 +39,9 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
     int64_t changed_after = 0;
     std::chrono::steady_clock::time_point change_began;
     for (;;) {
-      Trainer trainer(cfg, *rt, from_peers, carried ? &*carried : nullptr);
+      // Chosen anew for each group: the state each rank keeps follows the group's size.
+      const config::Config run_cfg = with_micro_batch_chosen(cfg, *rt);
+      Trainer trainer(run_cfg, *rt, from_peers, carried ? &*carried : nullptr);
       carried.reset();
       if (changed) {
         trainer.note_regroup(*changed, changed_after,

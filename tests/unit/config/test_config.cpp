@@ -296,6 +296,32 @@ TEST_CASE("any world size up to the global batch fits the batch sizes", "[config
   CHECK_NOTHROW(load_text(dir, "train:\n  global_batch_size: 10\n  micro_batch_size: 4\n"));
 }
 
+TEST_CASE("micro_batch_size takes a number or auto, and prints back as given", "[config][batch]") {
+  TempDir dir;
+  const Config a = load_text(dir, "train:\n  micro_batch_size: auto\n  micro_batch_memory_gib: 24\n");
+  CHECK(a.train.micro_batch_auto);
+  CHECK(a.train.micro_batch_memory_gib == 24.0);
+  const std::string printed = to_yaml(a);
+  CHECK_THAT(printed, Catch::Contains("  micro_batch_size: auto  #"));
+  const Config back = load_config({dir.write("printed.yaml", printed)}, {}, no_paths());
+  CHECK(back.train.micro_batch_auto);
+  CHECK(to_yaml(back) == printed);
+  // A number after auto (a later layer, the command line) is a number again.
+  const Config n = load_text(dir, "train:\n  micro_batch_size: AUTO\n", {"--train.micro_batch_size=8"});
+  CHECK_FALSE(n.train.micro_batch_auto);
+  CHECK(n.train.micro_batch_size == 8);
+  CHECK_THAT(to_yaml(n), Catch::Contains("  micro_batch_size: 8  #"));
+  // The bounds hold for numbers; another word names both forms.
+  CHECK(mentions(issues_of(dir, "train:\n  micro_batch_size: 0\n"), "train.micro_batch_size",
+                 "0 is out of range: must be >= 1 or auto"));
+  CHECK(mentions(issues_of(dir, "train:\n  micro_batch_size: most\n"), "train.micro_batch_size",
+                 "expected integer or auto"));
+  // train.deterministic's sums hold at one micro-batch size: auto's follows the device.
+  const auto det = issues_of(dir, "train:\n  micro_batch_size: auto\n  deterministic: true\n");
+  CHECK(mentions(det, "train.micro_batch_size", "auto with train.deterministic"));
+  CHECK(mentions(det, "train.micro_batch_size", "give a number"));
+}
+
 TEST_CASE("paths are checked only when the run will read them", "[config][paths]") {
   TempDir dir;
   const std::string yaml = "data:\n  data_dir: [" + dir.path() + "]\nmodel:\n  load_from: " +

@@ -17,6 +17,7 @@
 #include "sana/model/spec.h"
 #include "sana/train/component_options.h"
 #include "sana/train/report/memory_estimate.h"
+#include "sana/train/report/micro_batch.h"
 
 using namespace sana;
 
@@ -263,4 +264,23 @@ TEST_CASE("activations at another micro-batch and checkpointing, from the one me
   CHECK(roomy.pick.micro_batch == 6);
   CHECK(roomy.pick.gc_step == 0);
   CHECK(train::suggest_micro_batch(e, spec, state / 2, 64).pick.micro_batch == 0);
+  // The estimate at a pick (what micro_batch_size auto runs, as `sana-train model` shows it)
+  // is the estimate of the config with those numbers written out.
+  for (const auto& c : s.largest) {
+    auto written = cfg;
+    written.train.micro_batch_size = c.micro_batch;
+    written.train.grad_checkpointing = c.gc_step > 0;
+    written.train.gc_step = std::max<int64_t>(c.gc_step, 1);
+    const auto direct = train::estimate_memory(train::memory_estimate_options_for(written));
+    const auto at = train::estimate_at(e, spec, c);
+    INFO("micro-batch " << c.micro_batch << ", gc_step " << c.gc_step);
+    CHECK(at.total() == Approx(direct.total()).epsilon(1e-9));
+    CHECK(at.total() == Approx(c.bytes).epsilon(1e-12));
+    CHECK(at.micro_batch == c.micro_batch);
+    CHECK(at.checkpointing == (c.gc_step > 0));
+  }
+  // The largest share: global batches split as the ranks' shares are, at most one apart.
+  CHECK(train::largest_share(8, 2) == 4);
+  CHECK(train::largest_share(10, 4) == 3);
+  CHECK(train::largest_share(3, 8) == 1);
 }

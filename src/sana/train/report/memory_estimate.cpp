@@ -464,36 +464,4 @@ double activations_at(const MemoryEstimate& e, const model::ModelSpec& spec, int
                           gc_step);
 }
 
-// Image tokens per micro-batch from which the step's matrix products have rows enough to
-// keep a GPU's tensor cores busy: more samples then buy little, recomputing blocks costs a
-// third of a forward each.
-constexpr int64_t kBusyTokens = 16384;
-
-MicroBatchSuggestion suggest_micro_batch(const MemoryEstimate& e, const model::ModelSpec& spec, double budget,
-                                         int64_t most) {
-  MicroBatchSuggestion out;
-  const double state = e.total() - e.activations_for_config();
-  std::vector<int64_t> sizes;
-  for (int64_t m = 1; m <= most; m *= 2) sizes.push_back(m);
-  if (most > 0 && sizes.back() != most) sizes.push_back(most);
-  // Least recomputation first: none, every second block, every block.
-  for (const int64_t gc_step : {int64_t{0}, int64_t{2}, int64_t{1}}) {
-    MicroBatchChoice best{gc_step, 0, 0};
-    for (const int64_t m : sizes) {
-      const double bytes = state + activations_at(e, spec, m, gc_step);
-      if (bytes <= budget) best = {gc_step, m, bytes};
-    }
-    out.largest.push_back(best);
-  }
-  // The least recomputation whose micro-batch is big enough; else the largest micro-batch.
-  const int64_t enough = std::min(most, std::max<int64_t>(1, (kBusyTokens + e.tokens - 1) / std::max<int64_t>(e.tokens, 1)));
-  for (const auto& c : out.largest) {
-    if (c.micro_batch >= enough) return out.pick = c, out;
-  }
-  for (const auto& c : out.largest) {
-    if (c.micro_batch > out.pick.micro_batch) out.pick = c;
-  }
-  return out;
-}
-
 }  // namespace sana::train

@@ -131,26 +131,6 @@ MemoryEstimate estimate_memory(const MemoryEstimateOptions& o, int world_size = 
 // SANA-Sprint's stage 2, whose graphs are composed otherwise.
 double activations_at(const MemoryEstimate& e, const model::ModelSpec& spec, int64_t micro_batch, int64_t gc_step);
 
-// A micro-batch and gradient checkpointing setting: gc_step 0 none, else every gc_step-th
-// block; micro_batch 0 where none fits. `bytes`: the state and the activations.
-struct MicroBatchChoice {
-  int64_t gc_step = 0;
-  int64_t micro_batch = 0;
-  double bytes = 0;
-};
-// What `sana-train model --device-memory` suggests: for each setting (none, every second
-// block, every block) the largest micro-batch (powers of two up to `most`, and `most`) whose
-// state and activations fit in `budget` bytes; and the pick: the setting that recomputes
-// least among those whose micro-batch holds 16384 image tokens of the largest bucket (or
-// all of `most`), else the largest micro-batch. The activations are fp32's, an upper bound
-// under autocast.
-struct MicroBatchSuggestion {
-  std::vector<MicroBatchChoice> largest;
-  MicroBatchChoice pick;
-};
-MicroBatchSuggestion suggest_micro_batch(const MemoryEstimate& e, const model::ModelSpec& spec, double budget,
-                                         int64_t most);
-
 // The measurement itself: the most bytes the CPU allocator held above its start during one
 // forward and backward of `batch` samples of h x w tokens through `spec` cut to `depth`
 // blocks (gradients allocated before), every `checkpoint_every`-th block checkpointed (0: none).
