@@ -263,9 +263,8 @@ model::Condition TrainStep::condition(const data::Batch& batch, const std::vecto
   return cond;
 }
 
-std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum) {
-  std::vector<torch::Tensor> squares;
-  squares.reserve(grads.size() + 1);
+torch::Tensor grad_square_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum) {
+  torch::Tensor square;  // summed one bucket after another, as the host summed them before
   for (const auto& g : grads) {
     // Each bucket's norm accumulated in float64 as ATen's reduction reads the float32
     // elements: no float64 copy of every gradient on the CPU. Float64 accumulation keeps the
@@ -273,14 +272,11 @@ std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& g
     // (a float32 sum differs by 1e-7 between splits, enough to move CAME8bit's codes).
     const auto f = g.scalar_type() == torch::kFloat32 ? g : g.to(torch::kFloat32);
     const auto norm = at::linalg_vector_norm(f, 2, {}, false, torch::kFloat64);
-    squares.push_back(norm * norm);
+    square = square.defined() ? square + norm * norm : norm * norm;
   }
-  squares.push_back(loss_sum);
-  const auto host = torch::stack(squares).to(torch::kCPU);
-  const auto h = host.accessor<double, 1>();
-  double sq = 0;
-  for (size_t i = 0; i < grads.size(); ++i) sq += h[static_cast<int64_t>(i)];
-  return {std::sqrt(sq), h[static_cast<int64_t>(grads.size())]};
+  const auto loss = loss_sum.to(torch::kFloat64);
+  if (!square.defined()) square = torch::zeros_like(loss);
+  return torch::stack({square, loss});
 }
 
 void unscale_and_clip(const std::vector<torch::Tensor>& grads, double grad_norm, double loss_scale, double clip) {

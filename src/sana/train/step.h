@@ -137,11 +137,12 @@ class TrainStep {
   int64_t dump_epoch_ = 0, dump_step_ = 0;
 };
 
-// The global gradient norm of `grads` (each gradient element in exactly one of them: the
-// reducer's flat buckets) and this rank's loss, in one read from the device (each bucket's
-// norm accumulated in float64 on the device from its float32 elements, the buckets' squares
-// summed in float64 on the host in the given order).
-std::pair<double, double> grad_norm_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum);
+// The squared global gradient norm of `grads` (each gradient element in exactly one of them:
+// the reducer's flat buckets) and this rank's loss, as a float64 tensor {square, loss} on
+// their device, nothing read: each bucket's norm accumulated in float64 from its float32
+// elements, the buckets' squares summed in float64 in the given order. The step agreement
+// carries both to the host (step_agreement.h).
+torch::Tensor grad_square_and_loss(const std::vector<torch::Tensor>& grads, const torch::Tensor& loss_sum);
 
 // Gradients (`grads`, the reducer's flat buckets) computed from a loss scaled by `loss_scale`, whose true global norm is
 // `grad_norm`: divided by the scale and, when gradient_clip > 0 and the norm exceeds it,

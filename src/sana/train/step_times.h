@@ -1,8 +1,8 @@
 // Where a training step's time goes, measured on the host with a steady clock: the phases
-// the trainer runs in order, and the rest (bookkeeping: gradient norm reads, the step
-// agreement, metrics). On CUDA, kernels run asynchronously, so a phase's time is the
-// host's time in it; the device catches up where the host next reads a result (the
-// gradient norm), which lands in "other".
+// the trainer runs in order, and the rest (bookkeeping: the step agreement, metrics). On
+// CUDA, kernels run asynchronously, so a phase's time is the host's time in it; the device
+// catches up where the host next reads a result (the step agreement's read, the step's one
+// wait for the device), which lands in "other".
 #pragma once
 
 #include <chrono>

@@ -337,13 +337,13 @@ Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double sc
   Outcome o;
   PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
   auto& reducer = reducer_of(generator);
-  const auto [scaled_norm, loss] = grad_norm_and_loss(reducer.flat_gradients(), out.loss_sum);
+  const auto square_and_loss = grad_square_and_loss(reducer.flat_gradients(), out.loss_sum);
   const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
   timer.pause();
   if (mirror_) mirror_->take_gradients();  // collective at ZeRO 2 and 3, before the commit
-  o.verdict = agree_on_step(loss, scaled_norm / scale, parts ? scaled_norm * scaled_norm : 0.0);
+  o.verdict = agree_on_step(square_and_loss, parts);
   timer.resume();
-  o.grad_norm = (parts ? std::sqrt(o.verdict.grad_square_sum) : scaled_norm) / scale;
+  o.grad_norm = std::sqrt(parts ? o.verdict.grad_square_sum : o.verdict.grad_square_whole) / scale;
   o.applied = update(o.verdict, o.grad_norm, lr, scale, generator);
   return o;
 }
@@ -366,13 +366,24 @@ bool Trainer::out_of_time() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 3600.0 > hours;
 }
 
-StepVerdict Trainer::agree_on_step(double loss, double grad_norm, double grad_square_part) {
+StepVerdict Trainer::agree_on_step(const torch::Tensor& square_and_loss, bool parts) {
   const auto [bad, reads] = guard_->local();
-  const LocalStep mine{loss, grad_norm, bad, reads, g_stop_signal.load() != 0, out_of_time(), grad_square_part};
+  // The host's figures; the loss and the norm follow on the device.
+  const LocalStep mine{0.0, 0.0, bad, reads, g_stop_signal.load() != 0, out_of_time(), 0.0, 0.0};
   auto sums = torch::tensor(pack_step(mine, rt_.rank(), rt_.world_size()), torch::dtype(torch::kFloat64));
   // To a GPU through page-locked memory, without a wait: the read after the all-reduce is
-  // the step's one wait for the device besides the gradient norm's.
+  // the step's one wait for the device.
   if (rt_.device().is_cuda()) sums = sums.pin_memory().to(rt_.device(), /*non_blocking=*/true);
+  {
+    torch::NoGradGuard no_grad;
+    const auto square = square_and_loss[0], loss = square_and_loss[1];
+    const auto none = torch::zeros_like(square);
+    const auto nonfinite = torch::logical_not(torch::isfinite(square).logical_and(torch::isfinite(loss)));
+    static_assert(kLossSlot == kNonfiniteSlot + 1 && kSquareWholeSlot == kSquarePartSlot + 1, "two pairs of slots");
+    sums.narrow(0, kNonfiniteSlot, 2).copy_(torch::stack({nonfinite.to(torch::kFloat64), loss}));
+    sums.narrow(0, kSquarePartSlot, 2)
+        .copy_(torch::stack({parts ? square : none, !parts && rt_.rank() == 0 ? square : none}));
+  }
   rt_.all_reduce(sums);
   rt_.commit_step(position_.global_step + 1);  // dist.elastic continue: applied by all or none
   sums = sums.to(torch::kCPU).contiguous();

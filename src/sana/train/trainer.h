@@ -141,7 +141,9 @@ class Trainer {
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   // `grad_square_part`: this rank's part of the squared gradient norm (ZeRO 2), else 0.
-  StepVerdict agree_on_step(double loss, double grad_norm, double grad_square_part);
+  // `square_and_loss`: grad_square_and_loss()'s, still on the device; `parts`: ZeRO 2's
+  // gradient segments (each rank has its part of the squares).
+  StepVerdict agree_on_step(const torch::Tensor& square_and_loss, bool parts);
   // train.early_stop_hours have passed since start-up on this rank.
   bool out_of_time() const;
   // false: skipped. `scale`: the loss scale the step's backward ran at. `generator`: the

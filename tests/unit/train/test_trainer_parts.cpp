@@ -113,10 +113,11 @@ TEST_CASE("Ema restore_state is the inverse of save_state, and names what a chec
 
 TEST_CASE("The step agreement sums into one verdict that names who asked to stop", "[train][agreement]") {
   const int world = 3;
-  std::vector<double> sums(5 + world, 0.0);
-  const std::vector<LocalStep> ranks = {{1.0, 2.0, 1, 10, false, false, 4.0},
-                                        {2.0, 2.0, 0, 12, true, false, 0.0},
-                                        {3.0, 2.0, 2, 11, true, false, 5.0}};
+  std::vector<double> sums(6 + world, 0.0);
+  // Rank 0 alone gives the whole gradient's squared norm: the sum is its figure exactly.
+  const std::vector<LocalStep> ranks = {{1.0, 2.0, 1, 10, false, false, 4.0, 0.1 + 0.2},
+                                        {2.0, 2.0, 0, 12, true, false, 0.0, 0.0},
+                                        {3.0, 2.0, 2, 11, true, false, 5.0, 0.0}};
   for (int r = 0; r < world; ++r) {
     const auto v = pack_step(ranks[static_cast<size_t>(r)], r, world);
     REQUIRE(v.size() == sums.size());
@@ -128,6 +129,7 @@ TEST_CASE("The step agreement sums into one verdict that names who asked to stop
   CHECK(verdict.total_bad == 3);
   CHECK(verdict.total_reads == 33);
   CHECK(verdict.grad_square_sum == 9.0);  // ZeRO 2: the ranks' parts of the squared norm
+  CHECK(verdict.grad_square_whole == 0.1 + 0.2);
   CHECK(verdict.stop_requested());
   CHECK(verdict.stop_ranks == std::vector<int>{1, 2});
 }
@@ -434,19 +436,35 @@ TEST_CASE("the gradient norm, accumulated in float64 without a float64 copy, is 
     expected += wide.dot(wide).item<double>();
   }
   const auto loss = torch::tensor(0.125, torch::kFloat64);
-  const auto [norm, read_loss] = train::grad_norm_and_loss(grads, loss);
+  // The step reads {square, loss} once, with the agreement (trainer.cpp).
+  const auto norm_and_loss = [](const std::vector<torch::Tensor>& g, const torch::Tensor& l) {
+    const auto t = train::grad_square_and_loss(g, l);
+    REQUIRE(t.scalar_type() == torch::kFloat64);
+    REQUIRE(t.sizes() == torch::IntArrayRef{2});
+    return std::pair<double, double>{std::sqrt(t[0].item<double>()), t[1].item<double>()};
+  };
+  const auto [norm, read_loss] = norm_and_loss(grads, loss);
   CHECK(std::abs(norm - std::sqrt(expected)) <= 1e-11 * std::sqrt(expected));
   CHECK(read_loss == 0.125);
+  // Bit for bit what the host computed before the sum moved to the device: each bucket's
+  // float64 norm squared, read, and summed in the buckets' order.
+  double host = 0;
+  for (const auto& g : grads) {
+    const auto n = at::linalg_vector_norm(g, 2, {}, false, torch::kFloat64);
+    host += (n * n).item<double>();
+  }
+  CHECK(norm == std::sqrt(host));
   const auto all = torch::cat(grads);
   const int64_t cut = all.numel() / 3 + 5;
-  const auto [resplit, unused] = train::grad_norm_and_loss({all.narrow(0, 0, cut), all.narrow(0, cut, all.numel() - cut)},
-                                                           loss);
+  const auto [resplit, unused] = norm_and_loss({all.narrow(0, 0, cut), all.narrow(0, cut, all.numel() - cut)}, loss);
   CHECK(std::abs(resplit - norm) <= 1e-11 * norm);
   // A non-finite gradient gives a non-finite norm (the step's verdict skips it).
   grads[1][5] = std::numeric_limits<float>::infinity();
-  CHECK_FALSE(std::isfinite(train::grad_norm_and_loss(grads, loss).first));
+  CHECK_FALSE(std::isfinite(norm_and_loss(grads, loss).first));
   grads[1][5] = std::numeric_limits<float>::quiet_NaN();
-  CHECK(std::isnan(train::grad_norm_and_loss(grads, loss).first));
+  CHECK(std::isnan(norm_and_loss(grads, loss).first));
+  // No gradients (nothing trains on this rank's share): a zero norm.
+  CHECK(norm_and_loss({}, loss).first == 0.0);
 }
 
 TEST_CASE("scaled gradients are unscaled, then clipped by their true norm", "[train][amp]") {
