@@ -145,11 +145,23 @@ sweep() {
     local sps mfu
     read -r sps mfu < <(throughput "$out/$row/metrics.jsonl" "$mb" "$flops" 1)
     sps_of[$row]=$sps
-    figures[$row]="$sps samples/s, MFU $mfu, $(peak_memory "$out/$row/memory.json")"
+    figures[$row]="$sps samples/s, MFU $mfu, $(peak_memory "$out/$row/memory.json")$(device_shares "$out/$row/metrics.jsonl")"
     ok "$row" "micro-batch $mb $*"
   elif grep -qiE 'out of memory|OutOfMemory' "$out/$row.log"; then oom "$row" "micro-batch $mb $*"
   elif grep -q "unknown key" "$out/$row.log"; then skip "$row" "$(grep -m1 'unknown key' "$out/$row.log" | cut -c1-160)"
   else fail "$row" "micro-batch $mb $*: see $out/$row.log"; fi
+}
+device_shares() {  # METRICS: the later two thirds' device phases (metrics.jsonl's device_time), "" without
+  "$py" - "$1" <<'PY' 2> /dev/null || true
+import json, sys
+rows = [json.loads(l)["device_time"] for l in open(sys.argv[1]) if '"device_time"' in l]
+rows = rows[len(rows) // 3:]
+total = sum(r["total"] for r in rows)
+if total > 0:
+    names = (("data", "data"), ("forward_backward", "fwd+bwd"), ("allreduce", "all-reduce"), ("optimizer", "optimizer"),
+             ("other", "other"))
+    print("; on the device: " + ", ".join(f"{n} {100 * sum(r[k] for r in rows) / total:.0f}%" for k, n in names))
+PY
 }
 peak_memory() {  # MEMORY_JSON: rank 0's device memory (weights, gradients, optimizer, EMA, activations)
   "$py" - "$1" <<'PY' 2> /dev/null || echo "memory n/a"

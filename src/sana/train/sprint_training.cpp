@@ -171,12 +171,12 @@ SprintLosses SprintTraining::run_phase(const SprintShare& share, parallel::Reduc
   SprintLosses parts;
   for (int again = 0;; ++again) {
     {
-      PhaseTimer compute(out.times.forward_backward);
+      PhaseTimer compute(out.times, &StepTimes::forward_backward);
       model::AutocastGuard guard(autocast);
       parts = generator ? step_->generator(share) : step_->discriminator(share);
     }
     {
-      PhaseTimer waiting(out.times.allreduce);
+      PhaseTimer waiting(out.times, &StepTimes::allreduce);
       reducer.finalize();
     }
     if (!reducer.overflowed()) return parts;

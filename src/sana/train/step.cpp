@@ -82,7 +82,7 @@ data::Batch TrainStep::next_batch(data::Loader& loader, int64_t epoch, int64_t s
                                   BadSampleGuard& guard, StepOutput& out) {
   std::optional<data::Batch> batch;
   {
-    PhaseTimer waiting(out.times.data);
+    PhaseTimer waiting(out.times, &StepTimes::data);
     batch = loader.next();
   }
   if (!batch) throw RunError(fmt::format("the loader ended before step {} of epoch {}", step + 1, epoch + 1));
@@ -103,7 +103,7 @@ data::Batch TrainStep::next_batch(data::Loader& loader, int64_t epoch, int64_t s
 std::vector<TrainStep::Prepared> TrainStep::prepare(data::Loader& loader, int64_t epoch, int64_t step,
                                                     BadSampleGuard& guard, StepOutput& out) {
   std::vector<Prepared> micro;
-  PhaseTimer compute(out.times.forward_backward);  // the encoders' time goes to out.times.encoders
+  PhaseTimer compute(out.times, &StepTimes::forward_backward);  // the encoders' time goes to out.times.encoders
   for (int64_t i = 0, count = 1; i < count; ++i) {
     compute.pause();
     const auto batch = next_batch(loader, epoch, step, i, guard, out);
@@ -116,7 +116,7 @@ std::vector<TrainStep::Prepared> TrainStep::prepare(data::Loader& loader, int64_
 }
 
 void TrainStep::finalize(StepTimes& times) {
-  PhaseTimer waiting(times.allreduce);
+  PhaseTimer waiting(times, &StepTimes::allreduce);
   reducer_.finalize();
 }
 
@@ -128,7 +128,7 @@ int64_t TrainStep::runs_for(const data::Batch& batch) const {
 
 void TrainStep::forward_backward(const data::Batch& batch, int64_t epoch, bool last, double loss_scale, StepOutput& out,
                                  bool padding) {
-  PhaseTimer compute(out.times.forward_backward);
+  PhaseTimer compute(out.times, &StepTimes::forward_backward);
   reducer_.begin_backward(last);
   // Each sample's loss / the global batch: summed over micro-batches and ranks (the
   // reducer sums), the gradient is the whole batch's mean, however it was split.
@@ -161,12 +161,12 @@ TrainStep::Inputs TrainStep::inputs(const data::Batch& batch, PhaseTimer& comput
   in.control = on_device[4];
   compute.pause();
   if (encoders_.vae) {
-    PhaseTimer encoding(times.encoders);
+    PhaseTimer encoding(times, &StepTimes::encoders);
     in.x0 = encoders_.vae->encode(in.x0);
     if (in.control.defined()) in.control = encoders_.vae->encode(in.control);
   }
   {
-    PhaseTimer encoding(times.encoders);  // the text encoder, when the run has one
+    PhaseTimer encoding(times, &StepTimes::encoders);  // the text encoder, when the run has one
     in.cond = condition(batch, on_device);
   }
   compute.resume();
@@ -212,7 +212,8 @@ torch::Tensor TrainStep::loss_of(const torch::Tensor& prediction, const torch::T
 std::vector<double> TrainStep::eval_losses(const data::Batch& batch, const std::vector<int64_t>& timesteps) {
   torch::NoGradGuard no_grad;
   StepTimes times;
-  PhaseTimer compute(times.forward_backward);
+  const NoPhaseMarks unmarked;  // inside the step's checkpoint_preview phase on the device too
+  PhaseTimer compute(times, &StepTimes::forward_backward);
   auto in = inputs(batch, compute, times);
   TORCH_CHECK(in.x0.size(0) == 1, "eval_losses takes one sample");
   const auto rows = static_cast<int64_t>(timesteps.size());

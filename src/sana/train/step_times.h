@@ -2,7 +2,8 @@
 // the trainer runs in order, and the rest (bookkeeping: the step agreement, metrics). On
 // CUDA, kernels run asynchronously, so a phase's time is the host's time in it; the device
 // catches up where the host next reads a result (the step agreement's read, the step's one
-// wait for the device), which lands in "other".
+// wait for the device), which lands in "other". There the same phases are also timed on the
+// device, by events on the compute stream (device_timeline.h): PhaseTimer marks both.
 #pragma once
 
 #include <chrono>
@@ -32,6 +33,35 @@ struct StepTimes {
   }
 };
 
+// One of StepTimes' phases (&StepTimes::data, ...).
+using Phase = double StepTimes::*;
+
+// Where PhaseTimer marks the device's side of the phases (train/device_timeline.h): set for
+// the thread while a CUDA step runs, else none.
+class PhaseMarks {
+ public:
+  virtual ~PhaseMarks() = default;
+  virtual void enter(Phase phase) = 0;  // the device's work queued from now is this phase's
+  virtual void leave(Phase phase) = 0;  // ... no longer: the phase entered before it again
+  static PhaseMarks*& current() {
+    thread_local PhaseMarks* marks = nullptr;
+    return marks;
+  }
+};
+
+// No marks while it lives (work of its own inside a phase, such as the held-out loss inside
+// checkpoint_preview: the device counts it there, as the host does).
+class NoPhaseMarks {
+ public:
+  NoPhaseMarks() : saved_(PhaseMarks::current()) { PhaseMarks::current() = nullptr; }
+  ~NoPhaseMarks() { PhaseMarks::current() = saved_; }
+  NoPhaseMarks(const NoPhaseMarks&) = delete;
+  NoPhaseMarks& operator=(const NoPhaseMarks&) = delete;
+
+ private:
+  PhaseMarks* saved_;
+};
+
 // Seconds since the last lap() (or construction).
 class Lap {
  public:
@@ -47,24 +77,32 @@ class Lap {
 };
 
 // Adds the wall time of its scope to one phase of a StepTimes, less what lies between
-// pause() and resume().
+// pause() and resume(); and marks the same span on the device where marks are set.
 class PhaseTimer {
  public:
-  explicit PhaseTimer(double& phase) : phase_(phase) {}
+  PhaseTimer(StepTimes& times, Phase phase) : seconds_(times.*phase), phase_(phase), marks_(PhaseMarks::current()) {
+    if (marks_ != nullptr) marks_->enter(phase_);
+  }
   ~PhaseTimer() { pause(); }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
   void pause() {
-    if (running_) phase_ += lap_.lap();
+    if (!running_) return;
+    seconds_ += lap_.lap();
     running_ = false;
+    if (marks_ != nullptr) marks_->leave(phase_);
   }
   void resume() {
+    if (running_) return;
     lap_.lap();
     running_ = true;
+    if (marks_ != nullptr) marks_->enter(phase_);
   }
 
  private:
-  double& phase_;
+  double& seconds_;
+  Phase phase_;
+  PhaseMarks* marks_;
   Lap lap_;
   bool running_ = true;
 };

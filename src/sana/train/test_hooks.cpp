@@ -33,6 +33,7 @@ const TestHooks& TestHooks::get() {
     h.fail_at = text_of("SANA_TEST_FAIL_AT");
     h.log_ids = std::getenv("SANA_TEST_LOG_IDS") != nullptr;
     h.dump_batches = std::getenv("SANA_TEST_DUMP_BATCHES") != nullptr;
+    h.host_timeline = std::getenv("SANA_TEST_HOST_TIMELINE") != nullptr;
     h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
     h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
     h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");

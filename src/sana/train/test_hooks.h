@@ -34,6 +34,10 @@ struct TestHooks {
   // SANA_TEST_SPAWN_PAUSE_MS=local_rank:N: `sana-train launch` keeps that worker N ms
   // between fork and exec, signals held (dist::LaunchOptions::pause_before_exec).
   std::string spawn_pause;
+  // SANA_TEST_HOST_TIMELINE: a CPU run keeps the device timeline of a CUDA run
+  // (device_timeline.h) on the host's clock, so its metrics.jsonl "device_time" and the
+  // log's device phases are tested without a GPU.
+  bool host_timeline = false;
   // SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b": these stand in for the visible CUDA devices
   // (the device checks without a GPU); `inject_cuda_devices` when it is set.
   bool inject_cuda_devices = false;

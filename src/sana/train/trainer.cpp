@@ -3,10 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -42,9 +40,6 @@ namespace sana::train {
 
 namespace {
 
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
-
 data::LoaderOptions loader_options(const config::Config& cfg, int rank, int world, bool pin_memory,
                                    const data::ControlMapOptions& control) {
   auto o = loader_options_for(cfg);
@@ -63,6 +58,14 @@ void inject_test_failure(int rank, int64_t global_step) {
   if (TestHooks::matches(TestHooks::get().fail_at, rank, global_step)) {
     throw data::LoaderError(TestHooks::injected_failure(global_step));
   }
+}
+
+// The step's phases timed on the device (device_timeline.h): CUDA events on a GPU; on the
+// CPU none, but for the tests (TestHooks::host_timeline), on the host's clock.
+std::unique_ptr<DeviceTimeline> device_timeline_for(const torch::Device& device) {
+  if (device.is_cuda()) return std::make_unique<DeviceTimeline>(DeviceTimeline::cuda_events());
+  if (TestHooks::get().host_timeline) return std::make_unique<DeviceTimeline>(DeviceTimeline::host_clock());
+  return nullptr;
 }
 
 }  // namespace
@@ -145,9 +148,9 @@ void Trainer::start() {
                    device_peak_flops());
   profiler_.emplace(cfg_.train.profile_steps, cfg_.work_dir, main_rank_, rt_.device().is_cuda());
   if (rt_.device().is_cuda()) apply_cuda_modes({cfg_.train.cudnn_benchmark, cfg_.train.cuda_sync_debug});
+  timeline_ = device_timeline_for(rt_.device());
   log_start();
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  watch_stop_signals();
 }
 
 // train.eval: the held-out samples, indexed and bucketed as the training set is.
@@ -264,6 +267,9 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   // SANA-Sprint's heads: as upstream's optimizer_D, train.optimizer.lr (auto_lr applied), no schedule.
   const double lr = generator ? lr_scheduler_->rate(total_steps_) : peak_learning_rate(lr_scheduler_->options());
   const double scale = scaler_->scale();
+  // The step's phase timers mark the device timeline too; its end is marked last.
+  std::optional<DeviceTimeline::Active> marking;
+  if (timeline_) marking.emplace(*timeline_);
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
   PhaseLosses phase_losses;
@@ -284,10 +290,45 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   const int64_t global_step = position_.global_step;
   profiler_->end();
   {
-    PhaseTimer timer(out.times.checkpoint_preview);
+    PhaseTimer timer(out.times, &StepTimes::checkpoint_preview);
     preview_and_evaluate(global_step, epoch_end, epoch);
   }
+  const StepRecord record = step_record(epoch, step, {verdict, grad_norm, applied}, lr, out, generator,
+                                        std::move(phase_losses));
+  if (timeline_) {  // the steps the device has finished by now (the agreement's read waited for the last)
+    for (const auto& f : timeline_->take_finished()) metrics_->record_device(f.step, f.times);
+  }
+  metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
+  inject_test_failure(rt_.rank(), global_step);
+  StepTimes saving;
+  {
+    PhaseTimer timer(saving, &StepTimes::checkpoint_preview);
+    checkpointer_->maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
+                              [this] { return run_state(); });
+  }
+  metrics_->add_time(saving);
+  if (timeline_) timeline_->end_step(global_step);
+  if (!rt_.joining().empty() && !verdict.stop_requested()) {  // dist.elastic continue: a replacement comes in
+    grow_ = true;
+    return false;
+  }
+  if (!verdict.stop_requested()) return true;
+  if (verdict.out_of_time) {
+    log::info("train.early_stop_hours: {} h have passed since start-up (rank {}): every rank stops after step {}, "
+              "with a checkpoint; resume_from: latest continues", cfg_.train.early_stop_hours,
+              fmt::join(verdict.stop_ranks, ", "), global_step);
+  } else {
+    log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
+              fmt::join(verdict.stop_ranks, ", "), global_step);
+  }
+  return false;
+}
+
+StepRecord Trainer::step_record(int64_t epoch, int64_t step, const Outcome& o, double lr, const StepOutput& out,
+                                bool generator, PhaseLosses figures) const {
+  const auto& [verdict, grad_norm, applied] = o;
   StepRecord record;
+  const int64_t global_step = position_.global_step;
   record.epoch = epoch;
   record.epoch_step = step;
   record.global_step = global_step;
@@ -307,45 +348,8 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
                          static_cast<double>(out.samples) * (classes_ ? 2.0 : 1.0);
   }
   record.has_loss = generator;
-  record.figures = std::move(phase_losses);
-  metrics_->record(record, out.times, loader.wait_seconds(), verdict.stop_requested());
-  inject_test_failure(rt_.rank(), global_step);
-  StepTimes saving;
-  {
-    PhaseTimer timer(saving.checkpoint_preview);
-    checkpointer_->maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
-                              [this] { return run_state(); });
-  }
-  metrics_->add_time(saving);
-  if (!rt_.joining().empty() && !verdict.stop_requested()) {  // dist.elastic continue: a replacement comes in
-    grow_ = true;
-    return false;
-  }
-  if (!verdict.stop_requested()) return true;
-  if (verdict.out_of_time) {
-    log::info("train.early_stop_hours: {} h have passed since start-up (rank {}): every rank stops after step {}, "
-              "with a checkpoint; resume_from: latest continues", cfg_.train.early_stop_hours,
-              fmt::join(verdict.stop_ranks, ", "), global_step);
-  } else {
-    log::info("stop requested (SIGINT/SIGTERM) on rank {}: every rank stops after step {}",
-              fmt::join(verdict.stop_ranks, ", "), global_step);
-  }
-  return false;
-}
-
-Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double scale, bool generator) {
-  Outcome o;
-  PhaseTimer timer(out.times.optimizer);  // the agreement's all-reduce is left out
-  auto& reducer = reducer_of(generator);
-  const auto square_and_loss = grad_square_and_loss(reducer.flat_gradients(), out.loss_sum);
-  const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
-  timer.pause();
-  if (mirror_) mirror_->take_gradients();  // collective at ZeRO 2 and 3, before the commit
-  o.verdict = agree_on_step(square_and_loss, parts);
-  timer.resume();
-  o.grad_norm = std::sqrt(parts ? o.verdict.grad_square_sum : o.verdict.grad_square_whole) / scale;
-  o.applied = update(o.verdict, o.grad_norm, lr, scale, generator);
-  return o;
+  record.figures = std::move(figures);
+  return record;
 }
 
 void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch) {
@@ -358,76 +362,6 @@ void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t 
   const auto r = eval_->run(*step_, global_step);  // collective
   log::info("{}", r.line());
   metrics_->record_eval(r.global_step, r.samples, r.loss, r.by_timestep);
-}
-
-bool Trainer::out_of_time() const {
-  const double hours = cfg_.train.early_stop_hours;
-  if (hours <= 0) return false;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count() / 3600.0 > hours;
-}
-
-StepVerdict Trainer::agree_on_step(const torch::Tensor& square_and_loss, bool parts) {
-  const auto [bad, reads] = guard_->local();
-  // The host's figures; the loss and the norm follow on the device.
-  const LocalStep mine{0.0, 0.0, bad, reads, g_stop_signal.load() != 0, out_of_time(), 0.0, 0.0};
-  auto sums = torch::tensor(pack_step(mine, rt_.rank(), rt_.world_size()), torch::dtype(torch::kFloat64));
-  // To a GPU through page-locked memory, without a wait: the read after the all-reduce is
-  // the step's one wait for the device.
-  if (rt_.device().is_cuda()) sums = sums.pin_memory().to(rt_.device(), /*non_blocking=*/true);
-  {
-    torch::NoGradGuard no_grad;
-    const auto square = square_and_loss[0], loss = square_and_loss[1];
-    const auto none = torch::zeros_like(square);
-    const auto nonfinite = torch::logical_not(torch::isfinite(square).logical_and(torch::isfinite(loss)));
-    static_assert(kLossSlot == kNonfiniteSlot + 1 && kSquareWholeSlot == kSquarePartSlot + 1, "two pairs of slots");
-    sums.narrow(0, kNonfiniteSlot, 2).copy_(torch::stack({nonfinite.to(torch::kFloat64), loss}));
-    sums.narrow(0, kSquarePartSlot, 2)
-        .copy_(torch::stack({parts ? square : none, !parts && rt_.rank() == 0 ? square : none}));
-  }
-  rt_.all_reduce(sums);
-  rt_.commit_step(position_.global_step + 1);  // dist.elastic continue: applied by all or none
-  sums = sums.to(torch::kCPU).contiguous();
-  auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
-  guard_->decide(verdict.total_bad, verdict.total_reads);
-  return verdict;
-}
-
-parallel::Reducer& Trainer::reducer_of(bool generator) {
-  return generator ? *reducer_ : sprint_->heads_reducer();
-}
-
-bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator) {
-  // fp16: gradients that overflow with a finite loss are the scaler's (skip, halve the scale),
-  // not a non-finite step; torch's GradScaler does the same.
-  const bool overflow = scaler_->enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
-  scaler_->update(!verdict.nonfinite);
-  if (overflow) {
-    log::debug("step {}: gradients overflowed at loss scale {}: skipped, the scale is now {}",
-               position_.global_step + 1, scale, scaler_->scale());
-  }
-  const bool apply = !overflow && nonfinite_->accept(verdict.nonfinite, position_.global_step + 1);
-  // Upstream updates the EMA on every synced step, the ones its GradScaler then skips
-  // included: the average moves toward the unchanged (finite) weights.
-  if (overflow) ema_->update_at(position_.global_step + 1);
-  if (overflow && mirror_) mirror_->update_ema_at(position_.global_step + 1);
-  if (apply && !generator) {  // SANA-Sprint's heads: their optimizer, no EMA
-    unscale_and_clip(sprint_->heads_reducer().flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
-    sprint_->heads_optimizer().step(lr);
-  } else if (apply) {
-    unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
-    ema_->update_at(position_.global_step + 1);  // as upstream: before the step (the average lags by one)
-    optimizer_->step(lr);
-    if (mirror_) mirror_->apply_step(position_.global_step + 1, lr, grad_norm, scale, cfg_.train.gradient_clip);
-    try {
-      zero_->gather_parameters();  // ZeRO: each owner's updated parameters to every rank
-    } catch (const dist::RankLost& e) {
-      if (!mirror_) throw;
-      lost_after_commit_ = e.what();  // committed: every share has the step (a lost one's mirror too)
-    }
-  }
-  reducer_->zero_gradients();  // a skipped step zeroes both of SANA-Sprint's
-  if (sprint_) sprint_->heads_reducer().zero_gradients();
-  return apply;
 }
 
 void Trainer::finish() {

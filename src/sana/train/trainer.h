@@ -37,6 +37,7 @@
 #include "sana/train/previews.h"
 #include "sana/train/sprint_training.h"
 #include "sana/train/step.h"
+#include "sana/train/device_timeline.h"
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
 #include "sana/train/trainable.h"
@@ -140,12 +141,16 @@ class Trainer {
   Outcome agree_and_update(StepOutput& out, double lr, double scale, bool generator);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
-  // `grad_square_part`: this rank's part of the squared gradient norm (ZeRO 2), else 0.
   // `square_and_loss`: grad_square_and_loss()'s, still on the device; `parts`: ZeRO 2's
   // gradient segments (each rank has its part of the squares).
   StepVerdict agree_on_step(const torch::Tensor& square_and_loss, bool parts);
+  // The step's figures for the metrics, after its update (position_ counts it).
+  StepRecord step_record(int64_t epoch, int64_t step, const Outcome& o, double lr, const StepOutput& out,
+                         bool generator, PhaseLosses figures) const;
   // train.early_stop_hours have passed since start-up on this rank.
   bool out_of_time() const;
+  // SIGINT and SIGTERM ask for a stop, which the next step's agreement carries to every rank.
+  static void watch_stop_signals();
   // false: skipped. `scale`: the loss scale the step's backward ran at. `generator`: the
   // step trains the model (false: SANA-Sprint's discriminator heads).
   bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator = true);
@@ -188,6 +193,7 @@ class Trainer {
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   std::optional<StepProfiler> profiler_;  // train.profile_steps
+  std::unique_ptr<DeviceTimeline> timeline_;  // on CUDA: the phases timed on the device
   // Where the run stands.
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   RunPosition position_;

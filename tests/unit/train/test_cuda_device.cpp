@@ -13,6 +13,7 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
 #include "sana/train/cuda_modes.h"
+#include "sana/train/device_timeline.h"
 #include "sana/train/device_feed.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_use.h"
@@ -122,4 +123,34 @@ TEST_CASE("a flow batch reaches the GPU without a host wait, equal to the CPU's"
   }
   // exp on the device against the host's: the last bit may differ.
   CHECK(torch::allclose(features.cpu(), sana::model::timestep_features(cpu.timesteps), 0.0, 1e-5));
+}
+
+TEST_CASE("The device timeline's CUDA events time the GPU's work, not the host's launches", "[cuda][train]") {
+  if (no_gpu()) return;
+  using sana::train::StepTimes;
+  const auto a = torch::randn({4096, 4096}, torch::kCUDA);
+  torch::cuda::synchronize();
+  sana::train::DeviceTimeline timeline(sana::train::DeviceTimeline::cuda_events());
+  StepTimes host;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    const sana::train::DeviceTimeline::Active active(timeline);
+    {
+      sana::train::PhaseTimer compute(host, &StepTimes::forward_backward);
+      auto x = a;
+      for (int i = 0; i < 40; ++i) x = torch::mm(x, a).mul_(1e-3);  // queued: the host returns at once
+    }
+    { sana::train::PhaseTimer update(host, &StepTimes::optimizer); }
+    timeline.end_step(1);
+  }
+  torch::cuda::synchronize();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto done = timeline.take_finished();
+  REQUIRE(done.size() == 1);
+  const auto& d = done[0].times;
+  // 40 products of 4096^3 (5.5 TFLOP): milliseconds on any GPU, far more than the launches.
+  CHECK(d.forward_backward > 2 * host.forward_backward);
+  CHECK(d.forward_backward <= wall);
+  CHECK(d.optimizer < 0.1 * d.forward_backward);
+  CHECK(d.total == Approx(d.forward_backward + d.optimizer + d.other()));
 }

@@ -11,6 +11,7 @@
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/config.h"
 #include "sana/train/checkpointer.h"
+#include "sana/train/device_timeline.h"
 #include "sana/train/ema.h"
 #include "sana/train/loss_scaler.h"
 #include "sana/train/part_options.h"
@@ -496,4 +497,97 @@ TEST_CASE("share mirrors go to another node where the group spans several (mirro
   for (int r = 0; r < 3; ++r) across += uneven[static_cast<size_t>(r)] != uneven[static_cast<size_t>((r + s) % 3)];
   CHECK(across == 2);
   CHECK(mirror_stride({"a", "b"}) == 1);
+}
+
+namespace {
+
+// The device's clock in a test: marks at a time the test sets, passed once the test says so.
+class SetClock : public train::DeviceTimeline::Clock {
+ public:
+  explicit SetClock(double& now, int& passed_up_to) : now_(now), passed_(passed_up_to) {}
+  int mark() override {
+    at_.push_back(now_);
+    return static_cast<int>(at_.size()) - 1;
+  }
+  bool passed(int id) override { return id <= passed_; }
+  double seconds(int from, int to) override { return at_.at(static_cast<size_t>(to)) - at_.at(static_cast<size_t>(from)); }
+  void release(int) override { ++released; }
+  int released = 0;
+
+ private:
+  double& now_;
+  int& passed_;
+  std::vector<double> at_;
+};
+
+}  // namespace
+
+TEST_CASE("The device timeline gives each span between marks to the phase it opened", "[train][timeline]") {
+  using train::StepTimes;
+  double now = 0;
+  int passed = -1;
+  auto owned = std::make_unique<SetClock>(now, passed);
+  auto* clock = owned.get();
+  train::DeviceTimeline timeline(std::move(owned));
+  {
+    const train::DeviceTimeline::Active active(timeline);
+    // Step 1, as the step's timers run: forward+backward paused for the encoders and the
+    // data, the held-out loss unmarked inside checkpoint/preview.
+    train::StepTimes host;
+    {
+      train::PhaseTimer compute(host, &StepTimes::forward_backward);  // t = 0
+      now = 2;
+      compute.pause();
+      {
+        train::PhaseTimer encoding(host, &StepTimes::encoders);
+        now = 3;
+      }
+      {
+        train::PhaseTimer waiting(host, &StepTimes::data);
+        now = 3.5;
+      }
+      compute.resume();
+      now = 6.5;
+    }
+    {
+      train::PhaseTimer saving(host, &StepTimes::checkpoint_preview);
+      const train::NoPhaseMarks unmarked;
+      train::PhaseTimer eval(host, &StepTimes::forward_backward);
+      now = 7.5;
+    }
+    now = 8;  // bookkeeping: no phase
+    timeline.end_step(1);
+    CHECK(timeline.take_finished().empty());  // the device is not past the end yet
+    // Step 2 begins at step 1's end; the optimizer's span.
+    {
+      train::PhaseTimer update(host, &StepTimes::optimizer);
+      now = 9;
+    }
+    now = 10;
+    timeline.end_step(2);
+  }
+  CHECK(train::PhaseMarks::current() == nullptr);  // Active restores the thread's (none)
+  passed = 100;
+  const auto done = timeline.take_finished();
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].step == 1);
+  CHECK(done[0].times.forward_backward == 2 + 3);
+  CHECK(done[0].times.encoders == 1);
+  CHECK(done[0].times.data == 0.5);
+  CHECK(done[0].times.checkpoint_preview == 1);  // the unmarked loss counted there
+  CHECK(done[0].times.total == 8);
+  CHECK(done[0].times.other() == 0.5);
+  CHECK(done[1].step == 2);
+  CHECK(done[1].times.optimizer == 1);
+  CHECK(done[1].times.total == 2);  // from step 1's end
+  CHECK(done[1].times.other() == 1);
+  CHECK(timeline.take_finished().empty());  // handed over once
+  CHECK(clock->released > 0);  // marks go back to the clock's pool
+  // A timer outside an Active scope marks nothing.
+  train::StepTimes host;
+  { train::PhaseTimer alone(host, &StepTimes::data); }
+  timeline.end_step(3);
+  const auto third = timeline.take_finished();
+  REQUIRE(third.size() == 1);
+  CHECK(third[0].times.data == 0);
 }

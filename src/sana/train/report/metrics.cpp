@@ -54,6 +54,21 @@ void Metrics::new_loader(double wait_seconds) {
   iv_.wait0 = last_wait_ = wait_seconds;
 }
 
+void Metrics::record_device(int64_t step, const StepTimes& times) {
+  iv_.device += times;
+  ++iv_.device_steps;
+  device_ = {step, times};
+  if (!main_rank_ || !events_) return;
+  events_->scalars(step, {{"device_time/step", times.total},
+                          {"device_time/data", times.data},
+                          {"device_time/encoders", times.encoders},
+                          {"device_time/forward_backward", times.forward_backward},
+                          {"device_time/allreduce", times.allreduce},
+                          {"device_time/optimizer", times.optimizer},
+                          {"device_time/checkpoint_preview", times.checkpoint_preview},
+                          {"device_time/other", times.other()}});
+}
+
 void Metrics::record(const StepRecord& s, const StepTimes& phases, double wait_seconds, bool force_log) {
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - run_start_).count();
@@ -170,6 +185,19 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
                                 {"checkpoint_preview", t.checkpoint_preview},
                                 {"other", t.other()}}}};
   for (const auto& [name, v] : s.figures) m[name] = number_or_null(v);
+  if (device_) {
+    const auto& [step, d] = *device_;
+    m["device_time"] = {{"step", step},
+                        {"total", d.total},
+                        {"data", d.data},
+                        {"encoders", d.encoders},
+                        {"forward_backward", d.forward_backward},
+                        {"allreduce", d.allreduce},
+                        {"optimizer", d.optimizer},
+                        {"checkpoint_preview", d.checkpoint_preview},
+                        {"other", d.other()}};
+    device_.reset();
+  }
   if (!regroup_.is_null()) m["regroup"] = std::exchange(regroup_, nlohmann::json());
   const double flops_per_s = s.train_flops / world_ / step_time;  // one process's share
   if (s.train_flops > 0) m["tflops_per_process"] = flops_per_s / 1e12;
@@ -200,12 +228,13 @@ void Metrics::write_line(const StepRecord& s, const StepTimes& t, double elapsed
 
 // " | fwd+bwd 95% all-reduce 1% ...": each phase's share of the interval (data wait is
 // already on the line), phases that took no time left out.
-std::string phase_text(const StepTimes& t) {
+std::string phase_text(const StepTimes& t, bool data) {
   if (t.total <= 0) return "";
   std::string out = " |";
   const auto add = [&](const char* name, double v) {
     if (v > 0.0005 * t.total) out += fmt::format(" {} {:.1f}%", name, 100.0 * v / t.total);
   };
+  if (data) add("data", t.data);
   add("encoders", t.encoders);
   add("fwd+bwd", t.forward_backward);
   add("all-reduce", t.allreduce);
@@ -234,10 +263,11 @@ void Metrics::log_interval(const StepRecord& s, double wait_seconds, double elap
   for (const auto& [name, f] : iv_.figures) {
     losses += fmt::format(" {} {:.4f}", name, f.first / static_cast<double>(f.second));
   }
-  log::info("epoch {} step {}/{}{} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}",
+  log::info("epoch {} step {}/{}{} grad {:.3f} lr {:.2e} {:.1f} samples/s{} data wait {:.0f}% {}x{} ETA {}{}{}",
             s.epoch + 1, s.global_step, total_, losses, iv_.grad_norm / steps, s.lr,
             iv_.samples / std::max(secs, 1e-9), perf, 100.0 * wait / std::max(secs, 1e-9), s.height, s.width,
-            duration_text(eta), phase_text(iv_.times));
+            duration_text(eta), phase_text(iv_.times),
+            iv_.device_steps > 0 ? " | device:" + phase_text(iv_.device, true).substr(2) : std::string());
   begin_interval(wait_seconds);
 }
 

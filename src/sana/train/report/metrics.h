@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -45,8 +46,9 @@ struct StepRecord {
 
 // "1m05s", "2h03m"; "?" for unknown.
 std::string duration_text(double seconds);
-// " | fwd+bwd 95.0% all-reduce 1.0% ...": each phase's share of t.total.
-std::string phase_text(const StepTimes& t);
+// " | fwd+bwd 95.0% all-reduce 1.0% ...": each phase's share of t.total (`data` too when
+// asked: the device's data phase is its idle time while the host waits for batches).
+std::string phase_text(const StepTimes& t, bool data = false);
 
 // Where the run's figures go and how often the log gets a line (train/part_options.h
 // fills it from the config).
@@ -72,6 +74,11 @@ class Metrics {
   // After each step, with its phases (times.total is ignored: a step's time is the wall
   // time since the previous record). force_log: write the interval line now (a stop request).
   void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
+  // A step's phases as the device timed them (train/device_timeline.h), before the record()
+  // of a later step: that step's metrics.jsonl line carries the latest as "device_time"
+  // {"step", "total", "data", ...}, TensorBoard has them as device_time/<phase> at their own
+  // step, and the interval's log line their shares (" | device: fwd+bwd 80.1% ...").
+  void record_device(int64_t step, const StepTimes& times);
   // A held-out evaluation (train.eval, rank 0 writes): a metrics.jsonl line {"eval_step",
   // "eval_loss", "eval_samples", "eval_loss_by_timestep": {"100": ...}} and the TensorBoard
   // scalars eval/loss and eval/loss_t<T>.
@@ -115,6 +122,7 @@ class Metrics {
   int64_t run_samples_ = 0;  // samples of the steps this process ran
   int64_t run_steps_ = 0;    // steps recorded in this run (a resumed run starts at 0)
   StepTimes carried_;        // add_time's, for the next record
+  std::optional<std::pair<int64_t, StepTimes>> device_;  // record_device's latest, for the next line
   double last_wait_ = 0;     // the current loader's data-wait clock at the last record
   void begin_interval(double wait_seconds);
   struct Interval {
@@ -122,6 +130,8 @@ class Metrics {
     // wait_before: the data wait of the interval's earlier loaders.
     double loss = 0, grad_norm = 0, samples = 0, wait0 = 0, wait_before = 0, flops = 0;
     StepTimes times;
+    StepTimes device;          // record_device's, summed
+    int64_t device_steps = 0;  // how many
     int64_t steps = 0, loss_steps = 0;
     std::vector<std::pair<std::string, std::pair<double, int64_t>>> figures;  // name -> (sum, count), first seen first
     Clock::time_point start = Clock::now();
