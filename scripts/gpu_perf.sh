@@ -167,8 +167,8 @@ peak_memory() {  # MEMORY_JSON: rank 0's device memory (weights, gradients, opti
   "$py" - "$1" <<'PY' 2> /dev/null || echo "memory n/a"
 import json, sys
 r = json.load(open(sys.argv[1]))["ranks"][0]
-keys = ("parameters", "gradients", "optimizer", "ema", "gathered", "activations_peak")
-print(f"{sum(r[k] for k in keys) / 2**30:.2f} GiB of state and activations")
+keys = ("parameters", "gradients", "optimizer", "ema", "gathered", "working", "activations_peak")
+print(f"{sum(r.get(k, 0) for k in keys) / 2**30:.2f} GiB of state and activations")
 PY
 }
 # Each sweep setting once: micro-batch, then its checkpointing.

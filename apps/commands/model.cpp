@@ -129,7 +129,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
   auto ranks = nlohmann::json::array();
   for (const auto& r : m.ranks) {
     ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
-                     {"ema", r.ema}, {"gathered", r.gathered}, {"host_weights", r.host_weights},
+                     {"ema", r.ema}, {"gathered", r.gathered}, {"working", r.working}, {"host_weights", r.host_weights},
                      {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
                      {"host_ema", r.host_ema}, {"mirror", r.mirror}, {"host_mirror", r.host_mirror}});
   }
@@ -145,6 +145,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
           {"optimizer_type", m.optimizer_name},
           {"ema", m.ema},
           {"gathered", m.gathered},
+          {"working", m.working},
           {"mirror", m.mirror},
           {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
           {"converted", m.converted},
@@ -261,6 +262,7 @@ void print_memory(const train::MemoryEstimate& m) {
         fmt::format("{} parameters: weights, gradients, optimizer state", thousands(m.heads_parameters)));
   }
   if (m.gathered > 0) row("gathered parameters (ZeRO 3, at most)", m.gathered);
+  if (m.working > 0) row("half working copies of the weights", m.working, "<- train.working_weights");
   if (m.mirror > 0) row("mirror of another rank's share", m.mirror, "<- dist.elastic continue: weights, gradients, optimizer state, EMA");
   if (m.teacher > 0) {
     std::cout << "  (activations below: stage 2's generator step, from the student's flow step: its sCM graph, with "

@@ -43,7 +43,7 @@ for r in measured:
     mine = est["ranks"][r["rank"]]
     for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema"),
                          ("host_weights", "host_weights"), ("host_gradients", "host_gradients"),
-                         ("host_optimizer", "host_optimizer"), ("host_ema", "host_ema")):
+                         ("host_optimizer", "host_optimizer"), ("host_ema", "host_ema"), ("working", "working")):
         if r[ours] != mine[theirs]:
             bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {mine[theirs]}")
     if (r["gathered"] > 0) != (mine["gathered"] > 0) or r["gathered"] > mine["gathered"]:

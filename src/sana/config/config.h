@@ -19,6 +19,8 @@ enum class Tail { drop, pad };
 enum class SampleCacheMode { none, memory, disk };
 enum class DataSampler { bucket, distributed };
 enum class Precision { fp32, fp16, bf16 };
+enum class Kernels { aten, fused };
+enum class WorkingWeights { automatic, on, off };
 enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, sd3_mode, uniform, logit_normal_trigflow };
 enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit };
@@ -45,6 +47,10 @@ template <> struct Names<DataSampler> {
 };
 template <> struct Names<Precision> {
   static constexpr std::array<std::string_view, 3> values{"fp32", "fp16", "bf16"};
+};
+template <> struct Names<Kernels> { static constexpr std::array<std::string_view, 2> values{"aten", "fused"}; };
+template <> struct Names<WorkingWeights> {
+  static constexpr std::array<std::string_view, 3> values{"auto", "true", "false"};
 };
 template <> struct Names<VaeType> {
   static constexpr std::array<std::string_view, 3> values{"none", "torchscript", "dc-ae"};
@@ -157,6 +163,7 @@ struct ModelConfig {
   int64_t image_size = 512;
   Precision mixed_precision = Precision::fp16;  // upstream's default; fp16 runs with loss scaling
   bool fp32_attention = true;
+  Kernels kernels = Kernels::aten;  // fused: CUDA kernels where they apply (model/fused_kernels.h)
   std::string load_from;
   bool multi_scale = true;
   std::string attn_type = "linear";
@@ -302,6 +309,9 @@ struct TrainConfig {
   int64_t num_workers = 4;
   bool grad_checkpointing = false;
   int64_t gc_step = 1;  // grad_checkpointing: every gc_step-th block
+  // CUDA autocast: trained weights' half copies kept a step (model/working_weights.h);
+  // auto: on, but not under offload_optimizer, which chooses device memory over speed.
+  WorkingWeights working_weights = WorkingWeights::automatic;
   // ZeRO (docs/memory.md): 0 every rank keeps everything (DDP); 1 optimizer state and EMA
   // sharded by whole parameters; 2 gradients too; 3 parameters too. Upstream's use_fsdp maps to 3.
   int64_t zero_stage = 0;
@@ -364,6 +374,11 @@ struct TrainConfig {
   EvalConfig eval;
   SprintTrainConfig sprint;  // SANA-Sprint stage 2 (SprintModelConfig says)
 };
+// train.working_weights resolved: auto keeps the copies unless the optimizer is offloaded.
+inline bool working_weights_on(const TrainConfig& t) {
+  if (t.working_weights == WorkingWeights::automatic) return !t.offload_optimizer;
+  return t.working_weights == WorkingWeights::on;
+}
 
 // controlnet (upstream's ControlNetConfig; docs/controlnet.md): the control maps a ControlNet
 // preset trains on, made by the loader from each sample's bucket image, and its previews.

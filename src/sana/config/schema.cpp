@@ -89,6 +89,10 @@ void describe_model(std::vector<Field>& f, ModelConfig& m) {
       .at_least(8);
   s.add("mixed_precision", m.mixed_precision, "autocast dtype on CUDA (CPU runs in fp32)");
   s.add("fp32_attention", m.fp32_attention, "linear attention in fp32 under autocast");
+  s.add("kernels", m.kernels,
+        "fused: CUDA kernels for the block's memory-bound chains (layer norm + modulate; the linear "
+        "attention with fp32 products; silu, depthwise 3x3 and GLU gate) where they apply; "
+        "aten: ATen's operators (the CPU always runs these)");
   s.add("load_from", m.load_from, "initial weights (a local checkpoint), before training")
       .commonly_used();
   s.add("multi_scale", m.multi_scale, "train on aspect-ratio buckets");

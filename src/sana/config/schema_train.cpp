@@ -187,6 +187,11 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
   s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
       .at_least(1);
+  s.add("working_weights", t.working_weights,
+        "CUDA under model.mixed_precision bf16/fp16: each trained weight's half copy is kept from one optimizer "
+        "step to the next, cast once a step instead of at every micro-batch's forward and recompute (2 bytes "
+        "per weight; none under zero_stage 3, whose gathers are half already); auto: true unless "
+        "offload_optimizer, which puts device memory first");
   s.add("zero_stage", t.zero_stage,
         "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too; "
         "3: parameters too (gathered block by block)")

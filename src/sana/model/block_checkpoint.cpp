@@ -33,6 +33,8 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     const auto amp = AutocastState::current();  // the recompute runs under the same autocast
     ctx->saved_data["amp"] = amp.enabled;
     ctx->saved_data["amp_dtype"] = static_cast<int64_t>(amp.dtype);
+    ctx->saved_data["cpu_amp"] = amp.cpu_enabled;
+    ctx->saved_data["cpu_amp_dtype"] = static_cast<int64_t>(amp.cpu_dtype);
     return {block->forward(x, y ? *y : torch::Tensor(), t0, bias ? *bias : torch::Tensor(), h, w)};
   }
 
@@ -49,7 +51,8 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      AutocastGuard amp(AutocastState{d["amp"].toBool(), static_cast<at::ScalarType>(d["amp_dtype"].toInt())});
+      AutocastGuard amp(AutocastState{d["amp"].toBool(), static_cast<at::ScalarType>(d["amp_dtype"].toInt()),
+                                      d["cpu_amp"].toBool(), static_cast<at::ScalarType>(d["cpu_amp_dtype"].toInt())});
       out = block->forward(x, y, t0, bias, d["h"].toInt(), d["w"].toInt());
     }
     std::vector<torch::Tensor> inputs;

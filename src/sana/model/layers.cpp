@@ -11,6 +11,7 @@ namespace sana::model {
 namespace {
 
 thread_local FlopTrace* g_trace = nullptr;
+thread_local bool g_device_products = false;
 
 torch::Tensor empty_parameter(at::IntArrayRef shape, const torch::TensorOptions& options) {
   return torch::empty(shape, options);
@@ -25,8 +26,8 @@ torch::Tensor empty_parameter(at::IntArrayRef shape, const torch::TensorOptions&
 // cores (dist::set_compute_threads). SanaMS_tiny_P2_D4's GLUMBConv products, forward and
 // backward on 2 threads: 24 ms this way, 34 through OpenBLAS's own threads.
 torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
-  const bool threaded = x.is_cpu() && x.scalar_type() == torch::kFloat32 && at::get_num_threads() > 1 &&
-                        x.numel() >= (int64_t{1} << 16);
+  const bool threaded = !g_device_products && x.is_cpu() && x.scalar_type() == torch::kFloat32 &&
+                        at::get_num_threads() > 1 && x.numel() >= (int64_t{1} << 16);
   if (!threaded) return torch::linear(x, weight, bias);
   const int64_t in = x.size(-1), rows = x.numel() / in;
   const auto y = torch::conv2d(x.reshape({1, rows, 1, in}).permute({0, 3, 1, 2}),
@@ -35,6 +36,9 @@ torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight,
   sizes.back() = weight.size(0);
   return y.permute({0, 2, 3, 1}).reshape(sizes);
 }
+
+DeviceProducts::DeviceProducts() : outer_(g_device_products) { g_device_products = true; }
+DeviceProducts::~DeviceProducts() { g_device_products = outer_; }
 
 bool FlopTrace::active() { return g_trace != nullptr; }
 FlopTrace::FlopTrace() : outer_(g_trace) { g_trace = this; }
@@ -102,7 +106,7 @@ LinearImpl::LinearImpl(const torch::Tensor& weight_, const torch::Tensor& bias_)
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
-  return token_product(x, weight, bias);
+  return token_product(x, product_weight(), bias);
 }
 
 Conv2dImpl::Conv2dImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride_, int64_t padding_,
@@ -126,7 +130,7 @@ Conv2dImpl::Conv2dImpl(const torch::Tensor& weight_, const torch::Tensor& bias_,
 }
 
 torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
-  auto y = torch::conv2d(x, weight, bias, stride, padding, 1, groups);
+  auto y = torch::conv2d(x, product_weight(), bias, stride, padding, 1, groups);
   if (g_trace) {
     FlopTrace::add(2.0 * static_cast<double>(y.numel()) *
                    static_cast<double>(weight.size(1) * weight.size(2) * weight.size(3)));
@@ -138,7 +142,7 @@ torch::Tensor Conv2dImpl::forward_tokens(const torch::Tensor& x, int64_t /*h*/, 
   TORCH_CHECK(weight.size(2) == 1 && weight.size(3) == 1 && stride == 1 && padding == 0 && groups == 1,
               "forward_tokens is for 1x1 convolutions, this one has weight ", weight.sizes());
   if (g_trace) FlopTrace::add(2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0)));
-  return token_product(x, weight.flatten(1), bias);
+  return token_product(x, product_weight().flatten(1), bias);
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double scale, double eps_, const torch::TensorOptions& o)

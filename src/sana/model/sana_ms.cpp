@@ -1,6 +1,7 @@
 #include "sana/model/sana_ms.h"
 
 #include "sana/model/autocast.h"
+#include "sana/model/fused_kernels.h"
 #include "sana/model/block_kernels.h"
 #include "sana/model/pos_embed.h"
 
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <typeinfo>
 
 namespace sana::model {
 
@@ -27,6 +29,16 @@ torch::Tensor modulate(const torch::Tensor& x, const torch::Tensor& shift, const
 
 torch::Tensor layer_norm(const torch::Tensor& x) {
   return torch::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6);
+}
+
+// modulate(layer_norm(x), shift, scale); with `fused` (model.kernels: fused) one CUDA kernel
+// where it applies (model/fused_kernels.h).
+torch::Tensor norm_modulate(const torch::Tensor& x, const torch::Tensor& shift, const torch::Tensor& scale,
+                            bool fused) {
+  if (fused && fused_layer_norm_modulate_applies(x, shift, scale)) {
+    return fused_layer_norm_modulate(x, shift, scale, 1e-6);
+  }
+  return modulate(layer_norm(x), shift, scale);
 }
 
 }  // namespace
@@ -56,7 +68,10 @@ torch::Tensor LiteLAImpl::forward(const torch::Tensor& x) {
     const auto parts = q_k_v.reshape({B, N, 3, C}).unbind(2);
     q_k_v = torch::stack({q_norm->forward(parts[0]), k_norm->forward(parts[1]), parts[2]}, 2);
   }
-  const auto out = linear_attention(q_k_v.reshape({B, N, 3, heads, head_dim}), kEps, fp32);  // [B, N, heads, head_dim]
+  const auto qkv5 = q_k_v.reshape({B, N, 3, heads, head_dim});
+  // [B, N, heads, head_dim]; model.kernels fused: one CUDA kernel each way for fp32 products.
+  const auto out = fused_kernels && fp32 && fused_linear_attention_applies(qkv5) ? fused_linear_attention(qkv5, kEps)
+                                                                                 : linear_attention(qkv5, kEps, fp32);
   return proj->forward(out.reshape({B, N, C}).to(x.scalar_type()));
 }
 
@@ -126,10 +141,19 @@ GLUMBConvImpl::GLUMBConvImpl(int64_t hidden, int64_t mh, const torch::TensorOpti
 // (two transposes of the image forward, two backward, and a layer norm that copies the
 // transposed result). Here the 1x1 convolutions are products over the tokens and the
 // depthwise 3x3 runs on a channels-last view of them (the same kernel), so no transposes.
+// With fused_kernels, silu -> depthwise -> gate is one CUDA kernel each way where it applies
+// (a plain depthwise layer: not a frozen or adapted one).
 torch::Tensor GLUMBConvImpl::forward(const torch::Tensor& x, int64_t h, int64_t w) {
   const int64_t B = x.size(0), N = x.size(1);
-  auto t = torch::silu(inverted_conv->conv->forward_tokens(x, h, w));  // [B, N, 2H]
-  t = depth_conv->forward(t.reshape({B, h, w, t.size(2)}).permute({0, 3, 1, 2}));
+  auto t = inverted_conv->conv->forward_tokens(x, h, w);  // [B, N, 2H]
+  const auto& depthwise = *depth_conv->conv;
+  if (fused_kernels && typeid(depthwise) == typeid(Conv2dImpl)) {
+    const auto weight = depthwise.product_weight();
+    if (fused_silu_dwconv_glu_applies(t, weight, depthwise.bias, h, w)) {
+      return point_conv->conv->forward_tokens(fused_silu_dwconv_glu(t, weight, depthwise.bias, h, w), h, w);
+    }
+  }
+  t = depth_conv->forward(torch::silu(t).reshape({B, h, w, t.size(2)}).permute({0, 3, 1, 2}));
   t = glu_gate(t.permute({0, 2, 3, 1}).reshape({B, N, t.size(1)}));  // [B, N, H]
   return point_conv->conv->forward_tokens(t, h, w);
 }
@@ -163,9 +187,9 @@ torch::Tensor SanaMSBlockImpl::forward(const torch::Tensor& x_in, const torch::T
   const auto mod = (scale_shift_table.unsqueeze(0) + t0.reshape({B, 6, C})).chunk(6, 1);
   // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp: each [B, 1, C]
   // x + gate * f(x), each in one pass (addcmul).
-  auto x = torch::addcmul(x_in, mod[2], attn->forward(modulate(layer_norm(x_in), mod[0], mod[1])));
+  auto x = torch::addcmul(x_in, mod[2], attn->forward(norm_modulate(x_in, mod[0], mod[1], fused_kernels)));
   if (cross_attn) x = x + cross_attn->forward(x, y, bias);
-  return torch::addcmul(x, mod[5], mlp->forward(modulate(layer_norm(x), mod[3], mod[4]), h, w));
+  return torch::addcmul(x, mod[5], mlp->forward(norm_modulate(x, mod[3], mod[4], fused_kernels), h, w));
 }
 
 // --- Top level --------------------------------------------------------------------------
@@ -272,7 +296,7 @@ FinalLayerImpl::FinalLayerImpl(const ModelSpec& s, const torch::TensorOptions& o
 
 torch::Tensor FinalLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& t) {
   const auto mod = (scale_shift_table.unsqueeze(0) + t.unsqueeze(1)).chunk(2, 1);
-  return linear->forward(modulate(layer_norm(x), mod[0], mod[1]));
+  return linear->forward(norm_modulate(x, mod[0], mod[1], fused_kernels));
 }
 
 SanaMSImpl::SanaMSImpl(const ModelSpec& spec, const BuildOptions& options) : spec_(spec) {
@@ -430,6 +454,15 @@ int64_t SanaMSImpl::parameter_count() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();
   return n;
+}
+
+void SanaMSImpl::set_fused_kernels(bool on) {
+  for (const auto& m : modules(/*include_self=*/false)) {
+    if (auto* block = m->as<SanaMSBlockImpl>()) block->fused_kernels = on;
+    if (auto* final_layer = m->as<FinalLayerImpl>()) final_layer->fused_kernels = on;
+    if (auto* mlp = m->as<GLUMBConvImpl>()) mlp->fused_kernels = on;
+    if (auto* attention = m->as<LiteLAImpl>()) attention->fused_kernels = on;
+  }
 }
 
 }  // namespace sana::model

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "sana/model/spec.h"
+#include "sana/model/working_weights.h"
 
 namespace sana::model {
 
@@ -41,6 +42,21 @@ class FlopTrace {
 // x [..., in] times weight [out, in]^T, + bias (undefined: none): every Linear's product,
 // on the CPU's threads as layers.cpp says.
 torch::Tensor token_product(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+
+// While one lives on this thread, token_product() is torch::linear on any number of threads:
+// the product a GPU runs, whose saved tensors the memory estimate measures on the CPU (the
+// threaded CPU path's convolution keeps other copies, so the estimate grew with the threads:
+// 5.78 GiB at one thread, 6.23 at two for the README's 1.6B LoRA row, 2026-12-06).
+class DeviceProducts {
+ public:
+  DeviceProducts();
+  ~DeviceProducts();
+  DeviceProducts(const DeviceProducts&) = delete;
+  DeviceProducts& operator=(const DeviceProducts&) = delete;
+
+ private:
+  bool outer_;
+};
 
 // The layers a model's modules call through typed members (Linear, Conv2d) can be wrapped
 // from outside: code that adapts a layer (model/lora.h) builds a module of a derived type
@@ -90,7 +106,10 @@ class LinearImpl : public torch::nn::Module {
   // The dtype the layer computes in: its weight's, unless the weight is stored in less
   // (model/frozen_storage.h).
   virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }
+  // The weight as the product takes it: its half working copy where it has one.
+  torch::Tensor product_weight() const { return working ? working->of(weight) : weight; }
   torch::Tensor weight, bias;
+  std::shared_ptr<WorkingCopy> working;  // train.working_weights (model/working_weights.h)
 
  protected:
   // For a wrapper of `base`: every parameter `base` registers, under the same names.
@@ -111,8 +130,10 @@ class Conv2dImpl : public torch::nn::Module {
   virtual torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w);
   virtual std::vector<torch::Tensor> extra_inputs() const { return {}; }  // as LinearImpl's
   virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }  // as LinearImpl's
+  torch::Tensor product_weight() const { return working ? working->of(weight) : weight; }  // as LinearImpl's
   torch::Tensor weight, bias;
   int64_t stride, padding, groups;
+  std::shared_ptr<WorkingCopy> working;
 
  protected:
   explicit Conv2dImpl(const Conv2dImpl& base);  // for a wrapper of `base`, as LinearImpl's
@@ -146,6 +167,7 @@ class LiteLAImpl : public LayerHost {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
   int64_t heads, head_dim;
   bool fp32;
+  bool fused_kernels = false;  // as SanaMSBlockImpl's
   static constexpr double kEps = 1e-8;
 };
 TORCH_MODULE(LiteLA);
@@ -179,6 +201,7 @@ class GLUMBConvImpl : public torch::nn::Module {
   GLUMBConvImpl(int64_t hidden, int64_t mlp_hidden, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x, int64_t h, int64_t w);  // x: [B, h*w, C]
   ConvLayer inverted_conv{nullptr}, depth_conv{nullptr}, point_conv{nullptr};
+  bool fused_kernels = false;  // as SanaMSBlockImpl's
 };
 TORCH_MODULE(GLUMBConv);
 
@@ -192,6 +215,7 @@ class SanaMSBlockImpl : public torch::nn::Module {
   CrossAttention cross_attn{nullptr};
   GLUMBConv mlp{nullptr};
   torch::Tensor scale_shift_table;  // [6, C]
+  bool fused_kernels = false;  // model.kernels: fused (SanaMSImpl::set_fused_kernels)
   // What a backward through the block differentiates besides its inputs: its parameters,
   // then its layers' extra inputs (a wrapper's; gradient checkpointing recomputes with them).
   std::vector<torch::Tensor> differentiable() const;
@@ -293,6 +317,7 @@ class FinalLayerImpl : public LayerHost {  // final_layer
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& t);  // t: [B, C]
   Linear linear{nullptr};
   torch::Tensor scale_shift_table;  // [2, C]
+  bool fused_kernels = false;  // as SanaMSBlockImpl's
 };
 TORCH_MODULE(FinalLayer);
 
@@ -349,6 +374,10 @@ class SanaMSImpl : public torch::nn::Module {
     checkpoint_every_ = std::max<int64_t>(1, every);
   }
   bool grad_checkpointing() const { return grad_checkpointing_; }
+  // model.kernels: fused: every block's (ControlNet's copied blocks' too) layer norm +
+  // modulate, linear attention and GLUMBConv middle, and the final layer's layer norm +
+  // modulate, through model/fused_kernels.h where it applies.
+  void set_fused_kernels(bool on);
   // The forward calls `hooks` (owned by the caller; null: none) as BlockHooks says.
   void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
   // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),

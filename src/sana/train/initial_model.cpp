@@ -87,6 +87,7 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
   }
   net->to(rt.device());
   net->set_grad_checkpointing(o.grad_checkpointing, o.gc_step);
+  net->set_fused_kernels(o.fused_kernels);
   net->train();
   {
     torch::NoGradGuard no_grad;

@@ -27,6 +27,7 @@ struct InitialModelOptions {
   bool load_strict = true;        // model.load_strict
   bool grad_checkpointing = false;  // train.grad_checkpointing
   int64_t gc_step = 1;              // train.gc_step
+  bool fused_kernels = false;       // model.kernels: fused
   // A frozen base (train.lora: every parameter; a ControlNet preset's, whatever this says:
   // all but its control blocks; none otherwise): frozen before it reaches the
   // device, its layers stored in `frozen_dtype` there (train.frozen_base_dtype), so the

@@ -55,6 +55,7 @@ InitialModelOptions initial_model_options_for(const config::Config& cfg) {
   o.load_strict = cfg.model.load_strict;
   o.grad_checkpointing = cfg.train.grad_checkpointing;
   o.gc_step = cfg.train.gc_step;
+  o.fused_kernels = cfg.model.kernels == config::Kernels::fused;
   o.frozen_base = config::lora_enabled(cfg.train);
   o.frozen_dtype = frozen_dtype_for(cfg.train);
   return o;
@@ -193,6 +194,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   o.zero_stage = cfg.train.zero_stage;
   o.deterministic = cfg.train.deterministic;
   o.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  o.working_weights = config::working_weights_on(cfg.train);
   o.buckets = data::bucket_tables_for(bucket_options_for(cfg));
   o.micro_batch_size = cfg.train.micro_batch_size;
   o.grad_checkpointing = cfg.train.grad_checkpointing;

@@ -38,7 +38,7 @@ BatchOptions batch_options_for(const config::Config& cfg);
 SharedDatasetOptions shared_dataset_options_for(const config::Config& cfg);
 // data.cache, cache_max_gb, cache_dir, load_vae_feat.
 SampleCacheOptions sample_cache_options_for(const config::Config& cfg);
-// train.seed, model_growth, model.load_from / load_strict, train.grad_checkpointing / gc_step.
+// train.seed, model_growth, model.load_from / load_strict, train.grad_checkpointing / gc_step, model.kernels.
 InitialModelOptions initial_model_options_for(const config::Config& cfg);
 // train.optimizer (its defaults filled in by the loader).
 OptimizerOptions optimizer_options_for(const config::OptimizerConfig& o);

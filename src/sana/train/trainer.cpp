@@ -91,6 +91,10 @@ void Trainer::start() {
   reducer_ = parallel::make_reducer(rt_, trainable_->parameters(), reducer_options_for(cfg_));
   zero_.emplace(static_cast<int>(cfg_.train.zero_stage), rt_, trainable_->parameters(), *reducer_, *model_,
                 compute_type(rt_.device(), half_type(cfg_.model.mixed_precision)));
+  // CUDA autocast: the trained weights cast to half once a step (ZeRO 3 gathers half copies).
+  const bool half = compute_type(rt_.device(), half_type(cfg_.model.mixed_precision)) != at::kFloat;
+  const bool keep = half && config::working_weights_on(cfg_.train) && !zero_->forwards_collective();
+  model::use_working_weights(*model_, keep);
   const auto optimizer_options = optimizer_options_for(cfg_.train.optimizer);
   if (cfg_.train.offload_optimizer) {  // this rank's masters and state in host memory
     optimizer_ = std::make_unique<HostOptimizer>(optimizer_options, zero_->owned(), zero_->optimizer_buckets(),

@@ -71,6 +71,7 @@ void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step
   mine.host_gradients = bytes_of(optimizer_->host_gradients());
   (ema_->on_host() ? mine.host_ema : mine.ema) = bytes_of(ema_->averages());
   mine.gathered = zero_->peak_gathered();
+  mine.working = model::working_weights_use(*model_).bytes;
   mine.activations_peak = activations.growth();
   mine.activations_source = activations.source();
   const int64_t cell = spec_.downsample * spec_.patch;

@@ -322,6 +322,18 @@ TEST_CASE("micro_batch_size takes a number or auto, and prints back as given", "
   CHECK(mentions(det, "train.micro_batch_size", "give a number"));
 }
 
+TEST_CASE("working_weights: auto keeps the half copies unless the optimizer is offloaded", "[config]") {
+  TempDir dir;
+  CHECK(working_weights_on(load_text(dir, "").train));
+  CHECK_FALSE(working_weights_on(load_text(dir, "train:\n  offload_optimizer: true\n").train));
+  // A YAML boolean is the choice of that name, and wins over auto's rule either way.
+  CHECK(working_weights_on(load_text(dir, "train:\n  offload_optimizer: true\n  working_weights: true\n").train));
+  CHECK_FALSE(working_weights_on(load_text(dir, "train:\n  working_weights: false\n").train));
+  CHECK_FALSE(working_weights_on(load_text(dir, "", {"--train.working_weights=false"}).train));
+  const Config back = load_text(dir, to_yaml(load_text(dir, "train:\n  working_weights: false\n")));
+  CHECK(back.train.working_weights == WorkingWeights::off);
+}
+
 TEST_CASE("paths are checked only when the run will read them", "[config][paths]") {
   TempDir dir;
   const std::string yaml = "data:\n  data_dir: [" + dir.path() + "]\nmodel:\n  load_from: " +

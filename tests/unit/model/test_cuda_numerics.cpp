@@ -9,17 +9,11 @@
 
 #include "sana/model/autocast.h"
 #include "sana/model/sana_ms.h"
+#include "model_specs.h"
 
 using sana::model::AutocastGuard;
 using sana::model::AutocastState;
 using sana::model::LiteLAImpl;
-
-namespace {
-double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto a64 = a.to(torch::kFloat64).cpu(), b64 = b.to(torch::kFloat64).cpu();
-  return ((a64 - b64).abs().max() / b64.abs().max().clamp_min(1e-300)).item<double>();
-}
-}  // namespace
 
 TEST_CASE("fp32_attention on CUDA: LiteLA's products stay fp32 under fp16 and bf16 autocast", "[cuda][model]") {
   if (!torch::cuda::is_available()) FAIL("no CUDA device: the [cuda] cases need one (ctest skips them)");
@@ -38,12 +32,12 @@ TEST_CASE("fp32_attention on CUDA: LiteLA's products stay fp32 under fp16 and bf
     REQUIRE(torch::matmul(q[0][0], k[0][0].t()).scalar_type() == amp_state.dtype);
     const auto under = LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, true);
     CHECK(under.scalar_type() == torch::kFloat32);
-    CHECK(max_rel_diff(under, reference) < 1e-5);
+    CHECK(sana::test::rel_diff(under, reference) < 1e-5);
     CHECK(AutocastState::current().enabled);  // back on after the attention
     // Without fp32_attention the products run in half precision: the check above can tell.
     // fp16 overflows at these magnitudes (inf - inf: NaN, as the loss would be), bf16 loses
     // digits: either way not the fp32 result (measured on an H200: NaN under fp16).
-    const double half = max_rel_diff(LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, false), reference);
+    const double half = sana::test::rel_diff(LiteLAImpl::attend(q, k, v, LiteLAImpl::kEps, false), reference);
     CHECK((!std::isfinite(half) || half > 1e-4));
   }
 }

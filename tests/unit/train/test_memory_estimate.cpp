@@ -284,3 +284,20 @@ TEST_CASE("activations at another micro-batch and checkpointing, from the one me
   CHECK(train::largest_share(10, 4) == 3);
   CHECK(train::largest_share(3, 8) == 1);
 }
+
+TEST_CASE("the activation estimate is the same at one thread and at two", "[train][memory]") {
+  // At 1152 channels the measured 8 x 8-token products are large enough for the threaded CPU
+  // path (layers.cpp), which the estimate must not measure: a GPU runs torch::linear.
+  auto cfg = tiny_config();
+  cfg.model.model = "SanaMS_600M_P1_D28";
+  const auto options = train::memory_estimate_options_for(cfg);
+  REQUIRE(options.spec.hidden * 64 >= (int64_t{1} << 16));
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  const auto two = train::estimate_memory(options);
+  at::set_num_threads(1);
+  const auto one = train::estimate_memory(options);
+  at::set_num_threads(threads);
+  CHECK(two.activations == one.activations);
+  CHECK(two.activations_checkpointed == one.activations_checkpointed);
+}

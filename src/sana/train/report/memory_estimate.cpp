@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <atomic>
 #include <numeric>
 #include <utility>
@@ -19,6 +20,7 @@
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
+#include "sana/model/working_weights.h"
 #include "sana/torch_compat.h"
 #include "sana/train/adamw8bit.h"
 #include "sana/train/optim.h"
@@ -158,6 +160,7 @@ std::pair<PerSample, PerSample> measure(const model::ModelSpec& spec) {
   constexpr int64_t side = 8, n1 = side * side, n2 = 2 * side * side;
   double at[2][2][2];  // [checkpointing][depth - 1][grid]
   CountingScope count;
+  model::DeviceProducts as_on_a_gpu;  // the same figures at any number of threads
   for (int64_t depth : {1, 2}) {
     auto net = build(spec, depth);
     for (int kept : {0, 1}) {
@@ -207,6 +210,7 @@ double sprint_step_peak_bytes(const model::ModelSpec& spec, const MemoryEstimate
                               int64_t h_tokens, int64_t w_tokens, int64_t batch, int64_t checkpoint_every) {
   SprintModels models(spec, sprint, depth, sprint.step.head_blocks);
   CountingScope count;
+  model::DeviceProducts as_on_a_gpu;
   return models.bytes(count, h_tokens, w_tokens, batch, checkpoint_every);
 }
 
@@ -214,6 +218,7 @@ double step_peak_bytes(const model::ModelSpec& spec, int64_t depth, int64_t h_to
                        int64_t checkpoint_every) {
   auto net = build(spec, depth);
   CountingScope count;
+  model::DeviceProducts as_on_a_gpu;
   return step_bytes(net, count, h_tokens, w_tokens, batch, checkpoint_every);
 }
 
@@ -222,7 +227,7 @@ double MemoryEstimate::activations_for_config() const {
 }
 
 double MemoryEstimate::total() const {
-  return weights + gradients + optimizer + ema + gathered + mirror + converted + in_flight + teacher + heads +
+  return weights + gradients + optimizer + ema + gathered + working + mirror + converted + in_flight + teacher + heads +
          activations_for_config();
 }
 
@@ -333,6 +338,15 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
   return out;
 }
 
+// train.working_weights under CUDA autocast: every rank's half copies (2 bytes) of the
+// weights `trains` names, none under ZeRO 3 on several ranks (its gathers are half already).
+void add_working_copies(const MemoryEstimateOptions& cfg, torch::nn::Module& meta,
+                        const std::function<bool(const std::string&)>& trains, std::vector<RankState>& ranks) {
+  if (!cfg.autocast || !cfg.working_weights || (cfg.zero_stage >= 3 && ranks.size() > 1)) return;
+  const double bytes = 2 * static_cast<double>(model::working_elements(meta, trains));
+  for (auto& r : ranks) r.working = bytes;
+}
+
 // The state every rank keeps (what trains, the frozen base, their gradients, optimizer
 // state and EMA), counted on the model built on the meta device; `e` gets the largest rank's.
 void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEstimate& e) {
@@ -364,6 +378,7 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     e.converted = 4 * static_cast<double>(stored.largest);
     e.frozen_dtype = cfg.frozen_dtype;
     e.ranks = state_bytes(cfg, control.parameters(), base, world_size, e.in_flight);
+    add_working_copies(cfg, *meta, [](const std::string& layer) { return model::is_control_parameter(layer); }, e.ranks);
     e.trained = "control blocks";
     e.frozen = e.parameters - e.trainable;
   } else {
@@ -371,16 +386,18 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
     e.trainable = e.parameters;
     e.ranks = state_bytes(cfg, all, 0, world_size, e.in_flight);
+    add_working_copies(cfg, *meta, [](const std::string&) { return true; }, e.ranks);
   }
   const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
-    return a.weights + a.gradients + a.optimizer + a.ema + a.gathered + a.mirror <
-           b.weights + b.gradients + b.optimizer + b.ema + b.gathered + b.mirror;
+    return a.weights + a.gradients + a.optimizer + a.ema + a.gathered + a.working + a.mirror <
+           b.weights + b.gradients + b.optimizer + b.ema + b.gathered + b.working + b.mirror;
   });
   e.weights = most.weights;
   e.gradients = most.gradients;
   e.optimizer = most.optimizer;
   e.ema = most.ema;
   e.gathered = most.gathered;
+  e.working = most.working;
   e.host_weights = most.host_weights;
   e.host_gradients = most.host_gradients;
   e.host_optimizer = most.host_optimizer;

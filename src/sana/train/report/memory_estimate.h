@@ -33,6 +33,9 @@ struct RankState {
   // ZeRO stage 3: other ranks' parameters held at once, at the most (an upper bound: the
   // outside of the blocks with two neighbouring blocks).
   double gathered = 0;
+  // train.working_weights under CUDA autocast: the half copies of the trained Linear and
+  // Conv2d weights kept between optimizer steps (model/working_weights.h).
+  double working = 0;
   // In host memory (train.offload_optimizer: the fp32 master weights, their gradient buffers
   // and the optimizer state of this rank's share; train.ema_device cpu: the EMA). The device
   // fields then leave them out.
@@ -52,7 +55,7 @@ struct MemoryEstimate {
   int world_size = 1;
   int64_t zero_stage = 0;
   // The rank that keeps the most (what every GPU must hold); `ranks` has every rank's.
-  double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
+  double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0, working = 0;  // bytes
   // That rank's host memory for the run's state (RankState's host fields).
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
   double mirror = 0, host_mirror = 0;  // RankState's
@@ -105,6 +108,7 @@ struct MemoryEstimateOptions {
   int64_t zero_stage = 0;                  // train.zero_stage
   bool deterministic = false;              // train.deterministic: gradients stay whole
   bool autocast = false;                   // model.mixed_precision bf16/fp16 on CUDA
+  bool working_weights = true;             // train.working_weights (under autocast)
   std::vector<data::BucketTable> buckets;  // the data's bucket tables (the largest bucket counts)
   int64_t micro_batch_size = 1;            // train.micro_batch_size
   bool grad_checkpointing = false;         // train.grad_checkpointing

@@ -24,6 +24,7 @@ std::string MemoryUse::json() const {
                         {"optimizer", optimizer},
                         {"ema", ema},
                         {"gathered", gathered},
+                        {"working", working},
                         {"host_weights", host_weights},
                         {"host_gradients", host_gradients},
                         {"host_optimizer", host_optimizer},
@@ -45,6 +46,7 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
   m.optimizer = j.at("optimizer").get<int64_t>();
   m.ema = j.at("ema").get<int64_t>();
   m.gathered = j.at("gathered").get<int64_t>();
+  m.working = j.value("working", int64_t{0});
   m.host_weights = j.value("host_weights", int64_t{0});
   m.host_gradients = j.value("host_gradients", int64_t{0});
   m.host_optimizer = j.value("host_optimizer", int64_t{0});
@@ -59,8 +61,8 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
 
 std::string MemoryUse::line() const {
   return fmt::format("memory on rank {} after its first step: parameters {}, gradients {}, optimizer state {}, EMA {}, "
-                     "gathered parameters {}, activations {} ({}){}",
-                     rank, gib(parameters), gib(gradients), gib(optimizer), gib(ema), gib(gathered),
+                     "gathered parameters {}, half working weights {}, activations {} ({}){}",
+                     rank, gib(parameters), gib(gradients), gib(optimizer), gib(ema), gib(gathered), gib(working),
                      activations_peak < 0 ? std::string("not measured") : gib(activations_peak), activations_source,
                      host_weights + host_gradients + host_optimizer + host_ema == 0
                          ? std::string()
