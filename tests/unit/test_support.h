@@ -58,6 +58,24 @@ inline RunResult run_command(const std::string& command) {
   return r;
 }
 
+// Sets (or, with nullptr, clears) an environment variable for one scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~EnvVar() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1); else unsetenv(name_.c_str());
+  }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 // Runs tests/reference/<script> (Debian's python3) once per test process, writing its
 // fixtures into a temporary folder that lives until the process ends. (A C string, not a
 // std::string: GCC 14 warns of a dangling reference when a temporary goes in.)

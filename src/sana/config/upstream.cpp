@@ -173,15 +173,26 @@ const ValueName kValueNames[] = {
 struct Encoder {
   const char* name;
   int64_t width;
+  const char* hub;  // upstream's hub repo (diffusion/model/builder.py), where sana-train runs it natively
 };
 
-// Upstream's text_encoder_dict (diffusion/model/builder.py) and the hidden size of each.
+// Upstream's text_encoder_dict (diffusion/model/builder.py) and the hidden size of each; the
+// Gemma-2 ones run natively here (model/gemma2.h) from the folder of their hub repo.
 const Encoder kEncoders[] = {
-    {"T5", 4096},         {"T5-small", 512},       {"T5-base", 768},
-    {"T5-large", 1024},   {"T5-xl", 2048},         {"T5-xxl", 4096},
-    {"gemma-2b", 2048},   {"gemma-2b-it", 2048},   {"gemma-2-2b", 2304},
-    {"gemma-2-2b-it", 2304}, {"gemma-2-9b", 3584}, {"gemma-2-9b-it", 3584},
-    {"Qwen2-0.5B-Instruct", 896}, {"Qwen2-1.5B-Instruct", 1536},
+    {"T5", 4096, ""},
+    {"T5-small", 512, ""},
+    {"T5-base", 768, ""},
+    {"T5-large", 1024, ""},
+    {"T5-xl", 2048, ""},
+    {"T5-xxl", 4096, ""},
+    {"gemma-2b", 2048, ""},
+    {"gemma-2b-it", 2048, ""},
+    {"gemma-2-2b", 2304, "google/gemma-2-2b"},
+    {"gemma-2-2b-it", 2304, "Efficient-Large-Model/gemma-2-2b-it"},
+    {"gemma-2-9b", 3584, "google/gemma-2-9b"},
+    {"gemma-2-9b-it", 3584, "google/gemma-2-9b-it"},
+    {"Qwen2-0.5B-Instruct", 896, ""},
+    {"Qwen2-1.5B-Instruct", 1536, ""},
 };
 
 bool as_number(const std::string& s, double& out) {
@@ -342,6 +353,21 @@ void resolve_upstream_style(Config& config, const OriginMap& origins, int64_t wo
                                             text.text_encoder_name));
     text.caption_channels = width;
   }
+}
+
+std::string text_encoder_hub_name(const std::string& name) {
+  for (const Encoder& e : kEncoders) {
+    if (name == e.name) return e.hub;
+  }
+  return "";
+}
+
+std::vector<std::string> native_text_encoder_names() {
+  std::vector<std::string> out;
+  for (const Encoder& e : kEncoders) {
+    if (*e.hub != '\0') out.push_back(e.name);
+  }
+  return out;
 }
 
 bool looks_like_hub_name(const std::string& path) {

@@ -34,6 +34,12 @@ const std::vector<std::string>& text_encoder_names();
 // The feature width of an upstream text encoder name, or 0 for none/torchscript/unknown.
 int64_t text_encoder_width(const std::string& name);
 
+// Upstream's hub repo of an encoder name that runs natively here (the Gemma-2 ones:
+// Efficient-Large-Model/gemma-2-2b-it, google/gemma-2-9b, ...), "" for any other name.
+std::string text_encoder_hub_name(const std::string& name);
+// The encoder names that run natively (those with a hub repo), in upstream's order.
+std::vector<std::string> native_text_encoder_names();
+
 // After loading: upstream's batch style (train_batch_size, gradient_accumulation_steps) sets
 // the global and micro batch for `world_size` (an error when ours is set too), and an upstream
 // text encoder name sets caption_channels unless the YAML does. Notes go to load_notes.

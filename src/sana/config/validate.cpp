@@ -9,6 +9,7 @@
 #include "sana/config/loader.h"
 #include "sana/config/schema.h"
 #include "sana/config/checks.h"
+#include "sana/config/encoder_source.h"
 #include "sana/config/upstream.h"
 
 namespace fs = std::filesystem;
@@ -319,11 +320,16 @@ void check_encoder_paths(Checker& c, const Config& cfg) {
   }
   const auto& text = cfg.text_encoder;
   if (uses_text_encoder(text) && !cfg.data.load_text_feat) {
-    check_encoder_file(c, "text_encoder.text_encoder_path", text.text_encoder_path,
-                       fmt::format("is empty: text_encoder_name {} runs from a local TorchScript export here",
-                                   text.text_encoder_name),
-                       "load_text_feat", "text encoder");
-    if (!text.tokenizer_path.empty()) check_existing(c, "text_encoder.tokenizer_path", text.tokenizer_path, "tokenizer");
+    const auto source = text_encoder_source(text);
+    if (!source.problem.empty()) {
+      c.fail("text_encoder.text_encoder_path", source.problem, source.hint);
+    } else if (source.kind == TextEncoderSource::Kind::torchscript) {
+      check_existing(c, "text_encoder.text_encoder_path", source.path, "text encoder");
+    }
+    if (!source.tokenizer.empty()) {
+      check_existing(c, text.tokenizer_path.empty() ? "text_encoder.text_encoder_path" : "text_encoder.tokenizer_path",
+                     source.tokenizer, "tokenizer");
+    }
   }
   if (!text.null_embed_path.empty()) {
     check_existing(c, "text_encoder.null_embed_path", text.null_embed_path, "null embedding");

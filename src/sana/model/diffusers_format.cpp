@@ -4,11 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <set>
+#include <filesystem>
 #include <utility>
 
+#include "sana/model/hf_weights.h"
 #include "sana/model/weights.h"
 #include "sana/util/safetensors.h"
 
@@ -298,10 +298,9 @@ std::vector<ConfigMismatch> config_mismatches(const nlohmann::json& config, cons
 
 namespace {
 
-bool holds_transformer(const fs::path& dir) {
-  return fs::exists(dir / "diffusion_pytorch_model.safetensors") ||
-         fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json");
-}
+constexpr const char* kStem = "diffusion_pytorch_model";
+
+bool holds_transformer(const fs::path& dir) { return holds_hf_weights(dir.string(), kStem); }
 
 // A pipeline's folder (Efficient-Large-Model/*_diffusers) holds the transformer in transformer/.
 fs::path transformer_dir(const std::string& path) {
@@ -316,50 +315,21 @@ bool is_diffusers_folder(const std::string& path) {
   return fs::is_directory(path) && holds_transformer(transformer_dir(path));
 }
 
-namespace {
-
-nlohmann::json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw WeightsError(fmt::format("{}: not JSON ({})", path.string(), e.what()));
-  }
-}
-
-}  // namespace
-
 nlohmann::json read_diffusers_config(const std::string& path) {
-  const fs::path dir = fs::is_directory(path) ? transformer_dir(path) : fs::path(path).parent_path();
-  return fs::exists(dir / "config.json") ? read_json(dir / "config.json") : nlohmann::json();
+  return read_hf_config((fs::is_directory(path) ? transformer_dir(path) : fs::path(path).parent_path()).string());
 }
 
 DiffusersFiles read_diffusers(const std::string& path) {
   DiffusersFiles out;
-  const fs::path dir = fs::is_directory(path) ? transformer_dir(path) : fs::path(path).parent_path();
   out.config = read_diffusers_config(path);
-  std::vector<fs::path> files;
-  if (!fs::is_directory(path)) {  // one file
-    files.push_back(path);
-  } else if (fs::exists(dir / "diffusion_pytorch_model.safetensors.index.json")) {
-    const auto index = read_json(dir / "diffusion_pytorch_model.safetensors.index.json");
-    std::set<std::string> shards;
-    for (const auto& [name, file] : index.at("weight_map").items()) shards.insert(file.get<std::string>());
-    for (const auto& s : shards) files.push_back(dir / s);
-  } else {
-    files.push_back(dir / "diffusion_pytorch_model.safetensors");
+  if (fs::is_directory(path)) {
+    out.tensors = read_hf_weights(transformer_dir(path).string(), kStem);
+    return out;
   }
-  for (const auto& f : files) {
-    if (!fs::exists(f)) throw WeightsError(fmt::format("{}: missing (named by the diffusers folder {})", f.string(), dir.string()));
-    try {
-      for (auto& [name, t] : read_safetensors(f.string()).tensors) {
-        if (!out.tensors.emplace(name, t).second) {
-          throw WeightsError(fmt::format("{}: {} is in two shards", dir.string(), name));
-        }
-      }
-    } catch (const SafetensorsError& e) {
-      throw WeightsError(e.what());
-    }
+  try {  // one file
+    for (auto& [name, t] : read_safetensors(path).tensors) out.tensors.emplace(name, t);
+  } catch (const SafetensorsError& e) {
+    throw WeightsError(e.what());
   }
   return out;
 }

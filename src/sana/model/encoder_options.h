@@ -20,7 +20,8 @@ struct VaeOptions {
 
 struct TextEncoderOptions {
   std::string text_encoder_name = "torchscript";  // upstream's name picks the caption pipeline
-  std::string text_encoder_path;                  // the TorchScript export
+  std::string text_encoder_path;                  // the TorchScript export, or the Gemma-2 folder
+  bool gemma2_folder = false;                     // text_encoder_path is transformers' Gemma-2 folder
   std::string tokenizer_path;                     // a SentencePiece model ("": the export tokenizes)
   int64_t caption_channels = 2304;                // features' width
   int64_t model_max_length = 300;                 // tokens per caption

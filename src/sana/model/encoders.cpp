@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "sana/model/weights.h"
+
 namespace sana::model {
 
 namespace {
@@ -151,7 +153,17 @@ FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::
   FrozenTextEncoder enc;
   enc.cfg_ = cfg;
   enc.device_ = device;
-  enc.module_ = load_frozen(cfg.text_encoder_path, "text_encoder.text_encoder_path", device);
+  if (cfg.gemma2_folder) {
+    const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+    try {
+      enc.gemma_ = std::make_shared<const Gemma2>(Gemma2::load(cfg.text_encoder_path, device, dtype));
+    } catch (const WeightsError& e) {
+      throw EncoderError(fmt::format("text_encoder.text_encoder_path: {}", e.what()));
+    }
+    if (cfg.tokenizer_path.empty()) throw EncoderError("text_encoder.tokenizer_path: a Gemma-2 folder needs its tokenizer.model");
+  } else {
+    enc.module_ = load_frozen(cfg.text_encoder_path, "text_encoder.text_encoder_path", device);
+  }
   if (!cfg.tokenizer_path.empty()) {
     enc.tokenizer_ = std::make_shared<CaptionTokenizer>(cfg.tokenizer_path, cfg.text_encoder_name);
   }
@@ -173,6 +185,7 @@ std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::run(const std::vector
     for (const auto& t : texts) list.push_back(t);
     inputs = {list};
   }
+  if (gemma_) return {gemma_->forward(inputs[0].toTensor(), inputs[1].toTensor()).to(torch::kFloat32), mask};
   c10::IValue out;
   try {
     out = module_.forward(inputs);

@@ -8,7 +8,9 @@
 //    takes `forward(input_ids [N, T], attention_mask [N, T]) -> features [N, T, D]` (or a
 //    tuple whose first element they are: a traced decoder's last hidden state). Around it,
 //    upstream's caption pipeline: the CHI prompt in front, T = its tokens + L - 2, and token 0
-//    plus the last L - 1 kept (L = model_max_length).
+//    plus the last L - 1 kept (L = model_max_length);
+//  - or transformers' Gemma-2 folder (text_encoder_path a folder, model/gemma2.h), run natively
+//    in bf16 on CUDA and fp32 on the CPU, its tokenizer.model around it as above.
 // Every output is checked against the config (channels, downsampling, tokens, width), so a
 // wrong export is a clear error at start, not a shape error deep in the model.
 #pragma once
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "sana/model/encoder_options.h"
+#include "sana/model/gemma2.h"
 #include "sana/model/tokenizer.h"
 #include "sana/util/error.h"
 
@@ -73,6 +76,7 @@ class FrozenTextEncoder {
   std::pair<torch::Tensor, torch::Tensor> checked(std::pair<torch::Tensor, torch::Tensor> out, int64_t n) const;
 
   torch::jit::Module module_;
+  std::shared_ptr<const Gemma2> gemma_;  // in place of module_ for a Gemma-2 folder
   std::shared_ptr<CaptionTokenizer> tokenizer_;
   TextEncoderOptions cfg_;
   torch::Device device_ = torch::kCPU;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <filesystem>
 
+#include "sana/config/encoder_source.h"
 #include "sana/data/decode.h"
 #include "sana/util/error.h"
 #include "sana/train/test_hooks.h"
@@ -225,8 +226,11 @@ model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
   const auto& t = cfg.text_encoder;
   model::TextEncoderOptions o;
   o.text_encoder_name = t.text_encoder_name;
-  o.text_encoder_path = t.text_encoder_path;
-  o.tokenizer_path = t.tokenizer_path;
+  // A folder or hub name resolves to the folder found (validation already said when none is).
+  const auto source = config::text_encoder_source(t);
+  o.text_encoder_path = source.path.empty() ? t.text_encoder_path : source.path;
+  o.tokenizer_path = source.path.empty() ? t.tokenizer_path : source.tokenizer;
+  o.gemma2_folder = source.kind == config::TextEncoderSource::Kind::gemma2;
   o.caption_channels = t.caption_channels;
   o.model_max_length = t.model_max_length;
   o.chi_prompt = t.chi_prompt;

@@ -171,7 +171,7 @@ TEST_CASE("upstream values that cannot be honoured are errors, not silence", "[c
                     [](const std::string& n) { return n.find("the later one") != std::string::npos; }));
 }
 
-TEST_CASE("hub model names need a TorchScript export or precomputed features", "[config][upstream]") {
+TEST_CASE("hub model names run from their folders on this machine, or say where to get them", "[config][upstream]") {
   TempDir dir;
   const std::string data = dir.path("data");
   std::filesystem::create_directories(data);
@@ -179,11 +179,27 @@ TEST_CASE("hub model names need a TorchScript export or precomputed features", "
                            "]\nvae:\n  vae_type: dc-ae\n  vae_pretrained: mit-han-lab/dc-ae-f32c32-sana-1.0\n"
                            "text_encoder:\n  text_encoder_name: gemma-2-2b-it\n";
   const ValidationContext run{1, true};
+  sana::test::EnvVar cache("HF_HUB_CACHE", dir.path("hub").c_str());
+  sana::test::EnvVar models("SANA_MODELS_DIR", nullptr);
   const auto issues = issues_of(dir, yaml, {}, run);
   CHECK(mentions(issues, "vae.vae_pretrained", "names a hub model"));
   CHECK(mentions(issues, "vae.vae_pretrained", "load_vae_feat"));
-  CHECK(mentions(issues, "text_encoder.text_encoder_path", "gemma-2-2b-it runs from a local TorchScript export"));
-  CHECK(mentions(issues, "text_encoder.text_encoder_path", "Coming from NVlabs/Sana"));
+  // Gemma-2 by upstream's name: its hub repo, looked for in the cache, with the command to run.
+  CHECK(mentions(issues, "text_encoder.text_encoder_path", "'Efficient-Large-Model/gemma-2-2b-it' is not on this machine"));
+  CHECK(mentions(issues, "text_encoder.text_encoder_path", dir.path("hub/models--Efficient-Large-Model--gemma-2-2b-it")));
+  CHECK(mentions(issues, "text_encoder.text_encoder_path", "huggingface-cli download Efficient-Large-Model/gemma-2-2b-it"));
+  // Once the folder is in the cache, the name runs (its tokenizer.model is what is checked).
+  dir.write("hub/models--Efficient-Large-Model--gemma-2-2b-it/snapshots/abc/config.json", "{}");
+  dir.write("hub/models--Efficient-Large-Model--gemma-2-2b-it/refs/main", "abc");
+  const auto cached = issues_of(dir, yaml, {"--data.load_vae_feat=true"}, run);
+  CHECK_FALSE(mentions(cached, "text_encoder.text_encoder_path", "not on this machine"));
+  CHECK(mentions(cached, "text_encoder.text_encoder_path", "snapshots/abc/tokenizer.model' does not exist"));
+  dir.write("hub/models--Efficient-Large-Model--gemma-2-2b-it/snapshots/abc/tokenizer.model", "");
+  CHECK_NOTHROW(load_text(dir, yaml, {"--data.load_vae_feat=true"}, run));
+  // Upstream's other encoders name what runs natively.
+  const auto t5 = issues_of(dir, yaml, {"--text_encoder.text_encoder_name=T5-xxl", "--data.load_vae_feat=true"}, run);
+  CHECK(mentions(t5, "text_encoder.text_encoder_path", "T5-xxl has no native encoder here"));
+  CHECK(mentions(t5, "text_encoder.text_encoder_path", "gemma-2-2b, gemma-2-2b-it, gemma-2-9b, gemma-2-9b-it"));
   // Precomputed features need neither encoder.
   CHECK_NOTHROW(load_text(dir, yaml, {"--data.load_vae_feat=true", "--data.load_text_feat=true"}, run));
   CHECK(looks_like_hub_name("Efficient-Large-Model/gemma-2-2b-it"));
