@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <sys/wait.h>
@@ -75,6 +76,12 @@ class EnvVar {
   std::string name_, old_;
   bool had_ = false;
 };
+
+// A JSON file's contents (a fixture, a run's output).
+inline nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
 
 // Runs tests/reference/<script> (Debian's python3) once per test process, writing its
 // fixtures into a temporary folder that lives until the process ends. (A C string, not a

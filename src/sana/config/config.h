@@ -181,8 +181,9 @@ struct ModelConfig {
 };
 
 struct VaeConfig {
-  // none: pixel space; torchscript or dc-ae (upstream's name): vae_pretrained is a
-  // TorchScript export (dc-ae and a model name: load_vae_feat, or an error saying how to export).
+  // none: pixel space; torchscript or dc-ae (upstream's dc-ae and AutoencoderDC):
+  // vae_pretrained is diffusers' AutoencoderDC folder or hub name, or a TorchScript export
+  // (config/encoder_source.h).
   VaeType vae_type = VaeType::none;
   std::string vae_pretrained;
   double scale_factor = 0.41407;
@@ -196,7 +197,9 @@ struct VaeConfig {
 
 struct TextEncoderConfig {
   // none: class labels or unconditional; torchscript or one of upstream's encoder names
-  // (gemma-2-2b-it, T5, ...; config/upstream.h): text_encoder_path is a TorchScript export.
+  // (gemma-2-2b-it, T5, ...; config/upstream.h): text_encoder_path is transformers' Gemma-2
+  // folder or hub name, or a TorchScript export; empty with a gemma-2 name, upstream's repo
+  // for it (config/encoder_source.h).
   std::string text_encoder_name = "none";
   std::string text_encoder_path;
   // A SentencePiece model (the encoder's tokenizer.model): captions are tokenized here, as

@@ -119,7 +119,9 @@ void describe_vae(std::vector<Field>& f, VaeConfig& v) {
   Section s(f, "vae");
   s.add("vae_type", v.vae_type,
         "'none' trains in pixel space; 'torchscript' or 'dc-ae' loads vae_pretrained");
-  s.add("vae_pretrained", v.vae_pretrained, "TorchScript VAE file (encode, optionally decode)");
+  s.add("vae_pretrained", v.vae_pretrained,
+        "diffusers' AutoencoderDC folder or hub name (mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers: found under "
+        "$SANA_MODELS_DIR or in the Hugging Face cache), or a TorchScript VAE file (encode, optionally decode)");
   s.add("scale_factor", v.scale_factor, "latent scale factor").above(0);
   s.add("vae_latent_dim", v.vae_latent_dim, "latent channels").at_least(1);
   s.add("vae_downsample_rate", v.vae_downsample_rate, "pixels per latent cell").at_least(1);
@@ -135,13 +137,15 @@ void describe_vae(std::vector<Field>& f, VaeConfig& v) {
 void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
   Section s(f, "text_encoder");
   s.add("text_encoder_name", t.text_encoder_name,
-        "'none' (class labels or unconditional), 'torchscript' or an upstream encoder name "
-        "(runs text_encoder_path)")
+        "'none' (class labels or unconditional), 'torchscript' or an upstream encoder name (gemma-2-*: upstream's "
+        "hub repo for it when text_encoder_path is empty; others run text_encoder_path)")
       .one_of(text_encoder_names());
   s.add("text_encoder_path", t.text_encoder_path,
-        "TorchScript text encoder: forward(prompts) -> (features, mask), or forward(ids, mask) with tokenizer_path");
+        "transformers' Gemma-2 folder or hub name, or a TorchScript text encoder: forward(prompts) -> (features, "
+        "mask), or forward(ids, mask) with tokenizer_path");
   s.add("tokenizer_path", t.tokenizer_path,
-        "SentencePiece tokenizer.model: captions tokenized here as upstream (CHI prompt, token selection)");
+        "SentencePiece tokenizer.model: captions tokenized here as upstream (CHI prompt, token selection); '' = a "
+        "Gemma-2 folder's own");
   s.add("null_embed_path", t.null_embed_path,
         "the empty prompt's features without a text encoder (upstream's null_embed_diffusers_*.pth); '' = "
         "upstream's file under train.null_embed_root if it exists");

@@ -293,37 +293,28 @@ void check_existing(Checker& c, const std::string& key, const std::string& path,
   }
 }
 
-constexpr const char* kExportHint =
-    "export it to TorchScript (README, 'Coming from NVlabs/Sana') and give the file, or precompute "
-    "features and set data.{}: true";
-
-// One encoder file a training run will load: a local TorchScript file, not a hub name.
-void check_encoder_file(Checker& c, const char* key, const std::string& path, const std::string& if_empty,
-                        const char* features_key, const char* what) {
-  const std::string hint = fmt::format(kExportHint, features_key);
-  if (path.empty()) {
-    c.fail(key, if_empty, hint);
-  } else if (looks_like_hub_name(path)) {
-    c.fail(key, fmt::format("'{}' names a hub model; sana-train runs a local TorchScript export of the {}", path, what),
-           hint);
-  } else {
-    check_existing(c, key, path, what);
-  }
-}
-
-// Upstream's YAMLs name hub models (mit-han-lab/dc-ae-..., gemma-2-2b-it): say how to provide them.
+// Upstream's YAMLs name hub models (mit-han-lab/dc-ae-..., gemma-2-2b-it): found on this
+// machine they run natively; else the error says where sana-train looked and what to run.
 void check_encoder_paths(Checker& c, const Config& cfg) {
   const auto& vae = cfg.vae;
   if (uses_vae(vae) && !cfg.data.load_vae_feat) {
-    check_encoder_file(c, "vae.vae_pretrained", vae.vae_pretrained,
-                       fmt::format("is empty, but vae.vae_type is {}", name_of(vae.vae_type)), "load_vae_feat", "VAE");
+    const auto source = vae_source(vae);
+    if (!source.problem.empty()) {
+      c.fail("vae.vae_pretrained", source.problem, source.hint);
+    } else if (source.path.empty() && vae.vae_type != VaeType::torchscript) {  // torchscript: said above
+      c.fail("vae.vae_pretrained", fmt::format("is empty, but vae.vae_type is {}", name_of(vae.vae_type)),
+             "give diffusers' AutoencoderDC folder or its hub name (mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers), a "
+             "TorchScript export, or precompute features and set data.load_vae_feat: true");
+    } else if (source.kind == VaeSource::Kind::torchscript && !source.path.empty()) {
+      check_existing(c, "vae.vae_pretrained", source.path, "VAE");
+    }
   }
   const auto& text = cfg.text_encoder;
   if (uses_text_encoder(text) && !cfg.data.load_text_feat) {
     const auto source = text_encoder_source(text);
     if (!source.problem.empty()) {
       c.fail("text_encoder.text_encoder_path", source.problem, source.hint);
-    } else if (source.kind == TextEncoderSource::Kind::torchscript) {
+    } else if (source.kind == TextEncoderSource::Kind::torchscript && !source.path.empty()) {
       check_existing(c, "text_encoder.text_encoder_path", source.path, "text encoder");
     }
     if (!source.tokenizer.empty()) {

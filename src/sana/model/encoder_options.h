@@ -10,7 +10,9 @@
 namespace sana::model {
 
 struct VaeOptions {
-  std::string vae_pretrained;        // the TorchScript export
+  std::string vae_pretrained;        // the TorchScript export, or the AutoencoderDC folder
+  bool dc_ae_folder = false;         // vae_pretrained is diffusers' AutoencoderDC folder
+  std::string efficientvit_name;     // or efficientvit's folder of this DC-AE (dc-ae-f32c32-sana-1.1)
   double scale_factor = 0.41407;     // latents are multiplied by it after encoding
   int64_t vae_latent_dim = 32;       // channels the encoder must give
   int64_t vae_downsample_rate = 32;  // pixels per latent cell

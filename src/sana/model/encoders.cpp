@@ -29,39 +29,61 @@ torch::jit::Module load_frozen(const std::string& path, const char* key, torch::
 
 std::string shape(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
+// A VAE that carries its own scaling factor must agree with vae.scale_factor.
+void check_scaling_factor(const VaeOptions& cfg, double f) {
+  if (std::abs(f - cfg.scale_factor) > 1e-6 * std::abs(f)) {
+    throw EncoderError(fmt::format(
+        "vae.scale_factor is {}, but the VAE '{}' carries its own scaling_factor {} (upstream scales latents by "
+        "the VAE's own factor and never reads vae.scale_factor); set vae.scale_factor: {}",
+        cfg.scale_factor, cfg.vae_pretrained, f, f));
+  }
+}
+
 }  // namespace
 
 FrozenVae FrozenVae::load(const VaeOptions& cfg, torch::Device device, int64_t probe_size) {
   FrozenVae vae;
   vae.cfg_ = cfg;
   vae.device_ = device;
-  vae.module_ = load_frozen(cfg.vae_pretrained, "vae.vae_pretrained", device);
-  if (!vae.module_.find_method("encode")) {
-    throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has no method encode(images); export a module "
-                                   "whose encode() returns latents",
-                                   cfg.vae_pretrained));
-  }
-  vae.can_decode_ = vae.module_.find_method("decode").has_value();
-  // Upstream scales DC-AE latents by the VAE's own factor (ae.cfg.scaling_factor) and never
-  // reads vae.scale_factor: an export that carries its factor must agree with the config.
-  if (vae.module_.hasattr("scaling_factor")) {
-    const c10::IValue own = vae.module_.attr("scaling_factor");
-    if (!own.isDouble()) {
-      throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has a scaling_factor attribute that is not a float",
-                                     cfg.vae_pretrained));
+  if (cfg.dc_ae_folder || !cfg.efficientvit_name.empty()) {
+    const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+    try {
+      vae.dc_ae_ = std::make_shared<const DcAe>(
+          cfg.dc_ae_folder ? DcAe::load(cfg.vae_pretrained, device, dtype)
+                           : DcAe::load_efficientvit(cfg.vae_pretrained, cfg.efficientvit_name, device, dtype));
+    } catch (const WeightsError& e) {
+      throw EncoderError(fmt::format("vae.vae_pretrained: {}", e.what()));
     }
-    const double f = own.toDouble();
-    if (std::abs(f - cfg.scale_factor) > 1e-6 * std::abs(f)) {
-      throw EncoderError(fmt::format(
-          "vae.scale_factor is {}, but the VAE '{}' carries its own scaling_factor {} (upstream scales latents by "
-          "the VAE's own factor and never reads vae.scale_factor); set vae.scale_factor: {}",
-          cfg.scale_factor, cfg.vae_pretrained, f, f));
-    }
+    vae.can_decode_ = true;
+    // Upstream scales latents by the folder's own scaling_factor (ae.config.scaling_factor).
+    check_scaling_factor(cfg, vae.dc_ae_->config().scaling_factor);
+  } else {
+    vae.load_torchscript(cfg);
   }
   const int64_t side = std::max(probe_size, cfg.vae_downsample_rate);
   const auto latents = vae.encode(torch::zeros({1, 3, side, side}));
   (void)latents;
   return vae;
+}
+
+void FrozenVae::load_torchscript(const VaeOptions& cfg) {
+  module_ = load_frozen(cfg.vae_pretrained, "vae.vae_pretrained", device_);
+  if (!module_.find_method("encode")) {
+    throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has no method encode(images); export a module "
+                                   "whose encode() returns latents",
+                                   cfg.vae_pretrained));
+  }
+  can_decode_ = module_.find_method("decode").has_value();
+  // Upstream scales DC-AE latents by the VAE's own factor (ae.cfg.scaling_factor) and never
+  // reads vae.scale_factor: an export that carries its factor must agree with the config.
+  if (module_.hasattr("scaling_factor")) {
+    const c10::IValue own = module_.attr("scaling_factor");
+    if (!own.isDouble()) {
+      throw EncoderError(fmt::format("vae.vae_pretrained: '{}' has a scaling_factor attribute that is not a float",
+                                     cfg.vae_pretrained));
+    }
+    check_scaling_factor(cfg, own.toDouble());
+  }
 }
 
 torch::Tensor FrozenVae::encode(const torch::Tensor& images) {
@@ -126,7 +148,7 @@ torch::Tensor FrozenVae::encode_whole(const torch::Tensor& images) {
   torch::NoGradGuard no_grad;
   torch::Tensor z;
   try {
-    z = module_.get_method("encode")({images.to(device_)}).toTensor();
+    z = dc_ae_ ? dc_ae_->encode(images) : module_.get_method("encode")({images.to(device_)}).toTensor();
   } catch (const std::exception& e) {
     throw EncoderError(fmt::format("vae.vae_pretrained: encode() failed on images {}: {}", shape(images),
                                    std::string(e.what()).substr(0, 300)));
@@ -146,7 +168,8 @@ torch::Tensor FrozenVae::encode_whole(const torch::Tensor& images) {
 torch::Tensor FrozenVae::decode(const torch::Tensor& latents) {
   if (!can_decode_) throw EncoderError("vae.vae_pretrained has no decode() method");
   torch::NoGradGuard no_grad;
-  return module_.get_method("decode")({(latents / cfg_.scale_factor).to(device_)}).toTensor().to(torch::kFloat32);
+  const auto z = (latents / cfg_.scale_factor).to(device_);
+  return (dc_ae_ ? dc_ae_->decode(z) : module_.get_method("decode")({z}).toTensor()).to(torch::kFloat32);
 }
 
 FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::Device device) {

@@ -2,7 +2,9 @@
 // for users who train from raw images and captions instead of precomputed features:
 //  - a VAE: a module with a method `encode(images) -> latents` (images [B, 3, H, W] in
 //    [-1, 1]); an optional `decode(latents) -> images` draws latent-space previews. The
-//    latents are multiplied by vae.scale_factor here, as upstream does after encoding.
+//    latents are multiplied by vae.scale_factor here, as upstream does after encoding. Or
+//    diffusers' AutoencoderDC folder (model/dc_ae.h), run natively in bf16 on CUDA and fp32
+//    on the CPU;
 //  - a text encoder: `forward(prompts: List[str]) -> (features [N, T, D], mask [N, T])`,
 //    tokenizer included; or, with text_encoder.tokenizer_path (model/tokenizer.h), one that
 //    takes `forward(input_ids [N, T], attention_mask [N, T]) -> features [N, T, D]` (or a
@@ -25,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "sana/model/dc_ae.h"
 #include "sana/model/encoder_options.h"
 #include "sana/model/gemma2.h"
 #include "sana/model/tokenizer.h"
@@ -52,9 +55,11 @@ class FrozenVae {
   torch::Tensor decode(const torch::Tensor& latents);  // latents / scale -> images in [-1, 1]
 
  private:
+  void load_torchscript(const VaeOptions& cfg);
   torch::Tensor encode_whole(const torch::Tensor& images);
   torch::Tensor encode_tiled(const torch::Tensor& images);
   torch::jit::Module module_;
+  std::shared_ptr<const DcAe> dc_ae_;  // in place of module_ for an AutoencoderDC folder
   VaeOptions cfg_;
   torch::Device device_ = torch::kCPU;
   bool can_decode_ = false;

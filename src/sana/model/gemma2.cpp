@@ -1,6 +1,7 @@
 #include "sana/model/gemma2.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <limits>
@@ -12,19 +13,6 @@
 namespace sana::model {
 
 namespace {
-
-// A config field: its value, transformers' default when absent, `none` when null.
-template <typename T>
-T field(const nlohmann::json& c, const char* key, T fallback, T none, const std::string& where) {
-  if (!c.contains(key)) return fallback;
-  const auto& v = c.at(key);
-  if (v.is_null()) return none;
-  try {
-    return v.get<T>();
-  } catch (const std::exception&) {
-    throw WeightsError(fmt::format("{}: {} is {}, not a {}", where, key, v.dump(), std::is_same_v<T, bool> ? "boolean" : "number"));
-  }
-}
 
 // torch.finfo(dtype).min, which transformers' eager attention adds to masked scores.
 double lowest_of(torch::ScalarType t) {
@@ -57,22 +45,22 @@ Gemma2Config Gemma2Config::from_json(const nlohmann::json& c, const std::string&
   }
   Gemma2Config g;
   // transformers' Gemma2Config defaults (those of gemma-2-2b).
-  g.vocab_size = field<int64_t>(c, "vocab_size", 256000, 0, where);
-  g.hidden_size = field<int64_t>(c, "hidden_size", 2304, 0, where);
-  g.intermediate_size = field<int64_t>(c, "intermediate_size", 9216, 0, where);
-  g.layers = field<int64_t>(c, "num_hidden_layers", 26, 0, where);
-  g.heads = field<int64_t>(c, "num_attention_heads", 8, 0, where);
-  g.kv_heads = field<int64_t>(c, "num_key_value_heads", 4, 0, where);
-  g.head_dim = field<int64_t>(c, "head_dim", 256, 0, where);
-  g.rms_norm_eps = field<double>(c, "rms_norm_eps", 1e-6, 1e-6, where);
-  g.query_pre_attn_scalar = field<double>(c, "query_pre_attn_scalar", 256, 256, where);
-  g.attn_softcap = field<double>(c, "attn_logit_softcapping", 50.0, 0.0, where);
-  g.sliding_window = field<int64_t>(c, "sliding_window", 4096, 0, where);
-  g.attention_bias = field<bool>(c, "attention_bias", false, false, where);
+  g.vocab_size = config_field<int64_t>(c, "vocab_size", 256000, 0, where);
+  g.hidden_size = config_field<int64_t>(c, "hidden_size", 2304, 0, where);
+  g.intermediate_size = config_field<int64_t>(c, "intermediate_size", 9216, 0, where);
+  g.layers = config_field<int64_t>(c, "num_hidden_layers", 26, 0, where);
+  g.heads = config_field<int64_t>(c, "num_attention_heads", 8, 0, where);
+  g.kv_heads = config_field<int64_t>(c, "num_key_value_heads", 4, 0, where);
+  g.head_dim = config_field<int64_t>(c, "head_dim", 256, 0, where);
+  g.rms_norm_eps = config_field<double>(c, "rms_norm_eps", 1e-6, 1e-6, where);
+  g.query_pre_attn_scalar = config_field<double>(c, "query_pre_attn_scalar", 256, 256, where);
+  g.attn_softcap = config_field<double>(c, "attn_logit_softcapping", 50.0, 0.0, where);
+  g.sliding_window = config_field<int64_t>(c, "sliding_window", 4096, 0, where);
+  g.attention_bias = config_field<bool>(c, "attention_bias", false, false, where);
   // transformers 5 writes rope_parameters {rope_theta, rope_type}; earlier ones rope_theta.
   const auto rope = c.contains("rope_parameters") && c.at("rope_parameters").is_object() ? c.at("rope_parameters")
                                                                                          : nlohmann::json::object();
-  g.rope_theta = field<double>(rope.contains("rope_theta") ? rope : c, "rope_theta", 10000.0, 10000.0, where);
+  g.rope_theta = config_field<double>(rope.contains("rope_theta") ? rope : c, "rope_theta", 10000.0, 10000.0, where);
   const auto rope_type = [](const nlohmann::json& r) {
     return r.is_object() ? r.value("rope_type", r.value("type", std::string("default"))) : std::string("default");
   };
@@ -81,7 +69,7 @@ Gemma2Config Gemma2Config::from_json(const nlohmann::json& c, const std::string&
       throw WeightsError(fmt::format("{}: rope_type {}; the Gemma-2 built in uses the default RoPE", where, type));
     }
   }
-  if (field<bool>(c, "use_bidirectional_attention", false, false, where)) {
+  if (config_field<bool>(c, "use_bidirectional_attention", false, false, where)) {
     throw WeightsError(fmt::format("{}: use_bidirectional_attention is true; the Gemma-2 built in is the causal "
                                    "decoder upstream encodes captions with",
                                    where));
@@ -176,10 +164,8 @@ Gemma2 Gemma2::load(const std::string& folder, torch::Device device, torch::Scal
   tensors.erase("lm_head.weight");  // tied to the embedding; a decoder has no head
   for (const auto& [name, t] : tensors) problems.push_back(fmt::format("{} unexpected", name));
   if (!problems.empty()) {
-    std::string list;
-    for (size_t i = 0; i < problems.size() && i < 8; ++i) list += "\n  " + problems[i];
-    if (problems.size() > 8) list += fmt::format("\n  ... and {} more", problems.size() - 8);
-    throw WeightsError(fmt::format("{}: the weights do not make the Gemma-2 its config.json describes:{}", folder, list));
+    throw WeightsError(fmt::format("{}: the weights do not make the Gemma-2 its config.json describes:{}", folder,
+                                   problem_list(problems)));
   }
   return m;
 }

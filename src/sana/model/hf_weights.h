@@ -5,9 +5,15 @@
 
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+#include "sana/model/weights.h"
 
 namespace sana::model {
 
@@ -18,5 +24,28 @@ bool holds_hf_weights(const std::string& folder, const std::string& stem);
 // Every tensor of STEM.safetensors, or of each shard the index names (a name in two shards
 // is an error), by its name.
 std::map<std::string, torch::Tensor> read_hf_weights(const std::string& folder, const std::string& stem);
+
+// Up to eight problems of a strict load, one a line ("\n  ..."), and how many more.
+inline std::string problem_list(const std::vector<std::string>& problems) {
+  std::string list;
+  for (size_t i = 0; i < problems.size() && i < 8; ++i) list += "\n  " + problems[i];
+  if (problems.size() > 8) list += fmt::format("\n  ... and {} more", problems.size() - 8);
+  return list;
+}
+
+// A config.json field: its value; `fallback` (the library's default) when absent, `none` when
+// null. A value of another type is a WeightsError naming the field and `where`.
+template <typename T>
+T config_field(const nlohmann::json& c, const char* key, T fallback, T none, const std::string& where) {
+  if (!c.contains(key)) return fallback;
+  const auto& v = c.at(key);
+  if (v.is_null()) return none;
+  try {
+    return v.get<T>();
+  } catch (const std::exception&) {
+    const char* kind = std::is_same_v<T, bool> ? "boolean" : std::is_arithmetic_v<T> ? "number" : "list or string";
+    throw WeightsError(fmt::format("{}: {} is {}, not a {}", where, key, v.dump(), kind));
+  }
+}
 
 }  // namespace sana::model

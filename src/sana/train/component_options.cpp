@@ -213,7 +213,11 @@ std::vector<int64_t> head_blocks_for(const config::Config& cfg) {
 
 model::VaeOptions vae_options_for(const config::Config& cfg) {
   model::VaeOptions o;
-  o.vae_pretrained = cfg.vae.vae_pretrained;
+  // A folder or hub name resolves to the folder found (validation already said when none is).
+  const auto source = config::vae_source(cfg.vae);
+  o.vae_pretrained = source.path.empty() ? cfg.vae.vae_pretrained : source.path;
+  o.dc_ae_folder = source.kind == config::VaeSource::Kind::dc_ae;
+  o.efficientvit_name = source.kind == config::VaeSource::Kind::dc_ae_efficientvit ? source.name : "";
   o.scale_factor = cfg.vae.scale_factor;
   o.vae_latent_dim = cfg.vae.vae_latent_dim;
   o.vae_downsample_rate = cfg.vae.vae_downsample_rate;

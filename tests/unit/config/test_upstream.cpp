@@ -182,8 +182,20 @@ TEST_CASE("hub model names run from their folders on this machine, or say where 
   sana::test::EnvVar cache("HF_HUB_CACHE", dir.path("hub").c_str());
   sana::test::EnvVar models("SANA_MODELS_DIR", nullptr);
   const auto issues = issues_of(dir, yaml, {}, run);
-  CHECK(mentions(issues, "vae.vae_pretrained", "names a hub model"));
+  // The VAE by its hub name: not downloaded, and efficientvit's layout where diffusers' is read.
+  CHECK(mentions(issues, "vae.vae_pretrained", "'mit-han-lab/dc-ae-f32c32-sana-1.0' is not on this machine"));
+  CHECK(mentions(issues, "vae.vae_pretrained", "huggingface-cli download mit-han-lab/dc-ae-f32c32-sana-1.0"));
+  CHECK(mentions(issues, "vae.vae_pretrained", "its diffusers repo is mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers"));
   CHECK(mentions(issues, "vae.vae_pretrained", "load_vae_feat"));
+  // efficientvit's folder (model.safetensors, no diffusers config) is read as its name says.
+  dir.write("hub/models--mit-han-lab--dc-ae-f32c32-sana-1.0/snapshots/e1/model.safetensors", "");
+  CHECK_NOTHROW(load_text(dir, yaml, {"--data.load_text_feat=true"}, run));
+  dir.write("hub/models--mit-han-lab--dc-ae-f32c32-sana-1.0-diffusers/snapshots/d1/config.json",
+            "{\"_class_name\": \"AutoencoderDC\"}");
+  CHECK_NOTHROW(load_text(dir, yaml,
+                          {"--vae.vae_pretrained=mit-han-lab/dc-ae-f32c32-sana-1.0-diffusers",
+                           "--data.load_text_feat=true"},
+                          run));
   // Gemma-2 by upstream's name: its hub repo, looked for in the cache, with the command to run.
   CHECK(mentions(issues, "text_encoder.text_encoder_path", "'Efficient-Large-Model/gemma-2-2b-it' is not on this machine"));
   CHECK(mentions(issues, "text_encoder.text_encoder_path", dir.path("hub/models--Efficient-Large-Model--gemma-2-2b-it")));

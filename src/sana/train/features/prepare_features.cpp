@@ -60,11 +60,22 @@ struct Layout {
   }
 };
 
-// What a file's identity is for the settings check: its absolute path and size.
+// What a file's identity is for the settings check: its absolute path and size (a folder's:
+// the sizes of the files in it, a Hugging Face snapshot's through its links).
 nlohmann::ordered_json file_identity(const std::string& path) {
   std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  return {{"file", fs::absolute(path).lexically_normal().string()}, {"bytes", ec ? -1 : static_cast<int64_t>(size)}};
+  int64_t bytes = -1;
+  if (fs::is_directory(path, ec)) {
+    bytes = 0;
+    for (const auto& entry : fs::directory_iterator(path, ec)) {
+      const auto size = fs::file_size(entry.path(), ec);  // follows a snapshot's links
+      if (!ec) bytes += static_cast<int64_t>(size);
+    }
+  } else {
+    const auto size = fs::file_size(path, ec);
+    if (!ec) bytes = static_cast<int64_t>(size);
+  }
+  return {{"file", fs::absolute(path).lexically_normal().string()}, {"bytes", bytes}};
 }
 
 // Everything the features depend on: a rerun into the same folder must have the same.
@@ -75,7 +86,7 @@ nlohmann::ordered_json settings_of(const config::Config& cfg, const data::Datase
   s["dataset"] = ds.fingerprint();  // the index's content and the bucket rule
   s["decode"] = decode_options_for(cfg).describe();
   if (layout.latents) {
-    s["vae"] = file_identity(cfg.vae.vae_pretrained);
+    s["vae"] = file_identity(vae_options_for(cfg).vae_pretrained);  // a hub name's folder
     s["vae"]["scale_factor"] = cfg.vae.scale_factor;
     s["vae"]["latent_dim"] = cfg.vae.vae_latent_dim;
     s["vae"]["downsample"] = cfg.vae.vae_downsample_rate;
@@ -90,9 +101,10 @@ nlohmann::ordered_json settings_of(const config::Config& cfg, const data::Datase
   }
   if (layout.text) {
     const auto& t = cfg.text_encoder;
-    s["text_encoder"] = file_identity(t.text_encoder_path);
+    const auto resolved = text_encoder_options_for(cfg);  // a hub name's folder
+    s["text_encoder"] = file_identity(resolved.text_encoder_path);
     s["text_encoder"]["name"] = t.text_encoder_name;
-    s["text_encoder"]["tokenizer"] = t.tokenizer_path.empty() ? "" : fs::absolute(t.tokenizer_path).string();
+    s["text_encoder"]["tokenizer"] = resolved.tokenizer_path.empty() ? "" : fs::absolute(resolved.tokenizer_path).string();
     s["text_encoder"]["model_max_length"] = t.model_max_length;
     s["text_encoder"]["caption_channels"] = t.caption_channels;
     s["text_encoder"]["chi_prompt"] = t.chi_prompt;
