@@ -21,6 +21,7 @@
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_estimate.h"
 #include "sana/train/report/micro_batch.h"
+#include "sana/train/run_encoders.h"
 #include "sana/train/trainable.h"
 
 namespace sana::app {
@@ -65,6 +66,14 @@ struct ModelFacts {
     int64_t heads_params = 0;
   };
   std::optional<Sprint> sprint;
+  // The frozen encoders the training run loads on each process's device (none with
+  // precomputed features), counted from their config.json; in bf16 unless dist.device cpu.
+  std::vector<train::EncoderWeights> encoders;
+  int64_t encoder_bytes() const {
+    int64_t n = 0;
+    for (const auto& e : encoders) n += e.bytes;
+    return n;
+  }
 };
 
 // A SanaMSCM preset's stage-2 companions, counted without building them.
@@ -81,7 +90,7 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
 using train::kContextBytes;
 
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}, {}};
   f.auto_micro_batch = cfg.train.micro_batch_auto;
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   // The suggestion scales the measured activations; stage 2's graphs are composed otherwise.
@@ -103,6 +112,9 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
   if (f.spec.trigflow) f.sprint = sprint_facts(cfg);
+  // As the estimate's autocast: the run is on CUDA unless dist.device says cpu.
+  f.encoders = train::encoder_weights(train::encoder_options_for(cfg), cfg.dist.device != config::DeviceKind::cpu,
+                                      train::EncoderUse::training, f.spec.conditioning);
   for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
     const auto size = [&](const data::Bucket& b) {
       const auto forward = model::forward_flops(f.spec, b.height, b.width);
@@ -221,14 +233,49 @@ void print_json(const ModelFacts& f) {
   };
   j["flops"] = flops_of(f.buckets);
   j["flops_every_bucket"] = flops_of(f.all_buckets);
+  auto encoders = nlohmann::json::array();
+  for (const auto& e : f.encoders) {
+    encoders.push_back({{"role", e.role}, {"what", e.what}, {"source", e.source}, {"parameters", e.parameters},
+                        {"bytes", e.bytes}, {"dtype", e.dtype}, {"missing", e.missing}});
+  }
+  j["encoders"] = encoders;
   if (!f.memory) {
     std::cout << j.dump(2) << "\n";
     return;
   }
   j["memory_per_process"] = memory_json(*f.memory);
+  j["memory_per_process"]["encoders"] = f.encoder_bytes();
+  j["memory_per_process"]["total_with_encoders"] = f.memory->total() + static_cast<double>(f.encoder_bytes());
   std::cout << j.dump(2) << "\n";
 }
 
+
+// The encoders' rows below the model's estimate, and the total with them.
+void print_encoders(const ModelFacts& f) {
+  if (f.encoders.empty()) {
+    std::cout << "  frozen encoders on the device: none (no VAE or text encoder, or their features precomputed)\n";
+    return;
+  }
+  for (const auto& e : f.encoders) {
+    const std::string what = fmt::format("{} ({}{})", e.role, e.what, e.dtype.empty() ? "" : ", " + e.dtype);
+    if (!e.missing.empty()) {
+      std::cout << fmt::format("  {:<38} {:>10}  not counted: {}\n", what, "?", e.missing);
+    } else {
+      std::cout << fmt::format("  {:<38} {:>10}  {}{}\n", what, data::size_text(static_cast<uint64_t>(e.bytes)),
+                               e.parameters >= 0 ? thousands(e.parameters) + " parameters, " : std::string("file size, "),
+                               e.source);
+    }
+  }
+  if (f.memory) {
+    const double total = f.memory->total() + static_cast<double>(f.encoder_bytes());
+    const auto fits = gpus_that_fit(total);
+    std::cout << fmt::format("  {:<38} {:>10}  fits GPUs of {}\n", "total with the frozen encoders",
+                             data::size_text(static_cast<uint64_t>(total)),
+                             fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB")
+                                          : fmt::format("{} GB", fmt::join(fits, ", ")));
+  }
+  std::cout << "  (precomputed features, sana-train prepare-features, keep the encoders off the training run)\n";
+}
 
 void print_memory(const train::MemoryEstimate& m) {
   std::cout << fmt::format("\nmemory per process (estimate: micro-batch {} at the largest bucket {}x{}, {} tokens; "
@@ -277,8 +324,8 @@ void print_memory(const train::MemoryEstimate& m) {
                  "bound)\n";
   }
   row("total for this config", m.total(),
-      "(the model's part; add the VAE and text encoder it loads, and on a GPU the CUDA context and allocator "
-      "slack, about 1-2 GiB)");
+      "(the model's part; the frozen encoders below, and on a GPU the CUDA context and allocator slack, about "
+      "1-2 GiB)");
   const auto fits = gpus_that_fit(m.total());
   std::cout << fmt::format("  fits GPUs of {} (with 2 GiB for the CUDA context{})\n",
                            fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
@@ -357,6 +404,7 @@ void print_text(const ModelFacts& f) {
                              b.train / 1e9);
   }
   if (f.memory) print_memory(*f.memory);
+  if (f.memory || !f.encoders.empty()) print_encoders(f);
   if (f.micro_batch) print_micro_batch(f);
 }
 

@@ -11,7 +11,9 @@
 #      transformers' tokenizer and decoder computing them with upstream train.py's rules
 #      (CHI prompt, select_index) in Python, and the null caption; and latents that equal
 #      diffusers' encode() x scaling_factor of the pixels sana-train fed it (check-data --dump).
-#   3. Training runs the same config online (both encoders every step) to its last step.
+#   3. Training runs the same config online (both encoders every step) to its last step; each
+#      rank's memory.json holds the encoders' bytes that `sana-train model` counts from their
+#      config.json, and its parameter counts are diffusers' and transformers'.
 #   4. Upstream's own YAML (sana1-5_1024ms/Sana_1600M_1024px_AdamW_fsdp.yaml: AutoencoderDC
 #      mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers, gemma-2-2b-it, its CHI prompt, 300 tokens)
 #      starts training with folders of those shapes in the cache (a 2304-wide Gemma-2, a f32c32
@@ -21,25 +23,7 @@
 . "$(dirname "$0")/../dist/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bash "$root/scripts/prepare_example_data.sh" "$SCRATCH/data" > /dev/null || { fail "no example data"; finish; }
-timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_gemma2.py" "$SCRATCH/made" > "$SCRATCH/made.log" 2>&1 ||
-  { fail "transformers could not write the Gemma-2 folder"; cat "$SCRATCH/made.log"; finish; }
-timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_dc_ae.py" "$SCRATCH/vae" > "$SCRATCH/vae.log" 2>&1 ||
-  { fail "diffusers could not write the AutoencoderDC folder"; cat "$SCRATCH/vae.log"; finish; }
-
-# huggingface_hub's layout: models--ORG--NAME/{blobs/SHA, snapshots/REV/FILE -> ../../blobs/SHA, refs/main}.
-rev=4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
-cache_repo() {  # FOLDER ORG--NAME: the folder's files as the snapshot refs/main names
-  local repo=$SCRATCH/hf/hub/models--$2 f sha
-  mkdir -p "$repo/blobs" "$repo/snapshots/$rev" "$repo/refs"
-  for f in "$1"/*; do
-    sha=$(sha256sum "$f" | cut -c1-64)
-    cp "$f" "$repo/blobs/$sha"
-    ln -s "../../blobs/$sha" "$repo/snapshots/$rev/$(basename "$f")"
-  done
-  printf '%s' "$rev" > "$repo/refs/main"
-}
-cache_repo "$SCRATCH/made/gemma" Efficient-Large-Model--gemma-2-2b-it
-cache_repo "$SCRATCH/vae/sana" mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers
+hf_encoders  # the cached folders (HF_HOME=$SCRATCH/hf); step 1 points HF_HOME elsewhere
 repo=$SCRATCH/hf/hub/models--Efficient-Large-Model--gemma-2-2b-it
 vae_repo=$SCRATCH/hf/hub/models--mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers
 
@@ -60,7 +44,6 @@ text_encoder:
 train: {max_steps: 4, log_interval: 1, visualize: false, save_model_steps: 1000}
 dist: {timeout_s: 60}
 EOF
-unset HF_HUB_CACHE SANA_MODELS_DIR XDG_CACHE_HOME
 
 # 1. Not downloaded.
 mkdir -p "$SCRATCH/empty"
@@ -73,12 +56,11 @@ done
 [ -e "$SCRATCH/none/metrics.jsonl" ] && fail "a step ran without the text encoder"
 
 # 2. Features from the cached folder, on 2 processes, against transformers.
-export HF_HOME=$SCRATCH/hf
 timeout 300 "$BIN" launch --nproc-per-node 2 -- prepare-features --config "$SCRATCH/my.yaml" \
   "--work_dir=$SCRATCH/prep-$TOKEN" "--out=$SCRATCH/features" --batch-size=4 > "$SCRATCH/prep.log" 2>&1
 assert_code $? 0 "prepare-features with both encoders from the Hugging Face cache"
 assert_contains "$SCRATCH/prep.log" "prepare-features: 30 samples: 30 written now" "every sample's features written"
-if timeout 300 "$SANA_PYTHON" - "$SCRATCH/features" "$repo/snapshots/$rev" > "$SCRATCH/compare.log" 2>&1 <<'PY'
+if timeout 300 "$SANA_PYTHON" - "$SCRATCH/features" "$repo/snapshots/$HF_REV" > "$SCRATCH/compare.log" 2>&1 <<'PY'
 import json, os, sys
 import numpy as np
 import torch
@@ -116,7 +98,7 @@ else fail "caption features differ from transformers'"; cat "$SCRATCH/compare.lo
 timeout 300 "$BIN" check-data --config "$SCRATCH/my.yaml" "--work_dir=$SCRATCH/dump-$TOKEN" --dump "$SCRATCH/dump" \
   > "$SCRATCH/dump.log" 2>&1
 assert_code $? 0 "check-data --dump writes the pixels the VAE sees"
-if timeout 300 "$SANA_PYTHON" - "$SCRATCH/features" "$SCRATCH/dump" "$vae_repo/snapshots/$rev" > "$SCRATCH/latents.log" 2>&1 <<'PY'
+if timeout 300 "$SANA_PYTHON" - "$SCRATCH/features" "$SCRATCH/dump" "$vae_repo/snapshots/$HF_REV" > "$SCRATCH/latents.log" 2>&1 <<'PY'
 import csv, json, os, sys
 import numpy as np
 import torch
@@ -147,14 +129,40 @@ timeout 300 "$BIN" launch --nproc-per-node 2 -- --config "$SCRATCH/my.yaml" "--w
 assert_code $? 0 "training with both encoders from the cache"
 last=$(grep -o '"step":[0-9]*' "$SCRATCH/run-$TOKEN/metrics.jsonl" 2>/dev/null | tail -1 | grep -o '[0-9]*$')
 if [ "$last" = 4 ]; then pass "trained to step 4"; else fail "last step '${last:-none}'"; tail -20 "$SCRATCH/train.log"; fi
+# What the encoders hold: `sana-train model`'s count from the two config.json files against
+# diffusers' and transformers' own parameter counts, and its bytes against what each rank
+# measured after its first step (memory.json).
+timeout 120 "$BIN" model --config "$SCRATCH/my.yaml" --json --no-activations --dist.device=cpu > "$SCRATCH/model.json" \
+  2> "$SCRATCH/model.err"
+assert_code $? 0 "sana-train model counts the encoders"
+if timeout 120 "$SANA_PYTHON" - "$SCRATCH/model.json" "$SCRATCH/run-$TOKEN/memory.json" "$vae_repo/snapshots/$HF_REV" \
+     "$repo/snapshots/$HF_REV" > "$SCRATCH/count.log" 2>&1 <<'PY'
+import json, sys
+import torch
+from diffusers import AutoencoderDC
+from transformers import Gemma2ForCausalLM
+model, memory = (json.load(open(p)) for p in sys.argv[1:3])
+enc = {e["role"]: e for e in model["encoders"]}
+vae = sum(p.numel() for p in AutoencoderDC.from_pretrained(sys.argv[3]).parameters())
+text = sum(p.numel() for p in Gemma2ForCausalLM.from_pretrained(sys.argv[4], dtype=torch.float32).parameters())
+assert enc["VAE"]["parameters"] == vae, (enc["VAE"], vae)
+assert enc["text encoder"]["parameters"] == text, (enc["text encoder"], text)
+want = model["memory_per_process"]["encoders"]
+got = [r["encoders"] for r in memory["ranks"]]
+assert want == 4 * (vae + text) and got == [want, want], (want, got)
+print(f"DC-AE {vae:,} and Gemma-2 {text:,} parameters as diffusers and transformers count them; "
+      f"{want:,} bytes in fp32 on each of the 2 ranks")
+PY
+then pass "the encoders' count and bytes ($(tail -1 "$SCRATCH/count.log"))"
+else fail "the encoders' count or bytes differ"; cat "$SCRATCH/count.log"; fi
 # 4. Upstream's YAML as it is.
 timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_gemma2.py" "$SCRATCH/up-gemma" --upstream-width \
   > "$SCRATCH/up.log" 2>&1 &&
   timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_dc_ae.py" "$SCRATCH/up-vae" --upstream-shape >> "$SCRATCH/up.log" 2>&1 ||
   { fail "could not write the upstream-shaped folders"; cat "$SCRATCH/up.log"; }
 rm -rf "$SCRATCH/hf"
-cache_repo "$SCRATCH/up-gemma/gemma" Efficient-Large-Model--gemma-2-2b-it
-cache_repo "$SCRATCH/up-vae/f32c32" mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers
+hf_cache_repo "$SCRATCH/up-gemma/gemma" Efficient-Large-Model--gemma-2-2b-it
+hf_cache_repo "$SCRATCH/up-vae/f32c32" mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers
 upstream=(--config "$root/tests/configs/upstream/sana1-5_1024ms/Sana_1600M_1024px_AdamW_fsdp.yaml"
           --model.model=SanaMS_tiny_P2_D4 --model.load_from= "--data.data_dir=[$SCRATCH/data]" --data.load_vae_feat=false
           --train.train_batch_size=2

@@ -2,21 +2,24 @@
 # The README's "Train Sana at 512 px on your own images": every command of its block
 # (between <!-- walkthrough:begin --> and <!-- walkthrough:end -->) runs as written, in
 # order, with `sana-train` on PATH and a tiny stand-in my_sana.yaml (the README's keys, the
-# tiny preset at 32 px, the small TorchScript encoders). The training launch is stopped as
+# tiny preset at 32 px). No TorchScript and no Python at run time: both encoders are read from
+# Hugging Face folders in the HF cache under upstream's names, as `huggingface-cli download`
+# leaves them (a small random Gemma-2 written by transformers, tokenizer.model included, and a
+# small random AutoencoderDC written by diffusers; hf_encoders). The training launch is stopped as
 # a user would, with Ctrl-C (SIGINT to its process group) once it has taken 10 steps; the
 # resume must pick up there on 2 processes and reach max_steps. `tensorboard` is not
 # installable here: its line is checked by reading the event files instead.
 . "$(dirname "$0")/../dist/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-as_a_user
+as_a_user hub
 cat > my_sana.yaml <<EOF
 base: $root/configs/sana_tiny_cpu.yaml
 work_dir: output/my_sana
 data:
   data_dir: [my_images]
   random_flip: false
-vae: {vae_type: torchscript, vae_pretrained: exports/vae.pt, vae_latent_dim: 4, vae_downsample_rate: 4}
-text_encoder: {text_encoder_name: torchscript, text_encoder_path: exports/text.pt, caption_channels: 8, model_max_length: 6}
+vae: {vae_type: dc-ae, vae_pretrained: mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers, vae_latent_dim: 4, vae_downsample_rate: 4}
+text_encoder: {text_encoder_name: gemma-2-2b-it, caption_channels: 32, model_max_length: 6}
 train: {max_steps: 40, log_interval: 5, save_model_steps: 1000, eval_sampling_steps: 20, preview_steps: 2,
         validation_prompts: [a red flower, a stormy sea]}
 dist: {timeout_s: 60}
@@ -51,6 +54,13 @@ done 3< commands.txt
 # What the user would look at along the way.
 assert_contains cmd2.log "prepare-features: 30 samples: 30 written now, 0 there before, 0 bad" "prepare-features wrote 30 samples"
 assert_contains cmd3.log "check-data: ok" "check-data read every feature file"
+# The encoders came from the Hugging Face cache's snapshots, natively; no export exists.
+assert_contains cmd2.log "VAE: DC-AE (diffusers' AutoencoderDC folder) from $SCRATCH/hf/hub/models--mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers/snapshots/$HF_REV" \
+  "prepare-features read the DC-AE from the cache"
+assert_contains cmd2.log "text encoder: Gemma-2 (transformers' folder) from $SCRATCH/hf/hub/models--Efficient-Large-Model--gemma-2-2b-it/snapshots/$HF_REV" \
+  "prepare-features read Gemma-2 from the cache"
+exports=$(find "$SCRATCH" -name '*.pt' -o -name '*.pth' | head -3)
+if [ -z "$exports" ]; then pass "no TorchScript file anywhere"; else fail "TorchScript files: $exports"; fi
 assert_contains "${stopped_log:-/dev/null}" "stop requested (SIGINT/SIGTERM)" "Ctrl-C stopped the run"
 if ls output/my_sana/checkpoints/step_* > /dev/null 2>&1; then pass "the stopped run saved $(ls -d output/my_sana/checkpoints/step_* | xargs -n1 basename | tr '\n' ' ')"; else fail "no checkpoint after Ctrl-C"; fi
 last=$(grep -o '"step":[0-9]*' output/my_sana/metrics.jsonl | tail -1 | grep -o '[0-9]*$')

@@ -4,6 +4,7 @@
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/../../scripts/python_env.sh"
 BIN=${SANA_TRAIN_BIN:?set SANA_TRAIN_BIN to the sana-train binary}
+LIB_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)  # the repository, whatever the caller's folder
 TOKEN=sanatest$$x$RANDOM
 SCRATCH=$(mktemp -d /tmp/sana-dist-XXXXXX)
 FAILURES=0
@@ -173,7 +174,7 @@ resume_on_one() {
   launch_named chain1 1 "${chain[@]}" --train.max_steps="$max"; assert_code $? 0 "resumed on 1 process to step $max"
   unset SANA_TEST_LOG_IDS
   assert_contains "$SCRATCH/chain1.log" "resumed from" "the 1-process run resumed the 2-process checkpoint"
-  if "$SANA_PYTHON" "$(dirname "${BASH_SOURCE[0]}")/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
+  if "$SANA_PYTHON" "$LIB_ROOT/tests/dist/same_samples.py" "$SCRATCH" ref chain > "$SCRATCH/ids.log" 2>&1; then
     pass "every sample once per epoch, 2 processes then 1: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
   else
     fail "samples lost or repeated across the resume"; cat "$SCRATCH/ids.log"
@@ -212,7 +213,7 @@ replayed() {
 s = json.loads(sys.argv[2])
 s["spec"] = json.load(open(sys.argv[1]))["spec"]
 print(json.dumps(s))' "$SCRATCH/$work.model.json" "$keys")
-  if timeout 300 "$SANA_PYTHON" "$(dirname "${BASH_SOURCE[0]}")/../reference/train_replay.py" "$SCRATCH/$work" \
+  if timeout 300 "$SANA_PYTHON" "$LIB_ROOT/tests/reference/train_replay.py" "$SCRATCH/$work" \
       "$SCRATCH/base.pth" "$settings" > "$SCRATCH/$work.replay" 2>&1; then
     pass "$what: $(tail -1 "$SCRATCH/$work.replay")"
   else
@@ -298,24 +299,58 @@ stop_at_step() {
 # and <!-- NAME:end --> (its ```sh fence; comments and blank lines dropped, one command per
 # line) into commands.txt; the test ends here unless there are at least MIN.
 readme_commands() {
-  local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local root=$LIB_ROOT
   sed -n "/<!-- $1:begin -->/,/<!-- $1:end -->/p" "$root/README.md" |
     sed '1,/^```sh$/d; /^```$/,$d' | grep -vE '^\s*(#|$)' > commands.txt
   n=$(wc -l < commands.txt)
   if [ "$n" -ge "$2" ]; then pass "the README's $1 block has $n commands"; else fail "$1 block: $n commands"; cat commands.txt; finish; fi
 }
 
-# as_a_user: for the README walkthroughs, work in $SCRATCH with `sana-train` on PATH, the
-# example photos with captions in my_images/ and the small TorchScript encoders in exports/
-# (the test ends here if either cannot be made).
+# as_a_user [hub]: for the README walkthroughs, work in $SCRATCH with `sana-train` on PATH and
+# the example photos with captions in my_images/; then the small TorchScript encoders in
+# exports/, or with `hub` the two encoders as a user downloads them (hf_encoders). The test
+# ends here if any of it cannot be made.
 as_a_user() {
-  local root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local root=$LIB_ROOT
   cd "$SCRATCH" || exit 1
   mkdir bin && ln -s "$BIN" bin/sana-train
   export PATH=$SCRATCH/bin:$PATH
   bash "$root/scripts/prepare_example_data.sh" my_images > /dev/null || { fail "no example data"; finish; }
+  if [ "${1:-}" = hub ]; then hf_encoders; return; fi
   timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_torchscript_encoders.py" exports > /dev/null 2>&1 ||
     { fail "python3-torch could not export the stand-in encoders"; finish; }
+}
+
+# hf_cache_repo FOLDER ORG--NAME: FOLDER's files in $SCRATCH/hf/hub as huggingface_hub lays a
+# download out: models--ORG--NAME/{blobs/SHA256, snapshots/REV/FILE -> ../../blobs/SHA256,
+# refs/main holding REV}.
+HF_REV=4f3c2b1a0e9d8c7b6a5f4e3d2c1b0a9f8e7d6c5b
+hf_cache_repo() {
+  local repo=$SCRATCH/hf/hub/models--$2 f sha
+  mkdir -p "$repo/blobs" "$repo/snapshots/$HF_REV" "$repo/refs"
+  for f in "$1"/*; do
+    sha=$(sha256sum "$f" | cut -c1-64)
+    cp "$f" "$repo/blobs/$sha"
+    ln -s "../../blobs/$sha" "$repo/snapshots/$HF_REV/$(basename "$f")"
+  done
+  printf '%s' "$HF_REV" > "$repo/refs/main"
+}
+
+# hf_encoders: a small random Gemma-2 written by transformers (hidden 32, tokenizer.model
+# included) and a small random AutoencoderDC written by diffusers (4 latent channels at 1/4)
+# in the Hugging Face cache under upstream's names, Efficient-Large-Model/gemma-2-2b-it and
+# mit-han-lab/dc-ae-f32c32-sana-1.1-diffusers, with HF_HOME pointing there and nothing else
+# the lookup reads set. Python only makes them; sana-train reads the folders itself.
+hf_encoders() {
+  local root=$LIB_ROOT
+  timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_gemma2.py" "$SCRATCH/made-gemma" > "$SCRATCH/made-gemma.log" 2>&1 ||
+    { fail "transformers could not write the Gemma-2 folder"; cat "$SCRATCH/made-gemma.log"; finish; }
+  timeout 300 "$SANA_PYTHON" "$root/tests/reference/make_dc_ae.py" "$SCRATCH/made-vae" > "$SCRATCH/made-vae.log" 2>&1 ||
+    { fail "diffusers could not write the AutoencoderDC folder"; cat "$SCRATCH/made-vae.log"; finish; }
+  hf_cache_repo "$SCRATCH/made-gemma/gemma" Efficient-Large-Model--gemma-2-2b-it
+  hf_cache_repo "$SCRATCH/made-vae/sana" mit-han-lab--dc-ae-f32c32-sana-1.1-diffusers
+  unset HF_HUB_CACHE SANA_MODELS_DIR XDG_CACHE_HOME
+  export HF_HOME=$SCRATCH/hf
 }
 
 finish() {

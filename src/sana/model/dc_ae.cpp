@@ -125,9 +125,10 @@ torch::Tensor DcAe::norm(const std::string& p, const std::string& type, const to
   const auto& weight = w(p + "weight");
   auto y = c * torch::rsqrt(c.to(torch::kFloat32).pow(2).mean(-1, true) + kNormEps);
   if (weight.scalar_type() == torch::kBFloat16 || weight.scalar_type() == torch::kFloat16) {
-    y = y.to(weight.scalar_type());
+    // diffusers' two roundings, the product's and the sum's.
+    return (y.to(weight.scalar_type()) * weight + w(p + "bias")).movedim(-1, 1);
   }
-  return (y * weight + w(p + "bias")).movedim(-1, 1);
+  return torch::addcmul(w(p + "bias"), y, weight).movedim(-1, 1);  // fp32: one pass for the product and the bias
 }
 
 torch::Tensor DcAe::res_block(const std::string& p, const std::string& norm_type, const std::string& act,

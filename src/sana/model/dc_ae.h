@@ -50,6 +50,10 @@ struct DcAeConfig {
   static DcAeConfig from_json(const nlohmann::json& config, const std::string& where);
   // Sana's DC-AE by an efficientvit repository name (efficientvit_names()); false for another.
   static bool for_efficientvit(const std::string& name, DcAeConfig& out);
+  // Elements of the weights the config makes: `parameters` as diffusers counts them (BatchNorm's
+  // running statistics left out), `elements` all that load() keeps (each in load()'s dtype).
+  int64_t parameters() const;
+  int64_t elements() const;
   int64_t downsample() const { return int64_t{1} << (encoder.channels.size() - 1); }
 };
 

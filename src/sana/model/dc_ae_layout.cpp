@@ -282,4 +282,20 @@ Shapes DcAe::tensor_shapes(const DcAeConfig& config) {
   return walk.out;
 }
 
+namespace {
+int64_t count_elements(const DcAeConfig& config, bool statistics) {
+  int64_t n = 0;
+  for (const auto& [name, shape] : DcAe::tensor_shapes(config)) {
+    if (!statistics && name.find("running_") != std::string::npos) continue;
+    int64_t e = 1;
+    for (const auto d : shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+}  // namespace
+
+int64_t DcAeConfig::parameters() const { return count_elements(*this, false); }
+int64_t DcAeConfig::elements() const { return count_elements(*this, true); }
+
 }  // namespace sana::model

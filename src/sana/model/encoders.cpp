@@ -39,14 +39,28 @@ void check_scaling_factor(const VaeOptions& cfg, double f) {
   }
 }
 
+// A TorchScript module's parameters and buffers, each tensor once.
+int64_t module_bytes(const torch::jit::Module& m) {
+  int64_t n = 0;
+  for (const auto& t : m.parameters(/*recurse=*/true)) n += static_cast<int64_t>(t.nbytes());
+  for (const auto& t : m.buffers(/*recurse=*/true)) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
 }  // namespace
+
+torch::ScalarType native_encoder_dtype(bool cuda) { return cuda ? torch::kBFloat16 : torch::kFloat32; }
+
+int64_t FrozenVae::bytes() const { return dc_ae_ ? dc_ae_->bytes() : module_bytes(module_); }
+
+int64_t FrozenTextEncoder::bytes() const { return gemma_ ? gemma_->bytes() : module_bytes(module_); }
 
 FrozenVae FrozenVae::load(const VaeOptions& cfg, torch::Device device, int64_t probe_size) {
   FrozenVae vae;
   vae.cfg_ = cfg;
   vae.device_ = device;
   if (cfg.dc_ae_folder || !cfg.efficientvit_name.empty()) {
-    const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+    const auto dtype = native_encoder_dtype(device.is_cuda());
     try {
       vae.dc_ae_ = std::make_shared<const DcAe>(
           cfg.dc_ae_folder ? DcAe::load(cfg.vae_pretrained, device, dtype)
@@ -177,7 +191,7 @@ FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::
   enc.cfg_ = cfg;
   enc.device_ = device;
   if (cfg.gemma2_folder) {
-    const auto dtype = device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+    const auto dtype = native_encoder_dtype(device.is_cuda());
     try {
       enc.gemma_ = std::make_shared<const Gemma2>(Gemma2::load(cfg.text_encoder_path, device, dtype));
     } catch (const WeightsError& e) {

@@ -40,6 +40,10 @@ class EncoderError : public sana::UsageError {
   explicit EncoderError(const std::string& what) : UsageError(what, "encoder error") {}
 };
 
+// The dtype the native encoders (DC-AE, Gemma-2) keep their weights and run in: bf16 on CUDA
+// (upstream's), fp32 on the CPU.
+torch::ScalarType native_encoder_dtype(bool cuda);
+
 class FrozenVae {
  public:
   // Loads vae.vae_pretrained and checks it on a small image of `probe_size` pixels.
@@ -53,6 +57,7 @@ class FrozenVae {
   torch::Tensor encode(const torch::Tensor& images);
   bool can_decode() const { return can_decode_; }
   torch::Tensor decode(const torch::Tensor& latents);  // latents / scale -> images in [-1, 1]
+  int64_t bytes() const;  // its weights (and buffers) as loaded on the device
 
  private:
   void load_torchscript(const VaeOptions& cfg);
@@ -74,6 +79,7 @@ class FrozenTextEncoder {
   // Upstream's null caption: the empty prompt's features, without CHI prompt or token
   // selection, [model_max_length, caption_channels].
   torch::Tensor empty_prompt();
+  int64_t bytes() const;  // its weights (and buffers) as loaded on the device
 
  private:
   // The module's features [N, T, D] and mask [N, T] for `texts` (T = `length` with a tokenizer).

@@ -3,28 +3,121 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "sana/data/sample_cache.h"
+#include "sana/model/dc_ae.h"
+#include "sana/model/gemma2.h"
+#include "sana/model/hf_weights.h"
 #include "sana/model/weights.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
 
-Encoders load_encoders(const EncoderOptions& o, torch::Device device, EncoderUse use, model::Conditioning conditioning) {
-  const bool training = use == EncoderUse::training;
-  Encoders e;
-  if (o.vae && !(training && o.precomputed_latents)) {
-    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(*o.vae, device));
+namespace {
+
+bool wants_vae(const EncoderOptions& o, EncoderUse use) {
+  return o.vae && !(use == EncoderUse::training && o.precomputed_latents);
+}
+
+bool wants_text(const EncoderOptions& o, EncoderUse use, model::Conditioning conditioning) {
+  return o.text && (use == EncoderUse::training ? !o.precomputed_captions
+                                                : conditioning == model::Conditioning::caption && o.validation_prompts);
+}
+
+// A native encoder of `parameters` (counted by `count` from its folder's config.json).
+template <class Count>
+EncoderWeights native(std::string role, std::string what, const std::string& folder, bool cuda, Count count) {
+  EncoderWeights w{std::move(role), std::move(what), folder, -1, 0, cuda ? "bf16" : "fp32", ""};
+  try {
+    const auto elements = count();
+    w.parameters = elements.first;
+    w.bytes = elements.second * static_cast<int64_t>(c10::elementSize(model::native_encoder_dtype(cuda)));
+  } catch (const std::exception& e) {
+    w.missing = e.what();
   }
-  const bool wanted = training ? !o.precomputed_captions
-                               : conditioning == model::Conditioning::caption && o.validation_prompts;
-  if (o.text && wanted) e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(*o.text, device));
+  return w;
+}
+
+EncoderWeights exported(std::string role, const std::string& file) {
+  EncoderWeights w{std::move(role), "TorchScript export", file, -1, 0, "", ""};
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  if (ec) {
+    w.missing = fmt::format("'{}' is not on this machine (a run names where it looked and what to download)", file);
+  } else {
+    w.bytes = static_cast<int64_t>(size);
+  }
+  return w;
+}
+
+}  // namespace
+
+Encoders load_encoders(const EncoderOptions& o, torch::Device device, EncoderUse use, model::Conditioning conditioning) {
+  Encoders e;
+  using Clock = std::chrono::steady_clock;
+  const auto loaded = [&](const char* role, const std::string& what, const std::string& from, int64_t bytes,
+                          Clock::time_point since) {
+    log::info("{}: {} from {}: {} on {}, loaded in {:.1f} s", role, what, from,
+              data::size_text(static_cast<uint64_t>(bytes)), device.str(),
+              std::chrono::duration<double>(Clock::now() - since).count());
+  };
+  if (wants_vae(o, use)) {
+    const auto took = Clock::now();
+    e.vae = std::make_shared<model::FrozenVae>(model::FrozenVae::load(*o.vae, device));
+    loaded("VAE", o.vae->dc_ae_folder               ? "DC-AE (diffusers' AutoencoderDC folder)"
+                  : !o.vae->efficientvit_name.empty() ? "DC-AE " + o.vae->efficientvit_name + " (efficientvit's folder)"
+                                                      : std::string("TorchScript export"),
+           o.vae->vae_pretrained, e.vae->bytes(), took);
+  }
+  if (wants_text(o, use, conditioning)) {
+    const auto took = Clock::now();
+    e.text = std::make_shared<model::FrozenTextEncoder>(model::FrozenTextEncoder::load(*o.text, device));
+    loaded("text encoder", o.text->gemma2_folder ? "Gemma-2 (transformers' folder)" : "TorchScript export",
+           o.text->text_encoder_path, e.text->bytes(), took);
+  }
   if (!o.hed_model.empty()) e.hed = model::FrozenHed::load(o.hed_model);
   return e;
+}
+
+std::vector<EncoderWeights> encoder_weights(const EncoderOptions& o, bool cuda, EncoderUse use,
+                                            model::Conditioning conditioning) {
+  std::vector<EncoderWeights> out;
+  if (wants_vae(o, use)) {
+    const auto& v = *o.vae;
+    if (v.dc_ae_folder || !v.efficientvit_name.empty()) {
+      out.push_back(native("VAE", "DC-AE", v.vae_pretrained, cuda, [&] {
+        model::DcAeConfig c;
+        if (v.dc_ae_folder) {
+          c = model::DcAeConfig::from_json(model::read_hf_config(v.vae_pretrained), v.vae_pretrained + "/config.json");
+        } else if (!model::DcAeConfig::for_efficientvit(v.efficientvit_name, c)) {
+          throw std::logic_error("encoder_weights: no DC-AE named " + v.efficientvit_name);
+        }
+        return std::make_pair(c.parameters(), c.elements());
+      }));
+    } else {
+      out.push_back(exported("VAE", v.vae_pretrained));
+    }
+  }
+  if (wants_text(o, use, conditioning)) {
+    const auto& t = *o.text;
+    if (t.gemma2_folder) {
+      out.push_back(native("text encoder", "Gemma-2", t.text_encoder_path, cuda, [&] {
+        const auto n = model::Gemma2Config::from_json(model::read_hf_config(t.text_encoder_path),
+                                                      t.text_encoder_path + "/config.json")
+                           .parameters();
+        return std::make_pair(n, n);
+      }));
+    } else {
+      out.push_back(exported("text encoder", t.text_encoder_path.empty() ? t.text_encoder_name : t.text_encoder_path));
+    }
+  }
+  return out;
 }
 
 data::ControlMapOptions control_maps_for(data::ControlMapOptions o, const Encoders& encoders) {

@@ -1,6 +1,7 @@
-// The frozen encoders a run uses (the VAE and the text encoder, TorchScript exports), as the
-// config names them, and the null caption they give: training, previews and
-// prepare-features load them here. Loading is local: no collective.
+// The frozen encoders a run uses (the VAE and the text encoder: native ones from their
+// Hugging Face folders, or TorchScript exports), as the config names them, what they hold
+// before they are loaded, and the null caption they give: training, previews and
+// prepare-features load them here, each logging what it loaded. Loading is local: no collective.
 #pragma once
 
 #include <memory>
@@ -36,9 +37,24 @@ struct EncoderOptions {
   bool validation_prompts = false;                // train.validation_prompts is not empty
 };
 
-// The TorchScript encoders (vae.vae_type, text_encoder.text_encoder_name "torchscript") that
-// `use` needs, on `device`.
+// The encoders `use` needs (native ones from their folders, TorchScript exports), on `device`.
 Encoders load_encoders(const EncoderOptions& o, torch::Device device, EncoderUse use, model::Conditioning conditioning);
+
+// What one frozen encoder that load_encoders() would load holds on the device, counted before
+// loading it: a native one from its config.json alone (its parameters in the dtype it runs
+// in, model::native_encoder_dtype), a TorchScript export by its file's size. A native one's
+// bytes equal what the loaded encoder holds (FrozenVae::bytes, FrozenTextEncoder::bytes).
+struct EncoderWeights {
+  std::string role;         // "VAE" or "text encoder"
+  std::string what;         // "DC-AE", "Gemma-2", "TorchScript export"
+  std::string source;       // the folder or file
+  int64_t parameters = -1;  // -1: not known before loading (an export)
+  int64_t bytes = 0;        // 0 when `missing`
+  std::string dtype;        // "bf16" or "fp32"; "" for an export (its own)
+  std::string missing;      // why it is not counted ("" when it is)
+};
+std::vector<EncoderWeights> encoder_weights(const EncoderOptions& o, bool cuda, EncoderUse use,
+                                            model::Conditioning conditioning);
 
 // A ControlNet's control maps (component_options.h's control_map_options_for) with the HED
 // network of `encoders` for scribble and HED maps.

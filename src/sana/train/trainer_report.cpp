@@ -72,6 +72,8 @@ void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step
   (ema_->on_host() ? mine.host_ema : mine.ema) = bytes_of(ema_->averages());
   mine.gathered = zero_->peak_gathered();
   mine.working = model::working_weights_use(*model_).bytes;
+  if (encoders_.vae) mine.encoders += encoders_.vae->bytes();
+  if (encoders_.text) mine.encoders += encoders_.text->bytes();
   mine.activations_peak = activations.growth();
   mine.activations_source = activations.source();
   const int64_t cell = spec_.downsample * spec_.patch;

@@ -25,6 +25,7 @@ std::string MemoryUse::json() const {
                         {"ema", ema},
                         {"gathered", gathered},
                         {"working", working},
+                        {"encoders", encoders},
                         {"host_weights", host_weights},
                         {"host_gradients", host_gradients},
                         {"host_optimizer", host_optimizer},
@@ -47,6 +48,7 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
   m.ema = j.at("ema").get<int64_t>();
   m.gathered = j.at("gathered").get<int64_t>();
   m.working = j.value("working", int64_t{0});
+  m.encoders = j.value("encoders", int64_t{0});
   m.host_weights = j.value("host_weights", int64_t{0});
   m.host_gradients = j.value("host_gradients", int64_t{0});
   m.host_optimizer = j.value("host_optimizer", int64_t{0});
@@ -61,8 +63,9 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
 
 std::string MemoryUse::line() const {
   return fmt::format("memory on rank {} after its first step: parameters {}, gradients {}, optimizer state {}, EMA {}, "
-                     "gathered parameters {}, half working weights {}, activations {} ({}){}",
+                     "gathered parameters {}, half working weights {}, frozen encoders {}, activations {} ({}){}",
                      rank, gib(parameters), gib(gradients), gib(optimizer), gib(ema), gib(gathered), gib(working),
+                     gib(encoders),
                      activations_peak < 0 ? std::string("not measured") : gib(activations_peak), activations_source,
                      host_weights + host_gradients + host_optimizer + host_ema == 0
                          ? std::string()

@@ -22,6 +22,9 @@ struct MemoryUse {
   int rank = 0;
   int64_t parameters = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0;  // bytes
   int64_t working = 0;  // train.working_weights: the half copies of the weights (RankState's)
+  // The frozen encoders the run loaded on the device (VAE, text encoder): their weights'
+  // bytes, which `sana-train model`'s count from their config.json must equal.
+  int64_t encoders = 0;
   // The state kept in host memory (train.offload_optimizer, train.ema_device cpu), which the
   // fields above leave out: the estimate's RankState host fields.
   int64_t host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
