@@ -69,11 +69,7 @@ struct ModelFacts {
   // The frozen encoders the training run loads on each process's device (none with
   // precomputed features), counted from their config.json; in bf16 unless dist.device cpu.
   std::vector<train::EncoderWeights> encoders;
-  int64_t encoder_bytes() const {
-    int64_t n = 0;
-    for (const auto& e : encoders) n += e.bytes;
-    return n;
-  }
+  int64_t encoder_bytes() const { return train::total_bytes(encoders); }
 };
 
 // A SanaMSCM preset's stage-2 companions, counted without building them.
@@ -92,11 +88,16 @@ using train::kContextBytes;
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
   ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}, {}};
   f.auto_micro_batch = cfg.train.micro_batch_auto;
+  // As the estimate's autocast: the run is on CUDA unless dist.device says cpu.
+  f.encoders = train::encoder_weights(train::encoder_options_for(cfg), cfg.dist.device != config::DeviceKind::cpu,
+                                      train::EncoderUse::training, f.spec.conditioning);
   if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
   // The suggestion scales the measured activations; stage 2's graphs are composed otherwise.
+  // The frozen encoders on the device come off the budget, as the run's own choice does.
   if (f.memory && activations && device_memory > 0 && !f.spec.trigflow) {
     f.device_memory = device_memory;
-    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec, device_memory - kContextBytes,
+    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec,
+                                               device_memory - kContextBytes - static_cast<double>(f.encoder_bytes()),
                                                train::largest_share(cfg.train.global_batch_size, world_size));
     // train.micro_batch_size auto: the run is the one the suggestion picks.
     if (cfg.train.micro_batch_auto && f.micro_batch->pick.micro_batch > 0) {
@@ -112,9 +113,6 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
       std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
   if (preset != all.end()) f.upstream_params = preset->upstream_params;
   if (f.spec.trigflow) f.sprint = sprint_facts(cfg);
-  // As the estimate's autocast: the run is on CUDA unless dist.device says cpu.
-  f.encoders = train::encoder_weights(train::encoder_options_for(cfg), cfg.dist.device != config::DeviceKind::cpu,
-                                      train::EncoderUse::training, f.spec.conditioning);
   for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
     const auto size = [&](const data::Bucket& b) {
       const auto forward = model::forward_flops(f.spec, b.height, b.width);

@@ -214,6 +214,7 @@ struct TextEncoderConfig {
   bool y_norm = true;
   double y_norm_scale_factor = 1.0;
   std::vector<std::string> chi_prompt;  // lines put before every caption (joined by newlines)
+  double caption_cache_gib = 2.0;       // host memory per process for captions already encoded
 };
 
 struct SchedulerConfig {

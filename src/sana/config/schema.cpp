@@ -154,6 +154,10 @@ void describe_text_encoder(std::vector<Field>& f, TextEncoderConfig& t) {
   s.add("y_norm", t.y_norm, "RMSNorm on caption features");
   s.add("y_norm_scale_factor", t.y_norm_scale_factor, "initial RMSNorm weight").above(0);
   s.add("chi_prompt", t.chi_prompt, "instruction lines put before every caption (Sana's CHI)");
+  s.add("caption_cache_gib", t.caption_cache_gib,
+        "GiB of host memory per process for the features of captions already encoded: a caption seen again is "
+        "not encoded again while they fit (0: encode every time)")
+      .at_least(0);
 }
 
 void describe_scheduler(std::vector<Field>& f, SchedulerConfig& sc) {

@@ -28,6 +28,9 @@ struct TextEncoderOptions {
   int64_t caption_channels = 2304;                // features' width
   int64_t model_max_length = 300;                 // tokens per caption
   std::vector<std::string> chi_prompt;            // lines put before every caption
+  // text_encoder.caption_cache_gib: host memory for the features of captions already encoded
+  // (0: none); each distinct caption is then encoded once while it fits.
+  int64_t caption_cache_bytes = int64_t{2} << 30;
 };
 
 }  // namespace sana::model

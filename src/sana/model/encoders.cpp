@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sana/model/weights.h"
+#include "sana/util/log.h"
 
 namespace sana::model {
 
@@ -186,6 +187,16 @@ torch::Tensor FrozenVae::decode(const torch::Tensor& latents) {
   return (dc_ae_ ? dc_ae_->decode(z) : module_.get_method("decode")({z}).toTensor()).to(torch::kFloat32);
 }
 
+struct CaptionCache {
+  struct Entry {
+    torch::Tensor features, mask;  // [1, L, C] (fp32, or bf16 when that is what the encoder gave), [1, L]
+  };
+  std::mutex mutex;
+  std::unordered_map<std::string, Entry> entries;
+  int64_t budget = 0, bytes = 0, hits = 0, misses = 0;
+  bool full = false;
+};
+
 FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::Device device) {
   FrozenTextEncoder enc;
   enc.cfg_ = cfg;
@@ -204,7 +215,9 @@ FrozenTextEncoder FrozenTextEncoder::load(const TextEncoderOptions& cfg, torch::
   if (!cfg.tokenizer_path.empty()) {
     enc.tokenizer_ = std::make_shared<CaptionTokenizer>(cfg.tokenizer_path, cfg.text_encoder_name);
   }
-  enc.encode({"a probe prompt"});
+  enc.cache_ = std::make_shared<CaptionCache>();
+  enc.cache_->budget = cfg.caption_cache_bytes;
+  (void)enc.encode_one("a probe prompt");
   return enc;
 }
 
@@ -243,12 +256,13 @@ std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::run(const std::vector
                                 : "text_encoder.text_encoder_path: forward(prompts) must return (features, mask)");
 }
 
-std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vector<std::string>& prompts) {
+
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode_one(const std::string& prompt) {
   const auto count = [this](const std::string& text) {
     return tokenizer_ ? static_cast<int64_t>(tokenizer_->encode(text).size()) : int64_t{0};
   };
-  const int64_t n = static_cast<int64_t>(prompts.size()), L = cfg_.model_max_length;
-  const auto plan = plan_captions(prompts, cfg_.chi_prompt, cfg_.text_encoder_name, L, count);
+  const int64_t L = cfg_.model_max_length;
+  const auto plan = plan_captions({prompt}, cfg_.chi_prompt, cfg_.text_encoder_name, L, count);
   auto [features, mask] = run(plan.texts, plan.length);
   // Without a tokenizer the module chose the length: keep token 0 and the last L - 1 of it.
   const auto keep = tokenizer_ ? plan.keep : select_index(features.dim() == 3 ? features.size(1) : 0, L);
@@ -257,7 +271,56 @@ std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vec
     features = features.index_select(1, index);
     mask = mask.to(features.device()).index_select(1, index);
   }
-  return checked({features, mask}, n);
+  return checked({features, mask}, 1);
+}
+
+std::pair<torch::Tensor, torch::Tensor> FrozenTextEncoder::encode(const std::vector<std::string>& prompts) {
+  auto& cache = *cache_;
+  // Gemma-2 in bf16 (on CUDA) gives bf16 values: kept as bf16, they come back exactly.
+  const auto kept = gemma_ && device_.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  if (prompts.empty()) {
+    const auto opts = torch::TensorOptions().device(device_);
+    return {torch::zeros({0, cfg_.model_max_length, cfg_.caption_channels}, opts),
+            torch::zeros({0, cfg_.model_max_length}, opts.dtype(torch::kInt64))};
+  }
+  std::vector<torch::Tensor> features, masks;
+  for (const auto& prompt : prompts) {
+    {
+      std::lock_guard<std::mutex> lock(cache.mutex);
+      const auto it = cache.entries.find(prompt);
+      if (it != cache.entries.end()) {
+        ++cache.hits;
+        features.push_back(it->second.features.to(device_, torch::kFloat32));
+        masks.push_back(it->second.mask.to(device_));
+        continue;
+      }
+    }
+    auto [f, m] = encode_one(prompt);
+    features.push_back(f);
+    masks.push_back(m);
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    ++cache.misses;
+    if (cache.full || cache.entries.count(prompt) != 0) continue;
+    CaptionCache::Entry e{f.to(torch::kCPU, kept), m.to(torch::kCPU)};
+    const auto size = static_cast<int64_t>(e.features.nbytes() + e.mask.nbytes() + prompt.size());
+    if (cache.bytes + size > cache.budget) {
+      cache.full = cache.budget > 0;
+      if (cache.full) {
+        log::info("text_encoder.caption_cache_gib ({:.1f} MiB) is full at {} captions; others are encoded each time "
+                  "they come (raise it, or write the features once with sana-train prepare-features)",
+                  static_cast<double>(cache.budget) / (1 << 20), cache.entries.size());
+      }
+      continue;
+    }
+    cache.bytes += size;
+    cache.entries.emplace(prompt, std::move(e));
+  }
+  return {torch::cat(features, 0), torch::cat(masks, 0)};
+}
+
+FrozenTextEncoder::CacheStats FrozenTextEncoder::cache_stats() const {
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  return {cache_->hits, cache_->misses, static_cast<int64_t>(cache_->entries.size()), cache_->bytes, cache_->full};
 }
 
 torch::Tensor FrozenTextEncoder::empty_prompt() {

@@ -22,6 +22,7 @@
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -70,12 +71,26 @@ class FrozenVae {
   bool can_decode_ = false;
 };
 
+// The features of captions already encoded, in host memory up to a byte budget: once full it
+// keeps what it has and takes no more (a run's epochs meet captions in a cycle, which would
+// evict every entry before its next use).
+struct CaptionCache;
+
 class FrozenTextEncoder {
  public:
   // Loads text_encoder.text_encoder_path and checks it on a probe prompt.
   static FrozenTextEncoder load(const TextEncoderOptions& cfg, torch::Device device);
-  // features [N, model_max_length, caption_channels], mask [N, model_max_length]
+  // features [N, model_max_length, caption_channels], mask [N, model_max_length]. Each caption
+  // is encoded alone, so its features are a function of the caption only (not of the batch
+  // it came in, the process count, or whether it came from the cache); a caption seen before
+  // comes from the cache (text_encoder.caption_cache_gib), bit for bit what encoding it gave.
   std::pair<torch::Tensor, torch::Tensor> encode(const std::vector<std::string>& prompts);
+  struct CacheStats {
+    int64_t hits = 0, misses = 0;    // captions served from the cache, and encoded
+    int64_t entries = 0, bytes = 0;  // what it holds
+    bool full = false;               // a caption did not fit the budget
+  };
+  CacheStats cache_stats() const;
   // Upstream's null caption: the empty prompt's features, without CHI prompt or token
   // selection, [model_max_length, caption_channels].
   torch::Tensor empty_prompt();
@@ -84,11 +99,14 @@ class FrozenTextEncoder {
  private:
   // The module's features [N, T, D] and mask [N, T] for `texts` (T = `length` with a tokenizer).
   std::pair<torch::Tensor, torch::Tensor> run(const std::vector<std::string>& texts, int64_t length);
+  // One caption's features [1, L, C] and mask [1, L], upstream's rules around run().
+  std::pair<torch::Tensor, torch::Tensor> encode_one(const std::string& prompt);
   std::pair<torch::Tensor, torch::Tensor> checked(std::pair<torch::Tensor, torch::Tensor> out, int64_t n) const;
 
   torch::jit::Module module_;
   std::shared_ptr<const Gemma2> gemma_;  // in place of module_ for a Gemma-2 folder
   std::shared_ptr<CaptionTokenizer> tokenizer_;
+  std::shared_ptr<CaptionCache> cache_;  // shared by copies
   TextEncoderOptions cfg_;
   torch::Device device_ = torch::kCPU;
 };

@@ -238,6 +238,7 @@ model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
   o.caption_channels = t.caption_channels;
   o.model_max_length = t.model_max_length;
   o.chi_prompt = t.chi_prompt;
+  o.caption_cache_bytes = static_cast<int64_t>(t.caption_cache_gib * static_cast<double>(int64_t{1} << 30));
   return o;
 }
 

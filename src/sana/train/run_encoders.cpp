@@ -120,6 +120,12 @@ std::vector<EncoderWeights> encoder_weights(const EncoderOptions& o, bool cuda, 
   return out;
 }
 
+int64_t total_bytes(const std::vector<EncoderWeights>& encoders) {
+  int64_t n = 0;
+  for (const auto& e : encoders) n += e.bytes;
+  return n;
+}
+
 data::ControlMapOptions control_maps_for(data::ControlMapOptions o, const Encoders& encoders) {
   if (o.kind != data::ControlKind::scribble && o.kind != data::ControlKind::hed) return o;
   if (!encoders.hed) throw std::logic_error("control_maps_for: the HED network was not loaded");

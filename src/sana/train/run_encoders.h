@@ -55,6 +55,7 @@ struct EncoderWeights {
 };
 std::vector<EncoderWeights> encoder_weights(const EncoderOptions& o, bool cuda, EncoderUse use,
                                             model::Conditioning conditioning);
+int64_t total_bytes(const std::vector<EncoderWeights>& encoders);
 
 // A ControlNet's control maps (component_options.h's control_map_options_for) with the HED
 // network of `encoders` for scribble and HED maps.

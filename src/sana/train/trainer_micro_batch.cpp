@@ -9,6 +9,7 @@
 #include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
 #include "sana/train/report/micro_batch.h"
+#include "sana/train/run_encoders.h"
 #include "sana/train/trainer.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
@@ -54,7 +55,10 @@ config::Config with_micro_batch_chosen(const config::Config& cfg, dist::Runtime&
                      "config error");
   }
   const auto [budget_all, where] = least_budget(cfg, rt);
-  const double budget = budget_all - kContextBytes;
+  // The frozen encoders this run loads on the device, counted from their config.json.
+  const auto encoders = static_cast<double>(total_bytes(
+      encoder_weights(encoder_options_for(cfg), rt.device().is_cuda(), EncoderUse::training, spec.conditioning)));
+  const double budget = budget_all - kContextBytes - encoders;
   const int64_t share = largest_share(cfg.train.global_batch_size, rt.world_size());
   std::string decision;
   if (rt.rank() == 0) {
@@ -73,8 +77,12 @@ config::Config with_micro_batch_chosen(const config::Config& cfg, dist::Runtime&
                                  "for the CUDA context leaves {}, and one sample with every block checkpointed "
                                  "needs {}; give the run more memory (train.micro_batch_memory_gib), split its state "
                                  "(train.zero_stage over more processes, train.offload_optimizer) or train smaller "
-                                 "buckets",
-                                 gib(budget + kContextBytes), where, gib(kContextBytes), gib(budget), gib(smallest)),
+                                 "buckets{}",
+                                 gib(budget_all), where, gib(kContextBytes), gib(budget), gib(smallest),
+                                 encoders > 0 ? fmt::format(" (the frozen encoders' {} are off the budget too: "
+                                                            "precomputed features, sana-train prepare-features, free it)",
+                                                            gib(encoders))
+                                              : ""),
                      "config error");
   }
   config::Config out = cfg;
@@ -85,10 +93,10 @@ config::Config with_micro_batch_chosen(const config::Config& cfg, dist::Runtime&
   t.grad_checkpointing = pick.gc_step > 0;
   t.gc_step = std::max<int64_t>(pick.gc_step, 1);
   log::info("train.micro_batch_size auto: {} with {}: the run's state and activations need {} of {}, that is {} "
-            "({}) less {} for the CUDA context (activations at fp32, an upper bound under autocast; sana-train model "
+            "({}) less {} for the CUDA context{} (activations at fp32, an upper bound under autocast; sana-train model "
             "--device-memory GIB lists the choices){}",
-            t.micro_batch_size, checkpointing_name(pick.gc_step), gib(pick.bytes), gib(budget), gib(budget + kContextBytes),
-            where, gib(kContextBytes),
+            t.micro_batch_size, checkpointing_name(pick.gc_step), gib(pick.bytes), gib(budget), gib(budget_all),
+            where, gib(kContextBytes), encoders > 0 ? fmt::format(" and {} for the frozen encoders", gib(encoders)) : "",
             t.micro_batch_size == pick.micro_batch
                 ? ""
                 : fmt::format("; {} divides data.sampler distributed's {} samples per process, {} does not",

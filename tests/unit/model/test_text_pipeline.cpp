@@ -70,6 +70,48 @@ TEST_CASE("captions go through upstream's CHI prompt, tokens and selection", "[m
   CHECK(same(plain.encode({""}).first[0], expected.get("null_features")));
 }
 
+TEST_CASE("a caption is encoded once: seen again it comes from the cache, bit for bit, batch or not",
+          "[model][text]") {
+  const auto captions = case_json().at("captions").get<std::vector<std::string>>();
+  REQUIRE(captions.size() >= 2);
+  const std::string a = captions[0], b = captions[1];
+  auto cached = model::FrozenTextEncoder::load(text_config("gemma-2-2b-it"), torch::kCPU);
+  const auto [features, mask] = cached.encode({a, b, a});
+  auto stats = cached.cache_stats();
+  CHECK(stats.misses == 2);  // the repeat within the batch is not encoded again
+  CHECK(stats.hits == 1);
+  CHECK(stats.entries == 2);
+  CHECK(torch::equal(features[0], features[2]));
+  CHECK(torch::equal(mask[0], mask[2]));
+  const auto again = cached.encode({b});
+  CHECK(cached.cache_stats().hits == 2);
+  CHECK(torch::equal(again.first[0], features[1]));
+  // The features are the caption's alone: an encoder without a cache gives the same bits for
+  // it alone and inside another batch, and upstream's (the reference) within 1e-6.
+  auto plain_cfg = text_config("gemma-2-2b-it");
+  plain_cfg.caption_cache_bytes = 0;
+  auto plain = model::FrozenTextEncoder::load(plain_cfg, torch::kCPU);
+  CHECK(torch::equal(plain.encode({b}).first[0], features[1]));
+  CHECK(torch::equal(plain.encode({captions.back(), b}).first[1], features[1]));
+  CHECK(plain.cache_stats().entries == 0);
+  CHECK(plain.cache_stats().misses == 3);
+  CHECK_FALSE(plain.cache_stats().full);  // no budget is not a full one
+  const auto expected = read_safetensors(fixtures().path("expected.safetensors"));
+  CHECK(same(features.narrow(0, 0, 2), expected.get("gemma_features").narrow(0, 0, 2)));
+  // A budget of one caption: the second does not fit, is encoded each time, and says so.
+  auto probe = model::FrozenTextEncoder::load(text_config("gemma-2-2b-it"), torch::kCPU);
+  (void)probe.encode({a});
+  auto one_cfg = text_config("gemma-2-2b-it");
+  one_cfg.caption_cache_bytes = probe.cache_stats().bytes;  // a's entry, exactly
+  auto one = model::FrozenTextEncoder::load(one_cfg, torch::kCPU);
+  (void)one.encode({a, b, b});
+  stats = one.cache_stats();
+  CHECK(stats.entries == 1);
+  CHECK(stats.full);
+  CHECK(stats.misses == 3);
+  CHECK(torch::equal(one.encode({b}).first[0], features[1]));
+}
+
 TEST_CASE("token rules: special tokens survive truncation, padding is on the right", "[model][text]") {
   const model::CaptionTokenizer gemma(fixtures().path("spm.model"), "gemma-2-2b-it");
   const model::CaptionTokenizer t5(fixtures().path("spm.model"), "T5");
