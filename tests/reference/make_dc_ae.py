@@ -18,13 +18,15 @@ Usage: make_dc_ae.py DIR [--upstream-shape]
                            (convert_autoencoder_dc_checkpoint_to_diffusers) turns back into
                            exactly "sana"'s state dict, which is checked here
 
-The two configurations hold every block type and option the released configs use:
+The three configurations hold every block type and option the released configs use:
   sana: Sana's DC-AE (dc-ae-f32c32-sana-1.x) in small: ResBlocks then EfficientViTBlocks with
         5x5 multi-scale aggregation, stride-2 conv down samplers, nearest-interpolation up
         samplers, RMSNorm and SiLU throughout, both shortcuts;
   in:   the in/mix-1.0 family's shape: no first-stage layers (conv_in and conv_out are the down
         and up samplers, without shortcuts), pixel-unshuffle / pixel-shuffle, EfficientViTBlocks
         without aggregation, BatchNorm + ReLU decoder stages, shortcuts off, a SiLU last act.
+  lite: DC-AE-Lite's shape: Sana's encoder, a decoder of ResBlocks without first-stage layers,
+        pixel-shuffle up samplers, a SiLU last act.
 The 8 x 8 images make the last stage 2 x 2, no more cells than a head has channels: diffusers
 then takes its quadratic attention, which is checked too.
 """
@@ -58,6 +60,18 @@ configs = {
                decoder_norm_types=["batch_norm", "batch_norm", "rms_norm"], decoder_act_fns=["relu", "relu", "silu"],
                encoder_out_shortcut=False, decoder_in_shortcut=False, decoder_conv_act_fn="silu",
                scaling_factor=0.3189),
+    # DC-AE-Lite (mit-han-lab/dc-ae-lite-f32c32-sana-1.1-diffusers, upstream's Sprint lite YAMLs) as
+    # upstream's efficientvit dc_ae.py describes it: Sana's encoder, a decoder of ResBlocks only with
+    # no first-stage layers (conv_out is the up sampler), pixel-shuffle up samplers, SiLU last act.
+    "lite": dict(in_channels=3, latent_channels=4, attention_head_dim=8,
+                 encoder_block_types=["ResBlock", "ResBlock", "EfficientViTBlock"],
+                 decoder_block_types=["ResBlock", "ResBlock", "ResBlock"],
+                 encoder_block_out_channels=[8, 16, 32], decoder_block_out_channels=[8, 16, 32],
+                 encoder_layers_per_block=[1, 1, 2], decoder_layers_per_block=[0, 2, 2],
+                 encoder_qkv_multiscales=[[], [], [5]], decoder_qkv_multiscales=[[], [], []],
+                 downsample_block_type="Conv", upsample_block_type="pixel_shuffle",
+                 decoder_norm_types="rms_norm", decoder_act_fns="silu", decoder_conv_act_fn="silu",
+                 scaling_factor=0.41407),
 }
 if "--upstream-shape" in sys.argv[2:]:
     torch.manual_seed(11)

@@ -1,5 +1,6 @@
-// The native DC-AE against diffusers' AutoencoderDC (tests/reference/make_dc_ae.py): two small
-// random configurations that hold every block type and option of the released ones, saved by
+// The native DC-AE against diffusers' AutoencoderDC (tests/reference/make_dc_ae.py): three small
+// random configurations (Sana's, the in/mix family's, DC-AE-Lite's) that hold every block type
+// and option of the released ones, saved by
 // save_pretrained (one in shards), encoded and decoded by diffusers in fp32 and bf16; and the
 // errors a folder that is not one gets.
 #include "catch.h"
@@ -25,7 +26,7 @@ const sana::test::TempDir& dc_ae_fixtures() { return sana::test::reference_fixtu
 
 TEST_CASE("the native DC-AE encodes and decodes as diffusers' AutoencoderDC", "[model][reference]") {
   const auto cases = sana::test::read_json_file(dc_ae_fixtures().path("cases.json"));
-  for (const std::string name : {"sana", "in"}) {
+  for (const std::string name : {"sana", "in", "lite"}) {
     INFO("configuration " << name);
     const auto expected = read_safetensors(dc_ae_fixtures().path(name + ".safetensors"));
     const auto vae = model::DcAe::load(dc_ae_fixtures().path(name), torch::kCPU, torch::kFloat32);
