@@ -11,7 +11,8 @@ shapes (a benchmark: it prints figures), with random weights the package writes.
   .venv/bin/python scripts/bench/encoders_cpu.py [--model gemma2|dc-ae] [--threads N]
       [--layers 2] [--batch 4] [--tokens 300] [--size 256] [--repeats 3] [--rounds 2]
 Builds bench_encoders in $SANA_BUILD_DIR (default build/). Times are medians of REPEATS
-calls after one warm-up, each side in its own process phase, alternating sides per round.
+calls after one warm-up, each side in its own process phase, alternating sides per round;
+"load" is reading the folder into fp32 weights (from_pretrained in Python), once a round.
 """
 import argparse
 import json
@@ -57,7 +58,9 @@ def native(folder, size):
     out = subprocess.run([os.path.join(build, "apps", "bench_encoders"), a.model, folder, str(batch), str(size),
                           str(a.repeats)], env=env, check=True, capture_output=True, text=True)
     words = out.stdout.strip().splitlines()[-1].split()
-    return {"forward": float(words[1])} if a.model == "gemma2" else {"encode": float(words[2]), "decode": float(words[5])}
+    if a.model == "gemma2":
+        return {"forward": float(words[1]), "load": float(words[4])}
+    return {"encode": float(words[2]), "decode": float(words[5]), "load": float(words[8])}
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -71,8 +74,10 @@ with tempfile.TemporaryDirectory() as tmp:
         mask[-1, a.tokens // 2:] = 0
 
         def python(attn):
+            t0 = time.perf_counter()
             m = Gemma2ForCausalLM.from_pretrained(tmp, dtype=torch.float32, attn_implementation=attn).get_decoder().eval()
-            return {"forward": timed(lambda: m(input_ids=ids, attention_mask=mask).last_hidden_state)}
+            load = (time.perf_counter() - t0) * 1e3
+            return {"forward": timed(lambda: m(input_ids=ids, attention_mask=mask).last_hidden_state), "load": load}
 
         sides = {"sana-train (native)": lambda: native(tmp, a.tokens), "transformers, eager": lambda: python("eager"),
                  "transformers, sdpa": lambda: python("sdpa")}
@@ -84,10 +89,13 @@ with tempfile.TemporaryDirectory() as tmp:
         images = torch.rand(batch, 3, a.size, a.size) * 2 - 1
 
         def python():
+            t0 = time.perf_counter()
             vae = AutoencoderDC.from_pretrained(tmp, dtype=torch.float32).eval()
+            load = (time.perf_counter() - t0) * 1e3
             with torch.inference_mode():
                 latents = vae.encode(images).latent
-            return {"encode": timed(lambda: vae.encode(images).latent), "decode": timed(lambda: vae.decode(latents).sample)}
+            return {"encode": timed(lambda: vae.encode(images).latent), "decode": timed(lambda: vae.decode(latents).sample),
+                    "load": load}
 
         sides = {"sana-train (native)": lambda: native(tmp, a.size), "diffusers": python}
         title = f"DC-AE f32c32 (released config, 312 M parameters), {batch} x {a.size} x {a.size} images"

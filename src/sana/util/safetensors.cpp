@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 
 namespace sana {
@@ -81,24 +85,54 @@ torch::Tensor SafetensorsFile::get(const std::string& name) const {
   throw SafetensorsError(fmt::format("no tensor '{}'", name));
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw SafetensorsError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  const std::vector<char> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse_safetensors(b, path);
-}
+namespace {
 
-SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
-  const SafetensorsHeader header = parse_safetensors_header(b.data(), b.size(), path);
+SafetensorsFile parse_bytes(const char* b, size_t size, const std::string& path) {
+  const SafetensorsHeader header = parse_safetensors_header(b, size, path);
   SafetensorsFile file;
   file.metadata = header.metadata;
   for (const auto& e : header.entries) {
     // The header checked the dtype and that the range holds exactly shape x dtype bytes.
     auto t = torch::empty(e.shape, torch::TensorOptions().dtype(safetensors_scalar_type(e.dtype)));
-    std::memcpy(t.data_ptr(), b.data() + e.begin, e.end - e.begin);
+    std::memcpy(t.data_ptr(), b + e.begin, e.end - e.begin);
     file.tensors.emplace_back(e.name, std::move(t));
   }
   return file;
+}
+
+}  // namespace
+
+// The file mapped, each tensor copied once out of the mapping: no second copy of the file in
+// memory (a Gemma-2 shard is gigabytes), the kernel reading ahead as the copies go.
+SafetensorsFile read_safetensors(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw SafetensorsError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw SafetensorsError(fmt::format("cannot read '{}': {}", path, std::strerror(err)));
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return parse_bytes(nullptr, 0, path);  // the header's own error for a file too short
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) throw SafetensorsError(fmt::format("cannot map '{}': {}", path, std::strerror(err)));
+  ::madvise(map, size, MADV_SEQUENTIAL);
+  struct Unmap {
+    void* p;
+    size_t n;
+    ~Unmap() { ::munmap(p, n); }
+  } unmap{map, size};
+  return parse_bytes(static_cast<const char*>(map), size, path);
+}
+
+SafetensorsFile parse_safetensors(const std::vector<char>& b, const std::string& path) {
+  return parse_bytes(b.data(), b.size(), path);
 }
 
 }  // namespace sana
