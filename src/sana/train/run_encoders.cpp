@@ -33,11 +33,12 @@ bool wants_text(const EncoderOptions& o, EncoderUse use, model::Conditioning con
 // A native encoder of `parameters` (counted by `count` from its folder's config.json).
 template <class Count>
 EncoderWeights native(std::string role, std::string what, const std::string& folder, bool cuda, Count count) {
-  EncoderWeights w{std::move(role), std::move(what), folder, -1, 0, cuda ? "bf16" : "fp32", ""};
+  const auto dtype = model::native_encoder_dtype(cuda);
+  EncoderWeights w{std::move(role), std::move(what), folder, -1, 0, dtype == torch::kBFloat16 ? "bf16" : "fp32", ""};
   try {
     const auto elements = count();
     w.parameters = elements.first;
-    w.bytes = elements.second * static_cast<int64_t>(c10::elementSize(model::native_encoder_dtype(cuda)));
+    w.bytes = elements.second * static_cast<int64_t>(c10::elementSize(dtype));
   } catch (const std::exception& e) {
     w.missing = e.what();
   }
