@@ -1,7 +1,11 @@
 #include "sana/train/part_options.h"
 
+#include <fmt/format.h>
+
 #include "sana/data/buckets.h"
 #include "sana/train/component_options.h"
+#include "sana/util/error.h"
+#include "sana/util/log.h"
 
 namespace sana::train {
 
@@ -240,8 +244,8 @@ SprintOptions sprint_options_for(const config::Config& cfg) {
   return o;
 }
 
-SprintTrainingOptions sprint_training_options_for(const config::Config& cfg) {
-  SprintTrainingOptions o;
+SprintStepOptions sprint_step_options_for(const config::Config& cfg) {
+  SprintStepOptions o;
   o.teacher = teacher_spec_for(cfg);
   o.teacher_model = cfg.model.sprint.teacher_model;
   o.frozen_dtype = frozen_dtype_for(cfg.train);
@@ -251,6 +255,25 @@ SprintTrainingOptions sprint_training_options_for(const config::Config& cfg) {
   o.optimizer = optimizer_options_for(cfg.train.optimizer);
   o.micro_batch_size = cfg.train.micro_batch_size;
   return o;
+}
+
+void check_training_kind(const config::Config& cfg) {
+  if (model_spec_for(cfg).trigflow && cfg.model.sprint.teacher_model.empty()) {  // SANA-Sprint's stage 2
+    throw UsageError(fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage 2 "
+                                 "distils a teacher; point it at the stage-1 fine-tune's weights (docs/sprint.md)",
+                                 cfg.model.model),
+                     "config error");
+  }
+}
+
+std::unique_ptr<TrainingStep> training_step_for(const config::Config& cfg, StepParts parts) {
+  std::string name;
+  if (auto step = registered_training_step(parts, name)) {
+    log::info("training step: {} (a registered kind)", name);
+    return step;
+  }
+  if (model_spec_for(cfg).trigflow) return std::make_unique<SprintStep>(sprint_step_options_for(cfg), parts);
+  return std::make_unique<FlowMatchingStep>();
 }
 
 }  // namespace sana::train

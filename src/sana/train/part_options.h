@@ -21,8 +21,8 @@
 #include "sana/train/resume.h"
 #include "sana/train/run_encoders.h"
 #include "sana/train/shared_dataset.h"
-#include "sana/train/sprint_step.h"
-#include "sana/train/sprint_training.h"
+#include "sana/train/sprint/objective.h"
+#include "sana/train/sprint/sprint_step.h"
 #include "sana/train/step.h"
 
 namespace sana::train {
@@ -59,7 +59,14 @@ StepOptions step_options_for(const config::Config& cfg, int rank, int world_size
 SprintOptions sprint_options_for(const config::Config& cfg);
 // Stage 2's parts in a run: the teacher (model.teacher, model.teacher_model,
 // train.frozen_base_dtype), the heads' seed, reducer (ddp.*) and optimizer (train.optimizer).
-SprintTrainingOptions sprint_training_options_for(const config::Config& cfg);
+SprintStepOptions sprint_step_options_for(const config::Config& cfg);
+// What a kind of training needs before the run starts (exit 2 otherwise): SANA-Sprint's
+// stage 2 a model.teacher_model.
+void check_training_kind(const config::Config& cfg);
+// The run's kind of training (step/training_step.h): a registered kind that claims it,
+// else SANA-Sprint's stage 2 for a SanaMSCM student, else flow matching over the Trainable.
+// Collective for stage 2 (the teacher's weights agreed).
+std::unique_ptr<TrainingStep> training_step_for(const config::Config& cfg, StepParts parts);
 // train.lora when it is on (lora_enabled), else nothing: what Trainable adapts.
 std::optional<model::LoraOptions> lora_for(const config::Config& cfg);
 // vae.*, text_encoder.*, controlnet.hed_model (for a ControlNet preset on scribble or HED

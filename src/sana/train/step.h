@@ -76,7 +76,7 @@ class TrainStep {
   // This rank's micro-batches of step `step` of `epoch`, read, counted by `guard`, on the
   // device and through the encoders, but run through nothing: for an objective that needs
   // the rank's whole share before its first backward (SANA-Sprint's stage 2,
-  // train/sprint_training.h). Fills out's samples, size and data/encoder times.
+  // sprint/sprint_step.h). Fills out's samples, size and data/encoder times.
   std::vector<Prepared> prepare(data::Loader& loader, int64_t epoch, int64_t step, BadSampleGuard& guard,
                                 StepOutput& out);
   const model::AutocastState& autocast() const { return amp_; }

@@ -109,15 +109,12 @@ void Trainer::start() {
   guard_.emplace(cfg_.data.max_bad_fraction, BadSampleGuard::kMinReads, /*carries=*/main_rank_);
   nonfinite_.emplace(cfg_.train.max_nonfinite);
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
-  // As upstream's scheduler, the schedule does not advance over steps skipped for fp16 overflow.
-  // SANA-Sprint: as upstream, the schedule steps with the generator only (even steps).
+  // The steps that move the schedule are the kind's to say (not those skipped for fp16 overflow).
   lr_scheduler_.emplace(lr_schedule_options_for(cfg_.train), [this] {
-    return sprint_ ? (position_.global_step + 1) / 2 : position_.global_step - scaler_->overflows();
+    return kind_->schedule_position(position_.global_step, scaler_->overflows());
   });
   step_.emplace(step_options_for(cfg_, rank, world, zero_->forwards_collective()), model_, encoders_, *reducer_);
-  if (spec_.trigflow) {  // collective: the teacher's weights agreed
-    sprint_ = std::make_unique<SprintTraining>(sprint_training_options_for(cfg_), model_, rt_);
-  }
+  kind_ = training_step_for(cfg_, {model_, *reducer_, rt_});  // collective for some kinds (a teacher agreed)
   previews_.emplace(preview_policy_for(cfg_), preview_sources_for(cfg_), rt_, model_, encoders_, *dataset_);
   open_eval_set();  // collective under train.eval: rank 0 indexes the held-out samples
   checkpointer_.emplace(checkpoint_options_for(cfg_, TestHooks::get().checkpoint_stage_delay()), main_rank_);
@@ -267,9 +264,10 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     torch::NoGradGuard no_grad;
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
-  const bool generator = !sprint_ || SprintTraining::generator_phase(position_.global_step);
-  // SANA-Sprint's heads: as upstream's optimizer_D, train.optimizer.lr (auto_lr applied), no schedule.
-  const double lr = generator ? lr_scheduler_->rate(total_steps_) : peak_learning_rate(lr_scheduler_->options());
+  const auto own = kind_->own_target(position_.global_step);
+  // A target of the kind's own (SANA-Sprint's heads, as upstream's optimizer_D):
+  // train.optimizer.lr (auto_lr applied), no schedule.
+  const double lr = own ? peak_learning_rate(lr_scheduler_->options()) : lr_scheduler_->rate(total_steps_);
   const double scale = scaler_->scale();
   // The step's phase timers mark the device timeline too; its end is marked last.
   std::optional<DeviceTimeline::Active> marking;
@@ -278,12 +276,10 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   if (!memory_reported_) peak.begin();
   PhaseLosses phase_losses;
   profiler_->begin(position_.global_step + 1);
-  auto out = sprint_ ? sprint_->run(*step_, loader, epoch, step, position_.global_step, *guard_, *reducer_,
-                                    phase_losses)
-                     : step_->run(loader, epoch, step, *guard_, scale);
+  auto out = kind_->run(*step_, loader, {epoch, step, position_.global_step, scale}, *guard_, phase_losses);
   if (!memory_reported_) peak.end();
   zero_->step_done();
-  const auto [verdict, grad_norm, applied] = agree_and_update(out, lr, scale, generator);
+  const auto [verdict, grad_norm, applied] = agree_and_update(out, lr, scale, own);
   // The step is applied on every rank: the position moves before the next collective.
   const bool epoch_end = step + 1 == steps_in_epoch;
   position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
@@ -297,7 +293,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     PhaseTimer timer(out.times, &StepTimes::checkpoint_preview);
     preview_and_evaluate(global_step, epoch_end, epoch);
   }
-  const StepRecord record = step_record(epoch, step, {verdict, grad_norm, applied}, lr, out, generator,
+  const StepRecord record = step_record(epoch, step, {verdict, grad_norm, applied}, lr, out, !own,
                                         std::move(phase_losses));
   if (timeline_) {  // the steps the device has finished by now (the agreement's read waited for the last)
     for (const auto& f : timeline_->take_finished()) metrics_->record_device(f.step, f.times);
@@ -329,7 +325,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
 }
 
 StepRecord Trainer::step_record(int64_t epoch, int64_t step, const Outcome& o, double lr, const StepOutput& out,
-                                bool generator, PhaseLosses figures) const {
+                                bool has_loss, PhaseLosses figures) const {
   const auto& [verdict, grad_norm, applied] = o;
   StepRecord record;
   const int64_t global_step = position_.global_step;
@@ -345,13 +341,13 @@ StepRecord Trainer::step_record(int64_t epoch, int64_t step, const Outcome& o, d
   record.samples = out.samples;
   record.bad_samples = guard_->totals().first;
   const auto forward = model::forward_flops(spec_, out.height, out.width);
-  // data.class_data_dir: each sample's class image runs through the model too. SANA-Sprint's
-  // steps are not counted (no FLOP/s, no MFU).
-  if (!sprint_) {
+  // data.class_data_dir: each sample's class image runs through the model too. Some kinds'
+  // steps are not counted (SANA-Sprint's: no FLOP/s, no MFU).
+  if (kind_->counts_flops()) {
     record.train_flops = train_flops(config::lora_enabled(cfg_.train), spec_, forward) *
                          static_cast<double>(out.samples) * (classes_ ? 2.0 : 1.0);
   }
-  record.has_loss = generator;
+  record.has_loss = has_loss;
   record.figures = std::move(figures);
   return record;
 }
@@ -379,15 +375,7 @@ void Trainer::finish() {
   }
   const int world = rt_.world_size();
   log::info("parameters identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s", sums.front());
-  if (sprint_) {
-    const auto heads = rt_.all_gather("final discriminator checksum", sprint_->heads_checksum());
-    if (std::adjacent_find(heads.begin(), heads.end(), std::not_equal_to<>()) != heads.end()) {
-      throw dist::Disagreement(fmt::format("the discriminator heads differ between ranks after step {}: checksums {}",
-                                           global_step, fmt::join(heads, ", ")));
-    }
-    log::info("discriminator heads identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s",
-              heads.front());
-  }
+  kind_->check_agreement(rt_, global_step);  // collective
   trainable_->check_base();
   previews_->publish(metrics_->events());  // every rank's last grids are written: they are past the gather
   if (main_rank_) trainable_->write_final(cfg_.work_dir, {{"model", spec_.name}, {"step", std::to_string(global_step)}});

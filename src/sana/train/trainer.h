@@ -35,8 +35,8 @@
 #include "sana/train/share_mirror.h"
 #include "sana/train/optim.h"
 #include "sana/train/previews.h"
-#include "sana/train/sprint_training.h"
 #include "sana/train/step.h"
+#include "sana/train/step/training_step.h"
 #include "sana/train/device_timeline.h"
 #include "sana/train/step_agreement.h"
 #include "sana/train/train.h"
@@ -132,31 +132,30 @@ class Trainer {
   // peak's rise during the step's forward and backward (`step`).
   void report_memory(const PeakProbe& activations, const StepOutput& step);
   // The step's agreement and, when every rank accepts it, the update of what the step trains
-  // (`generator`: the model; false: SANA-Sprint's heads).
+  // (`own`: a target of the kind of training's own; none: the Trainable).
   struct Outcome {
     StepVerdict verdict;
     double grad_norm = 0;
     bool applied = false;
   };
-  Outcome agree_and_update(StepOutput& out, double lr, double scale, bool generator);
+  Outcome agree_and_update(StepOutput& out, double lr, double scale, const std::optional<OwnTarget>& own);
   // The step's agreement (one all-reduce): the loss, bad samples and stop requests of all
   // ranks; gradients are equal on every rank by then, and so is their norm.
   // `square_and_loss`: grad_square_and_loss()'s, still on the device; `parts`: ZeRO 2's
   // gradient segments (each rank has its part of the squares).
   StepVerdict agree_on_step(const torch::Tensor& square_and_loss, bool parts);
-  // The step's figures for the metrics, after its update (position_ counts it).
+  // The step's figures for the metrics, after its update (position_ counts it). `has_loss`:
+  // the step trained the Trainable (its loss is the run's).
   StepRecord step_record(int64_t epoch, int64_t step, const Outcome& o, double lr, const StepOutput& out,
-                         bool generator, PhaseLosses figures) const;
+                         bool has_loss, PhaseLosses figures) const;
   // train.early_stop_hours have passed since start-up on this rank.
   bool out_of_time() const;
   // SIGINT and SIGTERM ask for a stop, which the next step's agreement carries to every rank.
   static void watch_stop_signals();
-  // false: skipped. `scale`: the loss scale the step's backward ran at. `generator`: the
-  // step trains the model (false: SANA-Sprint's discriminator heads).
-  bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator = true);
-  // The reducer of what a step trains: the model's (`generator`), or SANA-Sprint's
-  // discriminator heads'.
-  parallel::Reducer& reducer_of(bool generator);
+  // false: skipped. `scale`: the loss scale the step's backward ran at. `own`: the step
+  // trains a target of the kind's own (none: the Trainable, with the EMA and ZeRO's gather).
+  bool update(const StepVerdict& verdict, double grad_norm, double lr, double scale,
+              const std::optional<OwnTarget>& own);
   // The run's position and metadata, as the checkpoint's trainer_state.json holds them.
   ckpt::TrainerState run_state() const;
   void finish();
@@ -183,9 +182,8 @@ class Trainer {
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
   std::optional<TrainStep> step_;
-  // SANA-Sprint's stage 2 (a SanaMSCM student with model.teacher_model): the teacher, the
-  // discriminator heads and the alternation; null in a flow run.
-  std::unique_ptr<SprintTraining> sprint_;
+  // The kind of training (step/training_step.h): flow matching, SANA-Sprint's stage 2, ...
+  std::unique_ptr<TrainingStep> kind_;
   std::optional<Previews> previews_;
   std::optional<EvalLoss> eval_;  // train.eval (none when off)
   std::optional<data::Dataset> classes_;  // data.class_data_dir's class images (none when off)

@@ -32,9 +32,7 @@ void Trainer::register_checkpointed_parts() {
   checkpointer_->add(*nonfinite_);
   checkpointer_->add(*scaler_);
   checkpointer_->add(*lr_scheduler_);
-  if (sprint_) {
-    for (auto* part : sprint_->parts()) checkpointer_->add(*part);
-  }
+  for (auto* part : kind_->parts()) checkpointer_->add(*part);
 }
 
 std::unique_ptr<parallel::ShardedCheckpoints> Trainer::sharded_checkpoints() {

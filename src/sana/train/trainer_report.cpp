@@ -50,10 +50,7 @@ void Trainer::log_start() const {
             optimizer_->on_host() ? " in host memory with fp32 master weights (train.offload_optimizer)" : "",
             reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic),
             trainable_->describe());
-  if (sprint_) {
-    log::info("SANA-Sprint stage 2 (sCM + LADD): {}; even steps train the student, odd ones the heads",
-              sprint_->describe());
-  }
+  if (const auto kind = kind_->describe(); !kind.empty()) log::info("{}", kind);
 }
 
 void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {

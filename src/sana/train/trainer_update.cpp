@@ -24,10 +24,11 @@ void Trainer::watch_stop_signals() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double scale, bool generator) {
+Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double scale,
+                                           const std::optional<OwnTarget>& own) {
   Outcome o;
   PhaseTimer timer(out.times, &StepTimes::optimizer);  // the agreement's all-reduce is left out
-  auto& reducer = reducer_of(generator);
+  auto& reducer = own ? own->reducer : *reducer_;
   const auto square_and_loss = grad_square_and_loss(reducer.flat_gradients(), out.loss_sum);
   const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
   timer.pause();
@@ -35,7 +36,7 @@ Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double sc
   o.verdict = agree_on_step(square_and_loss, parts);
   timer.resume();
   o.grad_norm = std::sqrt(parts ? o.verdict.grad_square_sum : o.verdict.grad_square_whole) / scale;
-  o.applied = update(o.verdict, o.grad_norm, lr, scale, generator);
+  o.applied = update(o.verdict, o.grad_norm, lr, scale, own);
   return o;
 }
 
@@ -71,11 +72,8 @@ StepVerdict Trainer::agree_on_step(const torch::Tensor& square_and_loss, bool pa
   return verdict;
 }
 
-parallel::Reducer& Trainer::reducer_of(bool generator) {
-  return generator ? *reducer_ : sprint_->heads_reducer();
-}
-
-bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale, bool generator) {
+bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, double scale,
+                     const std::optional<OwnTarget>& own) {
   // fp16: gradients that overflow with a finite loss are the scaler's (skip, halve the scale),
   // not a non-finite step; torch's GradScaler does the same.
   const bool overflow = scaler_->enabled() && verdict.nonfinite && std::isfinite(verdict.loss_mean);
@@ -89,9 +87,9 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   // included: the average moves toward the unchanged (finite) weights.
   if (overflow) ema_->update_at(position_.global_step + 1);
   if (overflow && mirror_) mirror_->update_ema_at(position_.global_step + 1);
-  if (apply && !generator) {  // SANA-Sprint's heads: their optimizer, no EMA
-    unscale_and_clip(sprint_->heads_reducer().flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
-    sprint_->heads_optimizer().step(lr);
+  if (apply && own) {  // the kind's own target: its optimizer, no EMA
+    unscale_and_clip(own->reducer.flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
+    own->optimizer.step(lr);
   } else if (apply) {
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update_at(position_.global_step + 1);  // as upstream: before the step (the average lags by one)
@@ -104,8 +102,8 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
       lost_after_commit_ = e.what();  // committed: every share has the step (a lost one's mirror too)
     }
   }
-  reducer_->zero_gradients();  // a skipped step zeroes both of SANA-Sprint's
-  if (sprint_) sprint_->heads_reducer().zero_gradients();
+  reducer_->zero_gradients();  // a skipped step zeroes the kind's own too
+  kind_->zero_own_gradients();
   return apply;
 }
 

@@ -21,7 +21,7 @@
 #include "sana/config/loader.h"
 #include "sana/train/component_options.h"
 #include "sana/train/part_options.h"
-#include "sana/train/sprint_step.h"
+#include "sana/train/sprint/objective.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
 #include "test_support.h"
@@ -115,8 +115,8 @@ torch::Tensor take_gradients(const std::vector<torch::Tensor>& params) {
 
 RankResult run_rank(RankModels m, const train::SprintOptions& o, const torch::Tensor& x0, const model::Condition& cond,
                     const std::vector<uint64_t>& ids, int64_t first, int64_t count, int64_t micro,
-                    train::SprintStep::AllReduce all_reduce) {
-  train::SprintStep step(o, m.student, m.teacher, m.heads, std::move(all_reduce));
+                    train::SprintObjective::AllReduce all_reduce) {
+  train::SprintObjective step(o, m.student, m.teacher, m.heads, std::move(all_reduce));
   train::SprintShare share;
   share.global_batch = x0.size(0);
   share.first = first;
@@ -188,7 +188,7 @@ TEST_CASE("a Sprint step on 1, 2 and 3 ranks gives the same gradients, losses an
         try {
           // rank_share's split: consecutive, sizes differing by one at most; micro-batches of 1.
           const int64_t first = B * r / world, last = B * (r + 1) / world;
-          train::SprintStep::AllReduce sum = [&exchange, r](torch::Tensor& t) { exchange(r, t); };
+          train::SprintObjective::AllReduce sum = [&exchange, r](torch::Tensor& t) { exchange(r, t); };
           results[static_cast<size_t>(r)] = run_rank(models[static_cast<size_t>(r)], o, x0, cond, ids, first,
                                                      last - first, 1, sum);
         } catch (const std::exception& e) {
@@ -370,7 +370,7 @@ TEST_CASE("a Sprint generator and discriminator step match upstream's in float64
   o.head_blocks = {0, 2};
   o.tangent_warmup_steps = 4;
   o.seed = 11;
-  train::SprintStep step(o, student, teacher, heads, nullptr);
+  train::SprintObjective step(o, student, teacher, heads, nullptr);
   torch::manual_seed(75);
   const int64_t B = 5;  // the fakes and misaligned pairs: 10 rows, two groups of 5
   const auto x0 = torch::randn({B, sspec.in_channels, 8, 8}, f64) * o.sigma_data;

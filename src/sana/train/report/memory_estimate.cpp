@@ -80,7 +80,7 @@ model::SanaMS build(model::ModelSpec spec, int64_t depth) {
 struct SprintModels {
   model::SanaMS student{nullptr};
   model::LaddHeads heads{nullptr};
-  std::unique_ptr<SprintStep> step;
+  std::unique_ptr<SprintObjective> step;
 
   SprintModels(const model::ModelSpec& spec, const MemoryEstimateOptions::Sprint& sprint, int64_t depth,
                std::vector<int64_t> blocks) {
@@ -90,7 +90,7 @@ struct SprintModels {
     auto o = sprint.step;
     o.head_blocks = std::move(blocks);
     o.exact = false;
-    step = std::make_unique<SprintStep>(o, student, teacher, heads, nullptr);
+    step = std::make_unique<SprintObjective>(o, student, teacher, heads, nullptr);
   }
 
   // A generator step then a discriminator step of `batch` samples: the most bytes above the start.

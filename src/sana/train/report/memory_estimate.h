@@ -22,7 +22,7 @@
 #include "sana/model/storage_dtype.h"
 #include "sana/parallel/options.h"
 #include "sana/train/optim.h"
-#include "sana/train/sprint_step.h"
+#include "sana/train/sprint/objective.h"
 
 namespace sana::train {
 

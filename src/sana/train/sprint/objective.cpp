@@ -1,4 +1,4 @@
-#include "sana/train/sprint_step.h"
+#include "sana/train/sprint/objective.h"
 
 #include <fmt/format.h>
 
@@ -92,7 +92,7 @@ std::function<Tensor(const Tensor&)> summed_over_ranks(std::function<void(Tensor
 
 // The heads' inputs of a phase: per head, this rank's rows of every micro-batch, and where
 // those rows are in the phase's whole batch.
-struct SprintStep::Features {
+struct SprintObjective::Features {
   std::vector<std::vector<Tensor>> parts;  // per micro-batch run, per head: [rows, N, C]
   std::vector<int64_t> positions;
 
@@ -112,7 +112,7 @@ struct SprintStep::Features {
   }
 };
 
-SprintStep::SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
+SprintObjective::SprintObjective(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
                        AllReduce all_reduce)
     : o_(std::move(options)), student_(std::move(student)), teacher_(std::move(teacher)), heads_(std::move(heads)),
       all_reduce_(std::move(all_reduce)) {
@@ -126,7 +126,7 @@ SprintStep::SprintStep(SprintOptions options, model::SanaMS student, model::Sana
   teacher_->eval();
 }
 
-model::BatchGroups SprintStep::groups(const Features& rows, int64_t total, const model::HeadReplicas* replicas) const {
+model::BatchGroups SprintObjective::groups(const Features& rows, int64_t total, const model::HeadReplicas* replicas) const {
   if (o_.exact) {
     std::vector<int64_t> chunks;
     for (const auto& p : rows.parts) chunks.push_back(p.front().size(0));
@@ -137,7 +137,7 @@ model::BatchGroups SprintStep::groups(const Features& rows, int64_t total, const
   return g;
 }
 
-void SprintStep::hand_over(const model::HeadReplicas& replicas, bool last) {
+void SprintObjective::hand_over(const model::HeadReplicas& replicas, bool last) {
   torch::NoGradGuard no_grad;
   auto params = heads_->parameters();
   for (size_t c = 0; c < replicas.chunks(); ++c) {
@@ -154,12 +154,12 @@ void SprintStep::hand_over(const model::HeadReplicas& replicas, bool last) {
   }
 }
 
-struct SprintStep::MicroDraws {
+struct SprintObjective::MicroDraws {
   Tensor s, s_x0, s_d, z, z_x0, z_d, w;  // [b, 1, 1, 1] times and scales, [b, C, H, W] noises
   std::vector<double> cfg;
 };
 
-SprintStep::MicroDraws SprintStep::generator_draws(const SprintMicroBatch& m, int64_t step) const {
+SprintObjective::MicroDraws SprintObjective::generator_draws(const SprintMicroBatch& m, int64_t step) const {
   MicroDraws d;
   std::vector<double> s, s_x0, s_d;
   std::vector<Tensor> z, z_x0, z_d;
@@ -183,7 +183,7 @@ SprintStep::MicroDraws SprintStep::generator_draws(const SprintMicroBatch& m, in
   return d;
 }
 
-std::vector<Tensor> SprintStep::fake_features(const SprintMicroBatch& m, const MicroDraws& d) {
+std::vector<Tensor> SprintObjective::fake_features(const SprintMicroBatch& m, const MicroDraws& d) {
   const double sd = o_.sigma_data;
   // Without train_largest_timestep the prediction is the sCM forward's own (x_s at s), as upstream.
   const auto x_s = noised(m.x0, d.s_x0, d.z_x0.defined() ? d.z_x0 : d.z, sd);
@@ -192,7 +192,7 @@ std::vector<Tensor> SprintStep::fake_features(const SprintMicroBatch& m, const M
   return model::trigflow_block_outputs(*teacher_, fake / sd, d.s_d.flatten(), m.cond, o_.head_blocks);
 }
 
-std::vector<Tensor> SprintStep::adversarial_gradients(const SprintShare& share, const std::vector<MicroDraws>& draws,
+std::vector<Tensor> SprintObjective::adversarial_gradients(const SprintShare& share, const std::vector<MicroDraws>& draws,
                                                       Tensor* adv) {
   Features features;
   int64_t place = share.first;
@@ -211,7 +211,7 @@ std::vector<Tensor> SprintStep::adversarial_gradients(const SprintShare& share, 
   return torch::autograd::grad({loss}, leaves);  // the heads' parameters take nothing
 }
 
-Tensor SprintStep::generator_backward(const SprintMicroBatch& m, const MicroDraws& d, double r, int64_t global_batch,
+Tensor SprintObjective::generator_backward(const SprintMicroBatch& m, const MicroDraws& d, double r, int64_t global_batch,
                                       const std::vector<Tensor>& feature_grads, bool last) {
   const double sd = o_.sigma_data;
   const auto cond = with_cfg(m.cond, d.cfg, m.x0);
@@ -251,7 +251,7 @@ void check_share(const SprintShare& share) {
 
 }  // namespace
 
-SprintLosses SprintStep::generator(const SprintShare& share) {
+SprintLosses SprintObjective::generator(const SprintShare& share) {
   check_share(share);
   const double r = std::min(1.0, static_cast<double>(share.step) /
                                      static_cast<double>(std::max<int64_t>(1, o_.tangent_warmup_steps)));
@@ -274,7 +274,7 @@ SprintLosses SprintStep::generator(const SprintShare& share) {
   return out;
 }
 
-SprintLosses SprintStep::discriminator(const SprintShare& share) {
+SprintLosses SprintObjective::discriminator(const SprintShare& share) {
   check_share(share);
   const double sd = o_.sigma_data;
   const int64_t B = share.global_batch;

@@ -1,10 +1,11 @@
-#include "sana/train/sprint_training.h"
+#include "sana/train/sprint/sprint_step.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "sana/data/epoch_plan.h"
 #include "sana/data/sample_cache.h"
@@ -38,7 +39,7 @@ bool student_only(const std::string& name) {
 
 // model.teacher_model's weights: a flow model's file (the stage-1 fine-tune), or a
 // student's, whose guidance embedding and log-variance head the teacher leaves out.
-model::SanaMS load_teacher(const SprintTrainingOptions& o, dist::Runtime& rt) {
+model::SanaMS load_teacher(const SprintStepOptions& o, dist::Runtime& rt) {
   const auto& path = o.teacher_model;
   const auto& spec = o.teacher;
   if (!std::filesystem::exists(path)) {
@@ -82,7 +83,8 @@ model::SanaMS load_teacher(const SprintTrainingOptions& o, dist::Runtime& rt) {
 
 }  // namespace
 
-SprintTraining::SprintTraining(SprintTrainingOptions o, model::SanaMS student, dist::Runtime& rt) : rt_(rt) {
+SprintStep::SprintStep(SprintStepOptions o, StepParts& parts) : rt_(parts.rt), student_reducer_(parts.reducer) {
+  auto& rt = parts.rt;
   teacher_ = load_teacher(o, rt);
   teacher_source_ = o.teacher_model;
   rt.agree("the teacher's weights (model.teacher_model)", weights_checksum(*teacher_));
@@ -100,27 +102,42 @@ SprintTraining::SprintTraining(SprintTrainingOptions o, model::SanaMS student, d
   heads_part_ = std::make_unique<model::ModuleState>(*heads_, "discriminator");
   optimizer_part_ = std::make_unique<RenamedPart>(*heads_optimizer_, "discriminator_optimizer");
   reducer_part_ = std::make_unique<RenamedPart>(*heads_reducer_, "discriminator_reducer");
-  SprintStep::AllReduce all_reduce;
+  SprintObjective::AllReduce all_reduce;
   if (rt.world_size() > 1) all_reduce = [&rt](torch::Tensor& t) { rt.all_reduce(t); };
   o.step.exact = exact_;
-  step_ = std::make_unique<SprintStep>(std::move(o.step), std::move(student), teacher_, heads_, std::move(all_reduce));
+  step_ = std::make_unique<SprintObjective>(std::move(o.step), parts.model, teacher_, heads_, std::move(all_reduce));
 }
 
-std::vector<Stateful*> SprintTraining::parts() { return {heads_part_.get(), optimizer_part_.get(), reducer_part_.get()}; }
+std::vector<Stateful*> SprintStep::parts() { return {heads_part_.get(), optimizer_part_.get(), reducer_part_.get()}; }
 
-std::string SprintTraining::describe() const {
+std::string SprintStep::describe() const {
   const auto& blocks = step_->options().head_blocks;
   const auto heads = model::ladd_heads_parameters(teacher_->spec().hidden, static_cast<int64_t>(blocks.size()));
-  return fmt::format("teacher {} ({:.2f} M parameters, frozen, from {}); {} discriminator head{} on its block{} {} "
+  return fmt::format("SANA-Sprint stage 2 (sCM + LADD): teacher {} ({:.2f} M parameters, frozen, from {}); {} discriminator head{} on its block{} {} "
                      "({:.2f} M parameters, optimizer {})",
                      teacher_->spec().name, static_cast<double>(teacher_->parameter_count()) / 1e6, teacher_source_,
                      blocks.size(), blocks.size() == 1 ? "" : "s", blocks.size() == 1 ? "" : "s",
-                     fmt::join(blocks, ", "), static_cast<double>(heads) / 1e6, heads_optimizer_->name());
+                     fmt::join(blocks, ", "), static_cast<double>(heads) / 1e6, heads_optimizer_->name()) +
+         "; even steps train the student, odd ones the heads";
 }
 
-std::string SprintTraining::heads_checksum() const { return weights_checksum(*heads_); }
+std::optional<OwnTarget> SprintStep::own_target(int64_t global_step) {
+  if (generator_phase(global_step)) return std::nullopt;
+  return OwnTarget{*heads_reducer_, *heads_optimizer_};
+}
 
-torch::Tensor SprintTraining::previous_x0(const SprintShare& share, dist::Runtime& rt) const {
+void SprintStep::check_agreement(dist::Runtime& rt, int64_t global_step) {
+  const auto heads = rt.all_gather("final discriminator checksum", weights_checksum(*heads_));
+  if (std::adjacent_find(heads.begin(), heads.end(), std::not_equal_to<>()) != heads.end()) {
+    throw dist::Disagreement(fmt::format("the discriminator heads differ between ranks after step {}: checksums {}",
+                                         global_step, fmt::join(heads, ", ")));
+  }
+  const int world = rt.world_size();
+  log::info("discriminator heads identical on all {} rank{} (checksum {})", world, world == 1 ? "" : "s",
+            heads.front());
+}
+
+torch::Tensor SprintStep::previous_x0(const SprintShare& share, dist::Runtime& rt) const {
   const int world = rt.world_size(), rank = rt.rank();
   if (world == 1) return {};
   const auto& last = share.micro.back().x0;
@@ -130,11 +147,11 @@ torch::Tensor SprintTraining::previous_x0(const SprintShare& share, dist::Runtim
   return all[(rank + world - 1) % world];
 }
 
-StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t epoch, int64_t step_in_epoch,
-                               int64_t global_step, BadSampleGuard& guard, parallel::Reducer& student_reducer,
-                               PhaseLosses& losses) {
+StepOutput SprintStep::run(TrainStep& micro, data::Loader& loader, const StepAt& at, BadSampleGuard& guard,
+                           PhaseLosses& losses) {
   StepOutput out;
-  const auto prepared = step.prepare(loader, epoch, step_in_epoch, guard, out);
+  const int64_t global_step = at.global_step;
+  const auto prepared = micro.prepare(loader, at.epoch, at.step_in_epoch, guard, out);
   const double sd = step_->options().sigma_data;
   SprintShare share;
   for (const auto& p : prepared) {
@@ -145,7 +162,7 @@ StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t ep
   share.step = global_step;
   const bool generator = generator_phase(global_step);
   if (!generator) share.previous_x0 = previous_x0(share, rt_);
-  const auto parts = run_phase(share, generator ? student_reducer : *heads_reducer_, out, step.autocast());
+  const auto parts = run_phase(share, generator ? student_reducer_ : *heads_reducer_, out, micro.autocast());
   const auto device = rt_.device();
   out.loss_sum = parts.parts[0].to(device, torch::kFloat64).clone();
   // The named parts, summed over ranks (one small all-reduce; the total goes through the
@@ -160,7 +177,7 @@ StepOutput SprintTraining::run(TrainStep& step, data::Loader& loader, int64_t ep
   return out;
 }
 
-SprintLosses SprintTraining::run_phase(const SprintShare& share, parallel::Reducer& reducer, StepOutput& out,
+SprintLosses SprintStep::run_phase(const SprintShare& share, parallel::Reducer& reducer, StepOutput& out,
                                        const model::AutocastState& autocast) {
   const bool generator = generator_phase(share.step);
   std::vector<torch::Tensor> power_iteration;  // the heads' spectral-norm vectors before the phase

@@ -73,11 +73,11 @@ struct SprintLosses {
 // rank's loss is its part of the step's, so the sum's gradient is every rank's part's).
 std::function<torch::Tensor(const torch::Tensor&)> summed_over_ranks(std::function<void(torch::Tensor&)> all_reduce);
 
-class SprintStep {
+class SprintObjective {
  public:
   // An in-place sum of a tensor over every rank of the step; null on one process.
   using AllReduce = std::function<void(torch::Tensor&)>;
-  SprintStep(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
+  SprintObjective(SprintOptions options, model::SanaMS student, model::SanaMS teacher, model::LaddHeads heads,
              AllReduce all_reduce);
 
   static bool generator_phase(int64_t step) { return step % 2 == 0; }
