@@ -25,9 +25,9 @@
 #include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/component_options.h"
-#include "sana/train/optim.h"
-#include "sana/train/part_options.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/optim/optimizer.h"
+#include "sana/train/options/torch_options.h"
 
 using namespace sana;
 
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   cfg.dist.timeout_s = 600;
   if (const char* threads = std::getenv("BENCH_THREADS")) cfg.dist.threads_per_process = std::atoi(threads);
   const auto env = dist::detect_launch_env();
-  auto rt = dist::Runtime::start(env, sana::train::runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)});
+  auto rt = dist::Runtime::start(env, sana::train::runtime_options_for(cfg, sana::train::TestHooks{}), {SANA_VERSION, config::config_fingerprint(cfg)});
   const auto spec = sana::train::model_spec_for(cfg);
   model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, 1});
   std::vector<std::pair<std::string, torch::Tensor>> named;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "commands/command.h"
@@ -20,7 +21,7 @@
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/launcher.h"
 #include "sana/distributed/launcher_link.h"
-#include "sana/train/config_checks.h"
+#include "sana/train/options/config_checks.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
 #include "sana/util/log.h"
@@ -29,26 +30,40 @@ namespace {
 
 using namespace sana;
 
-std::string help_footer() {
+// The usual arguments of a subcommand, for the help's command list (`--help` after the
+// subcommand lists them all). A subcommand missing here is listed with its description alone.
+const std::map<std::string, std::string>& synopses() {
+  static const std::map<std::string, std::string> s = {
+      {"launch", "--nproc-per-node N -- ARGS..."},
+      {"check-dist", "[--seconds S] [--dist.KEY=VALUE]..."},
+      {"index", "--input SRC... --output FILE"},
+      {"plan", "--config FILE [--world-size W --rank R --epoch E --json]"},
+      {"check-data", "--config FILE [--limit N] [--fill-cache]"},
+      {"model", "--config FILE [--json] [--device-memory GIB]"},
+      {"preview", "--config FILE [--weights F] [--out DIR]"},
+      {"export", "--config FILE --from F --out DIR [--format diffusers|upstream] [--merge-lora]"},
+      {"prepare-features", "--config FILE [--out DIR] [--batch-size N]"},
+      {"inspect", "CHECKPOINT|WORK_DIR"},
+      {"report", "WORK_DIR"},
+  };
+  return s;
+}
+
+// The help's footer: every command (the top level's and each subcommand `cli` has), the
+// most used keys, examples.
+std::string help_footer(const CLI::App& cli) {
   config::Config defaults;
   std::string out =
       "\nCommands:\n"
       "  sana-train --config FILE [--key.path=VALUE | --key.path VALUE]...   train\n"
       "  sana-train --config FILE --print-config    print the resolved config as YAML\n"
-      "  sana-train --list-keys                     every config key with type and default\n"
-      "  sana-train launch --nproc-per-node N -- ARGS...   start N local workers (torchrun-style)\n"
-      "  sana-train check-dist [--seconds S] [--dist.KEY=VALUE]...   pre-flight check of a "
-      "cluster\n"
-      "  sana-train index --input SRC... --output FILE   build a dataset index\n"
-      "  sana-train plan --config FILE [--world-size W --rank R --epoch E --json]   the epoch "
-      "plan\n"
-      "  sana-train check-data --config FILE [--limit N] [--fill-cache]   decode every sample, count bad "
-      "ones (and fill data.cache: disk)\n"
-      "  sana-train model --config FILE [--json]   parameters per module and FLOPs per bucket\n"
-      "  sana-train preview --config FILE [--weights F] [--out DIR]   sample preview grids\n"
-      "  sana-train report WORK_DIR   plots and a summary of a run's metrics\n"
-      "  sana-train inspect CHECKPOINT|WORK_DIR   what a checkpoint holds, checksums verified\n"
-      "\nMost used keys (override any key of the YAML the same way):\n";
+      "  sana-train --list-keys                     every config key with type and default\n";
+  for (const CLI::App* sub : cli.get_subcommands([](const CLI::App*) { return true; })) {
+    const auto synopsis = synopses().find(sub->get_name());
+    out += fmt::format("  sana-train {}{}   {}\n", sub->get_name(),
+                       synopsis == synopses().end() ? "" : " " + synopsis->second, sub->get_description());
+  }
+  out += "\nMost used keys (override any key of the YAML the same way):\n";
   for (const auto& f : config::fields_of(defaults)) {
     if (!f.common) continue;
     out += fmt::format("  --{:<34} {} (default {})\n", f.key, f.help, config::value_text(f.ref));
@@ -85,6 +100,8 @@ std::string self_executable(const char* argv0) {
 struct Commands {
   app::TopLevelOptions top;
   app::LaunchArgs launch;
+  // The tests' fault injection (test_hooks.h), read here once and passed to what uses it.
+  const train::TestHooks hooks = train::TestHooks::from_environment();
   std::vector<std::unique_ptr<app::PlainCommand>> plain;
   std::vector<std::unique_ptr<app::ConfigCommand>> configured;
 
@@ -92,19 +109,19 @@ struct Commands {
     launch = {split_at_double_dash(argc, argv), self_executable(argv[0])};
     app::add_top_level_options(app, top);
     plain.push_back(app::list_keys_command(top));
-    plain.push_back(app::launch_command(app, launch));
-    configured.push_back(app::check_dist_command(app));
+    plain.push_back(app::launch_command(app, launch, hooks));
+    configured.push_back(app::check_dist_command(app, hooks));
     plain.push_back(app::index_command(app));
     configured.push_back(app::plan_command(app));
     configured.push_back(app::check_data_command(app));
     configured.push_back(app::model_command(app));
     configured.push_back(app::preview_command(app));
     configured.push_back(app::export_command(app));
-    configured.push_back(app::prepare_features_command(app));
+    configured.push_back(app::prepare_features_command(app, hooks));
     plain.push_back(app::inspect_command(app));
     plain.push_back(app::report_command(app));
     configured.push_back(app::print_config_command(app, top));
-    configured.push_back(app::train_command(app, top));
+    configured.push_back(app::train_command(app, top, hooks));
   }
   app::PlainCommand* chosen_plain() const {
     for (const auto& c : plain) {
@@ -164,7 +181,7 @@ int main(int argc, char** argv) {
     // --- Command line ------------------------------------------------------------------
     const Commands commands(cli, argc, argv);
     cli.require_subcommand(0, 1);
-    cli.footer(help_footer());
+    cli.footer(help_footer(cli));
     cli.parse(argc, argv);
     if (!commands.launch.worker_args.empty() && !cli.got_subcommand("launch")) {
       throw UsageError("'--' separates worker arguments for 'sana-train launch' only");

@@ -6,7 +6,7 @@
 #          <- apps (apps/, apps/commands/)
 #      a file may include its own folder and any lower layer; never a higher one, and never
 #      sideways among config, data, model, diffusion, distributed and ckpt: the components
-#      take options structs of their own, which train/component_options.h fills from the
+#      take options structs of their own, which train/options/core_options.h fills from the
 #      config, so none of them includes config/; and train/features/ (a command of its own
 #      built on the loop's parts) is included by nothing in src/ outside it; parallel/
 #      (gradient reduction, ZeRO's shard plans, gathered parameters and sharded parts and
@@ -27,12 +27,24 @@
 #      gather, ShardPlan, shard_plan) in src/sana/model/ (parallel/zero.h wraps it from outside,
 #      through model::BlockHooks);
 #   g. fault injection in one place: no SANA_TEST_ in src/ or apps/ outside
-#      src/sana/train/test_hooks.{h,cpp} (production code reads no test variable; what a
-#      lower layer needs is passed in).
+#      src/sana/train/test_hooks.{h,cpp} (production code reads no test variable), and the
+#      hooks read from the environment (TestHooks::from_environment) only by main() in
+#      apps/sana_train.cpp: everything else is handed them (no global for test behaviour).
 #   h. the config read in one place: under src/sana/train/ and src/sana/parallel/ only the
-#      mapping (train/component_options, part_options, the config checks), the trainer
-#      (train.h, trainer*) and train/features/ (the prepare-features command) include
+#      mapping (train/options/), the entry point and the loop (train/train.{h,cpp},
+#      train/loop/trainer*, train/elastic/trainer_groups.cpp) and train/features/ (the
+#      prepare-features command) include
 #      config/ or the mapping headers.
+#   i. ZeRO applied from outside the loop: under src/sana/train/, but for options/ (the
+#      config mapping reads the key) and report/ (the memory estimate models each stage),
+#      code (comments and string literals aside) names no zero_stage and calls none of
+#      ZeRO's own steps (gather_parameters, gather_to_writer, step_done, sort_by_parameter):
+#      parallel::Zero installs its block hooks, its post-backward and its post-step itself,
+#      and the loop holds the whole model through one guard.
+#   j. the front door: README.md's first 40 lines hold the two commands (bash
+#      scripts/quickstart.sh, bash scripts/test.sh) and the map of the repository (a line
+#      naming each of apps/, src/sana/, tests/ and docs/), and docs/design.md links every
+#      page in docs/ (checked where the tree has README.md and docs/design.md).
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
 # table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
 # the exit is 77 (ctest: skipped) when the other checks pass.
@@ -104,7 +116,7 @@ if [ ${#cxx_files[@]} -gt 0 ]; then
       }
       if (to == from || rank(to) < rank(from)) next
       if (rank(to) == rank(from) && to == "config")
-        print where " (" from " -> config: sideways; rule a: a component takes its own options, filled from the config by train/component_options.h)" >> VIOL
+        print where " (" from " -> config: sideways; rule a: a component takes its own options, filled from the config by train/options/core_options.h)" >> VIOL
       else if (rank(to) == rank(from))
         print where " (" from " -> " to ": sideways; rule a: config, data, model, diffusion, distributed and ckpt include only util and their own folder)" >> VIOL
       else
@@ -280,13 +292,16 @@ zero_violations=$(( $(wc -l < "$violations") - before ))
 before=$(wc -l < "$violations")
 grep -nF 'SANA_TEST_' "${code_files[@]}" 2>/dev/null | grep -vE '^src/sana/train/test_hooks\.(h|cpp):' |
   awk -F: '{ printf "%s:%s: reads or names a SANA_TEST_ variable (rule g: fault injection lives in src/sana/train/test_hooks.{h,cpp}; pass what a part needs in)\n", $1, $2 }' >> "$violations" || true
+grep -nE 'TestHooks::(from_environment|get)\b' "${code_files[@]}" 2>/dev/null |
+  grep -vE '^(src/sana/train/test_hooks\.(h|cpp)|apps/sana_train\.cpp):' |
+  awk -F: '{ printf "%s:%s: reads the test hooks from the environment (rule g: main() in apps/sana_train.cpp reads them once; take them as a parameter)\n", $1, $2 }' >> "$violations" || true
 hook_violations=$(( $(wc -l < "$violations") - before ))
 
 # --- h. the config read in one place --------------------------------------------------------
-# In src/sana/train/ and src/sana/parallel/, only the config mapping (component_options,
-# part_options, the config checks), the trainer and the prepare-features command include the
-# config (config/*.h, or the mapping headers that bring it).
-config_allowed='^src/sana/train/(component_options|part_options|config_checks|lora_config_check|train|trainer|trainer_[a-z_]+)\.(h|cpp)$|^src/sana/train/features/'
+# In src/sana/train/ and src/sana/parallel/, only the config mapping (train/options/), the
+# entry point, the trainer and the prepare-features command include the config (config/*.h,
+# or the mapping headers that bring it).
+config_allowed='^src/sana/train/(options/[a-z_]+|train|loop/trainer|loop/trainer_[a-z_]+|elastic/trainer_groups)\.(h|cpp)$|^src/sana/train/features/'
 before=$(wc -l < "$violations")
 config_readers=0
 while IFS=: read -r file line _; do
@@ -294,11 +309,53 @@ while IFS=: read -r file line _; do
   if [[ "$file" =~ $config_allowed ]]; then
     config_readers=$((config_readers + 1))
   else
-    echo "$file:$line: includes the config (rule h: a training part takes options of its own; train/component_options.h or part_options.h fill them)" >> "$violations"
+    echo "$file:$line: includes the config (rule h: a training part takes options of its own; train/options/ fills them)" >> "$violations"
   fi
-done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"sana/(config/[a-z_]+|train/component_options|train/part_options)\.h"' \
+done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"sana/(config/[a-z_]+|train/options/core_options|train/options/torch_options)\.h"' \
            $(printf '%s\n' "${cxx_files[@]}" | grep -E '^src/sana/(train|parallel)/') /dev/null 2>/dev/null || true)
 config_violations=$(( $(wc -l < "$violations") - before ))
+
+# --- i. ZeRO from outside the loop ---------------------------------------------------------
+before=$(wc -l < "$violations")
+mapfile -t loop_files < <(printf '%s\n' "${cxx_files[@]}" | grep -E '^src/sana/train/' |
+                          grep -vE '^src/sana/train/(options|report)/' || true)
+if [ ${#loop_files[@]} -gt 0 ]; then
+  awk '
+    {
+      line = $0
+      gsub(/"([^"\\]|\\.)*"/, "\"\"", line)  # string literals aside
+      sub(/\/\/.*$/, "", line)                  # and comments
+      if (match(line, /(^|[^A-Za-z0-9_])(zero_stage|gather_parameters|gather_to_writer|step_done|sort_by_parameter)([^A-Za-z0-9_]|$)/)) {
+        word = substr(line, RSTART, RLENGTH); gsub(/[^A-Za-z0-9_]/, "", word)
+        printf "%s:%d: %s in the loop (rule i: parallel::Zero applies itself; the loop names no stage and calls none of its steps)\n", FILENAME, FNR, word >> VIOL
+      }
+    }
+  ' VIOL="$violations" "${loop_files[@]}"
+fi
+loop_zero_violations=$(( $(wc -l < "$violations") - before ))
+
+# --- j. the front door ----------------------------------------------------------------------
+before=$(wc -l < "$violations")
+if [ -f README.md ]; then
+  head -40 README.md > "$warnings.readme"
+  for needle in 'bash scripts/quickstart.sh' 'bash scripts/test.sh' 'apps/' 'src/sana/' 'tests/' 'docs/'; do
+    grep -qF -- "$needle" "$warnings.readme" ||
+      echo "README.md:1: '$needle' is not in the first 40 lines (rule j: the two commands and the map come first)" >> "$violations"
+  done
+  rm -f "$warnings.readme"
+fi
+pages_indexed=0
+if [ -f docs/design.md ]; then
+  for page in docs/*.md; do
+    [ "$page" = docs/design.md ] && continue
+    if grep -qF "](${page#docs/})" docs/design.md; then
+      pages_indexed=$((pages_indexed + 1))
+    else
+      echo "docs/design.md:1: does not link ${page#docs/} (rule j: the index names every page)" >> "$violations"
+    fi
+  done
+fi
+front_violations=$(( $(wc -l < "$violations") - before ))
 
 # --- report -------------------------------------------------------------------------------
 soft_files=$(grep -c 'soft limit of '"$soft_file_lines"':' "$warnings" || true)
@@ -310,7 +367,8 @@ if [ "$total" -gt 0 ]; then
   echo "check_layout: $total violation(s): includes $include_violations, file length $file_violations," \
        "function length $function_violations, comment references $comment_violations," \
        "unbounded waits $wait_violations, ZeRO in the model $zero_violations, test variables $hook_violations," \
-       "config outside its mapping $config_violations" >&2
+       "config outside its mapping $config_violations, ZeRO in the loop $loop_zero_violations," \
+       "front door $front_violations" >&2
   [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
   exit 1
 fi
@@ -322,9 +380,12 @@ printf '  %-34s %-32s %s\n' "soft limits (warnings only)" "files > $soft_file_li
        "$soft_files files, $soft_functions functions"
 printf '  %-34s %-32s %s\n' "d. comment references" "$reference_count paths, ${#comment_files[@]} files" "all inside the repository"
 printf '  %-34s %-32s %s\n' "f. no ZeRO names in the model" "${#model_files[@]} files" "0"
-printf '  %-34s %-32s %s\n' "g. SANA_TEST_ in one place" "${#code_files[@]} files" "only src/sana/train/test_hooks.{h,cpp}"
+printf '  %-34s %-32s %s\n' "g. SANA_TEST_ in one place" "${#code_files[@]} files" "only test_hooks.{h,cpp}; hooks read by main() alone"
 printf '  %-34s %-32s %s\n' "h. the config in one place" "src/sana/train, parallel" \
        "$config_readers includes, all by the mapping and the trainer"
+printf '  %-34s %-32s %s\n' "i. ZeRO outside the loop" "${#loop_files[@]} files of src/sana/train" "0"
+printf '  %-34s %-32s %s\n' "j. README's first screen, docs index" "README.md, docs/design.md" \
+       "commands and map in 40 lines; $pages_indexed pages indexed"
 printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
        "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"
 if [ -n "$ctags_note" ]; then

@@ -11,7 +11,7 @@
 #include "sana/data/check_data.h"
 #include "sana/data/png_decode.h"
 #include "sana/data/sample_cache.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "sana/util/error.h"
 
 namespace sana::app {

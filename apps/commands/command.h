@@ -16,6 +16,7 @@
 #include "sana/config/config.h"
 #include "sana/config/loader.h"
 #include "sana/distributed/launch_env.h"
+#include "sana/train/test_hooks.h"
 
 namespace sana::app {
 
@@ -103,20 +104,21 @@ struct LaunchArgs {
   std::string self;                      // this executable, to run sana-train workers
 };
 
-// One factory per command file. `top` and `launch` must outlive the commands.
-std::unique_ptr<PlainCommand> launch_command(CLI::App& app, const LaunchArgs& launch);
+// One factory per command file. `top`, `launch` and `hooks` (the tests' fault injection,
+// read once by main()) must outlive the commands.
+std::unique_ptr<PlainCommand> launch_command(CLI::App& app, const LaunchArgs& launch, const train::TestHooks& hooks);
 std::unique_ptr<PlainCommand> index_command(CLI::App& app);
 std::unique_ptr<PlainCommand> inspect_command(CLI::App& app);
 std::unique_ptr<PlainCommand> report_command(CLI::App& app);
 std::unique_ptr<PlainCommand> list_keys_command(const TopLevelOptions& top);
-std::unique_ptr<ConfigCommand> check_dist_command(CLI::App& app);
+std::unique_ptr<ConfigCommand> check_dist_command(CLI::App& app, const train::TestHooks& hooks);
 std::unique_ptr<ConfigCommand> plan_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> check_data_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> model_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> preview_command(CLI::App& app);
 std::unique_ptr<ConfigCommand> export_command(CLI::App& app);
-std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app);
+std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app, const train::TestHooks& hooks);
 std::unique_ptr<ConfigCommand> print_config_command(CLI::App& app, const TopLevelOptions& top);
-std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top);
+std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top, const train::TestHooks& hooks);
 
 }  // namespace sana::app

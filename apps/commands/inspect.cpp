@@ -46,7 +46,8 @@ class Inspect : public PlainSubcommand {
         "model {}\n"
         "position: epoch {} step {} (global step {}, {} samples consumed)\n"
         "global batch {}, seed {}, saved on {} process{}, config {}\n",
-        dir, s.model, s.epoch + 1, s.step_in_epoch, s.global_step, s.consumed_samples, s.global_batch_size, s.seed,
+        dir, s.model, s.position.epoch + 1, s.position.step_in_epoch, s.position.global_step,
+        s.position.consumed_samples, s.global_batch_size, s.seed,
         s.world_size, s.world_size == 1 ? "" : "es", s.config_hash);
     for (const auto& [name, part] : snap.parts) std::cout << part_line(name, part) << "\n";
     if (s.format < 3) {

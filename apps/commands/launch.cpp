@@ -13,9 +13,10 @@ namespace {
 
 class Launch : public PlainSubcommand {
  public:
-  Launch(CLI::App& app, const LaunchArgs& args)
+  Launch(CLI::App& app, const LaunchArgs& args, const train::TestHooks& hooks)
       : PlainSubcommand(app, "launch", "start workers with a torchrun-style environment: launch [OPTIONS] -- ARGS..."),
-        args_(args) {
+        args_(args),
+        hooks_(hooks) {
     cli_->add_option("--nproc-per-node", opts_.nproc_per_node, "workers on this node")->required();
     cli_->add_option("--nnodes", opts_.nnodes, "nodes in the job");
     cli_->add_option("--node-rank", opts_.node_rank, "this node's index");
@@ -36,7 +37,7 @@ class Launch : public PlainSubcommand {
     } else if (!opts_.worker_args.empty()) {
       opts_.program = args_.self;
     }
-    const std::string& pause = train::TestHooks::get().spawn_pause;  // "local_rank:ms"
+    const std::string& pause = hooks_.spawn_pause;  // "local_rank:ms"
     if (!pause.empty() && pause.find(':') != std::string::npos) {
       opts_.pause_local_rank = std::atoi(pause.c_str());
       opts_.pause_before_exec_ms = std::atoi(pause.c_str() + pause.find(':') + 1);
@@ -48,13 +49,14 @@ class Launch : public PlainSubcommand {
 
  private:
   const LaunchArgs& args_;
+  const train::TestHooks& hooks_;
   dist::LaunchOptions opts_;
 };
 
 }  // namespace
 
-std::unique_ptr<PlainCommand> launch_command(CLI::App& app, const LaunchArgs& args) {
-  return std::make_unique<Launch>(app, args);
+std::unique_ptr<PlainCommand> launch_command(CLI::App& app, const LaunchArgs& args, const train::TestHooks& hooks) {
+  return std::make_unique<Launch>(app, args, hooks);
 }
 
 }  // namespace sana::app

@@ -16,13 +16,13 @@
 #include "sana/data/sample_cache.h"
 #include "sana/model/ladd_heads.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/component_options.h"
-#include "sana/train/part_options.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/torch_options.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_estimate.h"
 #include "sana/train/report/micro_batch.h"
-#include "sana/train/run_encoders.h"
-#include "sana/train/trainable.h"
+#include "sana/train/input/run_encoders.h"
+#include "sana/train/trainable/trainable.h"
 
 namespace sana::app {
 

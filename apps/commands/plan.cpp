@@ -17,7 +17,7 @@
 #include "sana/data/dataset.h"
 #include "sana/data/distributed_sampler.h"
 #include "sana/data/plan_coverage.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 

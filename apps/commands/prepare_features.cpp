@@ -16,10 +16,11 @@ namespace {
 
 class PrepareFeatures : public ConfigSubcommand {
  public:
-  explicit PrepareFeatures(CLI::App& app)
+  PrepareFeatures(CLI::App& app, const train::TestHooks& hooks)
       : ConfigSubcommand(app, "prepare-features",
                          "run the config's VAE and text encoder over the dataset once (every rank its share) and "
-                         "keep latents and caption features for data.load_vae_feat / load_text_feat") {
+                         "keep latents and caption features for data.load_vae_feat / load_text_feat"),
+        hooks_(hooks) {
     cli_->add_option("--out", opts_.out, "output folder (default: <work_dir>/features); a rerun resumes in it");
     cli_->add_option("--batch-size", opts_.batch_size, "samples per encoder call (one bucket each)")
         ->check(CLI::PositiveNumber);
@@ -29,7 +30,7 @@ class PrepareFeatures : public ConfigSubcommand {
     open_run_log(cfg, env, "prepare_features");
     opts_.config_file = config_file();
     opts_.overrides = overrides();
-    const auto r = train::prepare_features(cfg, env, opts_);
+    const auto r = train::prepare_features(cfg, env, opts_, hooks_);
     if (env.rank != 0) return 0;
     std::cout << fmt::format("prepare-features: {} samples: {} written now, {} there before, {} bad (left out)\n",
                              r.samples, r.written, r.existing, r.bad);
@@ -41,13 +42,14 @@ class PrepareFeatures : public ConfigSubcommand {
   }
 
  private:
+  const train::TestHooks& hooks_;
   train::PrepareOptions opts_;
 };
 
 }  // namespace
 
-std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app) {
-  return std::make_unique<PrepareFeatures>(app);
+std::unique_ptr<ConfigCommand> prepare_features_command(CLI::App& app, const train::TestHooks& hooks) {
+  return std::make_unique<PrepareFeatures>(app, hooks);
 }
 
 }  // namespace sana::app

@@ -1,6 +1,6 @@
 // `sana-train preview --config C [--weights FILE] [--out DIR]`: preview grids (one PNG per
 // showcase bucket: square, tallest, widest) from initial or given weights, with the
-// config's sampler, steps, guidance and seed (train/preview_images.h samples them).
+// config's sampler, steps, guidance and seed (train/previews/sampling.h samples them).
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -9,9 +9,9 @@
 #include "command.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
-#include "sana/train/component_options.h"
-#include "sana/train/part_options.h"
-#include "sana/train/previews.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/torch_options.h"
+#include "sana/train/previews/previews.h"
 #include "sana/util/log.h"
 
 namespace sana::app {

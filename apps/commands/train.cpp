@@ -41,7 +41,8 @@ namespace {
 // The top level: chosen when no subcommand and no top-level action is.
 class Train : public ConfigCommand {
  public:
-  Train(CLI::App& app, const TopLevelOptions& top) : app_(app), top_(top) {}
+  Train(CLI::App& app, const TopLevelOptions& top, const train::TestHooks& hooks)
+      : app_(app), top_(top), hooks_(hooks) {}
   bool chosen() const override { return true; }
   std::string config_file() const override {
     if (top_.config_path.empty()) throw UsageError("--config FILE is required (sana-train --help)");
@@ -53,18 +54,19 @@ class Train : public ConfigCommand {
     if (env.rank == 0) std::ofstream(fs::path(cfg.work_dir) / "config.yaml") << config::to_yaml(cfg);
     log::info("sana-train {} ({}): launcher {}, rank {} of {}, work_dir {}", SANA_VERSION,
               util::torch_build_summary(), env.launcher, env.rank, env.world_size, cfg.work_dir);
-    return train::train(cfg, env);
+    return train::train(cfg, env, hooks_);
   }
 
  private:
   CLI::App& app_;
   const TopLevelOptions& top_;
+  const train::TestHooks& hooks_;
 };
 
 }  // namespace
 
-std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top) {
-  return std::make_unique<Train>(app, top);
+std::unique_ptr<ConfigCommand> train_command(CLI::App& app, const TopLevelOptions& top, const train::TestHooks& hooks) {
+  return std::make_unique<Train>(app, top, hooks);
 }
 
 }  // namespace sana::app

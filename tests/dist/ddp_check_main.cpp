@@ -17,7 +17,7 @@
 #include "sana/parallel/reducer.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "model_specs.h"
 
 namespace {
@@ -45,7 +45,8 @@ int run(int accumulation) {
   config::Config cfg;
   cfg.dist.timeout_s = 60;
   const auto env = dist::detect_launch_env();
-  auto rt = dist::Runtime::start(env, train::runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)});
+  auto rt = dist::Runtime::start(env, train::runtime_options_for(cfg, train::TestHooks::from_environment()),
+                                 {SANA_VERSION, config::config_fingerprint(cfg)});
   const int W = rt->world_size(), r = rt->rank();
   const int64_t G = 12;
   if (G % (W * accumulation) != 0) throw std::runtime_error("G must divide");

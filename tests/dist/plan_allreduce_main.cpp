@@ -10,8 +10,8 @@
 #include "sana/config/loader.h"
 #include "sana/data/loader.h"
 #include "sana/distributed/runtime.h"
-#include "sana/train/component_options.h"
-#include "sana/train/data_guards.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/input/data_guards.h"
 
 int run(int argc, char** argv) {
   sana::config::Config cfg;
@@ -26,7 +26,7 @@ int run(int argc, char** argv) {
   cfg.dist.timeout_s = 60;
   cfg.data.max_bad_fraction = argc > 3 ? std::atof(argv[3]) : 1.0;
   const auto env = sana::dist::detect_launch_env();
-  auto rt = sana::dist::Runtime::start(env, sana::train::runtime_options_for(cfg),
+  auto rt = sana::dist::Runtime::start(env, sana::train::runtime_options_for(cfg, sana::train::TestHooks::from_environment()),
                                        {SANA_VERSION, sana::config::config_fingerprint(cfg)});
   const auto ds = sana::data::Dataset::open(sana::train::dataset_options_for(cfg));
   rt->agree("dataset", ds.fingerprint());

@@ -9,7 +9,7 @@
 # the weights of 4 -> 3 -> 4 ranks by checkpoint and resume at those steps. ZERO2 (SIGKILL)
 # and ZERO3 (SIGSTOP; CAME and an EMA, compared too) do the same under train.zero_stage
 # 2 and 3: the lost rank's share comes from its mirror on the next rank
-# (train/share_mirror.h); JOIN2 is JOIN under stage 2, the shares gathered for the
+# (train/elastic/share_mirror.h); JOIN2 is JOIN under stage 2, the shares gathered for the
 # replacement. DET: SIGKILL under train.deterministic (its
 # integer sums start anew with the trainers rebuilt from rank 0's state); the weights must
 # be bitwise equal there. PAIR: two neighbouring ranks killed together under stage 2 leave

@@ -18,8 +18,11 @@ if ! { command -v ctags > /dev/null && ctags --version 2>/dev/null | grep -q 'Un
 fi
 
 # A clean tree: every allowed kind of include, a reference into docs/, a URL.
-mkdir -p "$tree"/{src/sana/{util,config,model,data,ckpt,train},apps/commands,tests,scripts,docs}
-echo "# Design" > "$tree/docs/design.md"
+mkdir -p "$tree"/{src/sana/{util,config,model,data,ckpt,train/loop},apps/commands,tests,scripts,docs}
+printf '# Design\n\n[layers](layers.md)\n' > "$tree/docs/design.md"
+echo "# Layers" > "$tree/docs/layers.md"
+printf '# t\n\n```sh\nbash scripts/quickstart.sh\nbash scripts/test.sh\n```\n\napps/ src/sana/ tests/ docs/\n' \
+  > "$tree/README.md"
 printf '#pragma once\n' > "$tree/src/sana/torch_compat.h"
 printf '#pragma once\n#include "sana/torch_compat.h"\n' > "$tree/src/sana/util/log.h"
 printf '#pragma once\n#include "sana/util/log.h"\n' > "$tree/src/sana/config/config.h"
@@ -28,9 +31,9 @@ printf '#include "sana/model/spec.h"\n// docs/design.md, "Layers"; https://examp
   > "$tree/src/sana/model/spec.cpp"
 printf '#pragma once\n#include "sana/util/log.h"\n' > "$tree/src/sana/data/dataset.h"
 printf '#pragma once\n#include "sana/config/config.h"\n#include "sana/model/spec.h"\n#include "sana/data/dataset.h"\n' \
-  > "$tree/src/sana/train/trainer.h"
-printf '#include "sana/train/trainer.h"\nint main() { return 0; }\n' > "$tree/apps/main.cpp"
-printf '#include "sana/train/trainer.h"\n' > "$tree/apps/commands/train.cpp"
+  > "$tree/src/sana/train/loop/trainer.h"
+printf '#include "sana/train/loop/trainer.h"\nint main() { return 0; }\n' > "$tree/apps/main.cpp"
+printf '#include "sana/train/loop/trainer.h"\n' > "$tree/apps/commands/train.cpp"
 printf '#!/usr/bin/env bash\n# see docs/design.md\necho ok\n' > "$tree/scripts/run.sh"
 printf '# see ../docs/design.md\n' > "$tree/tests/CMakeLists.txt"
 # Bounded waits: timeout, start_bounded and code_of, a marked line, a heredoc body.
@@ -59,11 +62,11 @@ grep -q 'function lengths NOT checked' <<< "$out" || fail "no ctags: not said: $
 
 # One violation of each kind (the paths are built from pieces so that this file's own
 # lines do not hold them).
-printf '#pragma once\n#include "sana/train/trainer.h"\n' > "$tree/src/sana/util/upward.h"
+printf '#pragma once\n#include "sana/train/loop/trainer.h"\n' > "$tree/src/sana/util/upward.h"
 printf '#include "sana/data/dataset.h"\n' > "$tree/src/sana/model/sideways.cpp"
 printf '#pragma once\n#include "sana/config/config.h"\n' > "$tree/src/sana/data/options.h"
 mkdir -p "$tree/src/sana/train/features"
-printf '#pragma once\n#include "sana/train/trainer.h"\n' > "$tree/src/sana/train/features/prepare.h"
+printf '#pragma once\n#include "sana/train/loop/trainer.h"\n' > "$tree/src/sana/train/features/prepare.h"
 printf '#include "sana/train/features/prepare.h"\n' > "$tree/src/sana/train/uses_features.cpp"
 seq 501 | sed 's|^|// line |' > "$tree/src/sana/data/long_file.cpp"
 { echo 'int long_function() {'; for i in $(seq 79); do echo "  int v$i = $i;"; done; echo '  return 0;'; echo '}'; } \
@@ -75,6 +78,14 @@ printf 'x=1  %s as in %s.md\n' '#' "$bare" > "$tree/scripts/bare.sh"
 zero=zero_stage test_var=SANA_TEST_
 printf 'int stage(int %s) { return 0; }\n' "$zero" > "$tree/src/sana/model/knows_zero.cpp"
 printf 'const char* v = "%sX";\n' "$test_var" > "$tree/src/sana/data/reads_test.cpp"
+echo "# Orphan" > "$tree/docs/orphan.md"
+{ for i in $(seq 40); do echo "line $i"; done; cat "$tree/README.md"; } > "$tree/README.new"
+mv "$tree/README.new" "$tree/README.md"
+zero_call=gather_parameters
+printf 'void f(Z& z) {\n  // %s in a comment is fine\n  log("%s");\n  z.%s();\n}\n' "$zero_call" "$zero_call" "$zero_call" \
+  > "$tree/src/sana/train/drives_zero.cpp"
+hooks_global=TestHooks::from_environment
+printf 'auto h = %s();\n' "$hooks_global" > "$tree/src/sana/train/global_hooks.cpp"
 printf '#pragma once\n#include "sana/config/config.h"\n' > "$tree/src/sana/train/reads_config.h"
 w=wait m=mpirun py='"$SANA_PYTHON"'
 printf '"$BIN" train &\n%s $!\nif ! X=1 env %s -np 2 a \\\n  b; then :; fi\nout=$(%s -c 1)\n' "$w" "$m" "$py" \
@@ -85,7 +96,7 @@ out=$(SANA_LAYOUT_ROOT="$tree" bash "$check" 2>&1) || rc=$?
 echo "$out"
 [ "$rc" = 1 ] || fail "violations: exit $rc, expected 1"
 expect() { grep -qF -- "$1" <<< "$out" || fail "violations: no line with '$1'"; }
-expect 'src/sana/util/upward.h:2: includes sana/train/trainer.h (util -> train: upward'
+expect 'src/sana/util/upward.h:2: includes sana/train/loop/trainer.h (util -> train: upward'
 expect 'src/sana/model/sideways.cpp:1: includes sana/data/dataset.h (model -> data: sideways'
 expect 'src/sana/train/uses_features.cpp:1: includes sana/train/features/prepare.h (train -> train/features: rule a'
 expect 'src/sana/data/options.h:2: includes sana/config/config.h (data -> config: sideways; rule a: a component takes its own options'
@@ -99,7 +110,11 @@ expect 'tests/unbounded.sh:3: mpirun started without a time limit (rule e'
 expect 'tests/unbounded.sh:5: "$SANA_PYTHON" started without a time limit (rule e'
 expect 'src/sana/model/knows_zero.cpp:1: names ZeRO in the model (rule f'
 expect 'src/sana/data/reads_test.cpp:1: reads or names a SANA_TEST_ variable (rule g'
+expect 'src/sana/train/global_hooks.cpp:1: reads the test hooks from the environment (rule g'
+expect 'src/sana/train/drives_zero.cpp:4: gather_parameters in the loop (rule i'
+expect "README.md:1: 'bash scripts/quickstart.sh' is not in the first 40 lines (rule j"
+expect 'docs/design.md:1: does not link orphan.md (rule j'
 expect 'src/sana/train/reads_config.h:2: includes the config (rule h'
 n=$(grep -c ': rule\|(rule\|: upward\|: sideways' <<< "$out" || true)
-[ "$n" = 15 ] || fail "violations: $n lines, expected 15"
+[ "$n" = 24 ] || fail "violations: $n lines, expected 24"
 echo "layout_selftest: ok"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One generator step and one discriminator step of SANA-Sprint's stage 2 as upstream's
-train_scm_ladd.py runs them, in float64, for checking the C++ step (src/sana/train/sprint_step.h).
+train_scm_ladd.py runs them, in float64, for checking the C++ step (src/sana/train/sprint/objective.h).
 
 Usage: sprint_step_reference.py CASE.safetensors
 

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #endif
 
-#include "sana/train/config_checks.h"
+#include "sana/train/options/config_checks.h"
 
 int main(int argc, char** argv) {
   sana::register_checks();

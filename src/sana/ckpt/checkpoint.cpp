@@ -29,25 +29,45 @@ std::string tensor_file(const std::string& part) { return part + ".safetensors";
 
 }  // namespace
 
+// An epoch segment in trainer_state.json: [first_step, global_batch_size, batch_tokens].
+template <class Json>
+void to_json(Json& j, const EpochSegment& g) {
+  j = Json::array({g.first_step, g.global_batch_size, g.batch_tokens});
+}
+template <class Json>
+void from_json(const Json& j, EpochSegment& g) {
+  g = {j.at(0).template get<int64_t>(), j.at(1).template get<int64_t>(), j.at(2).template get<int64_t>()};
+}
+
+namespace {
+
+enum class Presence { always, since_format_2 };  // since_format_2: older files may lack it
+
+// trainer_state.json's fields, each once, in the file's order: its key, the member and
+// whether every file has it. `State` is TrainerState or const TrainerState.
+template <class State, class Visit>
+void fields_of(State& s, Visit&& field) {
+  field("epoch", s.position.epoch, Presence::always);
+  field("step_in_epoch", s.position.step_in_epoch, Presence::always);
+  field("global_step", s.position.global_step, Presence::always);
+  field("consumed_samples", s.position.consumed_samples, Presence::always);
+  field("global_batch_size", s.global_batch_size, Presence::always);
+  field("batch_tokens", s.batch_tokens, Presence::since_format_2);
+  field("epoch_segments", s.epoch_segments, Presence::since_format_2);
+  field("seed", s.seed, Presence::always);
+  field("world_size_at_save", s.world_size, Presence::always);
+  field("model", s.model, Presence::always);
+  field("config_hash", s.config_hash, Presence::always);
+  field("config", s.config, Presence::since_format_2);
+  field("checksums", s.checksums, Presence::always);
+}
+
+}  // namespace
+
 std::string trainer_state_text(const TrainerState& s, const nlohmann::json& parts) {
-  auto segments = nlohmann::json::array();
-  for (const auto& g : s.epoch_segments) segments.push_back({g.first_step, g.global_batch_size, g.batch_tokens});
-  const nlohmann::ordered_json j = {
-          {"format", fmt::format("sana-train checkpoint {}", s.format)},
-          {"epoch", s.epoch},
-          {"step_in_epoch", s.step_in_epoch},
-          {"global_step", s.global_step},
-          {"consumed_samples", s.consumed_samples},
-          {"global_batch_size", s.global_batch_size},
-          {"batch_tokens", s.batch_tokens},
-          {"epoch_segments", segments},
-          {"seed", s.seed},
-          {"world_size_at_save", s.world_size},
-          {"model", s.model},
-          {"config_hash", s.config_hash},
-          {"config", s.config},
-          {"parts", parts},
-          {"checksums", s.checksums}};
+  nlohmann::ordered_json j = {{"format", fmt::format("sana-train checkpoint {}", s.format)}};
+  fields_of(s, [&j](const char* key, const auto& value, Presence) { j[key] = value; });
+  j["parts"] = parts;
   return j.dump(2) + "\n";
 }
 
@@ -55,7 +75,7 @@ namespace {
 
 // Format 1 (sana-train before its parts were Stateful, up to 0016840) kept the parts' JSON
 // as loose fields of the state; they map onto the parts the trainer registers under these
-// names (train/trainer.cpp), so its checkpoints still resume. Its tensor files are named
+// names (train/loop/trainer.cpp), so its checkpoints still resume. Its tensor files are named
 // as the parts that write them today (model, ema, optimizer).
 nlohmann::json format1_parts(const nlohmann::json& j) {
   auto parts = nlohmann::json::object();
@@ -79,23 +99,9 @@ struct StateFile {
 
 StateFile state_from_json(const nlohmann::json& j) {
   TrainerState s;
-  s.epoch = j.at("epoch");
-  s.step_in_epoch = j.at("step_in_epoch");
-  s.global_step = j.at("global_step");
-  s.consumed_samples = j.at("consumed_samples");
-  s.global_batch_size = j.at("global_batch_size");
-  s.batch_tokens = j.value("batch_tokens", int64_t{0});
-  if (j.contains("epoch_segments")) {
-    for (const auto& part : j.at("epoch_segments")) {
-      s.epoch_segments.push_back({part.at(0).get<int64_t>(), part.at(1).get<int64_t>(), part.at(2).get<int64_t>()});
-    }
-  }
-  s.seed = j.at("seed");
-  s.world_size = j.at("world_size_at_save");
-  s.model = j.at("model");
-  s.config_hash = j.at("config_hash");
-  if (j.contains("config")) s.config = j.at("config").get<std::map<std::string, std::string>>();
-  s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
+  fields_of(s, [&j](const char* key, auto& value, Presence presence) {
+    if (presence == Presence::always || j.contains(key)) j.at(key).get_to(value);  // at(): a missing key throws
+  });
   const std::string format = j.value("format", std::string());
   s.format = format == "sana-train checkpoint 3" ? 3 : j.contains("parts") ? 2 : 1;
   return {std::move(s), j.contains("parts") ? j.at("parts") : format1_parts(j)};
@@ -116,7 +122,7 @@ std::string write_checkpoint(const std::string& work_dir, Snapshot snap, int64_t
                              const StageHook& before_stage) {
   const fs::path root = fs::path(work_dir) / "checkpoints";
   fs::create_directories(root);
-  const std::string name = checkpoint_name(snap.state.global_step);
+  const std::string name = checkpoint_name(snap.state.position.global_step);
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
   std::error_code ec;
   remove_stale_temporaries(root);

@@ -49,12 +49,18 @@ struct EpochSegment {
   int64_t batch_tokens = 0;
 };
 
-// The run's position and metadata; every part's own state is in Snapshot::parts.
+// Where a run stands: the next step of which epoch's plan, and optimizer steps done.
+struct RunPosition {
+  int64_t epoch = 0;             // the epoch to continue in, from 0
+  int64_t step_in_epoch = 0;     // the next step of that epoch's plan
+  int64_t global_step = 0;       // optimizer steps done
+  int64_t consumed_samples = 0;  // samples of all steps so far (global batches vary with batch changes)
+};
+
+// The run's position and metadata (trainer_state.json; every field is written and read in
+// one place, checkpoint.cpp's fields_of); every part's own state is in Snapshot::parts.
 struct TrainerState {
-  int64_t epoch = 0;            // the epoch to continue in
-  int64_t step_in_epoch = 0;    // the next step of that epoch's plan
-  int64_t global_step = 0;      // optimizer steps done
-  int64_t consumed_samples = 0;
+  RunPosition position;
   int64_t global_batch_size = 0;
   int64_t batch_tokens = 0;
   // The current epoch's plan when a resume changed the batch size in it, part by part;

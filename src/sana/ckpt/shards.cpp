@@ -145,7 +145,7 @@ std::string commit_shards(const std::string& work_dir, const std::string& dir, T
   const fs::path root = fs::path(work_dir) / "checkpoints";
   const fs::path tmp(dir);
   std::error_code ec;
-  const std::string name = checkpoint_name(state.global_step);
+  const std::string name = checkpoint_name(state.position.global_step);
   try {
     ShardIndex index;
     index.world = static_cast<int>(ranks.size());

@@ -2,7 +2,7 @@
 // a bucket table tiles the model's cell. The modules that own it register checks and
 // choices here; validate() and the schema use whatever is registered. config/ includes
 // nothing above util/. Registration happens once at start-up (sana::register_checks in
-// train/config_checks.h), before any config is loaded; it is not thread-safe.
+// train/options/config_checks.h), before any config is loaded; it is not thread-safe.
 #pragma once
 
 #include <functional>

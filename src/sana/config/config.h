@@ -271,7 +271,7 @@ struct LoraConfig {
   LoraInit init = LoraInit::gaussian;  // B = 0; A normal(0, 1/rank) or PEFT's default uniform
 };
 
-// train.eval (train/eval_loss.h): a held-out loss, every N steps, on the same samples at the
+// train.eval (train/previews/eval_loss.h): a held-out loss, every N steps, on the same samples at the
 // same timesteps with the same noise each time.
 struct EvalConfig {
   std::vector<std::string> data_dir;  // the held-out samples: folders, JSONL/CSV files or indexes
@@ -327,7 +327,7 @@ struct TrainConfig {
   // Upstream's train.py: a resume from a named checkpoint (not latest) restarts the schedule
   // when false; resume_from latest that finds no checkpoint starts from model.load_from, and
   // these carry that checkpoint's optimizer state and schedule position over (a sana-train
-  // checkpoint folder; train/lr_scheduler.h).
+  // checkpoint folder; train/optim/lr_scheduler.h).
   bool resume_lr_scheduler = true;
   bool load_from_optimizer = false;
   bool load_from_lr_scheduler = false;
@@ -345,14 +345,14 @@ struct TrainConfig {
   // it moves every N-th step, by ema_rate^N (so it spans as many steps as with N = 1).
   StateDevice ema_device = StateDevice::device;
   int64_t ema_update_interval = 1;
-  // ZeRO-Offload's design (train/host_optimizer.h): this rank's share of the fp32 master
+  // ZeRO-Offload's design (train/optim/host_optimizer.h): this rank's share of the fp32 master
   // weights and the optimizer state live in host memory, where the update runs.
   bool offload_optimizer = false;
   int64_t log_interval = 50;
   // Optimizer steps (counting from 1) rank 0 records with LibTorch's profiler into
   // work_dir/profile/ (train/report/step_profile.h).
   std::vector<int64_t> profile_steps;
-  bool cudnn_benchmark = true;          // CUDA: cuDNN times its algorithms per shape once (train/cuda_modes.h)
+  bool cudnn_benchmark = true;          // CUDA: cuDNN times its algorithms per shape once (train/loop/cuda_modes.h)
   std::string cuda_sync_debug = "off";  // CUDA: warn about (warn) or fail on (error) each host wait in a step
   std::string report_to = "tensorboard";  // or none: metrics.jsonl and report/ only
   double peak_tflops = 0;  // the device's peak for MFU; 0: from its name (CUDA), unknown: no MFU

@@ -1,5 +1,5 @@
 // Where the text encoder a config names comes from, decided once for validation (an exit-2
-// error before anything trains) and for loading (train/component_options.cpp):
+// error before anything trains) and for loading (train/options/core_options.cpp):
 //   - text_encoder.text_encoder_path a file: a TorchScript export (model/encoders.h);
 //   - a folder, or a hub name ORG/NAME found on this machine (util/hf_hub.h): a transformers
 //     Gemma-2 folder, run natively (model/gemma2.h);

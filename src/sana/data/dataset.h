@@ -44,7 +44,7 @@ struct BatchSpec {
   std::string describe() const;  // "train.global_batch_size 8" or "train.batch_tokens 4096"
 };
 
-// What a dataset is opened with; the run's values come from train/component_options.h.
+// What a dataset is opened with; the run's values come from train/options/core_options.h.
 struct DatasetOptions {
   std::vector<std::string> sources;  // data.data_dir: folders, metadata files or indexes
   std::string index_dir = "index";   // where a built index and the bucket assignment are kept

@@ -1,5 +1,5 @@
 // What a data loader is built with (data/loader.h): its share of each step, workers,
-// decoding and features. Plain data, no torch: train/component_options.h fills in the
+// decoding and features. Plain data, no torch: train/options/core_options.h fills in the
 // run's settings, the caller its rank, world size and micro-batch.
 #pragma once
 

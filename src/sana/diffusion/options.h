@@ -1,5 +1,5 @@
 // How the flow-matching objective draws its timesteps (diffusion/flow_matching.h): the
-// density of u, the shift, and upstream's integer grid. train/component_options.h fills it
+// density of u, the shift, and upstream's integer grid. train/options/core_options.h fills it
 // from the scheduler.* keys. No torch.
 #pragma once
 

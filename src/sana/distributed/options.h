@@ -1,5 +1,5 @@
 // What the distributed runtime starts with (distributed/runtime.h, devices.h): the
-// dist.* keys, by the same names; train/component_options.h fills them from the run's
+// dist.* keys, by the same names; train/options/core_options.h fills them from the run's
 // config. No torch.
 #pragma once
 

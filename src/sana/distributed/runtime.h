@@ -152,7 +152,7 @@ class Runtime {
   void wait(PendingCollective& pending, const char* what);
   // `send` to rank `to` while `receive` comes from rank `from`, in place (point to point:
   // every rank calls it once, in the same place, as a ring; the byte counts must pair up).
-  // A step's gradients to the rank that mirrors this one's share (train/share_mirror.h).
+  // A step's gradients to the rank that mirrors this one's share (train/elastic/share_mirror.h).
   void send_receive(const torch::Tensor& send, int to, torch::Tensor& receive, int from);
   // Bytes of the tensors this rank has passed to backend collectives so far (sent or
   // received): what a phase moved is the difference across it.

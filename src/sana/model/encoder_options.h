@@ -1,6 +1,6 @@
 // What the frozen encoders (model/encoders.h) are loaded with. Fields carry the names of
 // the keys they come from (vae.*, text_encoder.*), since errors name those keys;
-// train/component_options.h fills them from the run's config. No torch.
+// train/options/core_options.h fills them from the run's config. No torch.
 #pragma once
 
 #include <cstdint>

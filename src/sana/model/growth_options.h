@@ -1,5 +1,5 @@
 // What SANA-1.5's model growth is asked to do (model/growth.h does it); filled from the
-// model_growth section by train/component_options.h. No torch.
+// model_growth section by train/options/core_options.h. No torch.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // What a LoRA run adapts and how (model/lora.h; train.lora in the YAML, filled by
-// train/component_options.h). No torch.
+// train/options/core_options.h). No torch.
 #pragma once
 
 #include <cstdint>

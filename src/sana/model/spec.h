@@ -1,6 +1,6 @@
 // The shape of a SanaMS linear DiT as plain numbers: presets by name (upstream's shapes
 // plus small ones for CPUs), the spec a run's config resolves to, and the forward FLOPs
-// of one sample at a bucket's size (train/component_options.h fills a spec from the
+// of one sample at a bucket's size (train/options/core_options.h fills a spec from the
 // run's config). Never includes torch, so `sana-train model` and the
 // config checks can use it without building a model.
 #pragma once

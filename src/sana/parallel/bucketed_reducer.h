@@ -31,7 +31,7 @@ class BucketedReducer : public Reducer {
   void regroup() override;
   void abandon() override;
   void add_gradient(size_t param) override;
-  void finalize() override;
+  void reduce() override;
   size_t bucket_count() const override { return buckets_.size(); }
   std::vector<torch::Tensor> flat_gradients() const override;
   void zero_gradients() override;

@@ -1,11 +1,16 @@
 // The options of the data-parallel engines (parallel/): the ddp.* keys and what
 // train.zero_stage and train.deterministic ask of the gradient reduction, by the same
-// names; train/component_options.h fills them from the run's config. No torch.
+// names; train/options/core_options.h fills them from the run's config. No torch.
 #pragma once
 
 namespace sana::parallel {
 
 // The gradient engine's options (reducer.h).
+// What ZeRO shards (parallel/zero.h), by the key's name (train/options/ fills it).
+struct ZeroOptions {
+  int stage = 0;  // train.zero_stage: 0 (DDP) to 3
+};
+
 struct ReducerOptions {
   double bucket_cap_mb = 25.0;   // ddp.bucket_cap_mb: the cap of every bucket but the first
   double first_bucket_mb = 1.0;  // the cap of the first bucket

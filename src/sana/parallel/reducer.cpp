@@ -300,7 +300,7 @@ void BucketedReducer::launch_ready_in_order() {
   if (shard_) harvest_completed();  // the memory of buckets already reduced goes now, mid-backward
 }
 
-void BucketedReducer::finalize() {
+void BucketedReducer::reduce() {
   if (exact_) {
     finalize_exact();
     return;

@@ -18,6 +18,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -56,8 +57,15 @@ class Reducer : public Stateful {
   // Parameter `param` (an index into make_reducer()'s params) has its gradient for this
   // backward. Ignored unless the backward syncs; a second call in one step is ignored.
   virtual void add_gradient(size_t param) = 0;
-  // After the last micro-step's backward: every gradient averaged (or summed) over all ranks.
-  virtual void finalize() = 0;
+  // After the last micro-step's backward: every gradient averaged (or summed) over all
+  // ranks (reduce()), then what a wrapper set to follow it (after_finalize).
+  void finalize() {
+    reduce();
+    if (after_finalize_) after_finalize_();
+  }
+  // What follows every finalize(), set by a wrapper from outside the loop (ZeRO stage 3
+  // releases the gathered parameters the step's backward still holds); empty: nothing.
+  void after_finalize(std::function<void()> f) { after_finalize_ = std::move(f); }
   virtual size_t bucket_count() const = 0;
   // The gradients this rank keeps after finalize(), each element once (norms, scaling and
   // zeroing run over these): every bucket's flat tensor, or with sharded gradients this
@@ -103,6 +111,13 @@ class Reducer : public Stateful {
   std::string state_name() const override { return "reducer"; }
   PartState save_state() const override;
   void restore_state(const PartState* saved, const std::string& source) override;
+
+ protected:
+  // finalize()'s reduction.
+  virtual void reduce() = 0;
+
+ private:
+  std::function<void()> after_finalize_;
 };
 
 

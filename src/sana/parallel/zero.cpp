@@ -25,15 +25,27 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Re
   if (stage_ >= 3 && shards_state()) {
     gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params, gather_dtype);
     model_.set_block_hooks(gathered_.get());
+    // What a step's backward still holds goes once its gradients are reduced.
+    reducer_.after_finalize([g = gathered_.get()] { g->step_done(); });
   }
 }
 
 Zero::~Zero() {
-  if (gathered_) model_.set_block_hooks(nullptr);
+  if (gathered_) {
+    model_.set_block_hooks(nullptr);
+    reducer_.after_finalize({});
+  }
 }
 
-void Zero::step_done() {
-  if (gathered_) gathered_->step_done();
+std::function<void()> Zero::after_update() {
+  if (!shards_state() || gathered_) return {};  // stage 3 gathers when the forward needs them
+  return [this] { broadcast_updates(); };
+}
+
+NamedTensors Zero::collect(const std::string& what, NamedTensors mine, bool writer) const {
+  auto all = shards_state() ? gather_to_writer(rt_, what, mine, writer) : (writer ? std::move(mine) : NamedTensors{});
+  if (writer) sort_by_parameter(all);
+  return all;
 }
 
 Zero::Whole::Whole(Zero& zero, bool fill) : gathered_(zero.gathered_.get()) {
@@ -129,8 +141,7 @@ std::string Zero::describe(bool deterministic) const {
       stage_ >= 2 && deterministic ? " (train.deterministic: every rank keeps the whole integer gradient sums)" : "");
 }
 
-void Zero::gather_parameters() {
-  if (!shards_state() || gathered_) return;  // stage 3 gathers when the forward needs them
+void Zero::broadcast_updates() {
   torch::NoGradGuard no_grad;
   const auto& plan = reducer_.shard_plan();
   for (size_t i = 0; i < flat_.size(); ++i) {

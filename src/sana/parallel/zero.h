@@ -36,9 +36,13 @@ class Zero {
  public:
   // Makes the parameters views of flat buckets (reducer.flatten_parameters()): once per run.
   // At stage 3 `model` is told to gather its parameters (until the Zero goes), in
-  // `gather_dtype` (the autocast dtype on CUDA: GatheredParameters).
+  // `gather_dtype` (the autocast dtype on CUDA: GatheredParameters), and `reducer` to let
+  // them go after each step's backward (Reducer::after_finalize): the loop calls neither.
   Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Reducer& reducer, model::SanaMSImpl& model,
        at::ScalarType gather_dtype = at::kFloat);
+  Zero(const ZeroOptions& o, dist::Runtime& rt, const NamedParams& params, parallel::Reducer& reducer,
+       model::SanaMSImpl& model, at::ScalarType gather_dtype)
+      : Zero(o.stage, rt, params, reducer, model, gather_dtype) {}
   ~Zero();
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
@@ -87,10 +91,14 @@ class Zero {
   void regroup();
   // The start line's part: what this rank keeps ("" at stage 0).
   std::string describe(bool deterministic) const;
-  // After the optimizer step: every segment broadcast from its owner (stages 1 and 2).
-  void gather_parameters();
-  // Stage 3 (else nothing): after a step's backward passes (GatheredParameters::step_done).
-  void step_done();
+  // What must follow every optimizer step (Optimizer::after_step): at stages 1 and 2 each
+  // owner's updated segments broadcast to every rank (a collective); empty otherwise.
+  std::function<void()> after_update();
+  // `mine` (entries "<parameter>" or "<parameter>/<state>", or of no parameter) whole on
+  // the writing rank (`writer`, rank 0), in the parameters' registration order, as stage 0
+  // keeps them: every rank's share gathered there where the state is sharded (a
+  // collective), else the writer's own. Empty on the other ranks.
+  NamedTensors collect(const std::string& what, NamedTensors mine, bool writer) const;
   // Stage 3: bytes of other ranks' parameters held at the most so far (0 otherwise).
   int64_t peak_gathered() const { return gathered_ ? gathered_->peak_gathered() : 0; }
 
@@ -107,6 +115,9 @@ class Zero {
   };
 
  private:
+  // After an optimizer step (stages 1 and 2): every segment broadcast from its owner.
+  void broadcast_updates();
+
   int stage_;
   dist::Runtime& rt_;
   parallel::Reducer& reducer_;

@@ -27,28 +27,25 @@ int64_t number_of(const char* name) {
 
 }  // namespace
 
-const TestHooks& TestHooks::get() {
-  static const TestHooks hooks = [] {
-    TestHooks h;
-    h.fail_at = text_of("SANA_TEST_FAIL_AT");
-    h.log_ids = std::getenv("SANA_TEST_LOG_IDS") != nullptr;
-    h.dump_batches = std::getenv("SANA_TEST_DUMP_BATCHES") != nullptr;
-    h.host_timeline = std::getenv("SANA_TEST_HOST_TIMELINE") != nullptr;
-    h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
-    h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
-    h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");
-    h.spawn_pause = text_of("SANA_TEST_SPAWN_PAUSE_MS");
-    if (const char* list = std::getenv("SANA_TEST_CUDA_DEVICES")) {
-      h.inject_cuda_devices = true;
-      std::stringstream in(list);
-      std::string id;
-      while (std::getline(in, id, ',')) {
-        if (!id.empty()) h.cuda_devices.push_back(id);
-      }
+TestHooks TestHooks::from_environment() {
+  TestHooks h;
+  h.fail_at = text_of("SANA_TEST_FAIL_AT");
+  h.log_ids = std::getenv("SANA_TEST_LOG_IDS") != nullptr;
+  h.dump_batches = std::getenv("SANA_TEST_DUMP_BATCHES") != nullptr;
+  h.host_timeline = std::getenv("SANA_TEST_HOST_TIMELINE") != nullptr;
+  h.ckpt_stage_delay_ms = number_of("SANA_TEST_CKPT_STAGE_DELAY_MS");
+  h.index_delay_ms = number_of("SANA_TEST_INDEX_DELAY_MS");
+  h.kill_after_features = text_of("SANA_TEST_KILL_AFTER_FEATURES");
+  h.spawn_pause = text_of("SANA_TEST_SPAWN_PAUSE_MS");
+  if (const char* list = std::getenv("SANA_TEST_CUDA_DEVICES")) {
+    h.inject_cuda_devices = true;
+    std::stringstream in(list);
+    std::string id;
+    while (std::getline(in, id, ',')) {
+      if (!id.empty()) h.cuda_devices.push_back(id);
     }
-    return h;
-  }();
-  return hooks;
+  }
+  return h;
 }
 
 std::string TestHooks::injected_failure(int64_t global_step) {

@@ -1,8 +1,9 @@
 // Fault injection for the multi-process tests, in one place: every SANA_TEST_* variable
-// sana-train reads, read once from the environment, here and nowhere else (build.layout
-// checks it). Production runs leave them unset, and then every hook is off; the parts
-// below this layer get what they need passed in (dist::RuntimeOptions's injected devices).
-// Never includes torch.
+// sana-train reads, read once from the environment by main() (apps/sana_train.cpp), here and
+// nowhere else (build.layout checks it). The hooks are passed in from there: to train(), the
+// Trainer and what it builds, prepare-features and the launcher; no production code reads
+// a global for test behaviour. Production runs leave the variables unset, and then every
+// hook is off. Never includes torch.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,7 @@ struct TestHooks {
   // between fork and exec, signals held (dist::LaunchOptions::pause_before_exec).
   std::string spawn_pause;
   // SANA_TEST_HOST_TIMELINE: a CPU run keeps the device timeline of a CUDA run
-  // (device_timeline.h) on the host's clock, so its metrics.jsonl "device_time" and the
+  // (step/device_timeline.h) on the host's clock, so its metrics.jsonl "device_time" and the
   // log's device phases are tested without a GPU.
   bool host_timeline = false;
   // SANA_TEST_CUDA_DEVICES="GPU-a,GPU-b": these stand in for the visible CUDA devices
@@ -48,8 +49,8 @@ struct TestHooks {
   // The error a rank throws at the step SANA_TEST_FAIL_AT names (its text names the variable).
   static std::string injected_failure(int64_t global_step);
 
-  // Read once, on first use.
-  static const TestHooks& get();
+  // The SANA_TEST_* variables of this process's environment (main() reads them once).
+  static TestHooks from_environment();
   // Whether "rank:count" names this rank and count.
   static bool matches(const std::string& spec, int rank, int64_t count);
 };

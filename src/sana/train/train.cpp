@@ -8,17 +8,17 @@
 #include "sana/config/loader.h"
 #include "sana/distributed/failure_watch.h"
 #include "sana/distributed/flight_recorder.h"
-#include "sana/train/component_options.h"
-#include "sana/train/part_options.h"
-#include "sana/train/trainer.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/torch_options.h"
+#include "sana/train/loop/trainer.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
 
-int train(const config::Config& cfg, const dist::LaunchEnv& env) {
+int train(const config::Config& cfg, const dist::LaunchEnv& env, const TestHooks& hooks) {
   check_training_kind(cfg);
-  auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
+  auto rt = dist::Runtime::start(env, runtime_options_for(cfg, hooks), {SANA_VERSION, config::config_fingerprint(cfg)},
                                  dist::flight_record_dir(cfg.work_dir));
   try {
     // dist.elastic continue: a group that takes in a replacement builds its trainers anew,
@@ -32,7 +32,7 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env) {
     for (;;) {
       // Chosen anew for each group: the state each rank keeps follows the group's size.
       const config::Config run_cfg = with_micro_batch_chosen(cfg, *rt);
-      Trainer trainer(run_cfg, *rt, from_peers, carried ? &*carried : nullptr);
+      Trainer trainer(run_cfg, *rt, hooks, from_peers, carried ? &*carried : nullptr);
       carried.reset();
       if (changed) {
         trainer.note_regroup(*changed, changed_after,

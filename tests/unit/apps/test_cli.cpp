@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "test_support.h"
 
@@ -23,6 +26,36 @@ TEST_CASE("help lists the commands and the most used keys", "[cli]") {
                            "--train.global_batch_size", "--resume_from", "--data.data_dir"}) {
     INFO(text);
     CHECK(r.output.find(text) != std::string::npos);
+  }
+}
+
+TEST_CASE("help's command list names every subcommand the command line has", "[cli]") {
+  const auto r = run_command(kBin + " --help");
+  REQUIRE(r.exit_code == 0);
+  // The subcommands as CLI11 lists them (its own "Subcommands:" section), each in ours.
+  std::istringstream lines(r.output);
+  std::vector<std::string> names;
+  bool in_list = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("Subcommands:", 0) == 0 || line.rfind("SUBCOMMANDS:", 0) == 0) {
+      in_list = true;
+    } else if (in_list && line.empty()) {
+      break;
+    } else if (in_list) {
+      std::istringstream words(line);
+      std::string name;
+      words >> name;
+      names.push_back(name);
+    }
+  }
+  CHECK(names.size() >= 11);
+  for (const char* expected : {"export", "prepare-features", "launch", "inspect"}) {
+    CHECK(std::find(names.begin(), names.end(), expected) != names.end());
+  }
+  const auto commands = r.output.substr(r.output.find("\nCommands:\n"));
+  for (const auto& name : names) {
+    INFO(name);
+    CHECK(commands.find("  sana-train " + name + " ") != std::string::npos);
   }
 }
 

@@ -31,9 +31,9 @@ ckpt::Snapshot snapshot(int64_t step) {
   s.parts = {{"model", {nullptr, model, {}}}, {"ema", {nullptr, ema, {}}}, {"optimizer", {nullptr, optimizer, {}}},
              // an fp16 run's scaler: JSON alone, no file
              {"loss_scaler", {{{"loss_scale", 8192.0}, {"loss_scale_clean_steps", step + 7}, {"overflow_steps", 3}}, {}, {}}}};
-  s.state.global_step = step;
-  s.state.epoch = step / 10;
-  s.state.step_in_epoch = step % 10;
+  s.state.position.global_step = step;
+  s.state.position.epoch = step / 10;
+  s.state.position.step_in_epoch = step % 10;
   s.state.global_batch_size = 8;
   s.state.world_size = 3;
   s.state.model = "test";
@@ -70,8 +70,8 @@ TEST_CASE("checkpoints round-trip, latest names the newest, old ones are pruned"
     CHECK(torch::equal(model[i].second, orig_model[i].second));
   }
   CHECK(torch::equal(back.part("optimizer")->tensors->at(0).second, orig.part("optimizer")->tensors->at(0).second));
-  CHECK(back.state.global_step == 30);
-  CHECK(back.state.epoch == 3);
+  CHECK(back.state.position.global_step == 30);
+  CHECK(back.state.position.epoch == 3);
   CHECK(back.state.world_size == 3);
   CHECK(back.state.checksums.size() == 3);
   const auto& scaler = back.part("loss_scaler")->json;
@@ -224,8 +224,8 @@ TEST_CASE("A checkpoint of format 1 (sana-train up to 0016840) reads into today'
   std::ofstream(ckpt_dir / "trainer_state.json") << state.dump(2);
 
   const auto snap = ckpt::read_checkpoint(ckpt_dir.string());
-  CHECK(snap.state.global_step == 2);
-  CHECK(snap.state.step_in_epoch == 2);
+  CHECK(snap.state.position.global_step == 2);
+  CHECK(snap.state.position.step_in_epoch == 2);
   CHECK(snap.state.world_size == 2);
   CHECK(snap.state.model == "SanaMS_tiny_P2_D4");
   CHECK(snap.state.config.at("train.deterministic") == "true");

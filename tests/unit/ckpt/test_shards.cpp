@@ -62,7 +62,7 @@ std::vector<std::pair<std::string, PartState>> share_of(const Whole& w, int rank
 
 ckpt::TrainerState state_at(int64_t step) {
   ckpt::TrainerState s;
-  s.global_step = step;
+  s.position.global_step = step;
   s.global_batch_size = 6;
   s.world_size = kWorld;
   s.model = "test";

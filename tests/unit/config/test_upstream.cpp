@@ -6,7 +6,7 @@
 
 #include "config_test_support.h"
 #include "sana/config/upstream.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 
 namespace {
 

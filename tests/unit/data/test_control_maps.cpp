@@ -13,8 +13,8 @@
 #include "loader_fixture.h"
 #include "sana/data/check_data.h"
 #include "sana/model/encoders.h"
-#include "sana/train/component_options.h"
-#include "sana/train/run_encoders.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/input/run_encoders.h"
 #include "sana/util/safetensors.h"
 #include "test_support.h"
 

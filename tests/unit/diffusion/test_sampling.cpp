@@ -9,7 +9,7 @@
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
 
-#include "sana/train/preview_images.h"
+#include "sana/train/previews/sampling.h"
 #include "sana/diffusion/sampler.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/encoders.h"

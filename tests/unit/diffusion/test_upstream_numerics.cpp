@@ -9,7 +9,7 @@
 #include "sana/diffusion/flow_matching.h"
 #include "sana/diffusion/sampler.h"
 #include "sana/model/pos_embed.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "sana/util/safetensors.h"
 #include "test_support.h"
 

@@ -15,7 +15,7 @@
 #include "sana/model/export.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
 #include "test_support.h"

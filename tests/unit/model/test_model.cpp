@@ -15,7 +15,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/trigflow.h"
 #include "sana/torch_compat.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "model_specs.h"
 #include "test_support.h"
 

@@ -14,7 +14,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/tokenizer.h"
 #include "sana/model/weights.h"
-#include "sana/train/run_encoders.h"
+#include "sana/train/input/run_encoders.h"
 #include "sana/util/safetensors.h"
 #include "model_specs.h"
 #include "test_support.h"

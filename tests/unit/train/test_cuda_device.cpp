@@ -12,9 +12,9 @@
 
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/cuda_modes.h"
-#include "sana/train/device_timeline.h"
-#include "sana/train/device_feed.h"
+#include "sana/train/loop/cuda_modes.h"
+#include "sana/train/step/device_timeline.h"
+#include "sana/train/step/device_feed.h"
 #include "sana/train/report/device_peak.h"
 #include "sana/train/report/memory_use.h"
 

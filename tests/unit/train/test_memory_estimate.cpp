@@ -12,10 +12,10 @@
 #include "sana/model/frozen_storage.h"
 #include "sana/model/ladd_heads.h"
 #include "sana/model/sana_ms.h"
-#include "sana/train/optim.h"
-#include "sana/train/part_options.h"
+#include "sana/train/optim/optimizer.h"
+#include "sana/train/options/torch_options.h"
 #include "sana/model/spec.h"
-#include "sana/train/component_options.h"
+#include "sana/train/options/core_options.h"
 #include "sana/train/report/memory_estimate.h"
 #include "sana/train/report/micro_batch.h"
 

@@ -7,12 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "sana/util/safetensors.h"
-#include "sana/train/adamw8bit.h"
-#include "sana/train/lr_scheduler.h"
-#include "sana/train/component_options.h"
+#include "sana/train/optim/adamw8bit.h"
+#include "sana/train/optim/lr_scheduler.h"
+#include "sana/train/options/core_options.h"
 #include "sana/model/ladd_heads.h"
-#include "sana/train/optim.h"
-#include "sana/train/part_options.h"
+#include "sana/train/optim/optimizer.h"
+#include "sana/train/options/torch_options.h"
 #include "test_support.h"
 
 using namespace sana;

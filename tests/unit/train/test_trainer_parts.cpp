@@ -10,17 +10,17 @@
 #include "catch.h"
 #include "sana/ckpt/checkpoint.h"
 #include "sana/config/config.h"
-#include "sana/train/checkpointer.h"
-#include "sana/train/device_timeline.h"
-#include "sana/train/ema.h"
-#include "sana/train/loss_scaler.h"
-#include "sana/train/part_options.h"
-#include "sana/train/step.h"
+#include "sana/train/checkpoint/checkpointer.h"
+#include "sana/train/step/device_timeline.h"
+#include "sana/train/optim/ema.h"
+#include "sana/train/optim/loss_scaler.h"
+#include "sana/train/options/torch_options.h"
+#include "sana/train/step/train_step.h"
 #include "sana/train/report/metrics.h"
-#include "sana/train/previews.h"
-#include "sana/train/resume.h"
-#include "sana/train/share_mirror.h"
-#include "sana/train/step_agreement.h"
+#include "sana/train/previews/previews.h"
+#include "sana/train/checkpoint/resume.h"
+#include "sana/train/elastic/share_mirror.h"
+#include "sana/train/loop/step_agreement.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 #include "test_support.h"
@@ -260,7 +260,7 @@ TEST_CASE("A registered stateful part round-trips through a checkpoint save and 
   CHECK_THROWS_WITH(writer.add(before), Catch::Contains("two stateful parts are named 'counter'"));
   writer.save({0, 5, 5}, "test", [] {
     ckpt::TrainerState run;
-    run.global_step = 5;
+    run.position.global_step = 5;
     return run;
   });
   writer.finish();
@@ -270,7 +270,7 @@ TEST_CASE("A registered stateful part round-trips through a checkpoint save and 
   REQUIRE(latest.warnings.empty());
   CHECK(fs::exists(fs::path(latest.path) / "counter.safetensors"));
   auto snapshot = ckpt::read_checkpoint(latest.path);
-  CHECK(snapshot.state.global_step == 5);
+  CHECK(snapshot.state.position.global_step == 5);
   Counter after;
   Checkpointer reader(checkpoint_options_for(cfg), /*writes=*/false);
   reader.add(after);
@@ -309,7 +309,7 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
     ++captures;
     weights.w = torch::full({2}, static_cast<double>(step));
     ckpt::TrainerState s;
-    s.global_step = step;
+    s.position.global_step = step;
     s.global_batch_size = 8;
     return s;
   };
@@ -333,7 +333,7 @@ TEST_CASE("The Checkpointer saves by policy, once per step, keeps the newest and
   const auto latest = ckpt::resolve_latest(dir.path());
   CHECK(fs::path(latest.path).filename() == ckpt::checkpoint_name(7));
   const auto state = ckpt::verify_checkpoint(latest.path);
-  CHECK(state.global_step == 7);
+  CHECK(state.position.global_step == 7);
 
   // Ranks that do not write follow the same policy but never capture.
   int other_captures = 0;

@@ -15,7 +15,7 @@
 #include "sana/config/loader.h"
 #include "sana/distributed/launch_env.h"
 #include "sana/parallel/reducer.h"
-#include "sana/train/preview_images.h"
+#include "sana/train/previews/sampling.h"
 #include "sana/train/step/training_step.h"
 #include "sana/train/train.h"
 #include "test_support.h"
@@ -94,7 +94,7 @@ class ScalarOnOddSteps : public TrainingStep, public Stateful {
   std::unique_ptr<Optimizer> optimizer_;
 };
 
-config::Config tiny_config(const fs::path& root, int64_t max_steps) {
+config::Config kind_run_config(const fs::path& root, int64_t max_steps) {
   const fs::path data = root / "data";
   if (!fs::exists(data)) {
     fs::create_directories(data);
@@ -149,7 +149,7 @@ TEST_CASE("A kind of training registered from outside runs under train() with it
     ++made;
     return std::make_unique<ScalarOnOddSteps>(parts, seen);
   });
-  REQUIRE(train::train(tiny_config(dir.path(), 4), dist::LaunchEnv{}) == 0);
+  REQUIRE(train::train(kind_run_config(dir.path(), 4), dist::LaunchEnv{}, TestHooks{}) == 0);
   CHECK(made == 1);
   CHECK(seen.steps == std::vector<int64_t>{0, 1, 2, 3});
   const double w_after_4 = seen.w;
@@ -158,10 +158,10 @@ TEST_CASE("A kind of training registered from outside runs under train() with it
   CHECK(w_after_4 > 0.15);
   CHECK(w_after_4 < 0.25);
 
-  auto second = tiny_config(dir.path(), 8);
+  auto second = kind_run_config(dir.path(), 8);
   second.resume_from = "latest";
   seen = Seen{};
-  REQUIRE(train::train(second, dist::LaunchEnv{}) == 0);
+  REQUIRE(train::train(second, dist::LaunchEnv{}, TestHooks{}) == 0);
   CHECK(made == 2);
   CHECK(seen.restored_odd_steps == 2);  // its part came back from step 4's checkpoint
   CHECK(seen.restored_w == w_after_4);
@@ -177,11 +177,11 @@ TEST_CASE("Without a registration the factory's own kinds run: the registered ki
       ++made;
       return nullptr;  // not this run's kind: the factory's flow matching runs
     });
-    REQUIRE(train::train(tiny_config(dir.path(), 2), dist::LaunchEnv{}) == 0);
+    REQUIRE(train::train(kind_run_config(dir.path(), 2), dist::LaunchEnv{}, TestHooks{}) == 0);
     CHECK(made == 1);
   }
-  auto again = tiny_config(dir.path(), 4);
+  auto again = kind_run_config(dir.path(), 4);
   again.resume_from = "latest";
-  REQUIRE(train::train(again, dist::LaunchEnv{}) == 0);
+  REQUIRE(train::train(again, dist::LaunchEnv{}, TestHooks{}) == 0);
   CHECK(made == 1);  // unregistered: not asked again
 }

@@ -20,11 +20,11 @@
 #include "sana/distributed/flight_recorder.h"
 #include "sana/distributed/runtime.h"
 #include "sana/model/spec.h"
-#include "sana/train/component_options.h"
-#include "sana/train/part_options.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/torch_options.h"
 #include "sana/train/report/metrics.h"
-#include "sana/train/run_encoders.h"
-#include "sana/train/shared_dataset.h"
+#include "sana/train/input/run_encoders.h"
+#include "sana/train/input/shared_dataset.h"
 #include "sana/train/test_hooks.h"
 #include "sana/util/error.h"
 #include "sana/util/exit_codes.h"
@@ -142,17 +142,20 @@ void claim_folder(const Layout& layout, const nlohmann::ordered_json& mine) {
   data::write_file_atomically(file.string(), mine.dump(2) + "\n");
 }
 
-// Tests only (TestHooks::kill_after_features): that rank kills itself after writing N
-// samples' files, as a process that dies mid-run.
-void kill_for_tests(int rank, int64_t written) {
-  if (TestHooks::matches(TestHooks::get().kill_after_features, rank, written)) std::raise(SIGKILL);
+// Tests only (TestHooks::kill_after_features, "rank:N"): that rank kills itself after
+// writing N samples' files, as a process that dies mid-run.
+void kill_for_tests(const std::string& kill_after, int rank, int64_t written) {
+  if (TestHooks::matches(kill_after, rank, written)) std::raise(SIGKILL);
 }
 
 // One rank's pass: encodes its pending samples in groups of one bucket and writes them.
 class FeatureWriter {
  public:
-  FeatureWriter(const Layout& layout, Encoders enc, torch::Device device, int64_t batch, int rank)
-      : layout_(layout), enc_(std::move(enc)), device_(device), batch_(batch), rank_(rank) {}
+  // `kill_after`: the tests' TestHooks::kill_after_features ("" in production).
+  FeatureWriter(const Layout& layout, Encoders enc, torch::Device device, int64_t batch, int rank,
+                std::string kill_after)
+      : layout_(layout), enc_(std::move(enc)), device_(device), batch_(batch), rank_(rank),
+        kill_after_(std::move(kill_after)) {}
 
   // One sample for the current group; a sample of another bucket ends the group first.
   void add(SampleId id, int bucket, torch::Tensor image, std::string caption, torch::Tensor control = {}) {
@@ -185,7 +188,7 @@ class FeatureWriter {
       if (layout_.control) write_latent(Layout::control_rel(ids_[i]), controls[n].contiguous());
       if (layout_.text) write_text(ids_[i], features[n].contiguous(), mask[n].contiguous());
       ++written_;
-      kill_for_tests(rank_, written_);
+      kill_for_tests(kill_after_, rank_, written_);
     }
     ids_.clear();
     images_.clear();
@@ -220,6 +223,7 @@ class FeatureWriter {
   torch::Device device_;
   int64_t batch_;
   int rank_;
+  std::string kill_after_;
   int bucket_ = -1;
   std::vector<SampleId> ids_;
   std::vector<torch::Tensor> images_, controls_;
@@ -363,46 +367,11 @@ void write_train_config(const PrepareOptions& opts, const PrepareResult& r) {
   data::write_file_atomically(r.train_config, y);
 }
 
-PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOptions& opts) {
-  Layout layout;
-  layout.out = fs::path(opts.out.empty() ? (fs::path(cfg.work_dir) / "features").string() : opts.out);
-  layout.latents = config::uses_vae(cfg.vae);
-  layout.text = config::uses_text_encoder(cfg.text_encoder);
-  layout.control = layout.latents && model_spec_for(cfg).control_blocks > 0;
-  if (!layout.latents && !layout.text) {
-    throw UsageError("prepare-features: the config runs no encoder (vae.vae_type is none and text_encoder."
-                     "text_encoder_name is none); set vae.vae_type (torchscript or dc-ae) with "
-                     "vae.vae_pretrained, and/or text_encoder.text_encoder_name with text_encoder.text_encoder_path",
-                     "config error");
-  }
-  const data::Dataset ds = open_dataset(shared_dataset_options_for(cfg), rt);
-  const auto settings = settings_of(cfg, ds, layout);
-  if (rt.rank() == 0) claim_folder(layout, settings);
-  rt.agree("prepare-features settings", settings.dump());  // also: the folder is claimed
-
-  // The encoders as training would run them (training use: images and captions in).
-  config::Config source = cfg;
-  source.data.load_vae_feat = false;
-  source.data.load_text_feat = false;
-  Encoders enc = load_encoders(encoder_options_for(source), rt.device(), EncoderUse::training, model::Conditioning::caption);
-  if (!layout.text) enc.text.reset();
-
-  ShareCounts mine;
-  const auto ids = pending_share(ds, layout, rt.rank(), rt.world_size(), mine);
-  log::info("prepare-features: {} sample{} for this rank ({} done before), into {}{}{}{}", ids.size(),
-            ids.size() == 1 ? "" : "s", mine.existing, layout.out.string(), layout.latents ? "; latents" : "",
-            layout.control ? "; control latents" : "", layout.text ? "; caption features" : "");
-  Progress progress(static_cast<int64_t>(ids.size()), rt);
-  FeatureWriter writer(layout, enc, rt.device(), std::max<int64_t>(1, opts.batch_size), rt.rank());
-  if (!ids.empty() && layout.latents) {
-    encode_images(source, ds, ids, layout.control ? control_maps_for(control_map_options_for(source), enc) : data::ControlMapOptions{}, writer,
-                  progress, mine);
-  } else if (!ids.empty()) {
-    encode_captions(ds, ids, writer, progress);
-  }
-  mine.written = writer.written();
-
-  // Every rank waits for the others (bounded by their progress, not their length).
+// The end of the pass, once this rank's share is written: every rank waits for the others
+// (bounded by their progress, not their length), the counts are gathered, and rank 0 writes
+// the null caption's features, meta.jsonl and train.yaml while the others wait for it.
+PrepareResult finish_pass(const config::Config& cfg, dist::Runtime& rt, const PrepareOptions& opts,
+                     const data::Dataset& ds, const Layout& layout, const Encoders& enc, const ShareCounts& mine) {
   const std::string my_work = fmt::format("features/{}", rt.rank());
   rt.work_done(my_work);
   for (int r = 0; r < rt.world_size(); ++r) {
@@ -443,13 +412,59 @@ PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOpt
   return res;
 }
 
+PrepareResult run(const config::Config& cfg, dist::Runtime& rt, const PrepareOptions& opts, const TestHooks& hooks) {
+  Layout layout;
+  layout.out = fs::path(opts.out.empty() ? (fs::path(cfg.work_dir) / "features").string() : opts.out);
+  layout.latents = config::uses_vae(cfg.vae);
+  layout.text = config::uses_text_encoder(cfg.text_encoder);
+  layout.control = layout.latents && model_spec_for(cfg).control_blocks > 0;
+  if (!layout.latents && !layout.text) {
+    throw UsageError("prepare-features: the config runs no encoder (vae.vae_type is none and text_encoder."
+                     "text_encoder_name is none); set vae.vae_type (torchscript or dc-ae) with "
+                     "vae.vae_pretrained, and/or text_encoder.text_encoder_name with text_encoder.text_encoder_path",
+                     "config error");
+  }
+  auto dataset = shared_dataset_options_for(cfg);
+  dataset.index_delay_ms = hooks.index_delay_ms;
+  const data::Dataset ds = open_dataset(dataset, rt);
+  const auto settings = settings_of(cfg, ds, layout);
+  if (rt.rank() == 0) claim_folder(layout, settings);
+  rt.agree("prepare-features settings", settings.dump());  // also: the folder is claimed
+
+  // The encoders as training would run them (training use: images and captions in).
+  config::Config source = cfg;
+  source.data.load_vae_feat = false;
+  source.data.load_text_feat = false;
+  Encoders enc = load_encoders(encoder_options_for(source), rt.device(), EncoderUse::training, model::Conditioning::caption);
+  if (!layout.text) enc.text.reset();
+
+  ShareCounts mine;
+  const auto ids = pending_share(ds, layout, rt.rank(), rt.world_size(), mine);
+  log::info("prepare-features: {} sample{} for this rank ({} done before), into {}{}{}{}", ids.size(),
+            ids.size() == 1 ? "" : "s", mine.existing, layout.out.string(), layout.latents ? "; latents" : "",
+            layout.control ? "; control latents" : "", layout.text ? "; caption features" : "");
+  Progress progress(static_cast<int64_t>(ids.size()), rt);
+  FeatureWriter writer(layout, enc, rt.device(), std::max<int64_t>(1, opts.batch_size), rt.rank(),
+                       hooks.kill_after_features);
+  if (!ids.empty() && layout.latents) {
+    encode_images(source, ds, ids, layout.control ? control_maps_for(control_map_options_for(source), enc) : data::ControlMapOptions{}, writer,
+                  progress, mine);
+  } else if (!ids.empty()) {
+    encode_captions(ds, ids, writer, progress);
+  }
+  mine.written = writer.written();
+
+  return finish_pass(cfg, rt, opts, ds, layout, enc, mine);
+}
+
 }  // namespace
 
-PrepareResult prepare_features(const config::Config& cfg, const dist::LaunchEnv& env, const PrepareOptions& opts) {
-  auto rt = dist::Runtime::start(env, runtime_options_for(cfg), {SANA_VERSION, config::config_fingerprint(cfg)},
+PrepareResult prepare_features(const config::Config& cfg, const dist::LaunchEnv& env, const PrepareOptions& opts,
+                               const TestHooks& hooks) {
+  auto rt = dist::Runtime::start(env, runtime_options_for(cfg, hooks), {SANA_VERSION, config::config_fingerprint(cfg)},
                                  dist::flight_record_dir(cfg.work_dir));
   try {
-    PrepareResult r = run(cfg, *rt, opts);
+    PrepareResult r = run(cfg, *rt, opts, hooks);
     rt->finish();
     return r;
   } catch (const dist::PeerFailure& e) {

@@ -20,6 +20,7 @@
 
 #include "sana/config/config.h"
 #include "sana/distributed/launch_env.h"
+#include "sana/train/test_hooks.h"
 
 namespace sana::train {
 
@@ -43,6 +44,8 @@ struct PrepareResult {
 
 // Runs on every rank of the launch; rank 0's result holds every rank's counts. Throws
 // UsageError for a config that names no encoder or a folder made with other settings.
-PrepareResult prepare_features(const config::Config& cfg, const dist::LaunchEnv& env, const PrepareOptions& opts);
+// `hooks`: the tests' fault injection (off in production: TestHooks{}).
+PrepareResult prepare_features(const config::Config& cfg, const dist::LaunchEnv& env, const PrepareOptions& opts,
+                               const TestHooks& hooks);
 
 }  // namespace sana::train

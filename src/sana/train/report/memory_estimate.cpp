@@ -22,8 +22,8 @@
 #include "sana/model/spec.h"
 #include "sana/model/working_weights.h"
 #include "sana/torch_compat.h"
-#include "sana/train/adamw8bit.h"
-#include "sana/train/optim.h"
+#include "sana/train/optim/adamw8bit.h"
+#include "sana/train/optim/optimizer.h"
 #include "sana/train/report/counting_allocator.h"
 #include "sana/util/log.h"
 
@@ -234,7 +234,7 @@ double MemoryEstimate::total() const {
 namespace {
 
 // What each rank keeps of its parameters, gradients, optimizer state and EMA, in bytes:
-// the reducer's flat buckets (each parameter 64-byte aligned, train/component_options.h's
+// the reducer's flat buckets (each parameter 64-byte aligned, train/options/core_options.h's
 // bucket caps) for parameters and gradients; under train.zero_stage the owned segments
 // (parallel/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
 // owned parameters for CAME's state and the EMA (stages 1, 2); AdamW's moments in buckets
@@ -245,7 +245,7 @@ namespace {
 // rank keeps whole (not in the buckets, never sharded); else `trained` is every parameter.
 // `in_flight` gets the device's transient gradient buckets where the gradients are kept
 // elsewhere (MemoryEstimate::in_flight).
-// dist.elastic continue under ZeRO (train/share_mirror.h): rank r keeps a copy of rank
+// dist.elastic continue under ZeRO (train/elastic/share_mirror.h): rank r keeps a copy of rank
 // r-1's share, its parameters and gradients flat (the owned segments), its optimizer state
 // and EMA as the owner keeps them (an EMA in host memory there too). On several nodes the
 // mirror is rank r-s's (mirror_stride), which this estimate does not know: the shares are

@@ -21,7 +21,7 @@
 #include "sana/model/spec.h"
 #include "sana/model/storage_dtype.h"
 #include "sana/parallel/options.h"
-#include "sana/train/optim.h"
+#include "sana/train/optim/optimizer.h"
 #include "sana/train/sprint/objective.h"
 
 namespace sana::train {
@@ -41,7 +41,7 @@ struct RankState {
   // fields then leave them out.
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
   // dist.elastic continue under ZeRO: the mirror of the previous rank's share (its
-  // parameters, gradients, optimizer state and EMA; train/share_mirror.h), on the device
+  // parameters, gradients, optimizer state and EMA; train/elastic/share_mirror.h), on the device
   // but for an EMA kept in host memory.
   double mirror = 0, host_mirror = 0;
   double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
@@ -95,7 +95,7 @@ struct MemoryEstimate {
   double activations_for_config() const;
 };
 
-// What the estimate reads of a run, by the keys (train/part_options.h fills it).
+// What the estimate reads of a run, by the keys (train/options/torch_options.h fills it).
 struct MemoryEstimateOptions {
   model::ModelSpec spec;
   std::optional<model::LoraOptions> lora;  // train.lora when on: the adapters train

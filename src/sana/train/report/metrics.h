@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sana/train/step_times.h"
+#include "sana/train/step/step_times.h"
 #include "sana/train/report/tensorboard.h"
 
 namespace sana::train {
@@ -50,7 +50,7 @@ std::string duration_text(double seconds);
 // asked: the device's data phase is its idle time while the host waits for batches).
 std::string phase_text(const StepTimes& t, bool data = false);
 
-// Where the run's figures go and how often the log gets a line (train/part_options.h
+// Where the run's figures go and how often the log gets a line (train/options/torch_options.h
 // fills it from the config).
 struct MetricsOptions {
   std::string work_dir;       // metrics.jsonl and tensorboard/ go there
@@ -74,7 +74,7 @@ class Metrics {
   // After each step, with its phases (times.total is ignored: a step's time is the wall
   // time since the previous record). force_log: write the interval line now (a stop request).
   void record(const StepRecord& s, const StepTimes& times, double wait_seconds, bool force_log);
-  // A step's phases as the device timed them (train/device_timeline.h), before the record()
+  // A step's phases as the device timed them (train/step/device_timeline.h), before the record()
   // of a later step: that step's metrics.jsonl line carries the latest as "device_time"
   // {"step", "total", "data", ...}, TensorBoard has them as device_time/<phase> at their own
   // step, and the interval's log line their shares (" | device: fwd+bwd 80.1% ...").

@@ -10,7 +10,7 @@
 #include "sana/data/epoch_plan.h"
 #include "sana/data/sample_cache.h"
 #include "sana/model/frozen_storage.h"
-#include "sana/train/initial_model.h"
+#include "sana/train/trainable/initial_model.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 

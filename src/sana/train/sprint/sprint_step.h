@@ -6,7 +6,7 @@
 //
 // Owns: the frozen teacher, the discriminator heads with their reducer, optimizer and
 // checkpoint parts, and the objective (sprint/objective.h).
-// Never: updates the student, or reads the config (part_options.cpp's
+// Never: updates the student, or reads the config (torch_options.cpp's
 // sprint_step_options_for fills its options).
 #pragma once
 
@@ -25,15 +25,15 @@
 #include "sana/model/weights.h"
 #include "sana/parallel/options.h"
 #include "sana/parallel/reducer.h"
-#include "sana/train/data_guards.h"
-#include "sana/train/optim.h"
+#include "sana/train/input/data_guards.h"
+#include "sana/train/optim/optimizer.h"
 #include "sana/train/sprint/objective.h"
-#include "sana/train/step.h"
+#include "sana/train/step/train_step.h"
 #include "sana/train/step/training_step.h"
 
 namespace sana::train {
 
-// What stage 2 adds, by the keys' names (train/part_options.h's sprint_step_options_for fills it).
+// What stage 2 adds, by the keys' names (train/options/torch_options.h's sprint_step_options_for fills it).
 struct SprintStepOptions {
   model::ModelSpec teacher;         // model.teacher (else model.model) without the student's additions
   std::string teacher_model;        // model.teacher_model: its weights

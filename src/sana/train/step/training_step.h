@@ -1,9 +1,9 @@
 // A kind of training: what one optimizer step computes on this rank, for the loop
-// (train/trainer.h) to agree on across the ranks and apply. One implementation per kind:
+// (train/loop/trainer.h) to agree on across the ranks and apply. One implementation per kind:
 // flow matching over the run's Trainable (FlowMatchingStep below: the whole model, LoRA, a
 // ControlNet), SANA-Sprint's alternating generator and discriminator phases
 // (sprint/sprint_step.h). A new kind is one file and one line in the factory
-// (part_options.cpp's training_step_for), or a registration (register_training_step); the
+// (options/torch_options.cpp's training_step_for), or a registration (StepRegistration); the
 // loop and the Trainer stay as they are.
 //
 // Owns: the objective and whatever trains beside the run's Trainable (SANA-Sprint's heads,
@@ -24,9 +24,9 @@
 #include "sana/distributed/runtime.h"
 #include "sana/model/sana_ms.h"
 #include "sana/parallel/reducer.h"
-#include "sana/train/data_guards.h"
-#include "sana/train/optim.h"
-#include "sana/train/step.h"
+#include "sana/train/input/data_guards.h"
+#include "sana/train/optim/optimizer.h"
+#include "sana/train/step/train_step.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {

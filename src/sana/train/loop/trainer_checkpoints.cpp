@@ -1,0 +1,204 @@
+// The run in its checkpoints (docs/checkpoints.md): the parts a checkpoint holds, the
+// run's own position and metadata saved beside them, and the resume that restores both
+// (with a batch or world size that changed since).
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "sana/ckpt/checkpoint.h"
+#include "sana/config/loader.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/torch_options.h"
+#include "sana/train/elastic/peer_state.h"
+#include "sana/train/checkpoint/resume.h"
+#include "sana/train/loop/trainer.h"
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+// What a checkpoint holds besides the run's position: one line per part (its name is the
+// part's own: model, ema and optimizer tensors, and JSON), and under ckpt.format 3 who
+// writes and reads each entry (a collective).
+void Trainer::register_checkpointed_parts() {
+  // Format-3 checkpoints are read so whatever ckpt.format this run writes (a resume after
+  // switching to format 2, model.load_from's optimizer state).
+  checkpointer_->use_shards(sharded_checkpoints(), cfg_.ckpt.format >= 3);
+  checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
+  checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
+  checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
+  checkpointer_->add(*reducer_);
+  checkpointer_->add(*guard_);
+  checkpointer_->add(*nonfinite_);
+  checkpointer_->add(*scaler_);
+  checkpointer_->add(*lr_scheduler_);
+  for (auto* part : kind_->parts()) checkpointer_->add(*part);
+}
+
+std::unique_ptr<parallel::ShardedCheckpoints> Trainer::sharded_checkpoints() {
+  parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
+                             [z = &*zero_](const std::string& e) { return z->order_of(e); }};
+  return std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s);  // collective
+}
+
+void Trainer::change_batch(const ckpt::TrainerState& saved) {
+  const auto spec = batch_spec_for(cfg_);
+  if (position_.step_in_epoch == 0) {
+    segments_ = {{0, spec}};
+  } else {
+    segments_.push_back({position_.step_in_epoch, spec});
+  }
+  if (cfg_.data.sampler == config::DataSampler::distributed && position_.step_in_epoch > 0) {
+    throw UsageError(fmt::format("data.sampler distributed cannot change {} mid-epoch (torch's DistributedSampler "
+                                 "partition has no rest of an epoch); resume at an epoch end or with data.sampler bucket",
+                                 before_text(saved)),
+                     "config error");
+  }
+  const auto plan = epoch_plan(position_.epoch);
+  check_world_fits(plan, rt_.world_size(), spec);
+  log::info("{} -> {}: epoch {}'s samples not yet seen are batched anew from its step {} ({} steps left in it), "
+            "later epochs too",
+            before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
+            plan.steps() - position_.step_in_epoch);
+  if (cfg_.train.auto_lr != config::AutoLr::none) {
+    const auto& now = lr_scheduler_->options();
+    auto old = now;
+    old.global_batch_size = saved.global_batch_size;
+    log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
+              peak_learning_rate(old), peak_learning_rate(now));
+  }
+}
+
+void Trainer::resume() {
+  std::string source;
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<ckpt::Snapshot> snapshot;
+  std::vector<std::string> damaged;  // found so while read: latest goes on to the one before
+  for (;;) {
+    snapshot = read_resume_checkpoint(resume_options_for(cfg_, spec_.name), rt_, source, damaged);  // collective
+    if (!snapshot) return;
+    try {
+      checkpointer_->restore(*snapshot, source);  // collective
+      break;
+    } catch (const ckpt::DamagedCheckpoint& e) {
+      if (cfg_.resume_from != "latest") {
+        throw ckpt::CheckpointError(fmt::format("resume_from {}: {}. Name an older checkpoint folder, or set "
+                                                "resume_from: latest to pass over damaged ones",
+                                                source, e.what()));
+      }
+      log::warn_shared("resume_from latest: skipping {}: {}", source, e.what());
+      damaged.push_back(source);
+    }
+  }
+  const auto& s = snapshot->state;
+  continue_at(s);
+  log::info("resumed from {} (saved on {} process{}): epoch {} step {}, global step {}, in {:.2f} s", source,
+            s.world_size, s.world_size == 1 ? "" : "es", s.position.epoch + 1, s.position.step_in_epoch,
+            s.position.global_step,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  log_config_changes(s);
+  restart_schedule_if_asked();
+}
+
+void Trainer::continue_at(const ckpt::TrainerState& s) {
+  resumed_ = true;
+  position_ = s.position;
+  if (position_.step_in_epoch > 0) {
+    segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
+    if (!s.epoch_segments.empty()) segments_.clear();
+    for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
+  }
+  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != batch_spec_for(cfg_)) change_batch(s);
+}
+
+void Trainer::resume_from_peers() {
+  const auto start = std::chrono::steady_clock::now();
+  auto snapshot = share_snapshot(rt_, carried_);  // collective
+  checkpointer_->restore(snapshot, "rank 0's state");
+  continue_at(snapshot.state);
+  log::info("took the run's state from rank 0 (global step {}, epoch {} step {}) in {:.2f} s", position_.global_step,
+            position_.epoch + 1, position_.step_in_epoch,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// train.resume_lr_scheduler false: as upstream's train.py, only a resume from a named
+// checkpoint starts the schedule again; resume_from latest (a run continuing after a stop
+// or a failure) always continues it.
+void Trainer::restart_schedule_if_asked() {
+  if (cfg_.train.resume_lr_scheduler) return;
+  if (cfg_.resume_from == "latest") {
+    log::info("train.resume_lr_scheduler false: resume_from latest continues the learning-rate schedule (only a "
+              "resume from a named checkpoint restarts it, as upstream's train.py)");
+    return;
+  }
+  lr_scheduler_->restart();
+  log::info("train.resume_lr_scheduler false: the learning-rate schedule starts again at global step {} (warm-up "
+            "included)",
+            position_.global_step + 1);
+}
+
+void Trainer::carry_over_load_from() {
+  const auto& t = cfg_.train;
+  if (!t.load_from_optimizer && !t.load_from_lr_scheduler) return;
+  const std::string keys = t.load_from_optimizer && t.load_from_lr_scheduler ? "train.load_from_optimizer and "
+                                                                               "load_from_lr_scheduler"
+                           : t.load_from_optimizer ? "train.load_from_optimizer"
+                                                   : "train.load_from_lr_scheduler";
+  if (cfg_.resume_from != "latest" || cfg_.model.load_from.empty()) {
+    log::warn_shared("{} act only when resume_from latest finds no checkpoint and model.load_from is set (as upstream's "
+                     "train.py reads them); this run starts without them",
+                     keys);
+    return;
+  }
+  const auto folder = ckpt::checkpoint_folder_of(cfg_.model.load_from);  // the config check made sure of it
+  auto snapshot = ckpt::read_checkpoint(folder, /*tensors=*/false);       // format 3: the Checkpointer reads its share
+  if (t.load_from_optimizer) {
+    checkpointer_->restore_parts(snapshot, folder, {optimizer_part_->state_name()});  // collective (format 3)
+    log::info("train.load_from_optimizer: the optimizer state of {} (its step {})", folder,
+              snapshot.state.position.global_step);
+  }
+  if (t.load_from_lr_scheduler) {
+    const int64_t at = LrScheduler::saved_position(snapshot.part(lr_scheduler_->state_name()),
+                                                    snapshot.state.position.global_step);
+    lr_scheduler_->continue_at(at);
+    log::info("train.load_from_lr_scheduler: the learning-rate schedule continues at its step {}, as {} left it", at,
+              folder);
+  }
+}
+
+// What a resume changed, key by key (any key may change but train.seed and the model;
+// resume_from itself is not a change).
+void Trainer::log_config_changes(const ckpt::TrainerState& saved) const {
+  if (saved.config.empty()) {
+    if (saved.config_hash != config::config_fingerprint(cfg_)) {
+      log::info("the config differs from the checkpoint's (written by a sana-train that kept no values to compare)");
+    }
+    return;
+  }
+  auto before = saved.config;
+  auto now = config::config_values(cfg_);
+  before.erase("resume_from");
+  now.erase("resume_from");
+  const auto changes = config::config_changes(before, now);
+  if (changes.empty()) return;
+  log::info("the config differs from the checkpoint's in {} key{}:", changes.size(), changes.size() == 1 ? "" : "s");
+  for (const auto& change : changes) log::info("  {}", change);
+}
+
+ckpt::TrainerState Trainer::run_state() const {
+  ckpt::TrainerState st;
+  st.position = position_;
+  st.global_batch_size = cfg_.train.global_batch_size;
+  st.batch_tokens = cfg_.train.batch_tokens;
+  if (position_.step_in_epoch > 0 && segments_.size() > 1) {
+    for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
+  }
+  st.seed = cfg_.train.seed;
+  st.world_size = rt_.world_size();
+  st.model = spec_.name;
+  st.config_hash = config::config_fingerprint(cfg_);
+  st.config = config::config_values(cfg_);
+  return st;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,361 @@
+#include "sana/train/options/core_options.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+#include <utility>
+#include <filesystem>
+
+#include "sana/config/encoder_source.h"
+#include "sana/data/decode.h"
+#include "sana/util/error.h"
+#include "sana/train/test_hooks.h"
+
+namespace sana::train {
+
+namespace {
+
+// A config enum's value as the component's enum, by the pairs listed (every enumerator of
+// both); an enumerator added to the config without its pair here is a logic_error where used.
+template <class To, class From, size_t N>
+To mapped(From value, const std::array<std::pair<From, To>, N>& pairs) {
+  for (const auto& [from, to] : pairs) {
+    if (from == value) return to;
+  }
+  throw std::logic_error("train/options/core_options.cpp: an enumerator with no component counterpart");
+}
+
+}  // namespace
+
+data::BucketOptions bucket_options_for(const config::Config& cfg) {
+  data::BucketOptions o;
+  o.base_sizes = {cfg.data.image_size};
+  o.base_sizes.insert(o.base_sizes.end(), cfg.data.multi_scale_sizes.begin(), cfg.data.multi_scale_sizes.end());
+  o.multi_scale = cfg.model.multi_scale;
+  o.aspect_ratio_type = cfg.data.aspect_ratio_type;
+  o.bucket_step = cfg.data.bucket_step;
+  o.scale_rule = cfg.data.multi_scale_rule;
+  return o;
+}
+
+data::BatchSpec batch_spec_for(const config::Config& cfg) {
+  return {cfg.train.global_batch_size, cfg.train.batch_tokens};
+}
+
+data::DatasetOptions dataset_options_for(const config::Config& cfg) {
+  data::DatasetOptions o;
+  o.sources = cfg.data.data_dir;
+  o.index_dir = (std::filesystem::path(cfg.work_dir) / "index").string();
+  o.buckets = bucket_options_for(cfg);
+  o.batch = batch_spec_for(cfg);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.tail = mapped(cfg.data.tail, std::array{std::pair{config::Tail::drop, data::TailPolicy::drop},
+                                            std::pair{config::Tail::pad, data::TailPolicy::pad}});
+  o.distributed_sampler = cfg.data.sampler == config::DataSampler::distributed;
+  o.max_untrained_fraction = cfg.data.max_untrained_fraction;
+  o.exif_orientation = cfg.data.exif_orientation;
+  o.captions.caption_suffixes = cfg.data.external_caption_suffixes;
+  o.captions.clipscore_suffixes = cfg.data.external_clipscore_suffixes;
+  if (cfg.data.caption_selection_type == "proportion") {
+    for (const auto& [name, weight] : cfg.data.caption_proportion) o.captions.names.push_back(name);
+  }
+  o.filter.hq_only = cfg.data.hq_only;
+  o.filter.min_clip_score = cfg.data.del_img_clip_thr;
+  if (cfg.train.eval.every_steps > 0) {  // train.eval.fraction: its share is left out of training
+    o.filter.holdout = cfg.train.eval.fraction;
+    o.filter.holdout_seed = static_cast<uint64_t>(cfg.train.seed);
+  }
+  return o;
+}
+
+data::CaptionChoice caption_choice_for(const config::Config& cfg) {
+  data::CaptionChoice o;
+  o.type = cfg.data.caption_selection_type == "proportion" ? data::CaptionSelection::proportion
+                                                            : data::CaptionSelection::clipscore;
+  o.clip_thr = cfg.data.clip_thr;
+  o.temperature = cfg.data.clip_thr_temperature;
+  o.proportion = cfg.data.caption_proportion;
+  o.scored = !cfg.data.external_clipscore_suffixes.empty();
+  return o;
+}
+
+data::DecodeOptions decode_options_for(const config::Config& cfg) {
+  data::DecodeOptions o;
+  if (cfg.data.interpolation != "upstream") o.filter = data::parse_resample(cfg.data.interpolation);
+  o.reduced_decode = cfg.data.jpeg_reduced_decode;
+  o.exif_orientation = cfg.data.exif_orientation;
+  return o;
+}
+
+data::LoaderOptions loader_options_for(const config::Config& cfg) {
+  data::LoaderOptions o;
+  o.workers = static_cast<int>(std::max<int64_t>(1, cfg.train.num_workers));
+  o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
+  o.decode = decode_options_for(cfg);
+  o.caption = caption_choice_for(cfg);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.wait_timeout_s = cfg.dist.timeout_s;
+  o.load_latents = cfg.data.load_vae_feat;
+  o.latent_channels = cfg.vae.vae_latent_dim;
+  o.latent_downsample = cfg.vae.vae_downsample_rate;
+  o.load_text_feat = cfg.data.load_text_feat;
+  o.masks = cfg.train.masked_loss;
+  o.alpha_masks = cfg.train.masked_loss && cfg.train.masked_loss_alpha;
+  o.text_length = cfg.text_encoder.model_max_length;
+  o.text_channels = cfg.text_encoder.caption_channels;
+  return o;
+}
+
+data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
+  const auto& c = cfg.controlnet;
+  data::ControlMapOptions o;
+  if (cfg.data.load_vae_feat) {  // the maps were made and encoded by prepare-features
+    o.kind = data::ControlKind::latents;
+    return o;
+  }
+  if (c.control_signal_type == config::ControlSignal::dataset) {
+    o.kind = data::ControlKind::dataset;
+    return o;
+  }
+  if (c.control_signal_type == config::ControlSignal::scribble || c.control_signal_type == config::ControlSignal::hed) {
+    if (c.hed_model.empty()) {
+      throw UsageError(fmt::format("controlnet.control_signal_type: {} maps need upstream's HED network: export "
+                                   "lllyasviel's ControlNetHED.pth with scripts/export_hed.py and set "
+                                   "controlnet.hed_model to it (or use canny, or dataset with maps made beforehand)",
+                                   config::name_of(c.control_signal_type)),
+                       "config error");
+    }
+    o.kind = c.control_signal_type == config::ControlSignal::hed ? data::ControlKind::hed : data::ControlKind::scribble;
+    o.detect_resolution = static_cast<int>(c.detect_resolution);
+    o.thickness = static_cast<int>(c.scribble_thickness);
+    return o;  // the edge network itself: train::control_maps_for
+  }
+  if (c.canny_low_threshold > c.canny_high_threshold) {
+    throw UsageError(fmt::format("controlnet.canny_low_threshold ({}) is above canny_high_threshold ({})",
+                                 c.canny_low_threshold, c.canny_high_threshold),
+                     "config error");
+  }
+  o.kind = data::ControlKind::canny;
+  o.canny_low = static_cast<double>(c.canny_low_threshold);
+  o.canny_high = static_cast<double>(c.canny_high_threshold);
+  return o;
+}
+
+parallel::ReducerOptions reducer_options_for(const config::Config& cfg) {
+  parallel::ReducerOptions o;
+  o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
+  o.average = false;
+  o.exact = cfg.train.deterministic;
+  o.shard_gradients = cfg.train.zero_stage >= 2;
+  o.gradients_on_host = cfg.train.offload_optimizer;
+  return o;
+}
+
+data::DiskCacheOptions disk_cache_options_for(const config::Config& cfg) {
+  data::DiskCacheOptions o;
+  o.dir = cfg.data.cache_dir.empty() ? (std::filesystem::path(cfg.work_dir) / "sample_cache").string()
+                                     : cfg.data.cache_dir;
+  o.decode = decode_options_for(cfg);
+  return o;
+}
+
+model::ModelSpec model_spec_for(const config::Config& cfg) {
+  model::ModelSpec s = model::preset_spec(cfg.model.model);
+  const bool latent = cfg.data.load_vae_feat || config::uses_vae(cfg.vae);
+  s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
+  s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
+  s.linear_head_dim = cfg.model.linear_head_dim;
+  s.mlp_ratio = cfg.model.mlp_ratio;
+  s.caption_channels = cfg.text_encoder.caption_channels;
+  s.caption_tokens = cfg.text_encoder.model_max_length;
+  s.num_classes = cfg.model.num_classes;
+  if (cfg.data.load_text_feat || config::uses_text_encoder(cfg.text_encoder)) {
+    s.conditioning = model::Conditioning::caption;
+  } else if (cfg.model.num_classes > 0) {
+    s.conditioning = model::Conditioning::class_label;
+  } else {
+    s.conditioning = model::Conditioning::none;
+  }
+  s.y_norm = cfg.text_encoder.y_norm;
+  s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
+  s.qk_norm = cfg.model.qk_norm;
+  s.cross_norm = cfg.model.cross_norm;
+  s.use_pe = cfg.model.use_pe;
+  s.pe_interpolation = cfg.model.pe_interpolation;
+  s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
+  s.fp32_attention = cfg.model.fp32_attention;
+  s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
+  s.timestep_norm_scale = cfg.scheduler.timestep_norm_scale_factor;
+  s.class_dropout_prob = cfg.model.class_dropout_prob;
+  s.cfg_embed = cfg.model.sprint.cfg_embed;
+  s.cfg_embed_scale = cfg.model.sprint.cfg_embed_scale;
+  s.logvar = cfg.model.sprint.logvar;
+  model::check_spec(s);
+  return s;
+}
+
+model::ModelSpec teacher_spec_for(const config::Config& cfg) {
+  auto c = cfg;
+  if (!cfg.model.sprint.teacher.empty()) c.model.model = cfg.model.sprint.teacher;
+  c.model.sprint.cfg_embed = c.model.sprint.logvar = false;
+  return model_spec_for(c);
+}
+
+std::vector<int64_t> head_blocks_for(const config::Config& cfg) {
+  const auto& m = cfg.model.sprint;
+  if (!m.head_block_ids.empty()) return m.head_block_ids;
+  // Upstream's SanaMSCMDiscriminator: {2, 8, 14, 20, 27} multi-scale, else the last block.
+  if (m.ladd_multi_scale) return {2, 8, 14, 20, 27};
+  return {teacher_spec_for(cfg).depth - 1};
+}
+
+model::VaeOptions vae_options_for(const config::Config& cfg) {
+  model::VaeOptions o;
+  // A folder or hub name resolves to the folder found (validation already said when none is).
+  const auto source = config::vae_source(cfg.vae);
+  o.vae_pretrained = source.path.empty() ? cfg.vae.vae_pretrained : source.path;
+  o.dc_ae_folder = source.kind == config::VaeSource::Kind::dc_ae;
+  o.efficientvit_name = source.kind == config::VaeSource::Kind::dc_ae_efficientvit ? source.name : "";
+  o.scale_factor = cfg.vae.scale_factor;
+  o.vae_latent_dim = cfg.vae.vae_latent_dim;
+  o.vae_downsample_rate = cfg.vae.vae_downsample_rate;
+  o.tile_size = cfg.vae.tile_size;
+  o.tile_overlap = cfg.vae.tile_overlap;
+  return o;
+}
+
+model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
+  const auto& t = cfg.text_encoder;
+  model::TextEncoderOptions o;
+  o.text_encoder_name = t.text_encoder_name;
+  // A folder or hub name resolves to the folder found (validation already said when none is).
+  const auto source = config::text_encoder_source(t);
+  o.text_encoder_path = source.path.empty() ? t.text_encoder_path : source.path;
+  o.tokenizer_path = source.path.empty() ? t.tokenizer_path : source.tokenizer;
+  o.gemma2_folder = source.kind == config::TextEncoderSource::Kind::gemma2;
+  o.caption_channels = t.caption_channels;
+  o.model_max_length = t.model_max_length;
+  o.chi_prompt = t.chi_prompt;
+  o.caption_cache_bytes = static_cast<int64_t>(t.caption_cache_gib * static_cast<double>(int64_t{1} << 30));
+  return o;
+}
+
+model::GrowthOptions growth_options_for(const config::Config& cfg) {
+  using model::GrowthStrategy;
+  const auto& g = cfg.model_growth;
+  model::GrowthOptions o;
+  o.source = g.pretrained_ckpt_path;
+  static const std::array<std::pair<const char*, GrowthStrategy>, 6> names{{
+      {"cyclic", GrowthStrategy::cyclic},
+      {"block_expand", GrowthStrategy::block_expand},
+      {"progressive", GrowthStrategy::progressive},
+      {"interpolation", GrowthStrategy::interpolation},
+      {"random", GrowthStrategy::random},
+      {"constant", GrowthStrategy::constant},
+  }};
+  const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return g.init_strategy == n.first; });
+  if (it == names.end()) throw std::logic_error("model_growth.init_strategy outside its choices: " + g.init_strategy);
+  o.strategy = it->second;
+  o.source_layers = g.source_num_layers;
+  o.target_layers = g.target_num_layers;
+  o.expand_ratio = g.init_params.expand_ratio;
+  o.noise_scale = g.init_params.noise_scale;
+  o.zero_gate = g.init_params.zero_gate;
+  o.scale_spec = g.init_params.scale_spec;
+  o.scale_others = g.init_params.scale_others;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  return o;
+}
+
+diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
+  const auto& s = cfg.scheduler;
+  diffusion::TimestepOptions o;
+  // SANA-Sprint's TrigFlow times are its own draws (diffusion/scm.h); no flow step runs.
+  if (s.weighting_scheme == config::Weighting::logit_normal_trigflow) return o;
+  o.weighting = mapped(s.weighting_scheme,
+                       std::array{std::pair{config::Weighting::logit_normal, diffusion::Weighting::logit_normal},
+                                  std::pair{config::Weighting::sd3_mode, diffusion::Weighting::sd3_mode},
+                                  std::pair{config::Weighting::uniform, diffusion::Weighting::uniform}});
+  o.logit_mean = s.logit_mean;
+  o.logit_std = s.logit_std;
+  o.mode_scale = s.mode_scale;
+  o.flow_shift = s.flow_shift;
+  o.train_sampling_steps = s.train_sampling_steps;
+  o.integer_grid = s.timestep_grid == config::TimestepGrid::integer;
+  return o;
+}
+
+parallel::ZeroOptions zero_options_for(const config::Config& cfg) {
+  parallel::ZeroOptions o;
+  o.stage = static_cast<int>(cfg.train.zero_stage);
+  return o;
+}
+
+dist::RuntimeOptions runtime_options_for(const config::Config& cfg, const TestHooks& hooks) {
+  const auto& d = cfg.dist;
+  dist::RuntimeOptions o;
+  o.backend = mapped(d.backend, std::array{std::pair{config::Backend::automatic, dist::BackendChoice::automatic},
+                                            std::pair{config::Backend::gloo, dist::BackendChoice::gloo},
+                                            std::pair{config::Backend::nccl, dist::BackendChoice::nccl}});
+  o.device = mapped(d.device, std::array{std::pair{config::DeviceKind::automatic, dist::DeviceChoice::automatic},
+                                          std::pair{config::DeviceKind::cpu, dist::DeviceChoice::cpu},
+                                          std::pair{config::DeviceKind::cuda, dist::DeviceChoice::cuda}});
+  o.master_addr = d.master_addr;
+  o.master_port = d.master_port;
+  o.timeout_s = d.timeout_s;
+  o.heartbeat_timeout_s = d.heartbeat_timeout_s;
+  o.socket_ifname = d.socket_ifname;
+  o.allow_shared_device = d.allow_shared_device;
+  o.threads_per_process = d.threads_per_process;
+  o.elastic_continue = d.elastic == config::Elastic::continue_on;
+  o.min_world_size = d.min_world_size;
+  o.max_rejoin_wait_s = d.max_rejoin_wait_s;
+  o.inject_cuda_devices = hooks.inject_cuda_devices;
+  o.injected_cuda_devices = hooks.cuda_devices;
+  return o;
+}
+
+model::StorageDtype frozen_dtype_for(const config::TrainConfig& t) {
+  switch (t.frozen_base_dtype) {
+    case config::FrozenDtype::bf16: return model::StorageDtype::bf16;
+    case config::FrozenDtype::fp16: return model::StorageDtype::fp16;
+    case config::FrozenDtype::int8: return model::StorageDtype::int8;
+    case config::FrozenDtype::fp32: break;
+  }
+  return model::StorageDtype::fp32;
+}
+
+model::LoraOptions lora_options_for(const config::Config& cfg) {
+  const auto& c = cfg.train.lora;
+  model::LoraOptions o;
+  o.rank = c.rank;
+  o.alpha = c.alpha;
+  o.dropout = c.dropout;
+  o.targets = c.target_modules;
+  o.gaussian = c.init == config::LoraInit::gaussian;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  return o;
+}
+
+LrScheduleOptions lr_schedule_options_for(const config::TrainConfig& t) {
+  using Shape = LrScheduleOptions::Shape;
+  using Scaling = LrScheduleOptions::BatchScaling;
+  LrScheduleOptions o;
+  o.lr = t.optimizer.lr;
+  o.lr_schedule = t.lr_schedule == config::LrSchedule::cosine                     ? Shape::cosine
+                  : t.lr_schedule == config::LrSchedule::cosine_decay_to_constant ? Shape::cosine_decay_to_constant
+                                                                                  : Shape::constant;
+  o.auto_lr = t.auto_lr == config::AutoLr::sqrt     ? Scaling::sqrt
+              : t.auto_lr == config::AutoLr::linear ? Scaling::linear
+                                                    : Scaling::none;
+  o.global_batch_size = t.global_batch_size;
+  o.num_warmup_steps = t.lr_schedule_args.num_warmup_steps;
+  o.final_lr_ratio = t.lr_schedule_args.final_lr_ratio;
+  o.num_decay = t.lr_schedule_args.num_decay;
+  o.num_cycles = t.lr_schedule_args.num_cycles;
+  return o;
+}
+
+}  // namespace sana::train

@@ -1,0 +1,50 @@
+// train.lora's config check (declared in train/options/config_checks.h): it builds the config's
+// model on the meta device, so it lives with the torch side, apart from config_checks.cpp.
+#include <fmt/format.h>
+
+#include "sana/config/checks.h"
+#include "sana/model/lora.h"
+#include "sana/model/sana_ms.h"
+#include "sana/train/options/core_options.h"
+#include "sana/train/options/config_checks.h"
+
+namespace sana::train {
+
+void register_lora_check() {
+  config::register_check("train.lora targets", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (!config::lora_enabled(cfg.train)) return;
+    model::ModelSpec spec;
+    try {
+      spec = model_spec_for(cfg);
+    } catch (const model::SpecError&) {
+      return;  // the model's own check names it
+    }
+    if (spec.control_blocks > 0) {
+      issues.fail("train.lora.rank", fmt::format("{} is a ControlNet: its base is frozen and its control blocks train "
+                                                 "whole, without adapters; set train.lora.rank to 0",
+                                                 spec.name));
+      return;
+    }
+    model::SanaMS meta(spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
+    try {
+      const model::Lora lora(*meta, lora_options_for(cfg), "");
+    } catch (const model::SpecError& e) {
+      issues.fail(e.key(), e.message());
+    }
+  });
+  config::register_check("train.frozen_base_dtype", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (cfg.train.frozen_base_dtype == config::FrozenDtype::fp32 || config::lora_enabled(cfg.train)) return;
+    try {
+      if (model_spec_for(cfg).control_blocks > 0) return;  // a ControlNet's base is frozen
+    } catch (const model::SpecError&) {
+      return;  // the model's own check names it
+    }
+    issues.fail("train.frozen_base_dtype",
+                fmt::format("is {}, which applies to a frozen base: under train.lora (rank > 0) the base is frozen, "
+                            "and a ControlNet preset's (model.model SanaMSControlNet_*); here every weight trains. "
+                            "Set it to fp32, train LoRA, or a ControlNet",
+                            config::name_of(cfg.train.frozen_base_dtype)));
+  });
+}
+
+}  // namespace sana::train

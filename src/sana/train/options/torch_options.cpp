@@ -1,0 +1,282 @@
+#include "sana/train/options/torch_options.h"
+
+#include <fmt/format.h>
+
+#include "sana/data/buckets.h"
+#include "sana/train/options/core_options.h"
+#include "sana/util/error.h"
+#include "sana/util/log.h"
+
+namespace sana::train {
+
+CheckpointOptions checkpoint_options_for(const config::Config& cfg, ckpt::StageHook before_stage) {
+  CheckpointOptions o;
+  o.work_dir = cfg.work_dir;
+  o.save_model_steps = cfg.train.save_model_steps;
+  o.save_model_epochs = cfg.train.save_model_epochs;
+  o.keep_last_n = cfg.ckpt.keep_last_n;
+  o.async_save = cfg.ckpt.async_save;
+  o.before_stage = std::move(before_stage);
+  return o;
+}
+
+BatchOptions batch_options_for(const config::Config& cfg) {
+  BatchOptions o;
+  o.batch = batch_spec_for(cfg);
+  o.micro_batch_size = cfg.train.micro_batch_size;
+  o.deterministic = cfg.train.deterministic;
+  return o;
+}
+
+SharedDatasetOptions shared_dataset_options_for(const config::Config& cfg) {
+  SharedDatasetOptions o;
+  o.dataset = dataset_options_for(cfg);
+  const auto spec = model_spec_for(cfg);
+  o.cell = spec.downsample * spec.patch;
+  o.caption_features = cfg.data.load_text_feat;
+  o.captions = caption_choice_for(cfg);
+  return o;
+}
+
+SampleCacheOptions sample_cache_options_for(const config::Config& cfg) {
+  using Mode = SampleCacheOptions::Mode;
+  SampleCacheOptions o;
+  o.cache = cfg.data.cache == config::SampleCacheMode::disk     ? Mode::disk
+            : cfg.data.cache == config::SampleCacheMode::memory ? Mode::memory
+                                                                : Mode::none;
+  o.precomputed_latents = cfg.data.load_vae_feat;
+  o.cache_max_gb = cfg.data.cache_max_gb;
+  if (o.cache == Mode::disk) o.disk = disk_cache_options_for(cfg);
+  return o;
+}
+
+InitialModelOptions initial_model_options_for(const config::Config& cfg) {
+  InitialModelOptions o;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.growth = growth_options_for(cfg);
+  o.growth_strategy = cfg.model_growth.init_strategy;
+  o.load_from = cfg.model.load_from;
+  o.load_strict = cfg.model.load_strict;
+  o.grad_checkpointing = cfg.train.grad_checkpointing;
+  o.gc_step = cfg.train.gc_step;
+  o.fused_kernels = cfg.model.kernels == config::Kernels::fused;
+  o.frozen_base = config::lora_enabled(cfg.train);
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
+  return o;
+}
+
+OptimizerOptions optimizer_options_for(const config::OptimizerConfig& c) {
+  using Kind = OptimizerOptions::Kind;
+  OptimizerOptions o;
+  o.type = c.type == config::OptimizerType::CAME       ? Kind::CAME
+           : c.type == config::OptimizerType::CAME8bit  ? Kind::CAME8bit
+           : c.type == config::OptimizerType::AdamW8bit ? Kind::AdamW8bit
+                                                        : Kind::AdamW;
+  o.betas = c.betas;
+  o.eps = c.eps;
+  o.weight_decay = c.weight_decay;
+  o.block_size = c.block_size;
+  o.min_8bit_size = c.min_8bit_size;
+  return o;
+}
+
+MetricsOptions metrics_options_for(const config::Config& cfg) {
+  MetricsOptions o;
+  o.work_dir = cfg.work_dir;
+  o.log_interval = cfg.train.log_interval;
+  o.tensorboard = cfg.train.report_to == "tensorboard";
+  return o;
+}
+
+at::ScalarType half_type(config::Precision mixed_precision) {
+  switch (mixed_precision) {
+    case config::Precision::fp16: return at::kHalf;
+    case config::Precision::bf16: return at::kBFloat16;
+    case config::Precision::fp32: break;
+  }
+  return at::kFloat;
+}
+
+StepOptions step_options_for(const config::Config& cfg, const TestHooks& hooks, int rank, int world_size,
+                             bool forwards_collective) {
+  StepOptions o;
+  o.work_dir = cfg.work_dir;
+  o.half = half_type(cfg.model.mixed_precision);
+  o.micro_batch_size = cfg.train.micro_batch_size;
+  o.deterministic = cfg.train.deterministic;
+  o.precomputed_latents = cfg.data.load_vae_feat;
+  o.class_dropout_prob = cfg.model.class_dropout_prob;
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.timesteps = timestep_options_for(cfg);
+  o.unmasked_weight = cfg.train.masked_loss_unmasked_weight;
+  o.class_prompt = cfg.data.class_prompt;
+  o.prior_loss_weight = cfg.train.prior_loss_weight;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.forwards_collective = forwards_collective;
+  o.log_ids = hooks.log_ids;
+  o.dump_batches = hooks.dump_batches;
+  return o;
+}
+
+std::optional<model::LoraOptions> lora_for(const config::Config& cfg) {
+  if (!config::lora_enabled(cfg.train)) return std::nullopt;
+  return lora_options_for(cfg);
+}
+
+EncoderOptions encoder_options_for(const config::Config& cfg) {
+  EncoderOptions o;
+  if (config::uses_vae(cfg.vae)) o.vae = vae_options_for(cfg);
+  if (config::uses_text_encoder(cfg.text_encoder)) o.text = text_encoder_options_for(cfg);
+  const auto signal = cfg.controlnet.control_signal_type;
+  if ((signal == config::ControlSignal::scribble || signal == config::ControlSignal::hed) &&
+      !cfg.controlnet.hed_model.empty() && model_spec_for(cfg).control_blocks > 0) {
+    o.hed_model = cfg.controlnet.hed_model;
+  }
+  o.precomputed_latents = cfg.data.load_vae_feat;
+  o.precomputed_captions = cfg.data.load_text_feat;
+  o.validation_prompts = !cfg.train.validation_prompts.empty();
+  return o;
+}
+
+PreviewSources preview_sources_for(const config::Config& cfg) {
+  PreviewSources o;
+  auto& s = o.sampling;
+  s.steps = static_cast<int>(cfg.train.preview_steps);
+  s.cfg_scale = cfg.train.preview_cfg_scale;
+  s.images = static_cast<int>(cfg.train.preview_images);
+  s.seed = static_cast<uint64_t>(cfg.train.seed);
+  s.flow_shift = cfg.scheduler.flow_shift;
+  s.sampler = cfg.scheduler.vis_sampler;
+  s.sigma_data = cfg.scheduler.sprint.sigma_data;
+  for (const auto& b : data::showcase_buckets(data::bucket_tables_for(bucket_options_for(cfg)).front())) {
+    o.buckets.push_back({b.height, b.width});
+  }
+  o.validation_prompts = cfg.train.validation_prompts;
+  o.vae_configured = config::uses_vae(cfg.vae);
+  if (model_spec_for(cfg).control_blocks > 0) {
+    o.control_scale = cfg.controlnet.conditioning_scale;
+    o.control_decode = decode_options_for(cfg);
+    o.validation_control_images = cfg.controlnet.validation_scribble_maps;
+    if (o.validation_control_images.empty()) o.control_maps = control_map_options_for(cfg);
+  }
+  return o;
+}
+
+PreviewPolicy preview_policy_for(const config::Config& cfg) {
+  PreviewPolicy o;
+  o.visualize = cfg.train.visualize;
+  o.eval_sampling_steps = cfg.train.eval_sampling_steps;
+  o.preview_every_epochs = cfg.train.preview_every_epochs;
+  o.rank0_renders_all = cfg.train.preview_on == config::PreviewOn::rank0;
+  o.work_dir = cfg.work_dir;
+  o.tensorboard = cfg.train.report_to == "tensorboard";
+  return o;
+}
+
+ClassImageOptions class_image_options_for(const config::Config& cfg) {
+  ClassImageOptions o;
+  o.dir = cfg.data.class_data_dir;
+  o.prompt = cfg.data.class_prompt;
+  o.count = cfg.data.num_class_images;
+  o.sampling = preview_sources_for(cfg);
+  o.dataset = shared_dataset_options_for(cfg);
+  return o;
+}
+
+EmaPlacement ema_placement_for(const config::TrainConfig& t) {
+  return {t.ema_device == config::StateDevice::cpu, t.ema_update_interval};
+}
+
+MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
+  MemoryEstimateOptions o;
+  o.spec = model_spec_for(cfg);
+  o.lora = lora_for(cfg);
+  o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  o.ema = config::ema_enabled(cfg.train);
+  o.ema_on_host = cfg.train.ema_device == config::StateDevice::cpu;
+  o.offload_optimizer = cfg.train.offload_optimizer;
+  o.mirror = cfg.dist.elastic == config::Elastic::continue_on;
+  o.reducer = reducer_options_for(cfg);
+  o.zero_stage = cfg.train.zero_stage;
+  o.deterministic = cfg.train.deterministic;
+  o.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
+  o.working_weights = config::working_weights_on(cfg.train);
+  o.buckets = data::bucket_tables_for(bucket_options_for(cfg));
+  o.micro_batch_size = cfg.train.micro_batch_size;
+  o.grad_checkpointing = cfg.train.grad_checkpointing;
+  o.gc_step = cfg.train.gc_step;
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
+  if (o.spec.trigflow && !cfg.model.sprint.teacher_model.empty()) {
+    o.sprint = MemoryEstimateOptions::Sprint{teacher_spec_for(cfg), static_cast<int64_t>(head_blocks_for(cfg).size()),
+                                             sprint_options_for(cfg)};
+  }
+  return o;
+}
+
+ResumeOptions resume_options_for(const config::Config& cfg, const std::string& model) {
+  ResumeOptions o;
+  o.resume_from = cfg.resume_from;
+  o.work_dir = cfg.work_dir;
+  o.seed = cfg.train.seed;
+  o.model = model;
+  return o;
+}
+
+SprintOptions sprint_options_for(const config::Config& cfg) {
+  const auto& t = cfg.train.sprint;
+  const auto& sc = cfg.scheduler;
+  SprintOptions o;
+  o.draws.logit_mean = sc.logit_mean;
+  o.draws.logit_std = sc.logit_std;
+  o.draws.logit_mean_d = sc.sprint.logit_mean_discriminator;
+  o.draws.logit_std_d = sc.sprint.logit_std_discriminator;
+  o.draws.cfg_scales = t.scm_cfg_scale;
+  o.draws.largest_timestep = t.train_largest_timestep;
+  o.draws.largest = t.largest_timestep;
+  o.draws.largest_prob = t.largest_timestep_prob;
+  o.draws.diff_timesteps_d = t.diff_timesteps_D;
+  o.sigma_data = sc.sprint.sigma_data;
+  o.tangent_warmup_steps = t.tangent_warmup_steps;
+  o.scm_lambda = t.scm_lambda;
+  o.adv_lambda = t.adv_lambda;
+  o.misaligned_pairs = t.misaligned_pairs_D;
+  o.head_blocks = head_blocks_for(cfg);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.exact = cfg.train.deterministic;
+  return o;
+}
+
+SprintStepOptions sprint_step_options_for(const config::Config& cfg) {
+  SprintStepOptions o;
+  o.teacher = teacher_spec_for(cfg);
+  o.teacher_model = cfg.model.sprint.teacher_model;
+  o.frozen_dtype = frozen_dtype_for(cfg.train);
+  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  o.step = sprint_options_for(cfg);
+  o.reducer = reducer_options_for(cfg);
+  o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  o.micro_batch_size = cfg.train.micro_batch_size;
+  return o;
+}
+
+void check_training_kind(const config::Config& cfg) {
+  if (model_spec_for(cfg).trigflow && cfg.model.sprint.teacher_model.empty()) {  // SANA-Sprint's stage 2
+    throw UsageError(fmt::format("model.teacher_model: is empty, and {} is SANA-Sprint's stage-2 student: stage 2 "
+                                 "distils a teacher; point it at the stage-1 fine-tune's weights (docs/sprint.md)",
+                                 cfg.model.model),
+                     "config error");
+  }
+}
+
+std::unique_ptr<TrainingStep> training_step_for(const config::Config& cfg, StepParts parts) {
+  std::string name;
+  if (auto step = registered_training_step(parts, name)) {
+    log::info("training step: {} (a registered kind)", name);
+    return step;
+  }
+  if (model_spec_for(cfg).trigflow) return std::make_unique<SprintStep>(sprint_step_options_for(cfg), parts);
+  return std::make_unique<FlowMatchingStep>();
+}
+
+}  // namespace sana::train
