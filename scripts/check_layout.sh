@@ -45,6 +45,8 @@
 #      scripts/quickstart.sh, bash scripts/test.sh) and the map of the repository (a line
 #      naming each of apps/, src/sana/, tests/ and docs/), and docs/design.md links every
 #      page in docs/ (checked where the tree has README.md and docs/design.md).
+# The summary also counts the config mapping's hand-written copies (lines "x.field = ..." in
+# src/sana/train/options/*.cpp): a figure to bring down, not yet a limit.
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
 # table and exits 0 when clean. Without universal-ctags, check c is skipped, saying so, and
 # the exit is 77 (ctest: skipped) when the other checks pass.
@@ -386,6 +388,11 @@ printf '  %-34s %-32s %s\n' "h. the config in one place" "src/sana/train, parall
 printf '  %-34s %-32s %s\n' "i. ZeRO outside the loop" "${#loop_files[@]} files of src/sana/train" "0"
 printf '  %-34s %-32s %s\n' "j. README's first screen, docs index" "README.md, docs/design.md" \
        "commands and map in 40 lines; $pages_indexed pages indexed"
+mapping_copies=0
+if [ -d src/sana/train/options ]; then
+  mapping_copies=$(cat src/sana/train/options/*.cpp 2>/dev/null | grep -cE '^[[:space:]]*[a-z_]+(\.[a-z_]+)+ = ' || true)
+fi
+printf '  %-34s %-32s %s\n' "config mapping (a figure)" "src/sana/train/options/*.cpp" "$mapping_copies hand-written copies"
 printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
        "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"
 if [ -n "$ctags_note" ]; then

@@ -591,3 +591,50 @@ TEST_CASE("The device timeline gives each span between marks to the phase it ope
   REQUIRE(third.size() == 1);
   CHECK(third[0].times.data == 0);
 }
+
+TEST_CASE("The run state round-trips through a checkpoint's state, and a new batch starts a segment mid-epoch",
+          "[train][checkpointer]") {
+  RunState run(data::BatchSpec{8, 0});
+  run.advance(0, 0, false, 8);
+  run.advance(0, 1, false, 8);
+  CHECK(run.position().epoch == 0);
+  CHECK(run.position().step_in_epoch == 2);
+  CHECK(run.position().global_step == 2);
+  CHECK(run.position().consumed_samples == 16);
+  ckpt::TrainerState identity;
+  identity.seed = 3;
+  const auto saved = run.saved(identity);
+  CHECK(saved.seed == 3);
+  CHECK(saved.global_batch_size == 8);
+  CHECK(saved.epoch_segments.empty());  // one way of batching: no segments kept
+
+  // The same batch: nothing to re-batch; the position is the saved one.
+  RunState same(data::BatchSpec{8, 0});
+  CHECK_FALSE(same.continue_at(saved));
+  CHECK(same.resumed());
+  CHECK(same.position().global_step == 2);
+  CHECK(same.position().consumed_samples == 16);
+
+  // Another batch mid-epoch: the rest of the epoch is a segment of its own, kept by the
+  // next checkpoint and read back by the resume after it.
+  RunState other(data::BatchSpec{4, 0});
+  CHECK(other.continue_at(saved));
+  other.rebatch();
+  REQUIRE(other.segments().size() == 2);
+  CHECK(other.segments()[0].batch.global_batch == 8);
+  CHECK(other.segments()[1].first_step == 2);
+  CHECK(other.segments()[1].batch.global_batch == 4);
+  other.advance(0, 2, false, 4);
+  const auto again = other.saved({});
+  REQUIRE(again.epoch_segments.size() == 2);
+  RunState third(data::BatchSpec{4, 0});
+  CHECK_FALSE(third.continue_at(again));
+  CHECK(third.segments().size() == 2);
+  CHECK(third.segments()[1].first_step == 2);
+  // The epoch's end: the next epoch is batched as the run is, in one segment.
+  third.advance(0, 5, true, 4);
+  CHECK(third.position().epoch == 1);
+  CHECK(third.position().step_in_epoch == 0);
+  CHECK(third.segments().size() == 1);
+  CHECK(third.saved({}).epoch_segments.empty());
+}

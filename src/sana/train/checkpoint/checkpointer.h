@@ -16,12 +16,11 @@
 
 #include "sana/ckpt/checkpoint.h"
 #include "sana/parallel/sharded_checkpoint.h"
+#include "sana/train/checkpoint/run_state.h"
 #include "sana/util/stateful.h"
 
 namespace sana::train {
 
-// Where a run stands (what trainer_state.json keeps of it).
-using RunPosition = ckpt::RunPosition;
 
 // When and where checkpoints are written: the keys by their names (train/options/torch_options.h
 // fills them from the config).

@@ -16,7 +16,7 @@
 namespace sana::train {
 
 std::optional<ckpt::Snapshot> Trainer::hand_over() {
-  if (regrouped_) {
+  if (elastic_.regrouped()) {
     checkpointer_->regroup(nullptr);  // a write in flight ends (abandoned if it needed the lost rank)
   } else {
     checkpointer_->finish();  // a write in flight ends first
@@ -34,8 +34,10 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
   }
   const bool sharded = zero_->shards_state();
   // The ranks lost since this trainer's group formed whose mirror this rank holds.
-  const bool mirror_of_lost = regrouped_ && mirror_ &&
-                              std::count(regrouped_->lost.begin(), regrouped_->lost.end(), mirror_->partner()) > 0;
+  const ShareMirror* mirror = elastic_.mirror();
+  const auto& regrouped = elastic_.regrouped();
+  const bool mirror_of_lost =
+      regrouped && mirror && std::count(regrouped->lost.begin(), regrouped->lost.end(), mirror->partner()) > 0;
   const auto owned = [this](const std::string& entry) { return zero_->owns(entry.substr(0, entry.find('/'))); };
   torch::NoGradGuard no_grad;
   for (auto* part : checkpointer_->parts()) {
@@ -54,7 +56,7 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
       }
       if (sharded || collector) mine = *part->save_state_of([&](const std::string& e) { return owned(e); }).tensors;
       if (mirror_of_lost) {
-        const auto more = mirror_->parameters();
+        const auto more = mirror->parameters();
         mine.insert(mine.end(), more.begin(), more.end());
       }
     } else if (optimizer) {
@@ -62,14 +64,14 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
         for (const auto& [name, t] : optimizer_->state()) mine.emplace_back(name, t.detach().to(torch::kCPU).clone());
       }
       if (mirror_of_lost) {
-        const auto more = mirror_->optimizer_state();
+        const auto more = mirror->optimizer_state();
         mine.insert(mine.end(), more.begin(), more.end());
       }
     } else {
       if (collector) kept = {nullptr, NamedTensors{}, ema_->save_state().metadata};
       if (sharded || collector) mine = ema_->named_averages();
       if (mirror_of_lost) {
-        const auto more = mirror_->averages();
+        const auto more = mirror->averages();
         mine.insert(mine.end(), more.begin(), more.end());
       }
     }
@@ -99,16 +101,16 @@ void Trainer::note_regroup(const dist::Runtime::Regrouped& r, int64_t step, doub
 
 bool Trainer::regroup(const std::string& why) {
   log::warn("{}", why);
-  const RunPosition at = position_;
+  const RunPosition at = run_.position();
   const std::vector<int> before = rt_.members();
   reducer_->abandon();  // the interrupted step's collectives: not waited for
   const auto r = rt_.regroup(at.global_step);  // collective: the survivors agree
   log::set_rank(rt_.rank(), rt_.world_size());
   // Every survivor decides alike: rank 0's duties are its trainer's, so its loss rebuilds.
   const bool main_lost = std::count(r.lost.begin(), r.lost.end(), before.front()) > 0;
-  if (mirror_ || cfg_.train.deterministic || main_lost) {
-    if (mirror_) check_mirrors(before, r);
-    regrouped_ = r;
+  if (elastic_.mirror() || cfg_.train.deterministic || main_lost) {
+    if (elastic_.mirror()) check_mirrors(before, r);
+    elastic_.hand_over_after(r);
     return false;
   }
   zero_->regroup();  // the interrupted step's gradients, in buckets the old group may still write
@@ -135,19 +137,19 @@ void Trainer::check_mirrors(const std::vector<int>& before, const dist::Runtime:
   // together leave it nowhere.
   const auto lost = [&](int member) { return std::count(r.lost.begin(), r.lost.end(), member) > 0; };
   for (size_t i = 0; i < before.size(); ++i) {
-    const int holder = before[(i + static_cast<size_t>(mirror_->stride())) % before.size()];
+    const int holder = before[(i + static_cast<size_t>(elastic_.mirror()->stride())) % before.size()];
     if (lost(before[i]) && lost(holder)) {
       throw RunError(fmt::format(
           "rank {} and rank {}, which kept the mirror of its share (ZeRO stage {}), were both lost after step {}: "
           "no copy of that share is left; resume from the last checkpoint (resume_from: latest, on any number of "
           "ranks)",
-          before[i], holder, zero_->stage(), position_.global_step));
+          before[i], holder, zero_->stage(), run_.position().global_step));
     }
   }
 }
 
 void Trainer::stop_below_minimum(int64_t step) {
-  checkpointer_->maybe_save(position_, total_steps_, false, position_.epoch, /*stop_requested=*/true,
+  checkpointer_->maybe_save(run_.position(), total_steps_, false, run_.position().epoch, /*stop_requested=*/true,
                             [this] { return run_state(); });
   checkpointer_->finish();
   throw RunError(fmt::format("dist.min_world_size: {} rank{} left, fewer than {}: the run stops after step {} with a "

@@ -91,7 +91,12 @@ std::unique_ptr<Optimizer> optimizer_for(const config::Config& cfg, parallel::Ze
 
 Trainer::Trainer(const config::Config& cfg, dist::Runtime& rt, const TestHooks& hooks, bool from_peers,
                  const ckpt::Snapshot* carried)
-    : cfg_(cfg), rt_(rt), hooks_(hooks), main_rank_(rt.rank() == 0), from_peers_(from_peers), carried_(carried) {
+    : cfg_(cfg),
+      rt_(rt),
+      hooks_(hooks),
+      main_rank_(rt.rank() == 0),
+      run_(batch_spec_for(cfg)),
+      elastic_(rt, from_peers, carried) {
   start();
 }
 
@@ -125,7 +130,7 @@ void Trainer::start() {
   scaler_.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
   // The steps that move the schedule are the kind's to say (not those skipped for fp16 overflow).
   lr_scheduler_.emplace(lr_schedule_options_for(cfg_.train), [this] {
-    return kind_->schedule_position(position_.global_step, scaler_->overflows());
+    return kind_->schedule_position(run_.position().global_step, scaler_->overflows());
   });
   step_.emplace(step_options_for(cfg_, hooks_, rank, world, zero_->forwards_collective()), model_, encoders_,
                 *reducer_);
@@ -135,32 +140,26 @@ void Trainer::start() {
   checkpointer_.emplace(checkpoint_options_for(cfg_, hooks_.checkpoint_stage_delay()), main_rank_);
   register_checkpointed_parts();
 
-  segments_ = {{0, batch_spec_for(cfg_)}};
   const auto first = epoch_plan(0, true);
   data::check_plan_coverage(*dataset_, first, "training");
   check_world_fits(first, world, batch_spec_for(cfg_));
   if (cfg_.train.deterministic) check_deterministic(first, batch_options_for(cfg_), rt_);
-  if (from_peers_) {
+  if (elastic_.from_peers()) {
     resume_from_peers();  // collective: rank 0's state
   } else {
     resume();  // collective: rank 0 picks the checkpoint
   }
-  if (!resumed_) carry_over_load_from();                      // collective under train.load_from_optimizer
+  if (!run_.resumed()) carry_over_load_from();                      // collective under train.load_from_optimizer
   optimizer_->weights_changed();  // train.offload_optimizer: the masters take the resumed weights
   if (rt_.elastic() && zero_->shards_state()) {  // collective: each share to the rank that mirrors it
-    mirror_ = std::make_unique<ShareMirror>(rt_, *zero_, *reducer_, optimizer_options_for(cfg_.train.optimizer),
-                                            config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0,
-                                            ema_placement_for(cfg_.train));
-    mirror_->seed(*optimizer_, *ema_);
-    const int64_t bytes = mirror_->bytes();
-    log::info("this rank mirrors rank {}'s share ({} rank{} before it) of the sharded state (dist.elastic "
-              "continue): {} bytes ({})",
-              mirror_->partner(), mirror_->stride(), mirror_->stride() == 1 ? "" : "s", bytes,
-              data::size_text(static_cast<uint64_t>(bytes)));
+    const double ema_rate = config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0;
+    auto mirror = std::make_unique<ShareMirror>(rt_, *zero_, *reducer_, optimizer_options_for(cfg_.train.optimizer),
+                                                ema_rate, ema_placement_for(cfg_.train));
+    elastic_.mirror_shares(std::move(mirror), *optimizer_, *ema_);
   }
   use_empty_prompt();  // collective: rank 0's null caption
   total_steps_ = count_total_steps();
-  metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, resumed_ && position_.global_step > 0, world,
+  metrics_.emplace(metrics_options_for(cfg_), main_rank_, total_steps_, run_.resumed() && run_.position().global_step > 0, world,
                    device_peak_flops());
   profiler_.emplace(cfg_.train.profile_steps, cfg_.work_dir, main_rank_, rt_.device().is_cuda());
   if (rt_.device().is_cuda()) apply_cuda_modes({cfg_.train.cudnn_benchmark, cfg_.train.cuda_sync_debug});
@@ -220,15 +219,15 @@ data::EpochPlan Trainer::epoch_plan(int64_t epoch, bool fresh) const {
   if (cfg_.data.sampler == config::DataSampler::distributed) {
     return data::make_epoch_plan(*dataset_, epoch, rt_.world_size(), cfg_.train.micro_batch_size);
   }
-  return !fresh && epoch == position_.epoch ? dataset_->plan(epoch, segments_) : dataset_->plan(epoch);
+  return !fresh && epoch == run_.position().epoch ? dataset_->plan(epoch, run_.segments()) : dataset_->plan(epoch);
 }
 
 int64_t Trainer::count_total_steps() const {
   const auto& t = cfg_.train;
-  int64_t total = position_.global_step;
-  if (position_.epoch < t.num_epochs) {
-    total += epoch_plan(position_.epoch).steps() - position_.step_in_epoch +
-             epoch_plan(0, true).steps() * (t.num_epochs - position_.epoch - 1);
+  int64_t total = run_.position().global_step;
+  if (run_.position().epoch < t.num_epochs) {
+    total += epoch_plan(run_.position().epoch).steps() - run_.position().step_in_epoch +
+             epoch_plan(0, true).steps() * (t.num_epochs - run_.position().epoch - 1);
   }
   return t.max_steps > 0 ? std::min(total, t.max_steps) : total;
 }
@@ -236,10 +235,10 @@ int64_t Trainer::count_total_steps() const {
 bool Trainer::run() {
   for (;;) {
     try {
-      for (int64_t epoch = position_.epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
-        if (position_.global_step >= total_steps_) break;
+      for (int64_t epoch = run_.position().epoch; epoch < cfg_.train.num_epochs && !stopped_; ++epoch) {
+        if (run_.position().global_step >= total_steps_) break;
         stopped_ = !run_epoch(epoch);
-        if (grow_) return false;
+        if (elastic_.taking_in()) return false;
       }
       break;
     } catch (const dist::RankLost& e) {
@@ -256,7 +255,7 @@ bool Trainer::run() {
 bool Trainer::run_epoch(int64_t epoch) {
   const auto plan = epoch_plan(epoch);
   agree_on_epoch_plan(rt_, plan);
-  const int64_t first_step = epoch == position_.epoch ? position_.step_in_epoch : 0;
+  const int64_t first_step = epoch == run_.position().epoch ? run_.position().step_in_epoch : 0;
   auto options = loader_options(cfg_, rt_.rank(), rt_.world_size(), step_->pinned(), control_maps_);
   options.cache = cache_;
   if (classes_) {
@@ -267,7 +266,7 @@ bool Trainer::run_epoch(int64_t epoch) {
   const int64_t hits = cache_ ? cache_->hits() : 0, misses = cache_ ? cache_->misses() : 0;
   data::Loader loader(*dataset_, plan, options, first_step);
   metrics_->new_loader(loader.wait_seconds());
-  for (int64_t step = first_step; step < plan.steps() && position_.global_step < total_steps_; ++step) {
+  for (int64_t step = first_step; step < plan.steps() && run_.position().global_step < total_steps_; ++step) {
     if (!train_step(loader, epoch, step, plan.steps())) return false;
   }
   if (cache_) log_cache_use(*cache_, epoch, hits, misses);
@@ -279,7 +278,7 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
     torch::NoGradGuard no_grad;
     for (auto& b : model_->buffers()) rt_.broadcast(b);
   }
-  const auto own = kind_->own_target(position_.global_step);
+  const auto own = kind_->own_target(run_.position().global_step);
   // A target of the kind's own (SANA-Sprint's heads, as upstream's optimizer_D):
   // train.optimizer.lr (auto_lr applied), no schedule.
   const double lr = own ? peak_learning_rate(lr_scheduler_->options()) : lr_scheduler_->rate(total_steps_);
@@ -290,18 +289,16 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   PeakProbe peak(rt_.device());
   if (!memory_reported_) peak.begin();
   PhaseLosses phase_losses;
-  profiler_->begin(position_.global_step + 1);
-  auto out = kind_->run(*step_, loader, {epoch, step, position_.global_step, scale}, *guard_, phase_losses);
+  profiler_->begin(run_.position().global_step + 1);
+  auto out = kind_->run(*step_, loader, {epoch, step, run_.position().global_step, scale}, *guard_, phase_losses);
   if (!memory_reported_) peak.end();
   const auto [verdict, grad_norm, applied] = agree_and_update(out, lr, scale, own);
   // The step is applied on every rank: the position moves before the next collective.
   const bool epoch_end = step + 1 == steps_in_epoch;
-  position_ = {epoch_end ? epoch + 1 : epoch, epoch_end ? 0 : step + 1, position_.global_step + 1,
-               position_.consumed_samples + out.samples};
-  if (epoch_end) segments_ = {{0, batch_spec_for(cfg_)}};
-  if (lost_after_commit_) throw dist::RankLost(*lost_after_commit_);  // the step is kept: regroup after it
+  run_.advance(epoch, step, epoch_end, out.samples);
+  elastic_.raise_lost();  // a loss met after the commit: the step is kept, the regroup follows it
   if (!memory_reported_) report_memory(peak, out);
-  const int64_t global_step = position_.global_step;
+  const int64_t global_step = run_.position().global_step;
   profiler_->end();
   {
     PhaseTimer timer(out.times, &StepTimes::checkpoint_preview);
@@ -317,15 +314,12 @@ bool Trainer::train_step(data::Loader& loader, int64_t epoch, int64_t step, int6
   StepTimes saving;
   {
     PhaseTimer timer(saving, &StepTimes::checkpoint_preview);
-    checkpointer_->maybe_save(position_, total_steps_, epoch_end, epoch, verdict.stop_requested(),
+    checkpointer_->maybe_save(run_.position(), total_steps_, epoch_end, epoch, verdict.stop_requested(),
                               [this] { return run_state(); });
   }
   metrics_->add_time(saving);
   if (timeline_) timeline_->end_step(global_step);
-  if (!rt_.joining().empty() && !verdict.stop_requested()) {  // dist.elastic continue: a replacement comes in
-    grow_ = true;
-    return false;
-  }
+  if (elastic_.take_in_replacements(verdict.stop_requested())) return false;  // a new trainer takes them in
   if (!verdict.stop_requested()) return true;
   if (verdict.out_of_time) {
     log::info("train.early_stop_hours: {} h have passed since start-up (rank {}): every rank stops after step {}, "
@@ -342,7 +336,7 @@ StepRecord Trainer::step_record(int64_t epoch, int64_t step, const Outcome& o, d
                                 bool has_loss, PhaseLosses figures) const {
   const auto& [verdict, grad_norm, applied] = o;
   StepRecord record;
-  const int64_t global_step = position_.global_step;
+  const int64_t global_step = run_.position().global_step;
   record.epoch = epoch;
   record.epoch_step = step;
   record.global_step = global_step;
@@ -379,7 +373,7 @@ void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t 
 }
 
 void Trainer::finish() {
-  const int64_t global_step = position_.global_step;
+  const int64_t global_step = run_.position().global_step;
   parallel::Zero::Whole whole(*zero_);  // stage 3: previews, the check and the weights see the whole model
   if (cfg_.train.visualize) previews_->render(global_step, "end of training");
   const auto sums = rt_.all_gather("final weights checksum", trainable_->checksum());

@@ -23,6 +23,7 @@
 #include "sana/model/sana_ms.h"
 #include "sana/model/weights.h"
 #include "sana/train/checkpoint/checkpointer.h"
+#include "sana/train/checkpoint/run_state.h"
 #include "sana/train/input/data_cache.h"
 #include "sana/train/input/data_guards.h"
 #include "sana/train/optim/ema.h"
@@ -32,6 +33,7 @@
 #include "sana/train/report/memory_use.h"
 #include "sana/train/report/metrics.h"
 #include "sana/train/report/step_profile.h"
+#include "sana/train/elastic/continuation.h"
 #include "sana/train/elastic/share_mirror.h"
 #include "sana/train/optim/optimizer.h"
 #include "sana/train/previews/previews.h"
@@ -65,12 +67,12 @@ class Trainer {
   std::optional<ckpt::Snapshot> hand_over();
   // run() returned false because a rank was lost (ZeRO, train.deterministic, rank 0): the
   // regroup.
-  const std::optional<dist::Runtime::Regrouped>& regrouped() const { return regrouped_; }
+  const std::optional<dist::Runtime::Regrouped>& regrouped() const { return elastic_.regrouped(); }
   // The group this trainer was built for changed (`r`, after step `step`; `rebuild_seconds`
   // since the loss, the regroup's included): the log and metrics.jsonl say so. Below
   // dist.min_world_size after a loss: a checkpoint, then RunError.
   void note_regroup(const dist::Runtime::Regrouped& r, int64_t step, double rebuild_seconds);
-  int64_t global_step() const { return position_.global_step; }
+  int64_t global_step() const { return run_.position().global_step; }
 
  private:
   // The start-up sequence: every part built in the order every rank must build it, each
@@ -82,7 +84,8 @@ class Trainer {
   void resume();
   // from_peers: the state rank 0 shares (collective), restored as a resume would.
   void resume_from_peers();
-  // The position a restored `saved` state sets, and a change of batch since.
+  // The position a restored `saved` state sets (RunState::continue_at), and a change of
+  // batch since.
   void continue_at(const ckpt::TrainerState& saved);
   void use_empty_prompt();
   void log_start() const;
@@ -145,7 +148,7 @@ class Trainer {
   // `square_and_loss`: grad_square_and_loss()'s, still on the device; `parts`: ZeRO 2's
   // gradient segments (each rank has its part of the squares).
   StepVerdict agree_on_step(const torch::Tensor& square_and_loss, bool parts);
-  // The step's figures for the metrics, after its update (position_ counts it). `has_loss`:
+  // The step's figures for the metrics, after its update (run_ counts it). `has_loss`:
   // the step trained the Trainable (its loss is the run's).
   StepRecord step_record(int64_t epoch, int64_t step, const Outcome& o, double lr, const StepOutput& out,
                          bool has_loss, PhaseLosses figures) const;
@@ -178,8 +181,6 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Ema> ema_;
   std::optional<parallel::ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
-  // dist.elastic continue at ZeRO stage 1-3 on more than one rank: the previous rank's share.
-  std::unique_ptr<ShareMirror> mirror_;
   std::optional<BadSampleGuard> guard_;
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
@@ -194,22 +195,15 @@ class Trainer {
   std::optional<Metrics> metrics_;
   std::optional<StepProfiler> profiler_;  // train.profile_steps
   std::unique_ptr<DeviceTimeline> timeline_;  // on CUDA: the phases timed on the device
-  // Where the run stands.
+  // Where the run stands: the position and the epoch in progress's batch segments.
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  RunPosition position_;
-  // The current epoch's plan parts; more than one only after a resume that changed the
-  // batch size mid-epoch.
-  std::vector<data::EpochPart> segments_;
+  RunState run_;
+  // dist.elastic continue within this trainer: where its state comes from, the share
+  // mirror, a loss met after a step's commit, a replacement coming in, a regroup.
+  Continuation elastic_;
   int64_t total_steps_ = 0;
   std::optional<LrScheduler> lr_scheduler_;  // train.optimizer.lr and the schedule keys; where it stands
-  bool resumed_ = false, stopped_ = false;
-  const bool from_peers_;
-  const ckpt::Snapshot* carried_;  // rank 0's state when from_peers_ (else null)
-  bool grow_ = false;              // the last step took in a replacement
-  // A loss noticed after the step's commit (ZeRO's parameter broadcast): raised again once
-  // the step's position is kept.
-  std::optional<std::string> lost_after_commit_;
-  std::optional<dist::Runtime::Regrouped> regrouped_;  // a loss under ZeRO: the survivors
+  bool stopped_ = false;
   bool memory_reported_ = false;
 };
 

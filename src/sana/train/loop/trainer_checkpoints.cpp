@@ -43,23 +43,19 @@ std::unique_ptr<parallel::ShardedCheckpoints> Trainer::sharded_checkpoints() {
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {
   const auto spec = batch_spec_for(cfg_);
-  if (position_.step_in_epoch == 0) {
-    segments_ = {{0, spec}};
-  } else {
-    segments_.push_back({position_.step_in_epoch, spec});
-  }
-  if (cfg_.data.sampler == config::DataSampler::distributed && position_.step_in_epoch > 0) {
+  run_.rebatch();
+  if (cfg_.data.sampler == config::DataSampler::distributed && run_.position().step_in_epoch > 0) {
     throw UsageError(fmt::format("data.sampler distributed cannot change {} mid-epoch (torch's DistributedSampler "
                                  "partition has no rest of an epoch); resume at an epoch end or with data.sampler bucket",
                                  before_text(saved)),
                      "config error");
   }
-  const auto plan = epoch_plan(position_.epoch);
+  const auto plan = epoch_plan(run_.position().epoch);
   check_world_fits(plan, rt_.world_size(), spec);
   log::info("{} -> {}: epoch {}'s samples not yet seen are batched anew from its step {} ({} steps left in it), "
             "later epochs too",
-            before_text(saved), spec.describe(), position_.epoch + 1, position_.step_in_epoch + 1,
-            plan.steps() - position_.step_in_epoch);
+            before_text(saved), spec.describe(), run_.position().epoch + 1, run_.position().step_in_epoch + 1,
+            plan.steps() - run_.position().step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
     const auto& now = lr_scheduler_->options();
     auto old = now;
@@ -101,23 +97,16 @@ void Trainer::resume() {
 }
 
 void Trainer::continue_at(const ckpt::TrainerState& s) {
-  resumed_ = true;
-  position_ = s.position;
-  if (position_.step_in_epoch > 0) {
-    segments_ = {{0, {s.global_batch_size, s.batch_tokens}}};
-    if (!s.epoch_segments.empty()) segments_.clear();
-    for (const auto& g : s.epoch_segments) segments_.push_back({g.first_step, {g.global_batch_size, g.batch_tokens}});
-  }
-  if (data::BatchSpec{s.global_batch_size, s.batch_tokens} != batch_spec_for(cfg_)) change_batch(s);
+  if (run_.continue_at(s)) change_batch(s);
 }
 
 void Trainer::resume_from_peers() {
   const auto start = std::chrono::steady_clock::now();
-  auto snapshot = share_snapshot(rt_, carried_);  // collective
+  auto snapshot = share_snapshot(rt_, elastic_.carried());  // collective
   checkpointer_->restore(snapshot, "rank 0's state");
   continue_at(snapshot.state);
-  log::info("took the run's state from rank 0 (global step {}, epoch {} step {}) in {:.2f} s", position_.global_step,
-            position_.epoch + 1, position_.step_in_epoch,
+  log::info("took the run's state from rank 0 (global step {}, epoch {} step {}) in {:.2f} s", run_.position().global_step,
+            run_.position().epoch + 1, run_.position().step_in_epoch,
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
@@ -134,7 +123,7 @@ void Trainer::restart_schedule_if_asked() {
   lr_scheduler_->restart();
   log::info("train.resume_lr_scheduler false: the learning-rate schedule starts again at global step {} (warm-up "
             "included)",
-            position_.global_step + 1);
+            run_.position().global_step + 1);
 }
 
 void Trainer::carry_over_load_from() {
@@ -186,19 +175,13 @@ void Trainer::log_config_changes(const ckpt::TrainerState& saved) const {
 }
 
 ckpt::TrainerState Trainer::run_state() const {
-  ckpt::TrainerState st;
-  st.position = position_;
-  st.global_batch_size = cfg_.train.global_batch_size;
-  st.batch_tokens = cfg_.train.batch_tokens;
-  if (position_.step_in_epoch > 0 && segments_.size() > 1) {
-    for (const auto& g : segments_) st.epoch_segments.push_back({g.first_step, g.batch.global_batch, g.batch.batch_tokens});
-  }
+  ckpt::TrainerState st;  // the run's identity; RunState adds where it stands
   st.seed = cfg_.train.seed;
   st.world_size = rt_.world_size();
   st.model = spec_.name;
   st.config_hash = config::config_fingerprint(cfg_);
   st.config = config::config_values(cfg_);
-  return st;
+  return run_.saved(std::move(st));
 }
 
 }  // namespace sana::train

@@ -32,7 +32,7 @@ Trainer::Outcome Trainer::agree_and_update(StepOutput& out, double lr, double sc
   const auto square_and_loss = grad_square_and_loss(reducer.flat_gradients(), out.loss_sum);
   const bool parts = reducer.gradients_sharded();  // ZeRO 2: each rank has its part of the norm
   timer.pause();
-  if (mirror_) mirror_->take_gradients();  // collective at ZeRO 2 and 3, before the commit
+  elastic_.before_commit();  // the mirror's gradients (a collective at ZeRO 2 and 3)
   o.verdict = agree_on_step(square_and_loss, parts);
   timer.resume();
   o.grad_norm = std::sqrt(parts ? o.verdict.grad_square_sum : o.verdict.grad_square_whole) / scale;
@@ -65,7 +65,7 @@ StepVerdict Trainer::agree_on_step(const torch::Tensor& square_and_loss, bool pa
         .copy_(torch::stack({parts ? square : none, !parts && rt_.rank() == 0 ? square : none}));
   }
   rt_.all_reduce(sums);
-  rt_.commit_step(position_.global_step + 1);  // dist.elastic continue: applied by all or none
+  rt_.commit_step(run_.position().global_step + 1);  // dist.elastic continue: applied by all or none
   sums = sums.to(torch::kCPU).contiguous();
   auto verdict = decide_step({sums.data_ptr<double>(), sums.data_ptr<double>() + sums.numel()}, rt_.world_size());
   guard_->decide(verdict.total_bad, verdict.total_reads);
@@ -80,26 +80,22 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
   scaler_->update(!verdict.nonfinite);
   if (overflow) {
     log::debug("step {}: gradients overflowed at loss scale {}: skipped, the scale is now {}",
-               position_.global_step + 1, scale, scaler_->scale());
+               run_.position().global_step + 1, scale, scaler_->scale());
   }
-  const bool apply = !overflow && nonfinite_->accept(verdict.nonfinite, position_.global_step + 1);
+  const bool apply = !overflow && nonfinite_->accept(verdict.nonfinite, run_.position().global_step + 1);
   // Upstream updates the EMA on every synced step, the ones its GradScaler then skips
   // included: the average moves toward the unchanged (finite) weights.
-  if (overflow) ema_->update_at(position_.global_step + 1);
-  if (overflow && mirror_) mirror_->update_ema_at(position_.global_step + 1);
+  if (overflow) ema_->update_at(run_.position().global_step + 1);
+  if (overflow) elastic_.overflowed(run_.position().global_step + 1);
   if (apply && own) {  // the kind's own target: its optimizer, no EMA
     unscale_and_clip(own->reducer.flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     own->optimizer.step(lr);
   } else if (apply) {
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
-    ema_->update_at(position_.global_step + 1);  // as upstream: before the step (the average lags by one)
-    if (mirror_) mirror_->apply_step(position_.global_step + 1, lr, grad_norm, scale, cfg_.train.gradient_clip);
-    try {
-      optimizer_->step(lr);  // with what follows it (Optimizer::after_step: ZeRO's share of the update)
-    } catch (const dist::RankLost& e) {
-      if (!mirror_) throw;
-      lost_after_commit_ = e.what();  // committed: every share has the step (a lost one's mirror too)
-    }
+    ema_->update_at(run_.position().global_step + 1);  // as upstream: before the step (the average lags by one)
+    elastic_.applied(run_.position().global_step + 1, lr, grad_norm, scale, cfg_.train.gradient_clip);
+    // With what follows it (Optimizer::after_step: ZeRO's share of the update, a collective).
+    elastic_.commit([&] { optimizer_->step(lr); });
   }
   reducer_->zero_gradients();  // a skipped step zeroes the kind's own too
   kind_->zero_own_gradients();
