@@ -176,4 +176,14 @@ class ShardedPart : public Stateful {
   const Zero& zero_;
 };
 
+// The trained state's checkpoint parts as ZeRO keeps them: the trained weights (gathered
+// whole at stage 3 around capture and restore), and the EMA and the optimizer (each rank's
+// share, whole in the checkpoint). The parts wrapped must outlive them.
+struct ShardedState {
+  ShardedState(Stateful& trained, Stateful& ema, Stateful& optimizer, dist::Runtime& rt, Zero& zero)
+      : weights(trained, zero), ema(ema, rt, zero), optimizer(optimizer, rt, zero) {}
+  WholeModelPart weights;
+  ShardedPart ema, optimizer;
+};
+
 }  // namespace sana::parallel

@@ -27,13 +27,9 @@ void Continuation::applied(int64_t step, double lr, double grad_norm, double los
   if (mirror_) mirror_->apply_step(step, lr, grad_norm, loss_scale, clip);
 }
 
-void Continuation::commit(const std::function<void()>& update) {
-  try {
-    update();
-  } catch (const dist::RankLost& e) {
-    if (!mirror_) throw;
-    lost_after_commit_ = e.what();  // committed: every share has the step (a lost one's mirror too)
-  }
+void Continuation::lost_in_update(const dist::RankLost& lost) {
+  if (!mirror_) throw;  // the loss being handled
+  lost_after_commit_ = lost.what();  // committed: every share has the step (a lost one's mirror too)
 }
 
 void Continuation::raise_lost() const {

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,10 +47,10 @@ class Continuation {
   // EMA, or an applied step (the gradients unscaled and clipped, the EMA, the optimizer).
   void overflowed(int64_t step);
   void applied(int64_t step, double lr, double grad_norm, double loss_scale, double clip);
-  // The committed step's update with its collectives (ZeRO's share of it): with a mirror a
-  // rank lost in it is kept for raise_lost() (every share and mirror has the step); without
-  // one it is thrown.
-  void commit(const std::function<void()>& update);
+  // A rank lost in the committed step's update (ZeRO's share of it, a collective): with a
+  // mirror the loss is kept for raise_lost(), every share and mirror having the step;
+  // without one it is thrown on. Call it from the handler of `lost`.
+  void lost_in_update(const dist::RankLost& lost);
   // Once the step's position has moved: the loss commit() met, raised (dist::RankLost).
   void raise_lost() const;
   // After the step's checkpoint: whether a replacement waits to come in (Runtime::joining)

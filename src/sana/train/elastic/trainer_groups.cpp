@@ -43,7 +43,8 @@ std::optional<ckpt::Snapshot> Trainer::whole_state() {
   for (auto* part : checkpointer_->parts()) {
     // Unsharded parts, and every part at stage 0 (every rank has the whole state): the collector's.
     // The optimizer's and the EMA's state go even with ckpt.save_optimizer/save_ema false.
-    const bool weights = part == &*weights_part_, optimizer = part == &*optimizer_part_, ema = part == &*ema_part_;
+    const bool weights = part == &sharded_->weights, optimizer = part == &sharded_->optimizer,
+               ema = part == &sharded_->ema;
     if (!weights && !optimizer && !ema) {
       if (snap) snap->parts.emplace_back(part->state_name(), part->save_state());
       continue;

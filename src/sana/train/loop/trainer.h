@@ -180,7 +180,6 @@ class Trainer {
   std::optional<parallel::Zero> zero_;  // what this rank keeps (train.zero_stage)
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Ema> ema_;
-  std::optional<parallel::ShardedPart> optimizer_part_, ema_part_;  // their checkpoint parts (whole on rank 0)
   std::optional<BadSampleGuard> guard_;
   std::optional<NonfinitePolicy> nonfinite_;
   std::optional<LossScaler> scaler_;
@@ -190,7 +189,8 @@ class Trainer {
   std::optional<Previews> previews_;
   std::optional<EvalLoss> eval_;  // train.eval (none when off)
   std::optional<data::Dataset> classes_;  // data.class_data_dir's class images (none when off)
-  std::optional<parallel::WholeModelPart> weights_part_;  // the trained part in checkpoints, gathered whole at stage 3
+  // The trained weights', the EMA's and the optimizer's checkpoint parts, as ZeRO keeps them.
+  std::optional<parallel::ShardedState> sharded_;
   std::optional<Checkpointer> checkpointer_;
   std::optional<Metrics> metrics_;
   std::optional<StepProfiler> profiler_;  // train.profile_steps

@@ -24,9 +24,10 @@ void Trainer::register_checkpointed_parts() {
   // Format-3 checkpoints are read so whatever ckpt.format this run writes (a resume after
   // switching to format 2, model.load_from's optimizer state).
   checkpointer_->use_shards(sharded_checkpoints(), cfg_.ckpt.format >= 3);
-  checkpointer_->add(weights_part_.emplace(trainable_->checkpoint_part(), *zero_));
-  checkpointer_->add(ema_part_.emplace(*ema_, rt_, *zero_));
-  checkpointer_->add(optimizer_part_.emplace(*optimizer_, rt_, *zero_));
+  sharded_.emplace(trainable_->checkpoint_part(), *ema_, *optimizer_, rt_, *zero_);
+  checkpointer_->add(sharded_->weights);
+  checkpointer_->add(sharded_->ema);
+  checkpointer_->add(sharded_->optimizer);
   checkpointer_->add(*reducer_);
   checkpointer_->add(*guard_);
   checkpointer_->add(*nonfinite_);
@@ -142,7 +143,7 @@ void Trainer::carry_over_load_from() {
   const auto folder = ckpt::checkpoint_folder_of(cfg_.model.load_from);  // the config check made sure of it
   auto snapshot = ckpt::read_checkpoint(folder, /*tensors=*/false);       // format 3: the Checkpointer reads its share
   if (t.load_from_optimizer) {
-    checkpointer_->restore_parts(snapshot, folder, {optimizer_part_->state_name()});  // collective (format 3)
+    checkpointer_->restore_parts(snapshot, folder, {sharded_->optimizer.state_name()});  // collective (format 3)
     log::info("train.load_from_optimizer: the optimizer state of {} (its step {})", folder,
               snapshot.state.position.global_step);
   }

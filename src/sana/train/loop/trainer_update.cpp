@@ -94,8 +94,11 @@ bool Trainer::update(const StepVerdict& verdict, double grad_norm, double lr, do
     unscale_and_clip(reducer_->flat_gradients(), grad_norm, scale, cfg_.train.gradient_clip);
     ema_->update_at(run_.position().global_step + 1);  // as upstream: before the step (the average lags by one)
     elastic_.applied(run_.position().global_step + 1, lr, grad_norm, scale, cfg_.train.gradient_clip);
-    // With what follows it (Optimizer::after_step: ZeRO's share of the update, a collective).
-    elastic_.commit([&] { optimizer_->step(lr); });
+    try {
+      optimizer_->step(lr);  // with what follows it (Optimizer::after_step: ZeRO's share of the update)
+    } catch (const dist::RankLost& e) {
+      elastic_.lost_in_update(e);
+    }
   }
   reducer_->zero_gradients();  // a skipped step zeroes the kind's own too
   kind_->zero_own_gradients();
