@@ -32,7 +32,7 @@
 #      apps/sana_train.cpp: everything else is handed them (no global for test behaviour).
 #   h. the config read in one place: under src/sana/train/ and src/sana/parallel/ only the
 #      mapping (train/options/), the entry point and the loop (train/train.{h,cpp},
-#      train/loop/trainer*, train/elastic/trainer_groups.cpp) and train/features/ (the
+#      train/loop/trainer*) and train/features/ (the
 #      prepare-features command) include
 #      config/ or the mapping headers.
 #   i. ZeRO applied from outside the loop: under src/sana/train/, but for options/ (the
@@ -45,6 +45,11 @@
 #      scripts/quickstart.sh, bash scripts/test.sh) and the map of the repository (a line
 #      naming each of apps/, src/sana/, tests/ and docs/), and docs/design.md links every
 #      page in docs/ (checked where the tree has README.md and docs/design.md).
+#   k. the trainer holds parts, not features: class Trainer (train/loop/trainer.h) has at
+#      most 15 data members, and train/loop/trainer*.{h,cpp} (comments and string literals
+#      aside) name no kind of training (Sprint...: a TrainingStep of its own) and hold no
+#      regroup code (the group changes in train/elastic/continuation.h; the trainer only
+#      calls elastic_.regroup).
 # The summary also counts the config mapping's hand-written copies (lines "x.field = ..." in
 # src/sana/train/options/*.cpp): a figure to bring down, not yet a limit.
 # Prints one line per violation (file:line: what, which rule) and exits 1; prints a summary
@@ -58,6 +63,7 @@ root=${SANA_LAYOUT_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 root=$(cd "$root" && pwd -P)
 cd "$root"
 max_file_lines=500
+max_trainer_members=15
 max_function_lines=80
 soft_file_lines=400
 soft_function_lines=60
@@ -303,7 +309,7 @@ hook_violations=$(( $(wc -l < "$violations") - before ))
 # In src/sana/train/ and src/sana/parallel/, only the config mapping (train/options/), the
 # entry point, the trainer and the prepare-features command include the config (config/*.h,
 # or the mapping headers that bring it).
-config_allowed='^src/sana/train/(options/[a-z_]+|train|loop/trainer|loop/trainer_[a-z_]+|elastic/trainer_groups)\.(h|cpp)$|^src/sana/train/features/'
+config_allowed='^src/sana/train/(options/[a-z_]+|train|loop/trainer|loop/trainer_[a-z_]+)\.(h|cpp)$|^src/sana/train/features/'
 before=$(wc -l < "$violations")
 config_readers=0
 while IFS=: read -r file line _; do
@@ -359,6 +365,42 @@ if [ -f docs/design.md ]; then
 fi
 front_violations=$(( $(wc -l < "$violations") - before ))
 
+# --- k. the trainer holds parts, not features -----------------------------------------------
+before=$(wc -l < "$violations")
+trainer_members=0
+if [ -f src/sana/train/loop/trainer.h ]; then
+  # Data members of class Trainer: declarations ending in "name_;", "name_{...};" or
+  # "name_ = ...;" at the class's own depth (nested structs' fields end in no underscore).
+  trainer_members=$(awk '
+    /^class Trainer / { inside = 1; next }
+    inside && /^};/ { inside = 0 }
+    inside && !/^ *\/\// && /^  [A-Za-z].*[a-z0-9]_( = [^;]*|\{[^}]*\})?;/ { n++ }
+    END { print n + 0 }
+  ' src/sana/train/loop/trainer.h)
+  if [ "$trainer_members" -gt "$max_trainer_members" ]; then
+    echo "src/sana/train/loop/trainer.h:1: class Trainer has $trainer_members members, over $max_trainer_members (rule k: group the parts by concept, each owning its state)" >> "$violations"
+  fi
+fi
+mapfile -t trainer_sources < <(printf '%s\n' "${cxx_files[@]}" | grep -E '^src/sana/train/loop/trainer[a-z_]*\.(h|cpp)$' || true)
+if [ ${#trainer_sources[@]} -gt 0 ]; then
+  awk '
+    {
+      line = $0
+      gsub(/"([^"\\]|\\.)*"/, "\"\"", line)  # string literals aside
+      sub(/\/\/.*$/, "", line)                  # and comments
+      if (match(line, /(^|[^A-Za-z0-9_])(Sprint[A-Za-z0-9_]*|sprint_[A-Za-z0-9_]*)/)) {
+        printf "%s:%d: a kind of training named in the trainer (rule k: it is a TrainingStep of its own)\n", FILENAME, FNR >> VIOL
+      }
+      probe = line
+      gsub(/elastic_\.regroup\(/, "", probe)
+      if (match(probe, /(^|[^A-Za-z0-9_])regroup[A-Za-z0-9_]*\(/)) {
+        printf "%s:%d: regroup code in the trainer (rule k: the group changes in elastic/continuation.h)\n", FILENAME, FNR >> VIOL
+      }
+    }
+  ' VIOL="$violations" "${trainer_sources[@]}"
+fi
+trainer_violations=$(( $(wc -l < "$violations") - before ))
+
 # --- report -------------------------------------------------------------------------------
 soft_files=$(grep -c 'soft limit of '"$soft_file_lines"':' "$warnings" || true)
 soft_functions=$(grep -c 'soft limit of '"$soft_function_lines"':' "$warnings" || true)
@@ -370,7 +412,7 @@ if [ "$total" -gt 0 ]; then
        "function length $function_violations, comment references $comment_violations," \
        "unbounded waits $wait_violations, ZeRO in the model $zero_violations, test variables $hook_violations," \
        "config outside its mapping $config_violations, ZeRO in the loop $loop_zero_violations," \
-       "front door $front_violations" >&2
+       "front door $front_violations, the trainer $trainer_violations" >&2
   [ -n "$ctags_note" ] && echo "check_layout: $ctags_note" >&2
   exit 1
 fi
@@ -392,6 +434,8 @@ mapping_copies=0
 if [ -d src/sana/train/options ]; then
   mapping_copies=$(cat src/sana/train/options/*.cpp 2>/dev/null | grep -cE '^[[:space:]]*[a-z_]+(\.[a-z_]+)+ = ' || true)
 fi
+printf '  %-34s %-32s %s\n' "k. the trainer holds parts" "${#trainer_sources[@]} trainer files" \
+       "$max_trainer_members / $trainer_members members; no kind, no regroup"
 printf '  %-34s %-32s %s\n' "config mapping (a figure)" "src/sana/train/options/*.cpp" "$mapping_copies hand-written copies"
 printf '  %-34s %-32s %s\n' "e. bounded waits in tests/" "$waits_scanned lines, ${#test_scripts[@]} scripts" \
        "bare wait 0, untimed start 0 ($waits_marked marked '# bounded:')"

@@ -1,6 +1,6 @@
 // `sana-train --config C` (train.h): one Trainer per group of processes. Under dist.elastic
 // continue a group that loses a rank or takes in a replacement hands its state to a Trainer
-// built for the new group (trainer_groups.cpp, docs/distributed.md).
+// built for the new group (elastic/continuation.h, docs/distributed.md).
 #include "sana/train/train.h"
 
 #include <chrono>
@@ -32,17 +32,18 @@ int train(const config::Config& cfg, const dist::LaunchEnv& env, const TestHooks
     for (;;) {
       // Chosen anew for each group: the state each rank keeps follows the group's size.
       const config::Config run_cfg = with_micro_batch_chosen(cfg, *rt);
-      Trainer trainer(run_cfg, *rt, hooks, from_peers, carried ? &*carried : nullptr);
+      Continuation group(*rt, continuation_options_for(run_cfg), from_peers, carried ? &*carried : nullptr);
+      Trainer trainer(run_cfg, *rt, hooks, group);
       carried.reset();
       if (changed) {
-        trainer.note_regroup(*changed, changed_after,
-                             std::chrono::duration<double>(std::chrono::steady_clock::now() - change_began).count());
+        group.note_regroup(*changed, changed_after,
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - change_began).count());
       }
       if (trainer.run()) break;
       change_began = std::chrono::steady_clock::now();
-      carried = trainer.hand_over();  // collective
+      carried = group.hand_over();  // collective
       changed_after = trainer.global_step();
-      changed = trainer.regrouped();  // a loss under ZeRO: the survivors have re-formed
+      changed = group.regrouped();  // a loss the group could not take in place: the survivors have re-formed
       if (!changed) changed = rt->admit();  // collective: the group with its replacements
       log::set_rank(rt->rank(), rt->world_size());
       from_peers = true;

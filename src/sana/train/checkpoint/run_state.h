@@ -1,7 +1,7 @@
 // Where the run stands, as its checkpoints keep it (trainer_state.json, ckpt/checkpoint.h):
 // the position (epoch, step in it, global step, samples consumed) and the batch segments
 // of the epoch in progress (more than one only after a resume that changed the batch
-// mid-epoch), and whether the run resumed.
+// mid-epoch), whether the run resumed, and the step it ends after.
 //
 // Owns: the position and the segments, and their round trip through ckpt::TrainerState.
 // Never: plans an epoch (the dataset does, from segments()), decides when to save (the
@@ -27,6 +27,10 @@ class RunState {
   const RunPosition& position() const { return position_; }
   const std::vector<data::EpochPart>& segments() const { return segments_; }
   bool resumed() const { return resumed_; }
+  // The global step the run ends after (the current epoch's plan, then whole epochs, and
+  // train.max_steps), as the trainer counts it once the run's position is known.
+  int64_t total_steps() const { return total_steps_; }
+  void plan_total_steps(int64_t steps) { total_steps_ = steps; }
 
   // After the step `step` of epoch `epoch` (from 0), which trained `samples` samples
   // (`epoch_end`: the epoch's last): the next epoch starts batched as this run is.
@@ -47,6 +51,7 @@ class RunState {
   RunPosition position_;
   std::vector<data::EpochPart> segments_;
   bool resumed_ = false;
+  int64_t total_steps_ = 0;
 };
 
 }  // namespace sana::train

@@ -23,23 +23,17 @@ namespace sana::train {
 void Trainer::register_checkpointed_parts() {
   // Format-3 checkpoints are read so whatever ckpt.format this run writes (a resume after
   // switching to format 2, model.load_from's optimizer state).
-  checkpointer_->use_shards(sharded_checkpoints(), cfg_.ckpt.format >= 3);
-  sharded_.emplace(trainable_->checkpoint_part(), *ema_, *optimizer_, rt_, *zero_);
-  checkpointer_->add(sharded_->weights);
-  checkpointer_->add(sharded_->ema);
-  checkpointer_->add(sharded_->optimizer);
-  checkpointer_->add(*reducer_);
-  checkpointer_->add(*guard_);
-  checkpointer_->add(*nonfinite_);
-  checkpointer_->add(*scaler_);
-  checkpointer_->add(*lr_scheduler_);
+  checkpointer_->use_shards(update_.checkpoint_roles(rt_, cfg_.dist.timeout_s), cfg_.ckpt.format >= 3);  // collective
+  update_.sharded.emplace(model_.trainable->checkpoint_part(), *update_.ema, *update_.optimizer, rt_, *update_.zero);
+  checkpointer_->add(update_.sharded->weights);
+  checkpointer_->add(update_.sharded->ema);
+  checkpointer_->add(update_.sharded->optimizer);
+  checkpointer_->add(*update_.reducer);
+  checkpointer_->add(*input_.guard);
+  checkpointer_->add(*update_.nonfinite);
+  checkpointer_->add(*update_.scaler);
+  checkpointer_->add(*update_.lr_scheduler);
   for (auto* part : kind_->parts()) checkpointer_->add(*part);
-}
-
-std::unique_ptr<parallel::ShardedCheckpoints> Trainer::sharded_checkpoints() {
-  parallel::ShardRoles roles{[z = &*zero_](const std::string& e) { return z->owner_of(e); },
-                             [z = &*zero_](const std::string& e) { return z->order_of(e); }};
-  return std::make_unique<parallel::ShardedCheckpoints>(rt_, std::move(roles), cfg_.dist.timeout_s);  // collective
 }
 
 void Trainer::change_batch(const ckpt::TrainerState& saved) {
@@ -58,7 +52,7 @@ void Trainer::change_batch(const ckpt::TrainerState& saved) {
             before_text(saved), spec.describe(), run_.position().epoch + 1, run_.position().step_in_epoch + 1,
             plan.steps() - run_.position().step_in_epoch);
   if (cfg_.train.auto_lr != config::AutoLr::none) {
-    const auto& now = lr_scheduler_->options();
+    const auto& now = update_.lr_scheduler->options();
     auto old = now;
     old.global_batch_size = saved.global_batch_size;
     log::info("train.auto_lr {}: the learning rate follows the batch: {:.4g} -> {:.4g}", config::name_of(cfg_.train.auto_lr),
@@ -72,7 +66,7 @@ void Trainer::resume() {
   std::optional<ckpt::Snapshot> snapshot;
   std::vector<std::string> damaged;  // found so while read: latest goes on to the one before
   for (;;) {
-    snapshot = read_resume_checkpoint(resume_options_for(cfg_, spec_.name), rt_, source, damaged);  // collective
+    snapshot = read_resume_checkpoint(resume_options_for(cfg_, model_.spec.name), rt_, source, damaged);  // collective
     if (!snapshot) return;
     try {
       checkpointer_->restore(*snapshot, source);  // collective
@@ -121,7 +115,7 @@ void Trainer::restart_schedule_if_asked() {
               "resume from a named checkpoint restarts it, as upstream's train.py)");
     return;
   }
-  lr_scheduler_->restart();
+  update_.lr_scheduler->restart();
   log::info("train.resume_lr_scheduler false: the learning-rate schedule starts again at global step {} (warm-up "
             "included)",
             run_.position().global_step + 1);
@@ -143,14 +137,14 @@ void Trainer::carry_over_load_from() {
   const auto folder = ckpt::checkpoint_folder_of(cfg_.model.load_from);  // the config check made sure of it
   auto snapshot = ckpt::read_checkpoint(folder, /*tensors=*/false);       // format 3: the Checkpointer reads its share
   if (t.load_from_optimizer) {
-    checkpointer_->restore_parts(snapshot, folder, {sharded_->optimizer.state_name()});  // collective (format 3)
+    checkpointer_->restore_parts(snapshot, folder, {update_.sharded->optimizer.state_name()});  // collective (format 3)
     log::info("train.load_from_optimizer: the optimizer state of {} (its step {})", folder,
               snapshot.state.position.global_step);
   }
   if (t.load_from_lr_scheduler) {
-    const int64_t at = LrScheduler::saved_position(snapshot.part(lr_scheduler_->state_name()),
+    const int64_t at = LrScheduler::saved_position(snapshot.part(update_.lr_scheduler->state_name()),
                                                     snapshot.state.position.global_step);
-    lr_scheduler_->continue_at(at);
+    update_.lr_scheduler->continue_at(at);
     log::info("train.load_from_lr_scheduler: the learning-rate schedule continues at its step {}, as {} left it", at,
               folder);
   }
@@ -179,7 +173,7 @@ ckpt::TrainerState Trainer::run_state() const {
   ckpt::TrainerState st;  // the run's identity; RunState adds where it stands
   st.seed = cfg_.train.seed;
   st.world_size = rt_.world_size();
-  st.model = spec_.name;
+  st.model = model_.spec.name;
   st.config_hash = config::config_fingerprint(cfg_);
   st.config = config::config_values(cfg_);
   return run_.saved(std::move(st));

@@ -35,51 +35,53 @@ void Trainer::log_start() const {
   if (!rt_.device().is_cuda() && cfg_.model.mixed_precision != config::Precision::fp32) {
     log::info("model.mixed_precision {} applies on CUDA; this CPU run trains in fp32",
               config::name_of(cfg_.model.mixed_precision));
-  } else if (scaler_->enabled()) {
-    log::info("model.mixed_precision fp16: dynamic loss scaling from {:g} (as torch's GradScaler)", scaler_->scale());
+  } else if (update_.scaler->enabled()) {
+    log::info("model.mixed_precision fp16: dynamic loss scaling from {:g} (as torch's GradScaler)",
+              update_.scaler->scale());
   }
-  const char* conditioning = spec_.conditioning == model::Conditioning::caption       ? "caption-conditioned"
-                             : spec_.conditioning == model::Conditioning::class_label ? "class-conditioned"
+  const char* conditioning = model_.spec.conditioning == model::Conditioning::caption       ? "caption-conditioned"
+                             : model_.spec.conditioning == model::Conditioning::class_label ? "class-conditioned"
                                                                                        : "unconditional";
   log::info("{}: {:.2f} M parameters, {}, {} on {}; {} process{}, {}; {} steps per epoch, {} steps; "
             "optimizer {}{}, {} gradient buckets{}{}",
-            spec_.name, static_cast<double>(model_->parameter_count()) / 1e6, conditioning,
-            spec_.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
-            batch_text(*dataset_, batch_options_for(cfg_), rt_.rank(), world), epoch_plan(0, true).steps(), total_steps_,
-            optimizer_->name(),
-            optimizer_->on_host() ? " in host memory with fp32 master weights (train.offload_optimizer)" : "",
-            reducer_->bucket_count(), zero_->describe(cfg_.train.deterministic),
-            trainable_->describe());
+            model_.spec.name, static_cast<double>(model_.net->parameter_count()) / 1e6, conditioning,
+            model_.spec.in_channels == 3 ? "pixels" : "latents", rt_.device().str(), world, world == 1 ? "" : "es",
+            batch_text(*input_.dataset, batch_options_for(cfg_), rt_.rank(), world), epoch_plan(0, true).steps(),
+            run_.total_steps(),
+            update_.optimizer->name(),
+            update_.optimizer->on_host() ? " in host memory with fp32 master weights (train.offload_optimizer)" : "",
+            update_.reducer->bucket_count(), update_.zero->describe(cfg_.train.deterministic),
+            model_.trainable->describe());
   if (const auto kind = kind_->describe(); !kind.empty()) log::info("{}", kind);
 }
 
 void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {
-  memory_reported_ = true;
+  report_.memory_reported = true;
   MemoryUse mine;
   mine.rank = rt_.rank();
   std::vector<torch::Tensor> params, state;
-  params = trainable_->all_tensors();  // the base and its adapters
-  for (const auto& [name, t] : optimizer_->state()) state.push_back(t);
+  params = model_.trainable->all_tensors();  // the base and its adapters
+  for (const auto& [name, t] : update_.optimizer->state()) state.push_back(t);
   mine.parameters = bytes_of(params);
   // Streamed to the host, the gradients are the optimizer's host gradients.
-  if (!reducer_->gradients_on_host()) mine.gradients = bytes_of(reducer_->flat_gradients());
-  (optimizer_->on_host() ? mine.host_optimizer : mine.optimizer) = bytes_of(state);
-  mine.host_weights = bytes_of(optimizer_->host_weights());
-  mine.host_gradients = bytes_of(optimizer_->host_gradients());
-  (ema_->on_host() ? mine.host_ema : mine.ema) = bytes_of(ema_->averages());
-  mine.gathered = zero_->peak_gathered();
-  mine.working = model::working_weights_use(*model_).bytes;
-  if (encoders_.vae) mine.encoders += encoders_.vae->bytes();
-  if (encoders_.text) mine.encoders += encoders_.text->bytes();
+  if (!update_.reducer->gradients_on_host()) mine.gradients = bytes_of(update_.reducer->flat_gradients());
+  (update_.optimizer->on_host() ? mine.host_optimizer : mine.optimizer) = bytes_of(state);
+  mine.host_weights = bytes_of(update_.optimizer->host_weights());
+  mine.host_gradients = bytes_of(update_.optimizer->host_gradients());
+  (update_.ema->on_host() ? mine.host_ema : mine.ema) = bytes_of(update_.ema->averages());
+  mine.gathered = update_.zero->peak_gathered();
+  mine.working = model::working_weights_use(*model_.net).bytes;
+  if (model_.encoders.vae) mine.encoders += model_.encoders.vae->bytes();
+  if (model_.encoders.text) mine.encoders += model_.encoders.text->bytes();
   mine.activations_peak = activations.growth();
   mine.activations_source = activations.source();
-  const int64_t cell = spec_.downsample * spec_.patch;
+  const int64_t cell = model_.spec.downsample * model_.spec.patch;
   mine.micro_batch = step.largest_micro_batch;
   mine.h_tokens = step.height / cell;
   mine.w_tokens = step.width / cell;
   log::info("{}", mine.line());
   const auto all = rt_.all_gather("memory", mine.json());  // collective
-  if (!main_rank_) return;
+  if (!main_rank()) return;
   std::vector<MemoryUse> ranks;
   for (const auto& j : all) ranks.push_back(MemoryUse::from_json(j));
   write_memory_json((std::filesystem::path(cfg_.work_dir) / "memory.json").string(), ranks);

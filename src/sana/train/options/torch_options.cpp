@@ -9,6 +9,10 @@
 
 namespace sana::train {
 
+ContinuationOptions continuation_options_for(const config::Config& cfg) {
+  return {cfg.dist.min_world_size, cfg.train.deterministic, cfg.dist.timeout_s, cfg.work_dir};
+}
+
 CheckpointOptions checkpoint_options_for(const config::Config& cfg, ckpt::StageHook before_stage) {
   CheckpointOptions o;
   o.work_dir = cfg.work_dir;

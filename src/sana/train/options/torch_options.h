@@ -10,6 +10,7 @@
 #include "sana/model/lora_options.h"
 #include "sana/train/input/batching.h"
 #include "sana/train/checkpoint/checkpointer.h"
+#include "sana/train/elastic/continuation.h"
 #include "sana/train/input/class_images.h"
 #include "sana/train/input/data_cache.h"
 #include "sana/train/optim/ema.h"
@@ -32,6 +33,7 @@ namespace sana::train {
 // `before_stage` is the fault injection's (TestHooks::checkpoint_stage_delay), empty in
 // production runs.
 CheckpointOptions checkpoint_options_for(const config::Config& cfg, ckpt::StageHook before_stage = {});
+ContinuationOptions continuation_options_for(const config::Config& cfg);
 // train.global_batch_size / batch_tokens, micro_batch_size, deterministic.
 BatchOptions batch_options_for(const config::Config& cfg);
 // The dataset's options, the model's cell and how captions come (data.load_text_feat,
