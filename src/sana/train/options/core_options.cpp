@@ -10,6 +10,7 @@
 
 #include "sana/config/encoder_source.h"
 #include "sana/data/decode.h"
+#include "sana/train/options/from_keys.h"
 #include "sana/util/error.h"
 #include "sana/train/test_hooks.h"
 
@@ -33,10 +34,12 @@ data::BucketOptions bucket_options_for(const config::Config& cfg) {
   data::BucketOptions o;
   o.base_sizes = {cfg.data.image_size};
   o.base_sizes.insert(o.base_sizes.end(), cfg.data.multi_scale_sizes.begin(), cfg.data.multi_scale_sizes.end());
-  o.multi_scale = cfg.model.multi_scale;
-  o.aspect_ratio_type = cfg.data.aspect_ratio_type;
-  o.bucket_step = cfg.data.bucket_step;
-  o.scale_rule = cfg.data.multi_scale_rule;
+  fill_from_keys(cfg, {
+      {o.multi_scale, "model.multi_scale"},
+      {o.aspect_ratio_type, "data.aspect_ratio_type"},
+      {o.bucket_step, "data.bucket_step"},
+      {o.scale_rule, "data.multi_scale_rule"},
+  });
   return o;
 }
 
@@ -46,23 +49,25 @@ data::BatchSpec batch_spec_for(const config::Config& cfg) {
 
 data::DatasetOptions dataset_options_for(const config::Config& cfg) {
   data::DatasetOptions o;
-  o.sources = cfg.data.data_dir;
+  fill_from_keys(cfg, {
+      {o.sources, "data.data_dir"},
+      {o.seed, "train.seed"},
+      {o.max_untrained_fraction, "data.max_untrained_fraction"},
+      {o.exif_orientation, "data.exif_orientation"},
+      {o.captions.caption_suffixes, "data.external_caption_suffixes"},
+      {o.captions.clipscore_suffixes, "data.external_clipscore_suffixes"},
+      {o.filter.hq_only, "data.hq_only"},
+      {o.filter.min_clip_score, "data.del_img_clip_thr"},
+  });
   o.index_dir = (std::filesystem::path(cfg.work_dir) / "index").string();
   o.buckets = bucket_options_for(cfg);
   o.batch = batch_spec_for(cfg);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.tail = mapped(cfg.data.tail, std::array{std::pair{config::Tail::drop, data::TailPolicy::drop},
                                             std::pair{config::Tail::pad, data::TailPolicy::pad}});
   o.distributed_sampler = cfg.data.sampler == config::DataSampler::distributed;
-  o.max_untrained_fraction = cfg.data.max_untrained_fraction;
-  o.exif_orientation = cfg.data.exif_orientation;
-  o.captions.caption_suffixes = cfg.data.external_caption_suffixes;
-  o.captions.clipscore_suffixes = cfg.data.external_clipscore_suffixes;
   if (cfg.data.caption_selection_type == "proportion") {
     for (const auto& [name, weight] : cfg.data.caption_proportion) o.captions.names.push_back(name);
   }
-  o.filter.hq_only = cfg.data.hq_only;
-  o.filter.min_clip_score = cfg.data.del_img_clip_thr;
   if (cfg.train.eval.every_steps > 0) {  // train.eval.fraction: its share is left out of training
     o.filter.holdout = cfg.train.eval.fraction;
     o.filter.holdout_seed = static_cast<uint64_t>(cfg.train.seed);
@@ -74,9 +79,11 @@ data::CaptionChoice caption_choice_for(const config::Config& cfg) {
   data::CaptionChoice o;
   o.type = cfg.data.caption_selection_type == "proportion" ? data::CaptionSelection::proportion
                                                             : data::CaptionSelection::clipscore;
-  o.clip_thr = cfg.data.clip_thr;
-  o.temperature = cfg.data.clip_thr_temperature;
-  o.proportion = cfg.data.caption_proportion;
+  fill_from_keys(cfg, {
+      {o.clip_thr, "data.clip_thr"},
+      {o.temperature, "data.clip_thr_temperature"},
+      {o.proportion, "data.caption_proportion"},
+  });
   o.scored = !cfg.data.external_clipscore_suffixes.empty();
   return o;
 }
@@ -84,8 +91,10 @@ data::CaptionChoice caption_choice_for(const config::Config& cfg) {
 data::DecodeOptions decode_options_for(const config::Config& cfg) {
   data::DecodeOptions o;
   if (cfg.data.interpolation != "upstream") o.filter = data::parse_resample(cfg.data.interpolation);
-  o.reduced_decode = cfg.data.jpeg_reduced_decode;
-  o.exif_orientation = cfg.data.exif_orientation;
+  fill_from_keys(cfg, {
+      {o.reduced_decode, "data.jpeg_reduced_decode"},
+      {o.exif_orientation, "data.exif_orientation"},
+  });
   return o;
 }
 
@@ -95,16 +104,18 @@ data::LoaderOptions loader_options_for(const config::Config& cfg) {
   o.prefetch = static_cast<int>(cfg.data.prefetch_batches) * o.workers;
   o.decode = decode_options_for(cfg);
   o.caption = caption_choice_for(cfg);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.wait_timeout_s = cfg.dist.timeout_s;
-  o.load_latents = cfg.data.load_vae_feat;
-  o.latent_channels = cfg.vae.vae_latent_dim;
-  o.latent_downsample = cfg.vae.vae_downsample_rate;
-  o.load_text_feat = cfg.data.load_text_feat;
-  o.masks = cfg.train.masked_loss;
+  fill_from_keys(cfg, {
+      {o.seed, "train.seed"},
+      {o.wait_timeout_s, "dist.timeout_s"},
+      {o.load_latents, "data.load_vae_feat"},
+      {o.latent_channels, "vae.vae_latent_dim"},
+      {o.latent_downsample, "vae.vae_downsample_rate"},
+      {o.load_text_feat, "data.load_text_feat"},
+      {o.masks, "train.masked_loss"},
+      {o.text_length, "text_encoder.model_max_length"},
+      {o.text_channels, "text_encoder.caption_channels"},
+  });
   o.alpha_masks = cfg.train.masked_loss && cfg.train.masked_loss_alpha;
-  o.text_length = cfg.text_encoder.model_max_length;
-  o.text_channels = cfg.text_encoder.caption_channels;
   return o;
 }
 
@@ -138,18 +149,22 @@ data::ControlMapOptions control_map_options_for(const config::Config& cfg) {
                      "config error");
   }
   o.kind = data::ControlKind::canny;
-  o.canny_low = static_cast<double>(c.canny_low_threshold);
-  o.canny_high = static_cast<double>(c.canny_high_threshold);
+  fill_from_keys(cfg, {
+      {o.canny_low, "controlnet.canny_low_threshold"},
+      {o.canny_high, "controlnet.canny_high_threshold"},
+  });
   return o;
 }
 
 parallel::ReducerOptions reducer_options_for(const config::Config& cfg) {
   parallel::ReducerOptions o;
-  o.bucket_cap_mb = cfg.ddp.bucket_cap_mb;
+  fill_from_keys(cfg, {
+      {o.bucket_cap_mb, "ddp.bucket_cap_mb"},
+      {o.exact, "train.deterministic"},
+      {o.gradients_on_host, "train.offload_optimizer"},
+  });
   o.average = false;
-  o.exact = cfg.train.deterministic;
   o.shard_gradients = cfg.train.zero_stage >= 2;
-  o.gradients_on_host = cfg.train.offload_optimizer;
   return o;
 }
 
@@ -166,11 +181,25 @@ model::ModelSpec model_spec_for(const config::Config& cfg) {
   const bool latent = cfg.data.load_vae_feat || config::uses_vae(cfg.vae);
   s.in_channels = s.out_channels = latent ? cfg.vae.vae_latent_dim : 3;
   s.downsample = latent ? cfg.vae.vae_downsample_rate : 1;
-  s.linear_head_dim = cfg.model.linear_head_dim;
-  s.mlp_ratio = cfg.model.mlp_ratio;
-  s.caption_channels = cfg.text_encoder.caption_channels;
-  s.caption_tokens = cfg.text_encoder.model_max_length;
-  s.num_classes = cfg.model.num_classes;
+  fill_from_keys(cfg, {
+      {s.linear_head_dim, "model.linear_head_dim"},
+      {s.mlp_ratio, "model.mlp_ratio"},
+      {s.caption_channels, "text_encoder.caption_channels"},
+      {s.caption_tokens, "text_encoder.model_max_length"},
+      {s.num_classes, "model.num_classes"},
+      {s.y_norm, "text_encoder.y_norm"},
+      {s.y_norm_scale, "text_encoder.y_norm_scale_factor"},
+      {s.qk_norm, "model.qk_norm"},
+      {s.cross_norm, "model.cross_norm"},
+      {s.use_pe, "model.use_pe"},
+      {s.pe_interpolation, "model.pe_interpolation"},
+      {s.fp32_attention, "model.fp32_attention"},
+      {s.timestep_norm_scale, "scheduler.timestep_norm_scale_factor"},
+      {s.class_dropout_prob, "model.class_dropout_prob"},
+      {s.cfg_embed, "model.cfg_embed"},
+      {s.cfg_embed_scale, "model.cfg_embed_scale"},
+      {s.logvar, "model.logvar"},
+  });
   if (cfg.data.load_text_feat || config::uses_text_encoder(cfg.text_encoder)) {
     s.conditioning = model::Conditioning::caption;
   } else if (cfg.model.num_classes > 0) {
@@ -178,20 +207,8 @@ model::ModelSpec model_spec_for(const config::Config& cfg) {
   } else {
     s.conditioning = model::Conditioning::none;
   }
-  s.y_norm = cfg.text_encoder.y_norm;
-  s.y_norm_scale = cfg.text_encoder.y_norm_scale_factor;
-  s.qk_norm = cfg.model.qk_norm;
-  s.cross_norm = cfg.model.cross_norm;
-  s.use_pe = cfg.model.use_pe;
-  s.pe_interpolation = cfg.model.pe_interpolation;
   s.pe_base_size = std::max<int64_t>(1, cfg.model.image_size / (s.downsample * s.patch));
-  s.fp32_attention = cfg.model.fp32_attention;
   s.integer_timesteps = cfg.scheduler.timestep_grid == config::TimestepGrid::integer;
-  s.timestep_norm_scale = cfg.scheduler.timestep_norm_scale_factor;
-  s.class_dropout_prob = cfg.model.class_dropout_prob;
-  s.cfg_embed = cfg.model.sprint.cfg_embed;
-  s.cfg_embed_scale = cfg.model.sprint.cfg_embed_scale;
-  s.logvar = cfg.model.sprint.logvar;
   model::check_spec(s);
   return s;
 }
@@ -218,26 +235,30 @@ model::VaeOptions vae_options_for(const config::Config& cfg) {
   o.vae_pretrained = source.path.empty() ? cfg.vae.vae_pretrained : source.path;
   o.dc_ae_folder = source.kind == config::VaeSource::Kind::dc_ae;
   o.efficientvit_name = source.kind == config::VaeSource::Kind::dc_ae_efficientvit ? source.name : "";
-  o.scale_factor = cfg.vae.scale_factor;
-  o.vae_latent_dim = cfg.vae.vae_latent_dim;
-  o.vae_downsample_rate = cfg.vae.vae_downsample_rate;
-  o.tile_size = cfg.vae.tile_size;
-  o.tile_overlap = cfg.vae.tile_overlap;
+  fill_from_keys(cfg, {
+      {o.scale_factor, "vae.scale_factor"},
+      {o.vae_latent_dim, "vae.vae_latent_dim"},
+      {o.vae_downsample_rate, "vae.vae_downsample_rate"},
+      {o.tile_size, "vae.tile_size"},
+      {o.tile_overlap, "vae.tile_overlap"},
+  });
   return o;
 }
 
 model::TextEncoderOptions text_encoder_options_for(const config::Config& cfg) {
   const auto& t = cfg.text_encoder;
   model::TextEncoderOptions o;
-  o.text_encoder_name = t.text_encoder_name;
+  fill_from_keys(cfg, {
+      {o.text_encoder_name, "text_encoder.text_encoder_name"},
+      {o.caption_channels, "text_encoder.caption_channels"},
+      {o.model_max_length, "text_encoder.model_max_length"},
+      {o.chi_prompt, "text_encoder.chi_prompt"},
+  });
   // A folder or hub name resolves to the folder found (validation already said when none is).
   const auto source = config::text_encoder_source(t);
   o.text_encoder_path = source.path.empty() ? t.text_encoder_path : source.path;
   o.tokenizer_path = source.path.empty() ? t.tokenizer_path : source.tokenizer;
   o.gemma2_folder = source.kind == config::TextEncoderSource::Kind::gemma2;
-  o.caption_channels = t.caption_channels;
-  o.model_max_length = t.model_max_length;
-  o.chi_prompt = t.chi_prompt;
   o.caption_cache_bytes = static_cast<int64_t>(t.caption_cache_gib * static_cast<double>(int64_t{1} << 30));
   return o;
 }
@@ -246,7 +267,17 @@ model::GrowthOptions growth_options_for(const config::Config& cfg) {
   using model::GrowthStrategy;
   const auto& g = cfg.model_growth;
   model::GrowthOptions o;
-  o.source = g.pretrained_ckpt_path;
+  fill_from_keys(cfg, {
+      {o.source, "model_growth.pretrained_ckpt_path"},
+      {o.source_layers, "model_growth.source_num_layers"},
+      {o.target_layers, "model_growth.target_num_layers"},
+      {o.expand_ratio, "model_growth.init_params.expand_ratio"},
+      {o.noise_scale, "model_growth.init_params.noise_scale"},
+      {o.zero_gate, "model_growth.init_params.zero_gate"},
+      {o.scale_spec, "model_growth.init_params.scale_spec"},
+      {o.scale_others, "model_growth.init_params.scale_others"},
+      {o.seed, "train.seed"},
+  });
   static const std::array<std::pair<const char*, GrowthStrategy>, 6> names{{
       {"cyclic", GrowthStrategy::cyclic},
       {"block_expand", GrowthStrategy::block_expand},
@@ -258,14 +289,6 @@ model::GrowthOptions growth_options_for(const config::Config& cfg) {
   const auto it = std::find_if(names.begin(), names.end(), [&](const auto& n) { return g.init_strategy == n.first; });
   if (it == names.end()) throw std::logic_error("model_growth.init_strategy outside its choices: " + g.init_strategy);
   o.strategy = it->second;
-  o.source_layers = g.source_num_layers;
-  o.target_layers = g.target_num_layers;
-  o.expand_ratio = g.init_params.expand_ratio;
-  o.noise_scale = g.init_params.noise_scale;
-  o.zero_gate = g.init_params.zero_gate;
-  o.scale_spec = g.init_params.scale_spec;
-  o.scale_others = g.init_params.scale_others;
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
   return o;
 }
 
@@ -278,11 +301,13 @@ diffusion::TimestepOptions timestep_options_for(const config::Config& cfg) {
                        std::array{std::pair{config::Weighting::logit_normal, diffusion::Weighting::logit_normal},
                                   std::pair{config::Weighting::sd3_mode, diffusion::Weighting::sd3_mode},
                                   std::pair{config::Weighting::uniform, diffusion::Weighting::uniform}});
-  o.logit_mean = s.logit_mean;
-  o.logit_std = s.logit_std;
-  o.mode_scale = s.mode_scale;
-  o.flow_shift = s.flow_shift;
-  o.train_sampling_steps = s.train_sampling_steps;
+  fill_from_keys(cfg, {
+      {o.logit_mean, "scheduler.logit_mean"},
+      {o.logit_std, "scheduler.logit_std"},
+      {o.mode_scale, "scheduler.mode_scale"},
+      {o.flow_shift, "scheduler.flow_shift"},
+      {o.train_sampling_steps, "scheduler.train_sampling_steps"},
+  });
   o.integer_grid = s.timestep_grid == config::TimestepGrid::integer;
   return o;
 }
@@ -302,16 +327,18 @@ dist::RuntimeOptions runtime_options_for(const config::Config& cfg, const TestHo
   o.device = mapped(d.device, std::array{std::pair{config::DeviceKind::automatic, dist::DeviceChoice::automatic},
                                           std::pair{config::DeviceKind::cpu, dist::DeviceChoice::cpu},
                                           std::pair{config::DeviceKind::cuda, dist::DeviceChoice::cuda}});
-  o.master_addr = d.master_addr;
-  o.master_port = d.master_port;
-  o.timeout_s = d.timeout_s;
-  o.heartbeat_timeout_s = d.heartbeat_timeout_s;
-  o.socket_ifname = d.socket_ifname;
-  o.allow_shared_device = d.allow_shared_device;
-  o.threads_per_process = d.threads_per_process;
+  fill_from_keys(cfg, {
+      {o.master_addr, "dist.master_addr"},
+      {o.master_port, "dist.master_port"},
+      {o.timeout_s, "dist.timeout_s"},
+      {o.heartbeat_timeout_s, "dist.heartbeat_timeout_s"},
+      {o.socket_ifname, "dist.socket_ifname"},
+      {o.allow_shared_device, "dist.allow_shared_device"},
+      {o.threads_per_process, "dist.threads_per_process"},
+      {o.min_world_size, "dist.min_world_size"},
+      {o.max_rejoin_wait_s, "dist.max_rejoin_wait_s"},
+  });
   o.elastic_continue = d.elastic == config::Elastic::continue_on;
-  o.min_world_size = d.min_world_size;
-  o.max_rejoin_wait_s = d.max_rejoin_wait_s;
   o.inject_cuda_devices = hooks.inject_cuda_devices;
   o.injected_cuda_devices = hooks.cuda_devices;
   return o;
@@ -330,12 +357,14 @@ model::StorageDtype frozen_dtype_for(const config::TrainConfig& t) {
 model::LoraOptions lora_options_for(const config::Config& cfg) {
   const auto& c = cfg.train.lora;
   model::LoraOptions o;
-  o.rank = c.rank;
-  o.alpha = c.alpha;
-  o.dropout = c.dropout;
-  o.targets = c.target_modules;
+  fill_from_keys(cfg, {
+      {o.rank, "train.lora.rank"},
+      {o.alpha, "train.lora.alpha"},
+      {o.dropout, "train.lora.dropout"},
+      {o.targets, "train.lora.target_modules"},
+      {o.seed, "train.seed"},
+  });
   o.gaussian = c.init == config::LoraInit::gaussian;
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
   return o;
 }
 

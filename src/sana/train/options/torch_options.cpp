@@ -4,6 +4,7 @@
 
 #include "sana/data/buckets.h"
 #include "sana/train/options/core_options.h"
+#include "sana/train/options/from_keys.h"
 #include "sana/util/error.h"
 #include "sana/util/log.h"
 
@@ -15,11 +16,13 @@ ContinuationOptions continuation_options_for(const config::Config& cfg) {
 
 CheckpointOptions checkpoint_options_for(const config::Config& cfg, ckpt::StageHook before_stage) {
   CheckpointOptions o;
-  o.work_dir = cfg.work_dir;
-  o.save_model_steps = cfg.train.save_model_steps;
-  o.save_model_epochs = cfg.train.save_model_epochs;
-  o.keep_last_n = cfg.ckpt.keep_last_n;
-  o.async_save = cfg.ckpt.async_save;
+  fill_from_keys(cfg, {
+      {o.work_dir, "work_dir"},
+      {o.save_model_steps, "train.save_model_steps"},
+      {o.save_model_epochs, "train.save_model_epochs"},
+      {o.keep_last_n, "ckpt.keep_last_n"},
+      {o.async_save, "ckpt.async_save"},
+  });
   o.before_stage = std::move(before_stage);
   return o;
 }
@@ -27,8 +30,10 @@ CheckpointOptions checkpoint_options_for(const config::Config& cfg, ckpt::StageH
 BatchOptions batch_options_for(const config::Config& cfg) {
   BatchOptions o;
   o.batch = batch_spec_for(cfg);
-  o.micro_batch_size = cfg.train.micro_batch_size;
-  o.deterministic = cfg.train.deterministic;
+  fill_from_keys(cfg, {
+      {o.micro_batch_size, "train.micro_batch_size"},
+      {o.deterministic, "train.deterministic"},
+  });
   return o;
 }
 
@@ -48,21 +53,25 @@ SampleCacheOptions sample_cache_options_for(const config::Config& cfg) {
   o.cache = cfg.data.cache == config::SampleCacheMode::disk     ? Mode::disk
             : cfg.data.cache == config::SampleCacheMode::memory ? Mode::memory
                                                                 : Mode::none;
-  o.precomputed_latents = cfg.data.load_vae_feat;
-  o.cache_max_gb = cfg.data.cache_max_gb;
+  fill_from_keys(cfg, {
+      {o.precomputed_latents, "data.load_vae_feat"},
+      {o.cache_max_gb, "data.cache_max_gb"},
+  });
   if (o.cache == Mode::disk) o.disk = disk_cache_options_for(cfg);
   return o;
 }
 
 InitialModelOptions initial_model_options_for(const config::Config& cfg) {
   InitialModelOptions o;
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
+  fill_from_keys(cfg, {
+      {o.seed, "train.seed"},
+      {o.growth_strategy, "model_growth.init_strategy"},
+      {o.load_from, "model.load_from"},
+      {o.load_strict, "model.load_strict"},
+      {o.grad_checkpointing, "train.grad_checkpointing"},
+      {o.gc_step, "train.gc_step"},
+  });
   o.growth = growth_options_for(cfg);
-  o.growth_strategy = cfg.model_growth.init_strategy;
-  o.load_from = cfg.model.load_from;
-  o.load_strict = cfg.model.load_strict;
-  o.grad_checkpointing = cfg.train.grad_checkpointing;
-  o.gc_step = cfg.train.gc_step;
   o.fused_kernels = cfg.model.kernels == config::Kernels::fused;
   o.frozen_base = config::lora_enabled(cfg.train);
   o.frozen_dtype = frozen_dtype_for(cfg.train);
@@ -86,8 +95,10 @@ OptimizerOptions optimizer_options_for(const config::OptimizerConfig& c) {
 
 MetricsOptions metrics_options_for(const config::Config& cfg) {
   MetricsOptions o;
-  o.work_dir = cfg.work_dir;
-  o.log_interval = cfg.train.log_interval;
+  fill_from_keys(cfg, {
+      {o.work_dir, "work_dir"},
+      {o.log_interval, "train.log_interval"},
+  });
   o.tensorboard = cfg.train.report_to == "tensorboard";
   return o;
 }
@@ -104,17 +115,19 @@ at::ScalarType half_type(config::Precision mixed_precision) {
 StepOptions step_options_for(const config::Config& cfg, const TestHooks& hooks, int rank, int world_size,
                              bool forwards_collective) {
   StepOptions o;
-  o.work_dir = cfg.work_dir;
+  fill_from_keys(cfg, {
+      {o.work_dir, "work_dir"},
+      {o.micro_batch_size, "train.micro_batch_size"},
+      {o.deterministic, "train.deterministic"},
+      {o.precomputed_latents, "data.load_vae_feat"},
+      {o.class_dropout_prob, "model.class_dropout_prob"},
+      {o.seed, "train.seed"},
+      {o.unmasked_weight, "train.masked_loss_unmasked_weight"},
+      {o.class_prompt, "data.class_prompt"},
+      {o.prior_loss_weight, "train.prior_loss_weight"},
+  });
   o.half = half_type(cfg.model.mixed_precision);
-  o.micro_batch_size = cfg.train.micro_batch_size;
-  o.deterministic = cfg.train.deterministic;
-  o.precomputed_latents = cfg.data.load_vae_feat;
-  o.class_dropout_prob = cfg.model.class_dropout_prob;
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.timesteps = timestep_options_for(cfg);
-  o.unmasked_weight = cfg.train.masked_loss_unmasked_weight;
-  o.class_prompt = cfg.data.class_prompt;
-  o.prior_loss_weight = cfg.train.prior_loss_weight;
   o.rank = rank;
   o.world_size = world_size;
   o.forwards_collective = forwards_collective;
@@ -137,8 +150,10 @@ EncoderOptions encoder_options_for(const config::Config& cfg) {
       !cfg.controlnet.hed_model.empty() && model_spec_for(cfg).control_blocks > 0) {
     o.hed_model = cfg.controlnet.hed_model;
   }
-  o.precomputed_latents = cfg.data.load_vae_feat;
-  o.precomputed_captions = cfg.data.load_text_feat;
+  fill_from_keys(cfg, {
+      {o.precomputed_latents, "data.load_vae_feat"},
+      {o.precomputed_captions, "data.load_text_feat"},
+  });
   o.validation_prompts = !cfg.train.validation_prompts.empty();
   return o;
 }
@@ -146,17 +161,19 @@ EncoderOptions encoder_options_for(const config::Config& cfg) {
 PreviewSources preview_sources_for(const config::Config& cfg) {
   PreviewSources o;
   auto& s = o.sampling;
-  s.steps = static_cast<int>(cfg.train.preview_steps);
-  s.cfg_scale = cfg.train.preview_cfg_scale;
-  s.images = static_cast<int>(cfg.train.preview_images);
-  s.seed = static_cast<uint64_t>(cfg.train.seed);
-  s.flow_shift = cfg.scheduler.flow_shift;
-  s.sampler = cfg.scheduler.vis_sampler;
-  s.sigma_data = cfg.scheduler.sprint.sigma_data;
+  fill_from_keys(cfg, {
+      {s.steps, "train.preview_steps"},
+      {s.cfg_scale, "train.preview_cfg_scale"},
+      {s.images, "train.preview_images"},
+      {s.seed, "train.seed"},
+      {s.flow_shift, "scheduler.flow_shift"},
+      {s.sampler, "scheduler.vis_sampler"},
+      {s.sigma_data, "scheduler.sigma_data"},
+      {o.validation_prompts, "train.validation_prompts"},
+  });
   for (const auto& b : data::showcase_buckets(data::bucket_tables_for(bucket_options_for(cfg)).front())) {
     o.buckets.push_back({b.height, b.width});
   }
-  o.validation_prompts = cfg.train.validation_prompts;
   o.vae_configured = config::uses_vae(cfg.vae);
   if (model_spec_for(cfg).control_blocks > 0) {
     o.control_scale = cfg.controlnet.conditioning_scale;
@@ -169,20 +186,24 @@ PreviewSources preview_sources_for(const config::Config& cfg) {
 
 PreviewPolicy preview_policy_for(const config::Config& cfg) {
   PreviewPolicy o;
-  o.visualize = cfg.train.visualize;
-  o.eval_sampling_steps = cfg.train.eval_sampling_steps;
-  o.preview_every_epochs = cfg.train.preview_every_epochs;
+  fill_from_keys(cfg, {
+      {o.visualize, "train.visualize"},
+      {o.eval_sampling_steps, "train.eval_sampling_steps"},
+      {o.preview_every_epochs, "train.preview_every_epochs"},
+      {o.work_dir, "work_dir"},
+  });
   o.rank0_renders_all = cfg.train.preview_on == config::PreviewOn::rank0;
-  o.work_dir = cfg.work_dir;
   o.tensorboard = cfg.train.report_to == "tensorboard";
   return o;
 }
 
 ClassImageOptions class_image_options_for(const config::Config& cfg) {
   ClassImageOptions o;
-  o.dir = cfg.data.class_data_dir;
-  o.prompt = cfg.data.class_prompt;
-  o.count = cfg.data.num_class_images;
+  fill_from_keys(cfg, {
+      {o.dir, "data.class_data_dir"},
+      {o.prompt, "data.class_prompt"},
+      {o.count, "data.num_class_images"},
+  });
   o.sampling = preview_sources_for(cfg);
   o.dataset = shared_dataset_options_for(cfg);
   return o;
@@ -199,17 +220,19 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   o.optimizer = optimizer_options_for(cfg.train.optimizer);
   o.ema = config::ema_enabled(cfg.train);
   o.ema_on_host = cfg.train.ema_device == config::StateDevice::cpu;
-  o.offload_optimizer = cfg.train.offload_optimizer;
+  fill_from_keys(cfg, {
+      {o.offload_optimizer, "train.offload_optimizer"},
+      {o.zero_stage, "train.zero_stage"},
+      {o.deterministic, "train.deterministic"},
+      {o.micro_batch_size, "train.micro_batch_size"},
+      {o.grad_checkpointing, "train.grad_checkpointing"},
+      {o.gc_step, "train.gc_step"},
+  });
   o.mirror = cfg.dist.elastic == config::Elastic::continue_on;
   o.reducer = reducer_options_for(cfg);
-  o.zero_stage = cfg.train.zero_stage;
-  o.deterministic = cfg.train.deterministic;
   o.autocast = cfg.model.mixed_precision != config::Precision::fp32 && cfg.dist.device != config::DeviceKind::cpu;
   o.working_weights = config::working_weights_on(cfg.train);
   o.buckets = data::bucket_tables_for(bucket_options_for(cfg));
-  o.micro_batch_size = cfg.train.micro_batch_size;
-  o.grad_checkpointing = cfg.train.grad_checkpointing;
-  o.gc_step = cfg.train.gc_step;
   o.frozen_dtype = frozen_dtype_for(cfg.train);
   if (o.spec.trigflow && !cfg.model.sprint.teacher_model.empty()) {
     o.sprint = MemoryEstimateOptions::Sprint{teacher_spec_for(cfg), static_cast<int64_t>(head_blocks_for(cfg).size()),
@@ -220,9 +243,11 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
 
 ResumeOptions resume_options_for(const config::Config& cfg, const std::string& model) {
   ResumeOptions o;
-  o.resume_from = cfg.resume_from;
-  o.work_dir = cfg.work_dir;
-  o.seed = cfg.train.seed;
+  fill_from_keys(cfg, {
+      {o.resume_from, "resume_from"},
+      {o.work_dir, "work_dir"},
+      {o.seed, "train.seed"},
+  });
   o.model = model;
   return o;
 }
@@ -231,36 +256,40 @@ SprintOptions sprint_options_for(const config::Config& cfg) {
   const auto& t = cfg.train.sprint;
   const auto& sc = cfg.scheduler;
   SprintOptions o;
-  o.draws.logit_mean = sc.logit_mean;
-  o.draws.logit_std = sc.logit_std;
-  o.draws.logit_mean_d = sc.sprint.logit_mean_discriminator;
-  o.draws.logit_std_d = sc.sprint.logit_std_discriminator;
-  o.draws.cfg_scales = t.scm_cfg_scale;
-  o.draws.largest_timestep = t.train_largest_timestep;
-  o.draws.largest = t.largest_timestep;
-  o.draws.largest_prob = t.largest_timestep_prob;
-  o.draws.diff_timesteps_d = t.diff_timesteps_D;
-  o.sigma_data = sc.sprint.sigma_data;
-  o.tangent_warmup_steps = t.tangent_warmup_steps;
-  o.scm_lambda = t.scm_lambda;
-  o.adv_lambda = t.adv_lambda;
-  o.misaligned_pairs = t.misaligned_pairs_D;
+  fill_from_keys(cfg, {
+      {o.draws.logit_mean, "scheduler.logit_mean"},
+      {o.draws.logit_std, "scheduler.logit_std"},
+      {o.draws.logit_mean_d, "scheduler.logit_mean_discriminator"},
+      {o.draws.logit_std_d, "scheduler.logit_std_discriminator"},
+      {o.draws.cfg_scales, "train.scm_cfg_scale"},
+      {o.draws.largest_timestep, "train.train_largest_timestep"},
+      {o.draws.largest, "train.largest_timestep"},
+      {o.draws.largest_prob, "train.largest_timestep_prob"},
+      {o.draws.diff_timesteps_d, "train.diff_timesteps_D"},
+      {o.sigma_data, "scheduler.sigma_data"},
+      {o.tangent_warmup_steps, "train.tangent_warmup_steps"},
+      {o.scm_lambda, "train.scm_lambda"},
+      {o.adv_lambda, "train.adv_lambda"},
+      {o.misaligned_pairs, "train.misaligned_pairs_D"},
+      {o.seed, "train.seed"},
+      {o.exact, "train.deterministic"},
+  });
   o.head_blocks = head_blocks_for(cfg);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
-  o.exact = cfg.train.deterministic;
   return o;
 }
 
 SprintStepOptions sprint_step_options_for(const config::Config& cfg) {
   SprintStepOptions o;
   o.teacher = teacher_spec_for(cfg);
-  o.teacher_model = cfg.model.sprint.teacher_model;
+  fill_from_keys(cfg, {
+      {o.teacher_model, "model.teacher_model"},
+      {o.seed, "train.seed"},
+      {o.micro_batch_size, "train.micro_batch_size"},
+  });
   o.frozen_dtype = frozen_dtype_for(cfg.train);
-  o.seed = static_cast<uint64_t>(cfg.train.seed);
   o.step = sprint_options_for(cfg);
   o.reducer = reducer_options_for(cfg);
   o.optimizer = optimizer_options_for(cfg.train.optimizer);
-  o.micro_batch_size = cfg.train.micro_batch_size;
   return o;
 }
 
