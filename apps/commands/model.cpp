@@ -294,7 +294,7 @@ void print_memory(const train::MemoryEstimate& m) {
       : stored            ? fmt::format("weights (base {}, {} fp32)", model::storage_dtype_name(m.frozen_dtype), m.trained)
                           : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);
-  if (m.converted > 0) row("one base layer in fp32 (transient)", m.converted);
+  if (m.converted > 0) row("one base layer restored (transient)", m.converted);
   const bool offloaded = m.host_optimizer > 0;
   row("gradients (fp32)", m.gradients, offloaded && m.gradients == 0 ? "<- streamed to host memory" : "");
   if (m.in_flight > 0) row("gradient buckets in flight (transient)", m.in_flight);

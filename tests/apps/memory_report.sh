@@ -8,7 +8,8 @@
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
 # or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
-# train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8 and bf16;
+# train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8, fp8, NF4
+# (double quantised) and bf16;
 # a ControlNet's base in int8;
 # train.offload_optimizer with the EMA on the host at stage 2 on two. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
@@ -103,8 +104,12 @@ check came_offload_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true -
 lora=(--train.lora.rank=4 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")
 check lora_w2 2 --train.optimizer.type=AdamW --train.ema_update=true "${lora[@]}"
 check lora_s3_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=3 "${lora[@]}"
-# train.frozen_base_dtype: the base's layers in int8 (their scales counted) and in bf16.
+# train.frozen_base_dtype: the base's layers in int8 (their scales counted), in fp8 and in NF4
+# with double quantisation (its codes, absmax codes, nested absmax and offset), and in bf16.
 check lora_int8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=int8
+check lora_fp8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=fp8
+check lora_nf4_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=nf4 \
+  --train.frozen_base_double_quant=true
 check lora_bf16_s3_w2 2 --train.optimizer.type=CAME --train.zero_stage=3 "${lora[@]}" --train.frozen_base_dtype=bf16
 # A ControlNet preset's base in int8 (the control blocks fp32 in the buckets).
 check controlnet_int8_w2 2 --model.model=SanaMSControlNet_tiny_P2_D4 --train.optimizer.type=AdamW \

@@ -14,6 +14,9 @@
 #  5. A resume against other base weights is refused (exit 2), naming both checksums.
 #  6. train.frozen_base_dtype bf16 on 2 processes, its adapters' and EMA's files (checkpoint
 #     shards included) with diffusers' LoRA settings; a resume of it with int8 is refused (exit 2).
+#  7. An NF4 base on 2 processes: a resume of it with the block scales quantised again
+#     (nf4-dq, another format) is refused (exit 2), naming the setting that resumes it; on
+#     NF4 it resumes on 1 process, its checksum unchanged to the end.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -121,4 +124,19 @@ assert_contains "$SCRATCH/bf16.log" "the base weights are unchanged (checksum bf
 launch_named bf16 1 --train.frozen_base_dtype=int8 --resume_from=latest --train.max_steps=9 > /dev/null
 assert_code $? 2 "resuming the bf16 base's adapters on an int8 base"
 assert_contains "$SCRATCH/bf16.log" "Set train.frozen_base_dtype: bf16 to resume it" "the refusal says which dtype resumes"
+
+# 7. NF4: another format is refused at resume, the same one resumes on another count.
+run nf4 2 --train.frozen_base_dtype=nf4 --train.max_steps=4 --train.save_model_steps=2
+assert_code $? 0 "4 LoRA steps on an NF4 base on 2 processes"
+nf4_sum=$(grep -o "the base weights are unchanged (checksum nf4:[0-9a-f]*" "$SCRATCH/nf4.log" | grep -o "nf4:[0-9a-f]*")
+assert_contains "$SCRATCH/nf4.log" "train.frozen_base_dtype nf4: the frozen base's" "the start-up names the stored format"
+launch_named nf4 1 --train.frozen_base_dtype=nf4 --train.frozen_base_double_quant=true --resume_from=latest \
+  --train.max_steps=6 > /dev/null
+assert_code $? 2 "resuming the NF4 base's adapters on an nf4-dq base"
+assert_contains "$SCRATCH/nf4.log" "Set train.frozen_base_dtype: nf4 with train.frozen_base_double_quant: false to resume it" \
+  "the refusal names the setting that resumes it"
+launch_named nf4 1 --train.frozen_base_dtype=nf4 --resume_from=latest --train.max_steps=6
+assert_code $? 0 "the NF4 run resumed on 1 process to step 6"
+assert_contains "$SCRATCH/nf4.log" "the base weights are unchanged (checksum ${nf4_sum:-none})" \
+  "the NF4 base's checksum ($nf4_sum) holds across the resume"
 finish

@@ -32,7 +32,7 @@ enum class AutoLr { none, sqrt, linear };
 enum class PreviewOn { shared, rank0 };
 enum class ControlSignal { canny, scribble, hed, dataset };
 enum class LoraInit { gaussian, kaiming };
-enum class FrozenDtype { fp32, bf16, fp16, int8 };
+enum class FrozenDtype { fp32, bf16, fp16, int8, fp8, nf4 };
 enum class Backend { automatic, gloo, nccl };
 enum class DeviceKind { automatic, cpu, cuda };
 enum class StateDevice { device, cpu };
@@ -74,7 +74,7 @@ template <> struct Names<ControlSignal> {
 };
 template <> struct Names<LoraInit> { static constexpr std::array<std::string_view, 2> values{"gaussian", "kaiming"}; };
 template <> struct Names<FrozenDtype> {
-  static constexpr std::array<std::string_view, 4> values{"fp32", "bf16", "fp16", "int8"};
+  static constexpr std::array<std::string_view, 6> values{"fp32", "bf16", "fp16", "int8", "fp8", "nf4"};
 };
 template <> struct Names<Backend> { static constexpr std::array<std::string_view, 3> values{"auto", "gloo", "nccl"}; };
 template <> struct Names<DeviceKind> {
@@ -373,8 +373,10 @@ struct TrainConfig {
   int64_t max_nonfinite = 5;
   LoraConfig lora;
   // What a frozen base's Linear and Conv2d weights are kept in (model/frozen_storage.h):
-  // fp32 as loaded, bf16 / fp16 casts, or int8 per output channel.
+  // fp32 as loaded, bf16 / fp16 casts, int8 or fp8 (e4m3) per output channel, or NF4 in
+  // blocks of 64, its block scales quantised again when frozen_base_double_quant.
   FrozenDtype frozen_base_dtype = FrozenDtype::fp32;
+  bool frozen_base_double_quant = false;
   EvalConfig eval;
   SprintTrainConfig sprint;  // SANA-Sprint stage 2 (SprintModelConfig says)
 };

@@ -109,8 +109,12 @@ void describe_schedule(std::vector<Field>& f, Section& s, TrainConfig& t) {
 void describe_fine_tuning(std::vector<Field>& f, Section& s, TrainConfig& t) {
   describe_lora(f, t.lora);
   s.add("frozen_base_dtype", t.frozen_base_dtype,
-        "what a frozen base (train.lora) keeps its layers' weights in: fp32, bf16, fp16, or int8 (per output "
-        "channel); each layer computes in the training dtype (docs/finetune.md)");
+        "what a frozen base (train.lora) keeps its layers' weights in: fp32, bf16, fp16, int8 or fp8 (e4m3, per "
+        "output channel), or nf4 (bitsandbytes' NF4, blocks of 64); each layer computes in the training dtype "
+        "(docs/finetune.md)");
+  s.add("frozen_base_double_quant", t.frozen_base_double_quant,
+        "frozen_base_dtype nf4: quantise the block scales again, to uint8 in blocks of 256 (bitsandbytes' "
+        "bnb_4bit_use_double_quant: about 0.4 bit less per weight)");
   s.add("prior_loss_weight", t.prior_loss_weight,
         "data.class_data_dir: loss = the instance's + this x the class image's (diffusers' prior_loss_weight)")
       .at_least(0);

@@ -321,9 +321,11 @@ void Runtime::all_reduce(torch::Tensor& t) {
 
 namespace {
 
-// Gloo (LibTorch 1.13's) takes no bfloat16: its bytes go as bytes, exactly.
+// Gloo takes no bfloat16 (LibTorch 1.13's) and no float8 (a frozen base's fp8 codes): their
+// bytes go as bytes, exactly.
 torch::Tensor as_gloo_sends(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? t.view({-1}).view(torch::kByte) : t;
+  const bool as_bytes = t.scalar_type() == torch::kBFloat16 || c10::isFloat8Type(t.scalar_type());
+  return as_bytes ? t.view({-1}).view(torch::kByte) : t;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "sana/model/autocast.h"
 
@@ -11,32 +12,15 @@ namespace sana::model {
 
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-torch::ScalarType torch_dtype(StorageDtype d) {
-  switch (d) {
-    case StorageDtype::bf16: return torch::kBFloat16;
-    case StorageDtype::fp16: return torch::kHalf;
-    case StorageDtype::int8: return torch::kChar;
-    case StorageDtype::fp32: break;
-  }
-  return torch::kFloat32;
-}
-
-// A custom autograd function takes defined tensors only: an empty one stands for none (a
-// scale under bf16 / fp16, a layer's bias it does not have).
+// A custom autograd function takes defined tensors only: an empty one stands for none (what
+// a dtype does not keep, a layer's bias it does not have).
 // One shared empty tensor: no allocation per forward.
 torch::Tensor or_none(const torch::Tensor& t) {
   static const torch::Tensor none = torch::empty({0});
   return t.defined() ? t : none;
 }
 bool given(const torch::Tensor& t) { return t.numel() > 0; }
-
-// The stored weight in `dtype`: int8 codes times their scales, or a cast.
-torch::Tensor restore(const torch::Tensor& stored, const torch::Tensor& scale, torch::ScalarType dtype) {
-  return given(scale) ? dequantize_int8(stored, scale, dtype) : stored.to(dtype);
-}
+torch::Tensor defined_or_not(const torch::Tensor& t) { return given(t) ? t : torch::Tensor(); }
 
 // What a stored layer computes in: its input's dtype, or autocast's on CUDA.
 torch::ScalarType compute_dtype(const torch::Tensor& x) {
@@ -44,89 +28,129 @@ torch::ScalarType compute_dtype(const torch::Tensor& x) {
   return autocast.enabled && x.is_cuda() ? autocast.dtype : x.scalar_type();
 }
 
+// A stored weight as an autograd function's inputs and saved state take it: its tensors
+// (or_none for those it lacks) and, as integers, its dtype and shape.
+std::vector<torch::Tensor> tensors_of(const StoredWeight& w) {
+  return {w.codes, or_none(w.scale), or_none(w.absmax), or_none(w.nested_absmax), or_none(w.offset)};
+}
+StoredWeight stored_from(const variable_list& t, size_t first, int64_t dtype, std::vector<int64_t> shape) {
+  StoredWeight w;
+  w.dtype = static_cast<StorageDtype>(dtype);
+  w.shape = std::move(shape);
+  w.codes = t[first];
+  w.scale = defined_or_not(t[first + 1]);
+  w.absmax = defined_or_not(t[first + 2]);
+  w.nested_absmax = defined_or_not(t[first + 3]);
+  w.offset = defined_or_not(t[first + 4]);
+  return w;
+}
+void save_layout(AutogradContext* ctx, int64_t dtype, const std::vector<int64_t>& shape,
+                 const std::vector<int64_t>& product) {
+  ctx->saved_data["dtype"] = dtype;
+  ctx->saved_data["shape"] = shape;
+  ctx->saved_data["product"] = product;
+}
+// The saved weight restored in `dtype`, of the shape its product takes.
+torch::Tensor restored_saved(AutogradContext* ctx, const variable_list& saved, torch::ScalarType dtype) {
+  const auto w = stored_from(saved, 0, ctx->saved_data["dtype"].toInt(), ctx->saved_data["shape"].toIntVector());
+  return restore_weight(w, dtype).view(ctx->saved_data["product"].toIntVector());
+}
+
 // x [..., in] times the restored weight [out, in]^T (+ bias); the backward restores it again.
+// `product` is the weight's shape as the product takes it ([out, in], a 1x1 convolution's
+// flattened).
 struct StoredProduct : public torch::autograd::Function<StoredProduct> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& stored,
-                               const torch::Tensor& scale, const torch::Tensor& bias) {
-    ctx->save_for_backward({stored, scale});
-    const auto dtype = compute_dtype(x);
-    const auto b = given(bias) ? bias.to(dtype) : torch::Tensor();
-    return token_product(x.to(dtype), restore(stored, scale, dtype), b);
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& codes,
+                               const torch::Tensor& scale, const torch::Tensor& absmax, const torch::Tensor& nested,
+                               const torch::Tensor& offset, const torch::Tensor& bias, int64_t dtype,
+                               std::vector<int64_t> shape, std::vector<int64_t> product) {
+    ctx->save_for_backward({codes, scale, absmax, nested, offset});
+    save_layout(ctx, dtype, shape, product);
+    const auto compute = compute_dtype(x);
+    const auto b = given(bias) ? bias.to(compute) : torch::Tensor();
+    const auto w = stored_from({codes, scale, absmax, nested, offset}, 0, dtype, std::move(shape));
+    return token_product(x.to(compute), restore_weight(w, compute).view(product), b);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
     const auto& dy = grads[0];
     // dx = dy W: dy times (W^T)^T, the same product as the forward's.
-    const auto w = restore(saved[0], saved[1], dy.scalar_type());
-    return {token_product(dy, w.t().contiguous(), torch::Tensor()), {}, {}, {}};
+    const auto w = restored_saved(ctx, ctx->get_saved_variables(), dy.scalar_type());
+    return {token_product(dy, w.t().contiguous(), torch::Tensor()), {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
 // A convolution with the restored weight; the backward gives the input its gradient only.
 struct StoredConvolution : public torch::autograd::Function<StoredConvolution> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& stored,
-                               const torch::Tensor& scale, const torch::Tensor& bias, int64_t stride, int64_t padding,
-                               int64_t groups) {
-    const auto dtype = compute_dtype(x);
-    const auto input = x.to(dtype);
-    ctx->save_for_backward({stored, scale, input});
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& codes,
+                               const torch::Tensor& scale, const torch::Tensor& absmax, const torch::Tensor& nested,
+                               const torch::Tensor& offset, const torch::Tensor& bias, int64_t dtype,
+                               std::vector<int64_t> shape, int64_t stride, int64_t padding, int64_t groups) {
+    const auto compute = compute_dtype(x);
+    const auto input = x.to(compute);
+    ctx->save_for_backward({codes, scale, absmax, nested, offset, input});
+    save_layout(ctx, dtype, shape, shape);
     ctx->saved_data["stride"] = stride;
     ctx->saved_data["padding"] = padding;
     ctx->saved_data["groups"] = groups;
-    const auto b = given(bias) ? bias.to(dtype) : torch::Tensor();
-    return torch::conv2d(input, restore(stored, scale, dtype), b, stride, padding, 1, groups);
+    const auto b = given(bias) ? bias.to(compute) : torch::Tensor();
+    const auto w = stored_from({codes, scale, absmax, nested, offset}, 0, dtype, std::move(shape));
+    return torch::conv2d(input, restore_weight(w, compute), b, stride, padding, 1, groups);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto& dy = grads[0];
     const int64_t stride = ctx->saved_data["stride"].toInt(), padding = ctx->saved_data["padding"].toInt();
-    const auto w = restore(saved[0], saved[1], dy.scalar_type());
-    const auto dx = std::get<0>(at::convolution_backward(dy, saved[2].to(dy.scalar_type()), w, c10::nullopt,
+    const auto w = restored_saved(ctx, saved, dy.scalar_type());
+    const auto dx = std::get<0>(at::convolution_backward(dy, saved[5].to(dy.scalar_type()), w, c10::nullopt,
                                                          {stride, stride}, {padding, padding}, {1, 1}, false, {0, 0},
                                                          ctx->saved_data["groups"].toInt(), {true, false, false}));
-    return {dx, {}, {}, {}, {}, {}, {}};
+    return {dx, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   }
 };
 
-double product_flops(const torch::Tensor& x, const torch::Tensor& weight) {
-  return 2.0 * static_cast<double>(x.numel()) * static_cast<double>(weight.size(0));
-}
-
-// (weight, scale) as `dtype` stores them: meta tensors for a meta weight.
-std::pair<torch::Tensor, torch::Tensor> stored_form(const torch::Tensor& weight, StorageDtype dtype) {
-  torch::NoGradGuard no_grad;
-  if (dtype != StorageDtype::int8) return {weight.to(torch_dtype(dtype)), torch::Tensor()};
-  if (weight.is_meta()) {
-    return {torch::empty(weight.sizes(), weight.options().dtype(torch::kChar)),
-            torch::empty({weight.size(0)}, weight.options().dtype(torch::kFloat32))};
-  }
-  return quantize_int8(weight);
-}
-
-// What a stored layer keeps besides its weight: the dtype it is stored in, the dtype it
-// computes in (the weight's before), and int8's scales, registered as "weight_scale".
+// What a stored layer keeps besides its codes (its "weight"): the dtype it is stored in,
+// the weight's shape, the dtype it computes in (the weight's before), and what turns the
+// codes back, registered under the names frozen_storage.h gives.
 struct Storage {
-  Storage(torch::nn::Module& layer, StorageDtype dtype_, torch::ScalarType compute_, const torch::Tensor& scale_)
-      : dtype(dtype_), compute(compute_) {
-    if (scale_.defined()) scale = layer.register_parameter("weight_scale", scale_, false);
+  Storage(torch::nn::Module& layer, const StoredWeight& w, torch::ScalarType compute_)
+      : dtype(w.dtype), shape(w.shape), compute(compute_) {
+    const auto add = [&](const char* name, const torch::Tensor& t) {
+      return t.defined() ? layer.register_parameter(name, t, false) : torch::Tensor();
+    };
+    scale = add("weight_scale", w.scale);
+    absmax = add("weight_absmax", w.absmax);
+    nested_absmax = add("weight_nested_absmax", w.nested_absmax);
+    offset = add("weight_offset", w.offset);
+  }
+  StoredWeight with(const torch::Tensor& codes) const {
+    return {dtype, shape, codes, scale, absmax, nested_absmax, offset};
   }
   StorageDtype dtype;
+  std::vector<int64_t> shape;
   torch::ScalarType compute;
-  torch::Tensor scale;
+  torch::Tensor scale, absmax, nested_absmax, offset;
 };
+
+double product_flops(const torch::Tensor& x, int64_t out) {
+  return 2.0 * static_cast<double>(x.numel()) * static_cast<double>(out);
+}
 
 class StoredLinearImpl : public LinearImpl {
  public:
-  StoredLinearImpl(const LinearImpl& base, StorageDtype dtype, const std::pair<torch::Tensor, torch::Tensor>& stored)
-      : LinearImpl(stored.first, base.bias), storage_(*this, dtype, base.compute_dtype(), stored.second) {
+  StoredLinearImpl(const LinearImpl& base, const StoredWeight& stored)
+      : LinearImpl(stored.codes, base.bias), storage_(*this, stored, base.compute_dtype()) {
     train(base.is_training());
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    if (FlopTrace::active()) FlopTrace::add(product_flops(x, weight));
-    return StoredProduct::apply(x, weight, or_none(storage_.scale), or_none(bias));
+    if (FlopTrace::active()) FlopTrace::add(product_flops(x, storage_.shape[0]));
+    const auto w = storage_.with(weight);
+    const auto t = tensors_of(w);
+    return StoredProduct::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype), w.shape,
+                                w.shape);
   }
   torch::ScalarType compute_dtype() const override { return storage_.compute; }
-  const Storage& storage() const { return storage_; }
+  std::vector<int64_t> weight_shape() const override { return storage_.shape; }
+  StoredWeight stored() const { return storage_.with(weight); }
 
  private:
   Storage storage_;
@@ -134,48 +158,48 @@ class StoredLinearImpl : public LinearImpl {
 
 class StoredConv2dImpl : public Conv2dImpl {
  public:
-  StoredConv2dImpl(const Conv2dImpl& base, StorageDtype dtype, const std::pair<torch::Tensor, torch::Tensor>& stored)
-      : Conv2dImpl(stored.first, base.bias, base.stride, base.padding, base.groups),
-        storage_(*this, dtype, base.compute_dtype(), stored.second) {
+  StoredConv2dImpl(const Conv2dImpl& base, const StoredWeight& stored)
+      : Conv2dImpl(stored.codes, base.bias, base.stride, base.padding, base.groups),
+        storage_(*this, stored, base.compute_dtype()) {
     train(base.is_training());
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto y = StoredConvolution::apply(x, weight, or_none(storage_.scale), or_none(bias), stride, padding, groups);
+    const auto w = storage_.with(weight);
+    const auto t = tensors_of(w);
+    auto y = StoredConvolution::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype),
+                                      w.shape, stride, padding, groups);
     if (FlopTrace::active()) {
-      FlopTrace::add(2.0 * static_cast<double>(y.numel()) *
-                     static_cast<double>(weight.size(1) * weight.size(2) * weight.size(3)));
+      FlopTrace::add(2.0 * static_cast<double>(y.numel()) * static_cast<double>(w.shape[1] * w.shape[2] * w.shape[3]));
     }
     return y;
   }
   torch::Tensor forward_tokens(const torch::Tensor& x, int64_t /*h*/, int64_t /*w*/) override {
-    TORCH_CHECK(weight.size(2) == 1 && weight.size(3) == 1 && stride == 1 && padding == 0 && groups == 1,
-                "forward_tokens is for 1x1 convolutions, this one has weight ", weight.sizes());
-    if (FlopTrace::active()) FlopTrace::add(product_flops(x, weight));
-    return StoredProduct::apply(x, weight.flatten(1), or_none(storage_.scale), or_none(bias));
+    const auto& s = storage_.shape;
+    TORCH_CHECK(s[2] == 1 && s[3] == 1 && stride == 1 && padding == 0 && groups == 1,
+                "forward_tokens is for 1x1 convolutions, this one has weight ", s);
+    if (FlopTrace::active()) FlopTrace::add(product_flops(x, s[0]));
+    const auto w = storage_.with(weight);
+    const auto t = tensors_of(w);
+    return StoredProduct::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype), w.shape,
+                                std::vector<int64_t>{s[0], s[1]});
   }
   torch::ScalarType compute_dtype() const override { return storage_.compute; }
-  const Storage& storage() const { return storage_; }
+  std::vector<int64_t> weight_shape() const override { return storage_.shape; }
+  StoredWeight stored() const { return storage_.with(weight); }
 
  private:
   Storage storage_;
 };
 
+
+// The stored weight of a stored layer, and the dtype the layer computes in.
+std::optional<std::pair<StoredWeight, torch::ScalarType>> stored_of(const torch::nn::Module& m) {
+  if (const auto* l = dynamic_cast<const StoredLinearImpl*>(&m)) return std::make_pair(l->stored(), l->compute_dtype());
+  if (const auto* c = dynamic_cast<const StoredConv2dImpl*>(&m)) return std::make_pair(c->stored(), c->compute_dtype());
+  return std::nullopt;
+}
+
 }  // namespace
-
-std::pair<torch::Tensor, torch::Tensor> quantize_int8(const torch::Tensor& weight) {
-  torch::NoGradGuard no_grad;
-  const auto rows = weight.detach().to(torch::kFloat32).flatten(1);
-  auto scale = rows.abs().amax(1) / 127.0;
-  scale = torch::where(scale > 0, scale, torch::ones_like(scale));
-  const auto q = torch::round(rows / scale.unsqueeze(1)).clamp(-127, 127).to(torch::kChar);
-  return {q.view(weight.sizes()), scale};
-}
-
-torch::Tensor dequantize_int8(const torch::Tensor& q, const torch::Tensor& scale, torch::ScalarType dtype) {
-  std::vector<int64_t> shape(static_cast<size_t>(q.dim()), 1);
-  shape[0] = q.size(0);
-  return q.to(dtype) * scale.to(dtype).view(shape);
-}
 
 StorageReport store_frozen_layers(SanaMSImpl& model, StorageDtype dtype,
                                   const std::function<bool(const std::string& layer)>& frozen) {
@@ -187,27 +211,24 @@ StorageReport store_frozen_layers(SanaMSImpl& model, StorageDtype dtype,
     if (item.value()->as<LinearImpl>() == nullptr && item.value()->as<Conv2dImpl>() == nullptr) continue;
     chosen.emplace_back(item.key(), item.value());
   }
+  const auto bytes = [](const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
   for (auto& [path, module] : chosen) {  // one layer at a time: each full-precision weight goes as it is stored
-    const auto bytes = [](const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; };
+    auto* linear = module->as<LinearImpl>();
+    auto* conv = module->as<Conv2dImpl>();
+    const auto weight = linear ? linear->weight : conv->weight;
+    TORCH_CHECK(!weight.requires_grad(), "store_frozen_layers: ", path, " trains");
+    const auto form = store_weight(weight, dtype);
     std::shared_ptr<torch::nn::Module> stored;
-    torch::Tensor weight;
-    std::pair<torch::Tensor, torch::Tensor> form;
-    if (auto* linear = module->as<LinearImpl>()) {
-      weight = linear->weight;
-      TORCH_CHECK(!weight.requires_grad(), "store_frozen_layers: ", path, " trains");
-      form = stored_form(weight, dtype);
-      stored = std::make_shared<StoredLinearImpl>(*linear, dtype, form);
+    if (linear) {
+      stored = std::make_shared<StoredLinearImpl>(*linear, form);
     } else {
-      auto* conv = module->as<Conv2dImpl>();
-      weight = conv->weight;
-      TORCH_CHECK(!weight.requires_grad(), "store_frozen_layers: ", path, " trains");
-      form = stored_form(weight, dtype);
-      stored = std::make_shared<StoredConv2dImpl>(*conv, dtype, form);
+      stored = std::make_shared<StoredConv2dImpl>(*conv, form);
     }
     report.layers += 1;
     report.bytes_before += bytes(weight);
-    report.bytes_after += bytes(form.first) + bytes(form.second);
+    for (const auto& t : {form.codes, form.scale, form.absmax, form.nested_absmax, form.offset}) report.bytes_after += bytes(t);
     report.largest = std::max(report.largest, weight.numel());
+    report.transient = std::max(report.transient, restore_bytes(dtype, weight.numel()));
     replace_layer(model, path, stored);
     module.reset();
   }
@@ -216,16 +237,9 @@ StorageReport store_frozen_layers(SanaMSImpl& model, StorageDtype dtype,
 
 std::vector<std::pair<std::string, torch::Tensor>> restored_tensors(const SanaMSImpl& model) {
   torch::NoGradGuard no_grad;
-  std::map<std::string, const Storage*> stored;  // layer path -> its storage
-  std::map<std::string, torch::Tensor> weights;  // layer path -> its stored weight
+  std::map<std::string, std::pair<StoredWeight, torch::ScalarType>> stored;  // layer path -> its weight
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    if (const auto* l = dynamic_cast<const StoredLinearImpl*>(item.value().get())) {
-      stored[item.key()] = &l->storage();
-      weights[item.key()] = l->weight;
-    } else if (const auto* c = dynamic_cast<const StoredConv2dImpl*>(item.value().get())) {
-      stored[item.key()] = &c->storage();
-      weights[item.key()] = c->weight;
-    }
+    if (auto s = stored_of(*item.value())) stored.emplace(item.key(), std::move(*s));
   }
   std::vector<std::pair<std::string, torch::Tensor>> out;
   const auto add = [&](const std::string& name, const torch::Tensor& t) {
@@ -233,9 +247,8 @@ std::vector<std::pair<std::string, torch::Tensor>> restored_tensors(const SanaMS
     const auto it = dot == std::string::npos ? stored.end() : stored.find(name.substr(0, dot));
     const auto field = it == stored.end() ? std::string() : name.substr(dot + 1);
     if (field == "weight") {
-      const auto& s = *it->second;
-      out.emplace_back(name, restore(weights[it->first], or_none(s.scale), s.compute));
-    } else if (field != "weight_scale") {  // the scales are folded into the weight
+      out.emplace_back(name, restore_weight(it->second.first, it->second.second));
+    } else if (field.rfind("weight_", 0) != 0) {  // what turns the codes back is folded into the weight
       out.emplace_back(name, t);
     }
   };
@@ -246,8 +259,7 @@ std::vector<std::pair<std::string, torch::Tensor>> restored_tensors(const SanaMS
 
 StorageDtype frozen_storage_dtype(const SanaMSImpl& model) {
   for (const auto& m : model.modules(/*include_self=*/false)) {
-    if (const auto* l = dynamic_cast<const StoredLinearImpl*>(m.get())) return l->storage().dtype;
-    if (const auto* c = dynamic_cast<const StoredConv2dImpl*>(m.get())) return c->storage().dtype;
+    if (const auto s = stored_of(*m)) return s->first.dtype;
   }
   return StorageDtype::fp32;
 }

@@ -23,7 +23,8 @@ const char* const kMetadataKey = "lora_adapter_metadata";
 // One base layer as LoRA sees it.
 struct Site {
   std::string module;  // our path: blocks.3.attn.qkv
-  torch::Tensor weight;
+  torch::Tensor weight;        // as the layer keeps it (a stored base's codes: model/frozen_storage.h)
+  std::vector<int64_t> shape;  // the weight's own
   bool conv = false;
   int64_t stride = 1, padding = 0, groups = 1;
   std::shared_ptr<torch::nn::Module> layer;
@@ -35,10 +36,11 @@ std::vector<Site> sites_of(SanaMSImpl& model) {
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     if (item.key().rfind("controlnet.", 0) == 0) continue;  // a ControlNet's own blocks are not the base's
     if (auto* linear = item.value()->as<LinearImpl>()) {
-      out.push_back({item.key(), linear->weight, false, 1, 0, 1, item.value(), linear->compute_dtype()});
+      out.push_back({item.key(), linear->weight, linear->weight_shape(), false, 1, 0, 1, item.value(),
+                     linear->compute_dtype()});
     } else if (auto* conv = item.value()->as<Conv2dImpl>()) {
-      out.push_back({item.key(), conv->weight, true, conv->stride, conv->padding, conv->groups, item.value(),
-                     conv->compute_dtype()});
+      out.push_back({item.key(), conv->weight, conv->weight_shape(), true, conv->stride, conv->padding, conv->groups,
+                     item.value(), conv->compute_dtype()});
     }
   }
   return out;
@@ -107,6 +109,7 @@ class LoraLayer : public Layer {
     return out;
   }
   torch::ScalarType compute_dtype() const override { return base_->compute_dtype(); }
+  std::vector<int64_t> weight_shape() const override { return base_->weight_shape(); }
   void train(bool on) override {
     Layer::train(on);
     base_->train(on);
@@ -207,15 +210,15 @@ Lora::Lora(SanaMSImpl& model, const LoraOptions& options, std::string base_check
         adapters->stride = site.stride;
         adapters->padding = site.padding;
         adapters->parts = m.parts;
-        adapters->rows = site.weight.size(0) / m.parts;
+        adapters->rows = site.shape[0] / m.parts;
         adapters->scale = options.scale();
         adapters->dropout = options.dropout;
         adapters->weight = site.weight;
       }
-      const int64_t in = site.weight.size(1);
+      const int64_t in = site.shape[1];
       // In the layer's compute dtype: a base stored in bf16 or int8 trains fp32 adapters.
       const auto to = site.weight.options().dtype(site.compute).requires_grad(false);
-      const auto a_shape = site.conv ? std::vector<int64_t>{options.rank, in, site.weight.size(2), site.weight.size(3)}
+      const auto a_shape = site.conv ? std::vector<int64_t>{options.rank, in, site.shape[2], site.shape[3]}
                                      : std::vector<int64_t>{options.rank, in};
       const auto b_shape = site.conv ? std::vector<int64_t>{adapters->rows, options.rank, 1, 1}
                                      : std::vector<int64_t>{adapters->rows, options.rank};

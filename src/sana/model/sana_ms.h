@@ -106,6 +106,8 @@ class LinearImpl : public torch::nn::Module {
   // The dtype the layer computes in: its weight's, unless the weight is stored in less
   // (model/frozen_storage.h).
   virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }
+  // [out, in]: the weight's shape, unless it is stored otherwise (NF4 packs it flat).
+  virtual std::vector<int64_t> weight_shape() const { return weight.sizes().vec(); }
   // The weight as the product takes it: its half working copy where it has one.
   torch::Tensor product_weight() const { return working ? working->of(weight) : weight; }
   torch::Tensor weight, bias;
@@ -130,6 +132,7 @@ class Conv2dImpl : public torch::nn::Module {
   virtual torch::Tensor forward_tokens(const torch::Tensor& x, int64_t h, int64_t w);
   virtual std::vector<torch::Tensor> extra_inputs() const { return {}; }  // as LinearImpl's
   virtual torch::ScalarType compute_dtype() const { return weight.scalar_type(); }  // as LinearImpl's
+  virtual std::vector<int64_t> weight_shape() const { return weight.sizes().vec(); }  // as LinearImpl's
   torch::Tensor product_weight() const { return working ? working->of(weight) : weight; }  // as LinearImpl's
   torch::Tensor weight, bias;
   int64_t stride, padding, groups;

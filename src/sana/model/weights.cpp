@@ -9,6 +9,7 @@
 
 #include "sana/model/diffusers_format.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/storage_dtype.h"
 #include "sana/util/log.h"
 #include "sana/util/safetensors.h"
 
@@ -225,9 +226,10 @@ void check_saved_base(const PartState& saved, const std::string& base_checksum, 
   };
   if (!saved_base.empty() && dtype_of(saved_base) != dtype_of(base_checksum)) {
     throw WeightsError(fmt::format(
-        "{} trained its {} on a base stored in {} (checksum {}); this run stores it in {} (checksum {}). Set "
-        "train.frozen_base_dtype: {} to resume it",
-        source, what, dtype_of(saved_base), saved_base, dtype_of(base_checksum), base_checksum, dtype_of(saved_base)));
+        "{} trained its {} on a base stored in {} (checksum {}); this run stores it in {} (checksum {}). Set {} "
+        "to resume it",
+        source, what, dtype_of(saved_base), saved_base, dtype_of(base_checksum), base_checksum,
+        storage_dtype_setting(dtype_of(saved_base))));
   }
   throw WeightsError(fmt::format(
       "{} trained its {} on base weights with checksum {}; this run's base (model.load_from) has checksum {}. "

@@ -1,7 +1,8 @@
-// A frozen base in bf16 or int8 (model/frozen_storage.h): each stored layer gives, on the
-// activations the model itself feeds it, its fp32 output within 1% (int8) or bf16's
-// rounding; the backward gives the input the gradient of the restored weight's product and
-// saves no full-precision weight; LoRA wraps a stored layer as any other.
+// A frozen base in bf16, int8, fp8 or NF4 (model/frozen_storage.h): each stored layer gives,
+// on the activations the model itself feeds it, its fp32 output within its format's rounding;
+// NF4 is bitsandbytes' own (tests/reference/bnb_nf4.py runs it), fp8 torch's e4m3 cast; the
+// backward gives the input the gradient of the restored weight's product and saves no
+// full-precision weight; LoRA wraps a stored layer as any other.
 #include "catch.h"
 #include <torch/torch.h>
 
@@ -11,7 +12,9 @@
 #include "sana/model/frozen_storage.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
+#include "sana/util/safetensors.h"
 #include "model_specs.h"
+#include "test_support.h"
 
 using namespace sana::model;
 
@@ -73,7 +76,65 @@ TEST_CASE("int8 storage: per output channel, symmetric, within half a step of ea
   CHECK(((back - w).abs() <= scale.unsqueeze(1) / 2 + 1e-7).all().item<bool>());
 }
 
-TEST_CASE("a base stored in bf16 or int8 gives each layer's fp32 output on the model's own activations",
+TEST_CASE("fp8 storage: torch's float8_e4m3fn cast of the weight over per-channel scales", "[model][frozen]") {
+  torch::manual_seed(3);
+  auto w = torch::randn({6, 5, 1, 1}) * torch::linspace(0.01, 3, 6).view({6, 1, 1, 1});
+  w[2].zero_();
+  const auto s = store_weight(w, StorageDtype::fp8);
+  REQUIRE(s.codes.scalar_type() == torch::kFloat8_e4m3fn);
+  REQUIRE(s.scale.sizes() == torch::IntArrayRef{6});
+  CHECK(s.scale[2].item<float>() == 1.0f);  // an all-zero row
+  const auto rows = w.flatten(1);
+  const auto scale = (rows.abs().amax(1) / 448).index_put_({2}, 1.0);
+  CHECK(torch::equal(s.scale, scale));
+  const auto cast = (rows / scale.unsqueeze(1)).to(torch::kFloat8_e4m3fn);
+  CHECK(torch::equal(s.codes.flatten(1).view(torch::kByte), cast.view(torch::kByte)));
+  CHECK(s.codes.to(torch::kFloat32).abs().amax(1).index({torch::tensor({0, 1, 3, 4, 5})}).eq(448).all().item<bool>());
+  CHECK(torch::equal(restore_weight(s, torch::kFloat32), (cast.to(torch::kFloat32) * scale.unsqueeze(1)).view(w.sizes())));
+  // e4m3 keeps 3 mantissa bits: each weight within 1/16 of itself (relative), or 2^-9 of its row's scale.
+  const auto back = restore_weight(s, torch::kFloat32);
+  CHECK(((back - w).abs() <= w.abs() / 16 + scale.view({6, 1, 1, 1}) * std::pow(2.0, -9)).all().item<bool>());
+}
+
+// bitsandbytes' quantize_4bit / dequantize_4bit on the same weights, run by the pinned package:
+// shapes with a short last block, an odd count, an all-zero block and a 1x1 convolution.
+TEST_CASE("NF4 storage computes what bitsandbytes' quantize_4bit and dequantize_4bit compute", "[model][frozen]") {
+  torch::manual_seed(11);
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"rows", {70, 65}}, {"odd", {63, 65}}, {"zero", {64, 64}}, {"conv", {96, 32, 1, 1}}, {"wide", {1024, 600}}};
+  sana::NamedTensors file;
+  for (const auto& [name, shape] : shapes) {
+    auto w = torch::randn(shape) * 0.02;
+    w.view({-1}).slice(0, 0, w.numel(), 97).mul_(8);  // outliers, as trained weights have
+    if (name == "zero") w[0].zero_();                  // the first block all zeros
+    file.emplace_back("w." + name, w);
+    for (const auto dtype : {StorageDtype::nf4, StorageDtype::nf4_dq}) {
+      const auto s = store_weight(w, dtype);
+      const std::string kind = dtype == StorageDtype::nf4 ? "nf4." : "dq.";
+      CHECK(s.codes.numel() == (w.numel() + 1) / 2);
+      CHECK(s.absmax.numel() == (w.numel() + 63) / 64);
+      file.emplace_back(kind + name + ".codes", s.codes);
+      file.emplace_back(kind + name + ".absmax", s.absmax);
+      if (dtype == StorageDtype::nf4_dq) {
+        file.emplace_back(kind + name + ".nested_absmax", s.nested_absmax);
+        file.emplace_back(kind + name + ".offset", s.offset);
+      }
+      file.emplace_back(kind + name + ".restored", restore_weight(s, torch::kFloat32));
+      file.emplace_back(kind + name + ".restored_bf16", restore_weight(s, torch::kBFloat16));
+      CHECK(restore_weight(s, torch::kFloat32).sizes() == w.sizes());
+    }
+  }
+  sana::test::TempDir dir;
+  const auto path = dir.path("case.safetensors");
+  sana::write_safetensors(path, file, {});
+  const auto r = sana::test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) + "/tests/reference/bnb_nf4.py " +
+                                         path);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("wide nf4-dq restored bf16 (our state): bitwise equal") != std::string::npos);
+}
+
+TEST_CASE("every stored dtype gives each layer's fp32 output on the model's own activations",
           "[model][frozen]") {
   const auto spec = sana::test::small_spec();
   const auto b = batch_for(spec);
@@ -92,18 +153,28 @@ TEST_CASE("a base stored in bf16 or int8 gives each layer's fp32 output on the m
   const auto reference = model->forward(b.x, b.t, b.c);
   REQUIRE(recorders.size() >= 10);
 
-  for (const auto dtype : {StorageDtype::bf16, StorageDtype::int8}) {
+  // Per dtype: how much smaller the weights get, and the worst layer's relative error allowed.
+  struct Format {
+    StorageDtype dtype;
+    double smaller, layer_error, model_error;
+    int64_t extra_per_layer;  // what turns the codes back: parameters beside each weight
+  };
+  for (const auto& f : {Format{StorageDtype::bf16, 1.9, 0.005, 0.03, 0}, Format{StorageDtype::int8, 3, 0.01, 0.03, 1},
+                        Format{StorageDtype::fp8, 3, 0.05, 0.1, 1}, Format{StorageDtype::nf4, 6, 0.15, 0.3, 1},
+                        Format{StorageDtype::nf4_dq, 6.5, 0.15, 0.3, 3}}) {
+    const auto dtype = f.dtype;
     INFO(storage_dtype_name(dtype));
     auto stored = trained_like_model(spec);
     const auto names = stored->named_parameters().keys();
     const auto report = store_frozen_layers(*stored, dtype, [](const std::string&) { return true; });
     CHECK(frozen_storage_dtype(*stored) == dtype);
-    CHECK(report.bytes_after < report.bytes_before / (dtype == StorageDtype::int8 ? 3 : 1.9));
+    CHECK(report.bytes_after < report.bytes_before / f.smaller);
     const auto after = stored->named_parameters();
-    int64_t scales = 0;
+    int64_t extra = 0;
     for (const auto& name : names) CHECK(after.contains(name));  // the base's names stay
-    for (const auto& item : after) scales += item.key().find("weight_scale") != std::string::npos;
-    CHECK(scales == (dtype == StorageDtype::int8 ? report.layers : 0));
+    for (const auto& item : after) extra += item.key().find(".weight_") != std::string::npos;
+    CHECK(extra == f.extra_per_layer * report.layers);
+    CHECK(restored_tensors(*stored).size() == names.size() + stored->named_buffers().size());
     const auto modules = stored->named_modules("", false);
     double worst = 0;
     for (const auto& [path, r] : recorders) {
@@ -114,8 +185,10 @@ TEST_CASE("a base stored in bf16 or int8 gives each layer's fp32 output on the m
         worst = std::max(worst, relative(layer->forward(x), want));
       }
     }
-    CHECK(worst < (dtype == StorageDtype::int8 ? 0.01 : 0.005));
-    CHECK(relative(stored->forward(b.x, b.t, b.c), reference) < 0.03);
+    WARN(storage_dtype_name(dtype) << ": worst layer " << worst << ", model "
+                                   << relative(stored->forward(b.x, b.t, b.c), reference));
+    CHECK(worst < f.layer_error);
+    CHECK(relative(stored->forward(b.x, b.t, b.c), reference) < f.model_error);
   }
 }
 
@@ -137,14 +210,76 @@ TEST_CASE("a stored layer's backward: the input's gradient of the restored produ
   CHECK_FALSE(stored->weight.grad().defined());
 }
 
-TEST_CASE("LoRA on an int8 base: fp32 adapters, the same gradients with gradient checkpointing", "[model][frozen]") {
+TEST_CASE("NF4 and fp8 layers: the input's gradient of the restored product, in a Linear and in convolutions",
+          "[model][frozen]") {
+  for (const auto dtype : {StorageDtype::fp8, StorageDtype::nf4, StorageDtype::nf4_dq}) {
+    INFO(storage_dtype_name(dtype));
+    auto model = trained_like_model(sana::test::small_spec());
+    const std::vector<std::string> chosen = {"final_layer.linear", "blocks.0.mlp.inverted_conv.conv",
+                                             "blocks.0.mlp.depth_conv.conv"};
+    const auto originals = model->named_modules("", false);
+    std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> fp32;  // weight, bias
+    for (const auto& path : chosen) {
+      REQUIRE(originals.contains(path));
+      const auto& m = originals[path];
+      auto* l = m->as<LinearImpl>();
+      auto* c = m->as<Conv2dImpl>();
+      REQUIRE((l != nullptr || c != nullptr));
+      fp32[path] = l ? std::make_pair(l->weight.clone(), l->bias) : std::make_pair(c->weight.clone(), c->bias);
+    }
+    const auto report = store_frozen_layers(*model, dtype, [&](const std::string& p) {
+      return std::find(chosen.begin(), chosen.end(), p) != chosen.end();
+    });
+    CHECK(report.layers == 3);
+    const auto modules = model->named_modules("", false);
+    for (const auto& path : chosen) {
+      INFO(path);
+      const auto& m = modules[path];
+      const auto restored = [&] {
+        for (const auto& [name, t] : restored_tensors(*model)) {
+          if (name == path + ".weight") return t;
+        }
+        return torch::Tensor();
+      }();
+      REQUIRE(restored.defined());
+      CHECK(restored.sizes() == fp32[path].first.sizes());
+      CHECK(relative(restored, fp32[path].first) < (dtype == StorageDtype::fp8 ? 0.05 : 0.15));
+      torch::Tensor x, y, y2;
+      auto x2 = torch::Tensor();
+      if (auto* l = m->as<LinearImpl>()) {
+        CHECK(l->weight_shape() == fp32[path].first.sizes().vec());
+        x = torch::randn({3, 4, restored.size(1)}, torch::requires_grad());
+        x2 = x.detach().clone().requires_grad_(true);
+        y = l->forward(x);
+        y2 = torch::linear(x2, restored, fp32[path].second);
+      } else {
+        auto* c = m->as<Conv2dImpl>();
+        CHECK(c->weight_shape() == fp32[path].first.sizes().vec());
+        x = torch::randn({2, restored.size(1) * c->groups, 4, 4}, torch::requires_grad());
+        x2 = x.detach().clone().requires_grad_(true);
+        y = c->forward(x);
+        y2 = torch::conv2d(x2, restored, fp32[path].second, c->stride, c->padding, 1, c->groups);
+      }
+      CHECK(torch::allclose(y, y2, 1e-5, 1e-6));
+      y.pow(2).sum().backward();
+      y2.pow(2).sum().backward();
+      CHECK(torch::allclose(x.grad(), x2.grad(), 1e-4, 1e-6));
+    }
+    for (const auto& p : model->parameters()) CHECK_FALSE(p.grad().defined());
+  }
+}
+
+TEST_CASE("LoRA on an int8 or NF4 base: fp32 adapters, the same gradients with gradient checkpointing",
+          "[model][frozen]") {
+  const auto dtype = GENERATE(StorageDtype::int8, StorageDtype::nf4_dq);
+  INFO(storage_dtype_name(dtype));
   const auto spec = sana::test::small_spec();
   auto model = trained_like_model(spec);
-  store_frozen_layers(*model, StorageDtype::int8, [](const std::string&) { return true; });
+  store_frozen_layers(*model, dtype, [](const std::string&) { return true; });
   LoraOptions o;
   o.rank = 4;
   o.targets = {"to_q", "to_k", "to_v", "conv_inverted", "conv_point", "proj_out"};
-  Lora lora(*model, o, "int8:base");
+  Lora lora(*model, o, stored_base_checksum(dtype, "base"));
   for (const auto& [name, t] : lora.parameters()) CHECK(t.scalar_type() == torch::kFloat32);
   {
     torch::NoGradGuard no_grad;

@@ -349,6 +349,8 @@ model::StorageDtype frozen_dtype_for(const config::TrainConfig& t) {
     case config::FrozenDtype::bf16: return model::StorageDtype::bf16;
     case config::FrozenDtype::fp16: return model::StorageDtype::fp16;
     case config::FrozenDtype::int8: return model::StorageDtype::int8;
+    case config::FrozenDtype::fp8: return model::StorageDtype::fp8;
+    case config::FrozenDtype::nf4: return t.frozen_base_double_quant ? model::StorageDtype::nf4_dq : model::StorageDtype::nf4;
     case config::FrozenDtype::fp32: break;
   }
   return model::StorageDtype::fp32;

@@ -45,6 +45,13 @@ void register_lora_check() {
                             "Set it to fp32, train LoRA, or a ControlNet",
                             config::name_of(cfg.train.frozen_base_dtype)));
   });
+  config::register_check("train.frozen_base_double_quant", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (!cfg.train.frozen_base_double_quant || cfg.train.frozen_base_dtype == config::FrozenDtype::nf4) return;
+    issues.fail("train.frozen_base_double_quant",
+                fmt::format("is true, which quantises NF4's block scales; train.frozen_base_dtype is {}, which has "
+                            "none. Set train.frozen_base_dtype: nf4, or leave train.frozen_base_double_quant out",
+                            config::name_of(cfg.train.frozen_base_dtype)));
+  });
 }
 
 }  // namespace sana::train

@@ -253,8 +253,6 @@ ResumeOptions resume_options_for(const config::Config& cfg, const std::string& m
 }
 
 SprintOptions sprint_options_for(const config::Config& cfg) {
-  const auto& t = cfg.train.sprint;
-  const auto& sc = cfg.scheduler;
   SprintOptions o;
   fill_from_keys(cfg, {
       {o.draws.logit_mean, "scheduler.logit_mean"},

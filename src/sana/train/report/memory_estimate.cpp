@@ -359,7 +359,7 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     const auto stored = model::store_frozen_layers(*meta, cfg.frozen_dtype, [](const std::string&) { return true; });
     double base = 0;
     for (const auto& p : meta->parameters()) base += static_cast<double>(p.numel() * p.element_size());
-    e.converted = 4 * static_cast<double>(stored.largest);
+    e.converted = static_cast<double>(stored.transient);
     e.frozen_dtype = cfg.frozen_dtype;
     const model::Lora lora(*meta, *cfg.lora, "");
     e.trainable = lora.parameter_count();
@@ -375,7 +375,7 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     });
     double base = 0;
     for (const auto& [name, p] : model::base_parameters(*meta)) base += static_cast<double>(p.numel() * p.element_size());
-    e.converted = 4 * static_cast<double>(stored.largest);
+    e.converted = static_cast<double>(stored.transient);
     e.frozen_dtype = cfg.frozen_dtype;
     e.ranks = state_bytes(cfg, control.parameters(), base, world_size, e.in_flight);
     add_working_copies(cfg, *meta, [](const std::string& layer) { return model::is_control_parameter(layer); }, e.ranks);
@@ -417,7 +417,7 @@ void estimate_sprint_state(const MemoryEstimateOptions& cfg, MemoryEstimate& e) 
   const auto stored = model::store_frozen_layers(*teacher, cfg.frozen_dtype, [](const std::string&) { return true; });
   e.teacher_parameters = teacher->parameter_count();
   for (const auto& p : teacher->parameters()) e.teacher += static_cast<double>(p.numel() * p.element_size());
-  e.converted = std::max(e.converted, 4 * static_cast<double>(stored.largest));
+  e.converted = std::max(e.converted, static_cast<double>(stored.transient));
   const int64_t C = sp.teacher.hidden;
   const auto meta = [](std::vector<int64_t> shape) { return torch::empty(shape, torch::device(torch::kMeta)); };
   NamedParams heads;

@@ -60,8 +60,9 @@ struct MemoryEstimate {
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
   double mirror = 0, host_mirror = 0;  // RankState's
   double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
-  // A frozen base stored in less than fp32: the largest layer's weight converted back to
-  // fp32 while that layer computes (transient, one layer at a time).
+  // A frozen base stored in less than fp32: what restoring the largest layer's weight to
+  // fp32 takes while that layer computes (transient, one layer at a time; NF4 adds its byte
+  // indices: model/frozen_storage.h's StorageReport::transient).
   double converted = 0;
   // Gradients kept off the device's buckets (train.offload_optimizer streams them to the
   // host; ZeRO 2 keeps the reduced segments): the buckets the backward fills and reduces at

@@ -34,14 +34,14 @@ void ControlNetBlocks::write_final(const std::string& work_dir, std::map<std::st
     return;
   }
   // The whole model as upstream releases one, in fp32 under upstream's names: the base as
-  // this run computed with it (bf16/fp16 values, or int8 codes times their scales).
+  // this run computed with it (bf16/fp16 values, or int8 / fp8 / NF4 codes restored).
   const auto path = (std::filesystem::path(work_dir) / "model.safetensors").string();
   write_safetensors(path, model::restored_tensors(*model_), metadata);
   log::info("weights: {} (the base as train.frozen_base_dtype {} kept it, in fp32{})", path,
             model::storage_dtype_name(frozen_dtype_),
-            frozen_dtype_ == model::StorageDtype::int8 ? ": its int8 codes times their scales, not model.load_from's "
-                                                         "weights"
-                                                       : "");
+            frozen_dtype_ == model::StorageDtype::bf16 || frozen_dtype_ == model::StorageDtype::fp16
+                ? ""
+                : ": its codes restored, not model.load_from's weights");
 }
 
 std::map<std::string, std::string> ControlNetBlocks::file_metadata() const {
