@@ -348,6 +348,8 @@ struct TrainConfig {
   // ZeRO-Offload's design (train/optim/host_optimizer.h): this rank's share of the fp32 master
   // weights and the optimizer state live in host memory, where the update runs.
   bool offload_optimizer = false;
+  // Block swapping (model/swapped_blocks.h): a frozen base's last N blocks (below 1: that fraction) on the host.
+  double offload_blocks = 0;
   int64_t log_interval = 50;
   // Optimizer steps (counting from 1) rank 0 records with LibTorch's profiler into
   // work_dir/profile/ (train/report/step_profile.h).

@@ -105,6 +105,30 @@ void describe_schedule(std::vector<Field>& f, Section& s, TrainConfig& t) {
         "sana-train checkpoint folder)");
 }
 
+// What a process keeps where: recomputed activations, half copies, ZeRO's shares, the state
+// and the blocks kept in host memory.
+void describe_memory(Section& s, TrainConfig& t) {
+  s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
+  s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
+      .at_least(1);
+  s.add("working_weights", t.working_weights,
+        "CUDA under model.mixed_precision bf16/fp16: each trained weight's half copy is kept from one optimizer "
+        "step to the next, cast once a step instead of at every micro-batch's forward and recompute (2 bytes "
+        "per weight; none under zero_stage 3, whose gathers are half already); auto: true unless "
+        "offload_optimizer, which puts device memory first");
+  s.add("zero_stage", t.zero_stage,
+        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too; "
+        "3: parameters too (gathered block by block)")
+      .at_least(0)
+      .at_most(3);
+  s.add("offload_optimizer", t.offload_optimizer,
+        "fp32 master weights and optimizer state of this rank's share in host memory; the update runs there");
+  s.add("offload_blocks", t.offload_blocks,
+        "block swapping: a frozen base's last N blocks (below 1: that fraction of them) kept in host memory, each "
+        "copied to the device one block ahead of its use (docs/memory.md; sana-train model --gpu-memory suggests N)")
+      .at_least(0);
+}
+
 // What fine-tuning adds: adapters on a frozen base, the base's storage, masks on the loss.
 void describe_fine_tuning(std::vector<Field>& f, Section& s, TrainConfig& t) {
   describe_lora(f, t.lora);
@@ -188,19 +212,7 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
       .at_least(0)
       .at_most(1 << 20);
   s.add("num_workers", t.num_workers, "data loading threads per process").at_least(0);
-  s.add("grad_checkpointing", t.grad_checkpointing, "recompute block activations in backward");
-  s.add("gc_step", t.gc_step, "grad_checkpointing: every gc_step-th block (1: all; more keeps more memory)")
-      .at_least(1);
-  s.add("working_weights", t.working_weights,
-        "CUDA under model.mixed_precision bf16/fp16: each trained weight's half copy is kept from one optimizer "
-        "step to the next, cast once a step instead of at every micro-batch's forward and recompute (2 bytes "
-        "per weight; none under zero_stage 3, whose gathers are half already); auto: true unless "
-        "offload_optimizer, which puts device memory first");
-  s.add("zero_stage", t.zero_stage,
-        "0: DDP, every rank keeps all state; 1: optimizer state and EMA split over ranks; 2: gradients too; "
-        "3: parameters too (gathered block by block)")
-      .at_least(0)
-      .at_most(3);
+  describe_memory(s, t);
   s.add("gradient_clip", t.gradient_clip, "global gradient-norm clip; 0 disables").at_least(0);
   describe_optimizer(f, t.optimizer);
   describe_schedule(f, s, t);
@@ -211,8 +223,6 @@ void describe_train(std::vector<Field>& f, TrainConfig& t) {
   s.add("ema_update_interval", t.ema_update_interval,
         "the EMA moves every N-th step, by ema_rate^N (the same span in steps as N = 1)")
       .at_least(1);
-  s.add("offload_optimizer", t.offload_optimizer,
-        "fp32 master weights and optimizer state of this rank's share in host memory; the update runs there");
   s.add("save_model_steps", t.save_model_steps, "steps between checkpoints; 0 = none by step count")
       .at_least(0)
       .commonly_used();

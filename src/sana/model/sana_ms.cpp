@@ -358,7 +358,7 @@ std::vector<torch::Tensor> SanaMSImpl::block_outputs(const torch::Tensor& x, con
                                               fmt::join(ids, ", "), spec_.name, spec_.depth));
     }
   }
-  TORCH_CHECK(hooks_ == nullptr, "block_outputs: a model with block hooks runs whole forwards only");
+  TORCH_CHECK(hooks_.empty(), "block_outputs: a model with block hooks runs whole forwards only");
   std::vector<torch::Tensor> out;
   if (!ids.empty()) run(x, timestep, cond, nullptr, &ids, &out);
   return out;
@@ -374,7 +374,7 @@ torch::Tensor SanaMSImpl::run(const torch::Tensor& x_in, const torch::Tensor& ti
         spec_.in_channels, p, fmt::join(x_in.sizes(), "x")));
   }
   const int64_t h = x_in.size(2) / p, w = x_in.size(3) / p;
-  if (hooks_) hooks_->forward_begins();
+  for (auto* h : hooks_) h->forward_begins();
   const auto dtype = x_embedder->proj->compute_dtype();
   auto x = x_embedder->forward(x_in.to(dtype));
   if (spec_.use_pe) x = x + pos_embed(h, w, x);
@@ -403,7 +403,7 @@ torch::Tensor SanaMSImpl::run(const torch::Tensor& x_in, const torch::Tensor& ti
   for (auto& m : *blocks) {
     auto* block = m->as<SanaMSBlockImpl>();
     const int64_t k = index++;
-    if (hooks_) hooks_->block_forward(k, true);
+    for (auto* h : hooks_) h->block_forward(k, true);
     if (control && k >= 1 && k <= spec_.control_blocks) {
       auto* cb = controlnet[static_cast<size_t>(k - 1)]->as<ControlSanaMSBlockImpl>();
       const bool every = checkpoint && (k - 1) % checkpoint_every_ == 0;
@@ -416,16 +416,17 @@ torch::Tensor SanaMSImpl::run(const torch::Tensor& x_in, const torch::Tensor& ti
       captured->push_back(x);
       if (k == capture->back()) return {};
     }
-    if (hooks_) {
-      hooks_->block_forward(k, false);
+    if (!hooks_.empty()) {
+      for (auto* h : hooks_) h->block_forward(k, false);
       if (x.requires_grad()) {
-        auto* g = hooks_;
-        x.register_hook([g, k](const torch::Tensor&) { g->backward_reaches(k); });
+        x.register_hook([g = hooks_, k](const torch::Tensor&) {
+          for (auto* h : g) h->backward_reaches(k);
+        });
       }
     }
   }
   x = final_layer->forward(x, t);  // [B, N, p*p*c]
-  if (hooks_) hooks_->forward_ends(x.requires_grad());
+  for (auto* h : hooks_) h->forward_ends(x.requires_grad());
   const int64_t c = spec_.out_channels;
   return x.reshape({B, h, w, p, p, c}).permute({0, 5, 1, 3, 2, 4}).reshape({B, c, h * p, w * p});
 }
@@ -454,6 +455,16 @@ int64_t SanaMSImpl::parameter_count() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();
   return n;
+}
+
+void SanaMSImpl::add_block_hooks(BlockHooks* hooks) {
+  TORCH_CHECK(hooks != nullptr && std::find(hooks_.begin(), hooks_.end(), hooks) == hooks_.end(),
+              "add_block_hooks: null, or added already");
+  hooks_.push_back(hooks);
+}
+
+void SanaMSImpl::remove_block_hooks(BlockHooks* hooks) {
+  hooks_.erase(std::remove(hooks_.begin(), hooks_.end(), hooks), hooks_.end());
 }
 
 void SanaMSImpl::set_fused_kernels(bool on) {

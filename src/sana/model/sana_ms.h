@@ -381,8 +381,10 @@ class SanaMSImpl : public torch::nn::Module {
   // modulate, linear attention and GLUMBConv middle, and the final layer's layer norm +
   // modulate, through model/fused_kernels.h where it applies.
   void set_fused_kernels(bool on);
-  // The forward calls `hooks` (owned by the caller; null: none) as BlockHooks says.
-  void set_block_hooks(BlockHooks* hooks) { hooks_ = hooks; }
+  // The forward calls each added `hooks` (owned by the caller, until removed), in the order
+  // added, as BlockHooks says.
+  void add_block_hooks(BlockHooks* hooks);
+  void remove_block_hooks(BlockHooks* hooks);
   // Parameter elements per top-level module (x_embedder, t_embedder, ..., final_layer),
   // in registration order.
   std::vector<std::pair<std::string, int64_t>> parameter_counts() const;
@@ -422,7 +424,7 @@ class SanaMSImpl : public torch::nn::Module {
   std::map<std::pair<int64_t, int64_t>, torch::Tensor> pos_embed_cache_;
   bool grad_checkpointing_ = false;
   int64_t checkpoint_every_ = 1;
-  BlockHooks* hooks_ = nullptr;
+  std::vector<BlockHooks*> hooks_;
 };
 TORCH_MODULE(SanaMS);
 

@@ -24,7 +24,7 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Re
   }
   if (stage_ >= 3 && shards_state()) {
     gathered_ = std::make_unique<GatheredParameters>(rt, plan, flat_, params, gather_dtype);
-    model_.set_block_hooks(gathered_.get());
+    model_.add_block_hooks(gathered_.get());
     // What a step's backward still holds goes once its gradients are reduced.
     reducer_.after_finalize([g = gathered_.get()] { g->step_done(); });
   }
@@ -32,7 +32,7 @@ Zero::Zero(int stage, dist::Runtime& rt, const NamedParams& params, parallel::Re
 
 Zero::~Zero() {
   if (gathered_) {
-    model_.set_block_hooks(nullptr);
+    model_.remove_block_hooks(gathered_.get());
     reducer_.after_finalize({});
   }
 }

@@ -83,7 +83,7 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
   parallel::GatheredParameters gathered(*rt, reducer->shard_plan(), flat, named, at::kBFloat16);
   const auto probe = net->named_parameters()["blocks.0.attn.qkv.weight"];
   Watch watch(gathered, probe);
-  net->set_block_hooks(&watch);
+  net->add_block_hooks(&watch);
 
   const auto x = torch::randn({2, spec.in_channels, 8, 8});
   const auto t = torch::tensor({300.0, 700.0});
@@ -102,7 +102,7 @@ TEST_CASE("stage 3 under bf16 autocast gathers bf16 copies and trains as FSDP's 
     theirs = loss_of(peer, x, t, cond, target);
     theirs.backward();
   }
-  net->set_block_hooks(nullptr);
+  net->remove_block_hooks(&watch);
   INFO("loss with bf16 gathers " << mine.item<double>() << ", with bf16 parameters " << theirs.item<double>());
   CHECK(mine.item<double>() == theirs.item<double>());
   // The forward and the backward saw block 0's weights as bf16; now they are fp32 again.

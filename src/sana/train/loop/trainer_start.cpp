@@ -117,12 +117,14 @@ void Trainer::build_model() {
   model_.spec = model_spec_for(cfg_);
   const bool control = model_.spec.control_blocks > 0;
   if (control) control_map_options_for(cfg_);  // what the loader cannot make: exit 2 now
-  model_.net = build_initial_model(initial_model_options_for(cfg_), model_.spec, rt_);  // collective
+  const auto initial = initial_model_options_for(cfg_);
+  model_.net = build_initial_model(initial, model_.spec, rt_);  // collective
   model_.encoders =
       load_encoders(encoder_options_for(cfg_), rt_.device(), EncoderUse::training, model_.spec.conditioning);
   if (control) input_.control_maps = control_maps_for(control_map_options_for(cfg_), model_.encoders);
   if (config::prior_preservation(cfg_.data)) open_class_images();  // collective: missing ones generated
   model_.trainable = make_trainable(lora_for(cfg_), model_.net, rt_);  // collective under train.lora
+  model_.swapped = swap_frozen_blocks(initial, *model_.net, rt_.device());
 }
 
 void Trainer::build_update() {

@@ -5,6 +5,7 @@
 #include "sana/config/checks.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/swapped_blocks.h"
 #include "sana/train/options/core_options.h"
 #include "sana/train/options/config_checks.h"
 
@@ -44,6 +45,29 @@ void register_lora_check() {
                             "and a ControlNet preset's (model.model SanaMSControlNet_*); here every weight trains. "
                             "Set it to fp32, train LoRA, or a ControlNet",
                             config::name_of(cfg.train.frozen_base_dtype)));
+  });
+  config::register_check("train.offload_blocks", [](const config::Config& cfg, config::IssueSink& issues) {
+    if (cfg.train.offload_blocks == 0) return;
+    model::ModelSpec spec;
+    try {
+      spec = model_spec_for(cfg);
+    } catch (const model::SpecError&) {
+      return;  // the model's own check names it
+    }
+    try {
+      model::swapped_block_ids(cfg.train.offload_blocks, spec.depth);
+    } catch (const std::invalid_argument& e) {
+      issues.fail("train.offload_blocks", std::string(e.what()).substr(std::string("train.offload_blocks ").size()));
+      return;
+    }
+    if (!config::lora_enabled(cfg.train) && spec.control_blocks == 0) {
+      issues.fail("train.offload_blocks",
+                  fmt::format("is {:g}, which swaps the blocks of a frozen base: under train.lora (rank > 0), or a "
+                              "ControlNet preset's; here every weight trains, and trained blocks do not swap yet. "
+                              "Set it to 0 (train.offload_optimizer keeps the optimizer state off the device), or "
+                              "train LoRA",
+                              cfg.train.offload_blocks));
+    }
   });
   config::register_check("train.frozen_base_double_quant", [](const config::Config& cfg, config::IssueSink& issues) {
     if (!cfg.train.frozen_base_double_quant || cfg.train.frozen_base_dtype == config::FrozenDtype::nf4) return;

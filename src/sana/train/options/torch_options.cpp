@@ -70,6 +70,7 @@ InitialModelOptions initial_model_options_for(const config::Config& cfg) {
       {o.load_strict, "model.load_strict"},
       {o.grad_checkpointing, "train.grad_checkpointing"},
       {o.gc_step, "train.gc_step"},
+      {o.offload_blocks, "train.offload_blocks"},
   });
   o.growth = growth_options_for(cfg);
   o.fused_kernels = cfg.model.kernels == config::Kernels::fused;

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "sana/model/growth_options.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
+#include "sana/model/swapped_blocks.h"
 
 namespace sana::train {
 
@@ -34,9 +36,16 @@ struct InitialModelOptions {
   // device never holds it in fp32.
   bool frozen_base = false;
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;
+  double offload_blocks = 0;  // train.offload_blocks (model/swapped_blocks.h's swapped_block_ids)
 };
 
 model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt);
+
+// train.offload_blocks: the frozen parameters of the blocks it names, of `net` as built
+// (every rank's weights agreed), in host memory from now on, swapped in around each use
+// (null: none swap).
+std::unique_ptr<model::SwappedBlocks> swap_frozen_blocks(const InitialModelOptions& o, model::SanaMSImpl& net,
+                                                         const torch::Device& device);
 
 // A hash of every parameter's name, shape and bytes, in order: equal on every rank exactly
 // when the weights are bitwise equal (start-up and the end of a run compare it).

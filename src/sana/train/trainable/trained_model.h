@@ -2,7 +2,7 @@
 // with rank 0's weights agreed, the frozen encoders that feed it, and what of it trains
 // (trainable.h: every weight, LoRA adapters, a ControlNet's blocks).
 //
-// Owns: those four, built once per trainer.
+// Owns: those four, built once per trainer, and which frozen blocks swap (train.offload_blocks).
 // Never: reduces, steps or checkpoints them (the update and the Checkpointer do, through
 // trainable's parameters() and checkpoint_part()).
 #pragma once
@@ -11,6 +11,7 @@
 
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
+#include "sana/model/swapped_blocks.h"
 #include "sana/train/input/run_encoders.h"
 #include "sana/train/trainable/trainable.h"
 
@@ -21,6 +22,7 @@ struct TrainedModel {
   model::SanaMS net{nullptr};
   Encoders encoders;
   std::unique_ptr<Trainable> trainable;  // the model, or adapters on it (train.lora)
+  std::unique_ptr<model::SwappedBlocks> swapped;  // train.offload_blocks: the frozen blocks in host memory
 };
 
 }  // namespace sana::train

@@ -1,0 +1,136 @@
+#include "sana/model/swapped_blocks.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace sana::model {
+
+std::vector<int64_t> swapped_block_ids(double offload_blocks, int64_t depth) {
+  if (offload_blocks < 0) throw std::invalid_argument("train.offload_blocks is negative");
+  const auto n = offload_blocks < 1 ? static_cast<int64_t>(std::floor(offload_blocks * static_cast<double>(depth)))
+                                    : static_cast<int64_t>(offload_blocks);
+  if (n > depth || (offload_blocks >= 1 && offload_blocks != std::floor(offload_blocks))) {
+    throw std::invalid_argument(fmt::format("train.offload_blocks is {:g}: give a count of blocks up to the model's {} "
+                                            "(or a fraction below 1)",
+                                            offload_blocks, depth));
+  }
+  std::vector<int64_t> ids;
+  for (int64_t k = depth - n; k < depth; ++k) ids.push_back(k);
+  return ids;
+}
+
+struct SwappedBlocks::Block {
+  int64_t index = 0;
+  std::vector<torch::Tensor> params;  // the block's frozen parameters
+  std::vector<torch::Tensor> host;    // their host copies
+  std::vector<torch::Tensor> device;  // while on the device: the copies there
+  int64_t ticket = -1;                // while the copy is under way
+  int64_t bytes = 0;
+};
+
+SwappedBlocks::SwappedBlocks(SanaMSImpl& model, const std::vector<int64_t>& ids, const torch::Device& device)
+    : model_(model), ids_(ids), copies_(device) {
+  const auto modules = model.blocks->children();
+  torch::NoGradGuard no_grad;
+  for (const auto k : ids) {
+    TORCH_CHECK(k >= 0 && k < static_cast<int64_t>(modules.size()), "SwappedBlocks: no block ", k);
+    auto b = std::make_unique<Block>();
+    b->index = k;
+    std::vector<const c10::TensorImpl*> seen;  // a wrapper registers its base's parameters too
+    for (auto& p : modules[static_cast<size_t>(k)]->parameters()) {
+      if (p.requires_grad()) continue;  // what trains stays on the device
+      if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
+      seen.push_back(p.unsafeGetTensorImpl());
+      b->host.push_back(copies_.host_copy(p));
+      b->bytes += static_cast<int64_t>(p.nbytes());
+      p.set_data(b->host.back());  // the device's memory goes
+      b->params.push_back(p);
+    }
+    host_bytes_ += b->bytes;
+    largest_ = std::max(largest_, b->bytes);
+    blocks_.push_back(std::move(b));
+  }
+  model_.add_block_hooks(this);
+}
+
+// The parameters stay on their host copies: a model whose swapping ends is going too (a
+// whole base brought back to the device could not fit where swapping was needed).
+SwappedBlocks::~SwappedBlocks() {
+  model_.remove_block_hooks(this);
+  release_all();
+}
+
+SwappedBlocks::Block* SwappedBlocks::find(int64_t block) {
+  for (auto& b : blocks_) {
+    if (b->index == block) return b.get();
+  }
+  return nullptr;
+}
+
+void SwappedBlocks::fetch(Block& b) {
+  if (!b.device.empty() || b.params.empty()) return;
+  b.device = copies_.start(b.host, b.ticket);
+  for (size_t i = 0; i < b.params.size(); ++i) b.params[i].set_data(b.device[i]);
+  copied_bytes_ += b.bytes;
+  peak_blocks_ = std::max(peak_blocks_, ++on_device_);
+}
+
+void SwappedBlocks::ready(Block& b) {
+  fetch(b);
+  if (b.ticket < 0) return;
+  copies_.wait(b.ticket, b.device);
+  b.ticket = -1;
+}
+
+void SwappedBlocks::release(Block& b) {
+  if (b.device.empty()) return;
+  ready(b);  // a copy under way ends first: its memory is written to
+  for (size_t i = 0; i < b.params.size(); ++i) b.params[i].set_data(b.host[i]);
+  b.device.clear();
+  --on_device_;
+}
+
+void SwappedBlocks::release_all() {
+  for (auto& b : blocks_) release(*b);
+}
+
+void SwappedBlocks::release_after_backward() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] {
+    callback_queued_ = false;
+    release_all();
+  });
+}
+
+void SwappedBlocks::forward_begins() {
+  release_all();  // what an earlier backward left (one that never reached its blocks)
+  if (!blocks_.empty()) fetch(*blocks_.front());
+}
+
+void SwappedBlocks::block_forward(int64_t block, bool begins) {
+  Block* b = find(block);
+  if (begins) {
+    if (b) ready(*b);
+    if (Block* next = find(block + 1)) fetch(*next);  // while this one computes
+  } else if (b) {
+    release(*b);
+  }
+}
+
+void SwappedBlocks::backward_reaches(int64_t block) {
+  release_after_backward();
+  if (Block* after = find(block + 1)) release(*after);  // its backward is done: this block's output gradient is in
+  if (Block* b = find(block)) ready(*b);
+  if (Block* before = find(block - 1)) fetch(*before);
+}
+
+void SwappedBlocks::forward_ends(bool backward_follows) {
+  if (!backward_follows) release_all();
+}
+
+}  // namespace sana::model
