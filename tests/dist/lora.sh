@@ -17,6 +17,12 @@
 #  7. An NF4 base on 2 processes: a resume of it with the block scales quantised again
 #     (nf4-dq, another format) is refused (exit 2), naming the setting that resumes it; on
 #     NF4 it resumes on 1 process, its checksum unchanged to the end.
+#  8. Block swapping (train.offload_blocks 3: the last 3 of the preset's 4 blocks of an NF4
+#     base in host memory), with train.deterministic (one thread per process) and gradient
+#     checkpointing: 6 steps at W=2 with ZeRO 2 give bitwise the unswapped run's losses and
+#     final adapters; at W=1, and across resumes that turn swapping off (W=3 to W=1) and on
+#     (W=1 to W=2), bitwise its final adapters (the logged loss, a mean over ranks, is
+#     summed in another order: within 1e-6); each swapped run names the blocks it swaps.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -139,4 +145,45 @@ launch_named nf4 1 --train.frozen_base_dtype=nf4 --resume_from=latest --train.ma
 assert_code $? 0 "the NF4 run resumed on 1 process to step 6"
 assert_contains "$SCRATCH/nf4.log" "the base weights are unchanged (checksum ${nf4_sum:-none})" \
   "the NF4 base's checksum ($nf4_sum) holds across the resume"
+
+# 8. Block swapping: bitwise the unswapped run, at another W and across resumes toggling it.
+# bitwise NAME REFERENCE WHAT [exact]: every tensor of the final adapters equal, and every
+# loss equal (exact: at the same W) or within 1e-6 relative.
+bitwise() {
+  if timeout 60 "$SANA_PYTHON" - "$SCRATCH/$2" "$SCRATCH/$1" "${4:-close}" > "$SCRATCH/$1.bitwise" 2>&1 <<'PY'; then
+import json, sys
+from safetensors.torch import load_file
+ref, got, how = sys.argv[1:4]
+losses = [[json.loads(l)["loss"] for l in open(f"{d}/metrics.jsonl") if '"loss"' in l] for d in (ref, got)]
+a, b = (load_file(f"{d}/pytorch_lora_weights.safetensors") for d in (ref, got))
+same = sorted(a) == sorted(b) and all(a[k].equal(b[k]) for k in a)
+worst = max(abs(x - y) / abs(x) for x, y in zip(*losses))
+close = len(losses[1]) == len(losses[0]) == 6 and (losses[0] == losses[1] if how == "exact" else worst <= 1e-6)
+print(f"{len(b)} adapter tensors {'equal' if same else 'NOT equal'}; {len(losses[1])} losses, the largest relative "
+      f"difference {worst:.3g} ({'bitwise' if how == 'exact' else 'within 1e-6'} wanted)")
+sys.exit(0 if close and same else 1)
+PY
+    pass "$3: $(cat "$SCRATCH/$1.bitwise")"
+  else
+    fail "$3: $(cat "$SCRATCH/$1.bitwise")"
+  fi
+}
+swap=(--train.frozen_base_dtype=nf4 --train.deterministic=true --dist.threads_per_process=1 --train.grad_checkpointing=true
+      --train.zero_stage=2)
+run swap_ref 2 "${swap[@]}" --train.max_steps=6; assert_code $? 0 "6 unswapped steps on an NF4 base on 2 processes"
+run swap_w2 2 "${swap[@]}" --train.max_steps=6 --train.offload_blocks=3
+assert_code $? 0 "6 steps with 3 blocks swapped on 2 processes"
+assert_contains "$SCRATCH/swap_w2.log" "train.offload_blocks: blocks 1 to 3 of 4 keep their frozen weights in host memory" \
+  "the swapped run names the blocks it keeps in host memory"
+bitwise swap_w2 swap_ref "swapped at W=2, ZeRO 2, against unswapped" exact
+run swap_w1 1 "${swap[@]}" --train.max_steps=6 --train.offload_blocks=3
+bitwise swap_w1 swap_ref "swapped at W=1 against unswapped at W=2"
+run swap_off 3 "${swap[@]}" --train.max_steps=3 --train.save_model_steps=3 --train.offload_blocks=3
+launch_named swap_off 1 "${swap[@]}" --train.max_steps=6 --resume_from=latest
+assert_code $? 0 "swapped on 3 processes to step 3, resumed unswapped on 1"
+bitwise swap_off swap_ref "swapping turned off at a resume on another W"
+run swap_on 1 "${swap[@]}" --train.max_steps=3 --train.save_model_steps=3
+launch_named swap_on 2 "${swap[@]}" --train.max_steps=6 --resume_from=latest --train.offload_blocks=0.75
+assert_code $? 0 "unswapped on 1 process to step 3, resumed with 3 of 4 blocks swapped on 2"
+bitwise swap_on swap_ref "swapping turned on at a resume on another W"
 finish
