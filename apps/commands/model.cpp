@@ -58,6 +58,9 @@ struct ModelFacts {
   double device_memory = 0;
   std::optional<train::MicroBatchSuggestion> micro_batch;
   bool auto_micro_batch = false;  // train.micro_batch_size auto: `memory` is at the suggestion's pick
+  // A frozen base on a device of `device_memory`: the fewest blocks train.offload_blocks must
+  // swap for the config's total (with the frozen encoders) to fit, and that total; -1: none fits.
+  std::optional<std::pair<int64_t, double>> swap;
   // SANA-Sprint stage 2 (a SanaMSCM preset): the frozen teacher and the discriminator heads.
   struct Sprint {
     std::string teacher;
@@ -85,8 +88,25 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
 
 using train::kContextBytes;
 
+// The fewest blocks of a frozen base train.offload_blocks must swap for `budget` to hold the
+// state and `measured`'s activations (-1: not even every block), and the total then.
+std::pair<int64_t, double> fewest_swapped_blocks(const config::Config& cfg, int world_size,
+                                                 const train::MemoryEstimate& measured, double budget) {
+  auto o = train::memory_estimate_options_for(cfg);
+  double total = 0;
+  for (int64_t n = 0; n <= o.spec.depth; ++n) {
+    o.offload_blocks = static_cast<double>(n);
+    auto e = train::estimate_memory(o, world_size, /*activations=*/false);
+    e.activations = measured.activations;
+    e.activations_checkpointed = measured.activations_checkpointed;
+    total = e.total();
+    if (total <= budget) return {n, total};
+  }
+  return {-1, total};
+}
+
 ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}, {}};
+  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}, {}, {}};
   f.auto_micro_batch = cfg.train.micro_batch_auto;
   // As the estimate's autocast: the run is on CUDA unless dist.device says cpu.
   f.encoders = train::encoder_weights(train::encoder_options_for(cfg), cfg.dist.device != config::DeviceKind::cpu,
@@ -103,6 +123,10 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
     if (cfg.train.micro_batch_auto && f.micro_batch->pick.micro_batch > 0) {
       f.memory = train::estimate_at(*f.memory, f.spec, f.micro_batch->pick);
     }
+  }
+  if (f.memory && activations && device_memory > 0 && !f.memory->trained.empty() && !f.spec.trigflow) {
+    f.swap = fewest_swapped_blocks(cfg, world_size, *f.memory,
+                                   device_memory - kContextBytes - static_cast<double>(f.encoder_bytes()));
   }
   model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
   f.counts = net->parameter_counts();
@@ -141,7 +165,8 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
     ranks.push_back({{"rank", r.rank}, {"weights", r.weights}, {"gradients", r.gradients}, {"optimizer", r.optimizer},
                      {"ema", r.ema}, {"gathered", r.gathered}, {"working", r.working}, {"host_weights", r.host_weights},
                      {"host_gradients", r.host_gradients}, {"host_optimizer", r.host_optimizer},
-                     {"host_ema", r.host_ema}, {"mirror", r.mirror}, {"host_mirror", r.host_mirror}});
+                     {"host_ema", r.host_ema}, {"mirror", r.mirror}, {"host_mirror", r.host_mirror},
+                     {"host_blocks", r.host_blocks}});
   }
   return {{"world_size", m.world_size},
           {"trainable_parameters", m.trainable},
@@ -160,6 +185,9 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
           {"frozen_dtype", model::storage_dtype_name(m.frozen_dtype)},
           {"converted", m.converted},
           {"gradient_buckets_in_flight", m.in_flight},
+          {"swapped_blocks", m.swapped_blocks},
+          {"swapped_blocks_on_device", m.swapped_in},
+          {"swap_copies_per_micro_batch", m.swap_copies},
           {"sprint_teacher", m.teacher},
           {"sprint_heads", m.heads},
           {"activations", m.activations},
@@ -175,6 +203,7 @@ nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
                     {"optimizer", m.host_optimizer},
                     {"ema", m.host_ema},
                     {"mirror", m.host_mirror},
+                    {"blocks", m.host_blocks},
                     {"total", m.host_total()}}}};
 }
 
@@ -295,6 +324,11 @@ void print_memory(const train::MemoryEstimate& m) {
                           : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);
   if (m.converted > 0) row("one base layer restored (transient)", m.converted);
+  if (m.swapped_blocks > 0) {
+    row("swapped blocks in use (transient)", m.swapped_in,
+        fmt::format("<- train.offload_blocks: {} of them in host memory{}", m.swapped_blocks,
+                    m.checkpointing ? ", 2 on the device at once" : "; all kept for the backward without checkpointing"));
+  }
   const bool offloaded = m.host_optimizer > 0;
   row("gradients (fp32)", m.gradients, offloaded && m.gradients == 0 ? "<- streamed to host memory" : "");
   if (m.in_flight > 0) row("gradient buckets in flight (transient)", m.in_flight);
@@ -329,9 +363,19 @@ void print_memory(const train::MemoryEstimate& m) {
                            fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
                            m.world_size == 1 && m.zero_stage == 0 ? "; more processes with train.zero_stage split the state"
                                                                   : "");
+  if (m.swapped_blocks > 0) {
+    // An assumption, said as one: page-locked copies over PCIe 4.0 x16 run at about this.
+    constexpr double kHostToDevice = 16e9;
+    std::cout << fmt::format("  block swapping copies {} to the device per micro-batch (each swapped block for the "
+                             "forward and again for the backward): about {:.0f} ms at an assumed {:.0f} GB/s "
+                             "host-to-device, hidden where the copy of the next block overlaps the compute\n",
+                             data::size_text(static_cast<uint64_t>(m.swap_copies)), 1e3 * m.swap_copies / kHostToDevice,
+                             kHostToDevice / 1e9);
+  }
   if (m.host_total() > 0) {
-    std::cout << "host memory per process for the run's state (train.offload_optimizer, train.ema_device cpu; "
-                 "beside the loaded encoders and data):\n";
+    std::cout << "host memory per process for the run's state (train.offload_optimizer, train.ema_device cpu, "
+                 "train.offload_blocks; beside the loaded encoders and data):\n";
+    if (m.host_blocks > 0) row("swapped blocks' weights (page-locked)", m.host_blocks);
     if (m.host_weights > 0) row("master weights (fp32)", m.host_weights);
     if (m.host_gradients > 0) row("master gradients (fp32)", m.host_gradients);
     if (m.host_optimizer > 0) row(fmt::format("optimizer state ({})", m.optimizer_name), m.host_optimizer);
@@ -404,6 +448,16 @@ void print_text(const ModelFacts& f) {
   if (f.memory) print_memory(*f.memory);
   if (f.memory || !f.encoders.empty()) print_encoders(f);
   if (f.micro_batch) print_micro_batch(f);
+  if (f.swap) {
+    const auto [n, total] = *f.swap;
+    std::cout << fmt::format(
+        "\nblock swapping for a device of {} (2 GiB kept for the CUDA context, the frozen encoders counted): {}\n",
+        data::size_text(static_cast<uint64_t>(f.device_memory)),
+        n < 0   ? fmt::format("even every block swapped needs {}", data::size_text(static_cast<uint64_t>(total)))
+        : n == 0 ? fmt::format("none needed ({})", data::size_text(static_cast<uint64_t>(total)))
+                 : fmt::format("train.offload_blocks: {} ({} for this config)", n,
+                               data::size_text(static_cast<uint64_t>(total))));
+  }
 }
 
 class Model : public ConfigSubcommand {
@@ -419,9 +473,9 @@ class Model : public ConfigSubcommand {
                    "the memory estimate without the activations (their measurement takes seconds): the state only");
     cli_->add_flag("--no-memory", no_memory_,
                    "skip the memory estimate (it builds the model at depth 1 and 2 on the CPU: seconds for 1.6B)");
-    cli_->add_option("--device-memory", device_gib_,
-                     "GiB of the device to suggest a micro-batch and gradient checkpointing for (default: GPU 0's, "
-                     "where there is one)")
+    cli_->add_option("--device-memory,--gpu-memory", device_gib_,
+                     "GiB of the device to suggest a micro-batch, gradient checkpointing and, for a frozen base, "
+                     "train.offload_blocks for (default: GPU 0's, where there is one)")
         ->check(CLI::Range(1.0, 1e6));
   }
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {

@@ -9,7 +9,7 @@
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
 # or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
 # train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8, fp8, NF4
-# (double quantised) and bf16;
+# (double quantised) and bf16, and NF4 with 2 blocks swapped (train.offload_blocks);
 # a ControlNet's base in int8;
 # train.offload_optimizer with the EMA on the host at stage 2 on two. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
@@ -44,7 +44,8 @@ for r in measured:
     mine = est["ranks"][r["rank"]]
     for ours, theirs in (("parameters", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer"), ("ema", "ema"),
                          ("host_weights", "host_weights"), ("host_gradients", "host_gradients"),
-                         ("host_optimizer", "host_optimizer"), ("host_ema", "host_ema"), ("working", "working")):
+                         ("host_optimizer", "host_optimizer"), ("host_ema", "host_ema"), ("working", "working"),
+                         ("host_blocks", "host_blocks")):
         if r[ours] != mine[theirs]:
             bad.append(f"rank {r['rank']} {ours}: measured {r[ours]}, estimated {mine[theirs]}")
     if (r["gathered"] > 0) != (mine["gathered"] > 0) or r["gathered"] > mine["gathered"]:
@@ -110,6 +111,10 @@ check lora_int8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_ba
 check lora_fp8_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=fp8
 check lora_nf4_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=nf4 \
   --train.frozen_base_double_quant=true
+# train.offload_blocks: 2 of the 4 blocks of an NF4 base in host memory, out of the device's
+# parameters.
+check lora_swap_w2 2 --train.optimizer.type=AdamW "${lora[@]}" --train.frozen_base_dtype=nf4 \
+  --train.offload_blocks=2 --train.grad_checkpointing=true
 check lora_bf16_s3_w2 2 --train.optimizer.type=CAME --train.zero_stage=3 "${lora[@]}" --train.frozen_base_dtype=bf16
 # A ControlNet preset's base in int8 (the control blocks fp32 in the buckets).
 check controlnet_int8_w2 2 --model.model=SanaMSControlNet_tiny_P2_D4 --train.optimizer.type=AdamW \

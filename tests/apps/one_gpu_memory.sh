@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The one-GPU memory table (README "On one GPU", docs/finetune.md, issue 45): `sana-train model
-# --json` on the three configurations the README's rows name, with gradient checkpointing at
+# The one-GPU memory table (README "On one GPU", docs/finetune.md, issues 45 and 66): `sana-train
+# model --json` on the configurations the README's rows name, with gradient checkpointing at
 # 1024 px, holds each to the budget it was built for and the README to the figures:
 #   1.6B LoRA r16 (configs/Sana_1600M_img1024_lora.yaml, micro-batch 4), bf16 base:  <= 6 GiB
 #   4.8B (SanaMS_4800M_P1_D60) LoRA r16, micro-batch 1, int8 base:                  <= 8 GiB
 #   1.6B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 8 GiB,
 #     no gradients or optimizer state on the device, the masters, their gradients and
-#     the state in host memory.
+#     the state in host memory;
+#   1.6B LoRA r16, micro-batch 1, NF4 base:                                            <= 3 GiB
+#   4.8B LoRA r16, micro-batch 1, NF4 base (double quantised), 56 of 60 blocks swapped: <= 4.5 GiB,
+#     the swapped blocks in host memory;
+#   4.8B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 20 GiB.
 # Each row's per-GPU total (and host total) in README.md must be the estimate's, to 0.1 GiB.
 # Each estimate measures the model's activations on the CPU at depth 1 and 2 (about 45 s
-# each alone on 2 cores); the three run at once, each bounded, in this test's scratch folder.
+# each alone on 2 cores); the six run at once, each bounded, in this test's scratch folder.
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cat > "$SCRATCH/lora16.yaml" <<YAML
@@ -25,14 +29,29 @@ cat > "$SCRATCH/full16.yaml" <<YAML
 base: $ROOT/configs/Sana_1600M_img1024.yaml
 train: {offload_optimizer: true, micro_batch_size: 1, global_batch_size: 1}
 YAML
+cat > "$SCRATCH/nf4_16.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
+train: {frozen_base_dtype: nf4, micro_batch_size: 1, global_batch_size: 1}
+YAML
+cat > "$SCRATCH/swap48.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
+model: {model: SanaMS_4800M_P1_D60}
+train: {frozen_base_dtype: nf4, frozen_base_double_quant: true, offload_blocks: 56, micro_batch_size: 1,
+        global_batch_size: 1}
+YAML
+cat > "$SCRATCH/full48.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024.yaml
+model: {model: SanaMS_4800M_P1_D60}
+train: {offload_optimizer: true, micro_batch_size: 1, global_batch_size: 1}
+YAML
 # The three at once (each mostly on one core).
 declare -A pid
-for c in lora16 lora48 full16; do
-  start_bounded 300 "$SCRATCH/$c.err" bash -c 'cd "$1" && exec "$2" model --config "$1/$3.yaml" --json > "$1/$3.json"' \
+for c in lora16 lora48 full16 nf4_16 swap48 full48; do
+  start_bounded 600 "$SCRATCH/$c.err" bash -c 'cd "$1" && exec "$2" model --config "$1/$3.yaml" --json > "$1/$3.json"' \
     _ "$SCRATCH" "$BIN" "$c"
   pid[$c]=$BG
 done
-for c in lora16 lora48 full16; do
+for c in lora16 lora48 full16 nf4_16 swap48 full48; do
   code_of "${pid[$c]}"
   assert_code "$CODE" 0 "sana-train model --json on the $c row"
 done
@@ -40,7 +59,8 @@ if timeout 60 "$SANA_PYTHON" - "$SCRATCH" "$ROOT/README.md" > "$SCRATCH/rows.txt
 import json, re, sys
 folder, readme = sys.argv[1], open(sys.argv[2]).read()
 G = 2 ** 30
-m = {c: json.load(open(f"{folder}/{c}.json"))["memory_per_process"] for c in ("lora16", "lora48", "full16")}
+m = {c: json.load(open(f"{folder}/{c}.json"))["memory_per_process"]
+     for c in ("lora16", "lora48", "full16", "nf4_16", "swap48", "full48")}
 bad, text = [], []
 def row(key, needle, budget, host=False):
     e = m[key]
@@ -75,6 +95,16 @@ if c["gradients"] != 0 or c["optimizer"] != 0 or c["trainable_parameters"] < 1.5
                f"{c['trainable_parameters']} trainable")
 if not (h["weights"] == h["gradients"] > 0 and h["optimizer"] > 0):
     bad.append(f"full16: host {h}")
+d = row("nf4_16", "1.6B 1024, micro-batch 1, NF4", 3)
+if d["frozen_dtype"] != "nf4" or d["micro_batch"] != 1:
+    bad.append(f"nf4_16: base {d['frozen_dtype']}, micro-batch {d['micro_batch']}")
+e = row("swap48", "4.8B 1024, micro-batch 1, NF4", 4.5)
+if e["frozen_dtype"] != "nf4-dq" or e["swapped_blocks"] != 56 or e["host"]["blocks"] <= 0:
+    bad.append(f"swap48: base {e['frozen_dtype']}, {e['swapped_blocks']} blocks swapped, host {e['host']}")
+swapped_row = [l for l in readme.splitlines() if l.startswith("| ") and "4.8B 1024, micro-batch 1, NF4" in l]
+if swapped_row and not re.search(rf"\| {e['host']['blocks'] / G:.1f} GiB \(56 of 60 blocks\)", swapped_row[0]):
+    bad.append(f"swap48: the README's host figure is not {e['host']['blocks'] / G:.1f} GiB")
+row("full48", "4.8B 1024, micro-batch 1, the optimizer on the host", 20, host=True)
 print("; ".join(text))
 for line in bad:
     print(line)

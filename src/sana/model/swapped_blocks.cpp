@@ -64,6 +64,15 @@ SwappedBlocks::~SwappedBlocks() {
   release_all();
 }
 
+bool SwappedBlocks::swapped(const torch::Tensor& t) const {
+  for (const auto& b : blocks_) {
+    for (const auto& p : b->params) {
+      if (p.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return true;
+    }
+  }
+  return false;
+}
+
 SwappedBlocks::Block* SwappedBlocks::find(int64_t block) {
   for (auto& b : blocks_) {
     if (b->index == block) return b.get();

@@ -46,6 +46,8 @@ class SwappedBlocks : public BlockHooks {
   void forward_ends(bool backward_follows) override;
 
   const std::vector<int64_t>& blocks() const { return ids_; }
+  // Whether `t` is a swapped parameter (kept in host memory between uses).
+  bool swapped(const torch::Tensor& t) const;
   int64_t host_bytes() const { return host_bytes_; }      // the host copies
   int64_t copied_bytes() const { return copied_bytes_; }  // host to device so far
   int64_t largest_block_bytes() const { return largest_; }

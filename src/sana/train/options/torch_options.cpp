@@ -228,6 +228,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
       {o.micro_batch_size, "train.micro_batch_size"},
       {o.grad_checkpointing, "train.grad_checkpointing"},
       {o.gc_step, "train.gc_step"},
+      {o.offload_blocks, "train.offload_blocks"},
   });
   o.mirror = cfg.dist.elastic == config::Elastic::continue_on;
   o.reducer = reducer_options_for(cfg);

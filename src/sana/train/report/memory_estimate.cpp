@@ -17,6 +17,7 @@
 #include "sana/parallel/shard_plan.h"
 #include "sana/model/controlnet.h"
 #include "sana/model/frozen_storage.h"
+#include "sana/model/swapped_blocks.h"
 #include "sana/model/lora.h"
 #include "sana/model/sana_ms.h"
 #include "sana/model/spec.h"
@@ -228,7 +229,7 @@ double MemoryEstimate::activations_for_config() const {
 
 double MemoryEstimate::total() const {
   return weights + gradients + optimizer + ema + gathered + working + mirror + converted + in_flight + teacher + heads +
-         activations_for_config();
+         swapped_in + activations_for_config();
 }
 
 namespace {
@@ -347,6 +348,27 @@ void add_working_copies(const MemoryEstimateOptions& cfg, torch::nn::Module& met
   for (auto& r : ranks) r.working = bytes;
 }
 
+// train.offload_blocks on the meta model with its base frozen and stored: the swapped blocks'
+// frozen bytes leave the device for the host; `e` gets what is on the device at once and
+// copied per micro-batch. Returns the bytes that left.
+double swap_blocks(const MemoryEstimateOptions& cfg, model::SanaMSImpl& meta, MemoryEstimate& e) {
+  const auto ids = model::swapped_block_ids(cfg.offload_blocks, cfg.spec.depth);
+  const auto blocks = meta.blocks->children();
+  double host = 0, largest = 0;
+  for (const auto k : ids) {
+    double bytes = 0;
+    // A frozen base's block: every parameter (LoRA's adapters and a ControlNet's control
+    // blocks are not the base blocks').
+    for (const auto& p : blocks[static_cast<size_t>(k)]->parameters()) bytes += static_cast<double>(p.numel() * p.element_size());
+    host += bytes;
+    largest = std::max(largest, bytes);
+  }
+  e.swapped_blocks = static_cast<int64_t>(ids.size());
+  e.swapped_in = cfg.grad_checkpointing ? std::min<double>(2, static_cast<double>(ids.size())) * largest : host;
+  e.swap_copies = 2 * host;
+  return host;
+}
+
 // The state every rank keeps (what trains, the frozen base, their gradients, optimizer
 // state and EMA), counted on the model built on the meta device; `e` gets the largest rank's.
 void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEstimate& e) {
@@ -361,9 +383,11 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     for (const auto& p : meta->parameters()) base += static_cast<double>(p.numel() * p.element_size());
     e.converted = static_cast<double>(stored.transient);
     e.frozen_dtype = cfg.frozen_dtype;
+    const double swapped = swap_blocks(cfg, *meta, e);
     const model::Lora lora(*meta, *cfg.lora, "");
     e.trainable = lora.parameter_count();
-    e.ranks = state_bytes(cfg, lora.parameters(), base, world_size, e.in_flight);
+    e.ranks = state_bytes(cfg, lora.parameters(), base - swapped, world_size, e.in_flight);
+    for (auto& r : e.ranks) r.host_blocks = swapped;
     e.trained = "adapters";
     e.frozen = e.parameters;
   } else if (spec.control_blocks > 0) {  // the control blocks train; the base is frozen
@@ -377,7 +401,9 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     for (const auto& [name, p] : model::base_parameters(*meta)) base += static_cast<double>(p.numel() * p.element_size());
     e.converted = static_cast<double>(stored.transient);
     e.frozen_dtype = cfg.frozen_dtype;
-    e.ranks = state_bytes(cfg, control.parameters(), base, world_size, e.in_flight);
+    const double swapped = swap_blocks(cfg, *meta, e);
+    e.ranks = state_bytes(cfg, control.parameters(), base - swapped, world_size, e.in_flight);
+    for (auto& r : e.ranks) r.host_blocks = swapped;
     add_working_copies(cfg, *meta, [](const std::string& layer) { return model::is_control_parameter(layer); }, e.ranks);
     e.trained = "control blocks";
     e.frozen = e.parameters - e.trainable;
@@ -404,6 +430,7 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
   e.host_ema = most.host_ema;
   e.mirror = most.mirror;
   e.host_mirror = most.host_mirror;
+  e.host_blocks = most.host_blocks;
 }
 
 // SANA-Sprint's stage 2: the teacher on the meta device with its layers in frozen_dtype, and

@@ -44,7 +44,12 @@ struct RankState {
   // parameters, gradients, optimizer state and EMA; train/elastic/share_mirror.h), on the device
   // but for an EMA kept in host memory.
   double mirror = 0, host_mirror = 0;
-  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
+  // train.offload_blocks: the swapped blocks' frozen weights, in host memory (page-locked on
+  // a GPU; model/swapped_blocks.h). `weights` then leaves them out.
+  double host_blocks = 0;
+  double host_total() const {
+    return host_weights + host_gradients + host_optimizer + host_ema + host_mirror + host_blocks;
+  }
 };
 
 struct MemoryEstimate {
@@ -58,8 +63,17 @@ struct MemoryEstimate {
   double weights = 0, gradients = 0, optimizer = 0, ema = 0, gathered = 0, working = 0;  // bytes
   // That rank's host memory for the run's state (RankState's host fields).
   double host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
-  double mirror = 0, host_mirror = 0;  // RankState's
-  double host_total() const { return host_weights + host_gradients + host_optimizer + host_ema + host_mirror; }
+  double mirror = 0, host_mirror = 0, host_blocks = 0;  // RankState's
+  double host_total() const {
+    return host_weights + host_gradients + host_optimizer + host_ema + host_mirror + host_blocks;
+  }
+  // train.offload_blocks: how many blocks swap, the swapped blocks on the device at once
+  // (transient: with gradient checkpointing two, the one computing and the one copied ahead;
+  // without, all of them, whose weights autograd keeps for the backward), and the bytes
+  // copied to the device per micro-batch (each swapped block once for the forward and once
+  // for the backward).
+  int64_t swapped_blocks = 0;
+  double swapped_in = 0, swap_copies = 0;
   // A frozen base stored in less than fp32: what restoring the largest layer's weight to
   // fp32 takes while that layer computes (transient, one layer at a time; NF4 adds its byte
   // indices: model/frozen_storage.h's StorageReport::transient).
@@ -115,6 +129,7 @@ struct MemoryEstimateOptions {
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base, a teacher)
+  double offload_blocks = 0;               // train.offload_blocks (a frozen base's blocks swapped)
   // A SANA-Sprint stage-2 run (model.teacher_model): its teacher, how many heads read it and
   // the step's options (whose passes the activations measure).
   struct Sprint {

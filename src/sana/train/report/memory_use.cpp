@@ -30,6 +30,7 @@ std::string MemoryUse::json() const {
                         {"host_gradients", host_gradients},
                         {"host_optimizer", host_optimizer},
                         {"host_ema", host_ema},
+                        {"host_blocks", host_blocks},
                         {"activations_peak", activations_peak},
                         {"activations_source", activations_source},
                         {"micro_batch", micro_batch},
@@ -53,6 +54,7 @@ MemoryUse MemoryUse::from_json(const std::string& text) {
   m.host_gradients = j.value("host_gradients", int64_t{0});
   m.host_optimizer = j.value("host_optimizer", int64_t{0});
   m.host_ema = j.value("host_ema", int64_t{0});
+  m.host_blocks = j.value("host_blocks", int64_t{0});
   m.activations_peak = j.at("activations_peak").get<int64_t>();
   m.activations_source = j.at("activations_source").get<std::string>();
   m.micro_batch = j.value("micro_batch", int64_t{0});
@@ -67,11 +69,12 @@ std::string MemoryUse::line() const {
                      rank, gib(parameters), gib(gradients), gib(optimizer), gib(ema), gib(gathered), gib(working),
                      gib(encoders),
                      activations_peak < 0 ? std::string("not measured") : gib(activations_peak), activations_source,
-                     host_weights + host_gradients + host_optimizer + host_ema == 0
+                     host_weights + host_gradients + host_optimizer + host_ema + host_blocks == 0
                          ? std::string()
                          : fmt::format("; in host memory: master weights {}, their gradients {}, optimizer state {}, "
-                                       "EMA {}",
-                                       gib(host_weights), gib(host_gradients), gib(host_optimizer), gib(host_ema)));
+                                       "EMA {}, swapped blocks {}",
+                                       gib(host_weights), gib(host_gradients), gib(host_optimizer), gib(host_ema),
+                                       gib(host_blocks)));
 }
 
 int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {

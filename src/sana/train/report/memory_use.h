@@ -28,6 +28,7 @@ struct MemoryUse {
   // The state kept in host memory (train.offload_optimizer, train.ema_device cpu), which the
   // fields above leave out: the estimate's RankState host fields.
   int64_t host_weights = 0, host_gradients = 0, host_optimizer = 0, host_ema = 0;
+  int64_t host_blocks = 0;  // train.offload_blocks: the swapped blocks' host copies (`parameters` leaves them out)
   int64_t activations_peak = -1;  // bytes; -1 where the peak cannot be read
   std::string activations_source;  // "cuda allocator peak" or "cpu allocator peak"
   // The step's largest micro-batch and its grid of image tokens (where the peak was measured).
