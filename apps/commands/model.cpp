@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "model_facts.h"
 #include "sana/data/dataset.h"
 #include "sana/data/sample_cache.h"
 #include "sana/model/ladd_heads.h"
@@ -26,137 +27,10 @@
 
 namespace sana::app {
 
-namespace {
-
-std::string thousands(int64_t n) {
-  std::string s = std::to_string(n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
-
-struct BucketSize {
-  int64_t base, height, width;
-  model::Flops forward;  // per sample
-  double train = 0;      // per sample: train::train_flops, what the run trains decides it
-};
-
-// What the command shows, gathered once for either format.
-struct ModelFacts {
-  model::ModelSpec spec;
-  std::vector<std::pair<std::string, int64_t>> counts;
-  int64_t total = 0;
-  std::vector<std::vector<int64_t>> shapes;  // each parameter's, in the model's order
-  std::string upstream_params;  // "" for our own presets
-  std::vector<BucketSize> buckets;      // the showcase ones
-  std::vector<BucketSize> all_buckets;  // every bucket of every table (JSON)
-  std::optional<train::MemoryEstimate> memory;  // without --no-memory
-  // For a device of `device_memory` bytes (--device-memory, else the GPU's): 2 GiB kept
-  // for the CUDA context and the allocator's slack, the rest the budget.
-  double device_memory = 0;
-  std::optional<train::MicroBatchSuggestion> micro_batch;
-  bool auto_micro_batch = false;  // train.micro_batch_size auto: `memory` is at the suggestion's pick
-  // A frozen base on a device of `device_memory`: the fewest blocks train.offload_blocks must
-  // swap for the config's total (with the frozen encoders) to fit, and that total; -1: none fits.
-  std::optional<std::pair<int64_t, double>> swap;
-  // SANA-Sprint stage 2 (a SanaMSCM preset): the frozen teacher and the discriminator heads.
-  struct Sprint {
-    std::string teacher;
-    int64_t teacher_params = 0;
-    std::vector<int64_t> blocks;
-    int64_t heads_params = 0;
-  };
-  std::optional<Sprint> sprint;
-  // The frozen encoders the training run loads on each process's device (none with
-  // precomputed features), counted from their config.json; in bf16 unless dist.device cpu.
-  std::vector<train::EncoderWeights> encoders;
-  int64_t encoder_bytes() const { return train::total_bytes(encoders); }
-};
-
-// A SanaMSCM preset's stage-2 companions, counted without building them.
-ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
-  ModelFacts::Sprint s;
-  const auto teacher = train::teacher_spec_for(cfg);
-  s.teacher = teacher.name;
-  s.teacher_params = model::SanaMS(teacher, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0})->parameter_count();
-  s.blocks = train::head_blocks_for(cfg);
-  s.heads_params = model::ladd_heads_parameters(teacher.hidden, static_cast<int64_t>(s.blocks.size()));
-  return s;
-}
-
+using namespace model_facts;
 using train::kContextBytes;
 
-// The fewest blocks of a frozen base train.offload_blocks must swap for `budget` to hold the
-// state and `measured`'s activations (-1: not even every block), and the total then.
-std::pair<int64_t, double> fewest_swapped_blocks(const config::Config& cfg, int world_size,
-                                                 const train::MemoryEstimate& measured, double budget) {
-  auto o = train::memory_estimate_options_for(cfg);
-  double total = 0;
-  for (int64_t n = 0; n <= o.spec.depth; ++n) {
-    o.offload_blocks = static_cast<double>(n);
-    auto e = train::estimate_memory(o, world_size, /*activations=*/false);
-    e.activations = measured.activations;
-    e.activations_checkpointed = measured.activations_checkpointed;
-    total = e.total();
-    if (total <= budget) return {n, total};
-  }
-  return {-1, total};
-}
-
-ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool activations, double device_memory) {
-  ModelFacts f{train::model_spec_for(cfg), {}, 0, {}, "", {}, {}, {}, {}, {}, false, {}, {}, {}};
-  f.auto_micro_batch = cfg.train.micro_batch_auto;
-  // As the estimate's autocast: the run is on CUDA unless dist.device says cpu.
-  f.encoders = train::encoder_weights(train::encoder_options_for(cfg), cfg.dist.device != config::DeviceKind::cpu,
-                                      train::EncoderUse::training, f.spec.conditioning);
-  if (memory) f.memory = train::estimate_memory(train::memory_estimate_options_for(cfg), world_size, activations);
-  // The suggestion scales the measured activations; stage 2's graphs are composed otherwise.
-  // The frozen encoders on the device come off the budget, as the run's own choice does.
-  if (f.memory && activations && device_memory > 0 && !f.spec.trigflow) {
-    f.device_memory = device_memory;
-    f.micro_batch = train::suggest_micro_batch(*f.memory, f.spec,
-                                               device_memory - kContextBytes - static_cast<double>(f.encoder_bytes()),
-                                               train::largest_share(cfg.train.global_batch_size, world_size));
-    // train.micro_batch_size auto: the run is the one the suggestion picks.
-    if (cfg.train.micro_batch_auto && f.micro_batch->pick.micro_batch > 0) {
-      f.memory = train::estimate_at(*f.memory, f.spec, f.micro_batch->pick);
-    }
-  }
-  if (f.memory && activations && device_memory > 0 && !f.memory->trained.empty() && !f.spec.trigflow) {
-    f.swap = fewest_swapped_blocks(cfg, world_size, *f.memory,
-                                   device_memory - kContextBytes - static_cast<double>(f.encoder_bytes()));
-  }
-  model::SanaMS net(f.spec, model::BuildOptions{torch::kFloat32, /*meta=*/true, 0});
-  f.counts = net->parameter_counts();
-  f.total = net->parameter_count();
-  for (const auto& w : net->parameters()) f.shapes.push_back(w.sizes().vec());
-  const auto& all = model::presets();
-  const auto preset =
-      std::find_if(all.begin(), all.end(), [&](const model::Preset& p) { return p.name == f.spec.name; });
-  if (preset != all.end()) f.upstream_params = preset->upstream_params;
-  if (f.spec.trigflow) f.sprint = sprint_facts(cfg);
-  for (const auto& table : data::bucket_tables_for(train::bucket_options_for(cfg))) {
-    const auto size = [&](const data::Bucket& b) {
-      const auto forward = model::forward_flops(f.spec, b.height, b.width);
-      return BucketSize{table.base(), b.height, b.width, forward, train::train_flops(config::lora_enabled(cfg.train), f.spec, forward)};
-    };
-    for (const auto& b : data::showcase_buckets(table)) f.buckets.push_back(size(b));
-    for (const auto& b : table.buckets()) f.all_buckets.push_back(size(b));
-  }
-  return f;
-}
-
-// The GPU sizes (decimal GB, as sold) whose memory holds `bytes` plus 2 GiB for the CUDA
-// context and the allocator's slack.
-std::vector<int> gpus_that_fit(double bytes) {
-  std::vector<int> out;
-  for (int gb : {8, 12, 16, 24, 48, 80}) {
-    if (bytes + kContextBytes <= gb * 1e9) out.push_back(gb);
-  }
-  return out;
-}
+namespace {
 
 // The memory estimate's JSON: every figure in bytes, the largest rank's and each rank's.
 nlohmann::ordered_json memory_json(const train::MemoryEstimate& m) {
@@ -304,6 +178,31 @@ void print_encoders(const ModelFacts& f) {
   std::cout << "  (precomputed features, sana-train prepare-features, keep the encoders off the training run)\n";
 }
 
+// Below the device's figures: what block swapping copies, and the host memory for the state.
+template <class Row>
+void print_host_memory(const train::MemoryEstimate& m, const Row& row) {
+  if (m.swapped_blocks > 0) {
+    // An assumption, said as one: page-locked copies over PCIe 4.0 x16 run at about this.
+    constexpr double kHostToDevice = 16e9;
+    std::cout << fmt::format("  block swapping copies {} to the device per micro-batch (each swapped block for the "
+                             "forward and again for the backward): about {:.0f} ms at an assumed {:.0f} GB/s "
+                             "host-to-device, hidden where the copy of the next block overlaps the compute\n",
+                             data::size_text(static_cast<uint64_t>(m.swap_copies)), 1e3 * m.swap_copies / kHostToDevice,
+                             kHostToDevice / 1e9);
+  }
+  if (m.host_total() > 0) {
+    std::cout << "host memory per process for the run's state (train.offload_optimizer, train.ema_device cpu, "
+                 "train.offload_blocks; beside the loaded encoders and data):\n";
+    if (m.host_blocks > 0) row("swapped blocks' weights (page-locked)", m.host_blocks);
+    if (m.host_weights > 0) row("master weights (fp32)", m.host_weights);
+    if (m.host_gradients > 0) row("master gradients (fp32)", m.host_gradients);
+    if (m.host_optimizer > 0) row(fmt::format("optimizer state ({})", m.optimizer_name), m.host_optimizer);
+    if (m.host_ema > 0) row("EMA weights", m.host_ema);
+    if (m.host_mirror > 0) row("mirror of another rank's EMA", m.host_mirror);
+    row("host total", m.host_total());
+  }
+}
+
 void print_memory(const train::MemoryEstimate& m) {
   std::cout << fmt::format("\nmemory per process (estimate: micro-batch {} at the largest bucket {}x{}, {} tokens; "
                            "{} process{}, train.zero_stage {}{}):\n",
@@ -363,26 +262,7 @@ void print_memory(const train::MemoryEstimate& m) {
                            fits.empty() ? std::string("none of 8, 12, 16, 24, 48, 80 GB") : fmt::format("{} GB", fmt::join(fits, ", ")),
                            m.world_size == 1 && m.zero_stage == 0 ? "; more processes with train.zero_stage split the state"
                                                                   : "");
-  if (m.swapped_blocks > 0) {
-    // An assumption, said as one: page-locked copies over PCIe 4.0 x16 run at about this.
-    constexpr double kHostToDevice = 16e9;
-    std::cout << fmt::format("  block swapping copies {} to the device per micro-batch (each swapped block for the "
-                             "forward and again for the backward): about {:.0f} ms at an assumed {:.0f} GB/s "
-                             "host-to-device, hidden where the copy of the next block overlaps the compute\n",
-                             data::size_text(static_cast<uint64_t>(m.swap_copies)), 1e3 * m.swap_copies / kHostToDevice,
-                             kHostToDevice / 1e9);
-  }
-  if (m.host_total() > 0) {
-    std::cout << "host memory per process for the run's state (train.offload_optimizer, train.ema_device cpu, "
-                 "train.offload_blocks; beside the loaded encoders and data):\n";
-    if (m.host_blocks > 0) row("swapped blocks' weights (page-locked)", m.host_blocks);
-    if (m.host_weights > 0) row("master weights (fp32)", m.host_weights);
-    if (m.host_gradients > 0) row("master gradients (fp32)", m.host_gradients);
-    if (m.host_optimizer > 0) row(fmt::format("optimizer state ({})", m.optimizer_name), m.host_optimizer);
-    if (m.host_ema > 0) row("EMA weights", m.host_ema);
-    if (m.host_mirror > 0) row("mirror of another rank's EMA", m.host_mirror);
-    row("host total", m.host_total());
-  }
+  print_host_memory(m, row);
 }
 
 void print_micro_batch(const ModelFacts& f) {
