@@ -8,12 +8,13 @@
 #     no gradients or optimizer state on the device, the masters, their gradients and
 #     the state in host memory;
 #   1.6B LoRA r16, micro-batch 1, NF4 base:                                            <= 3 GiB
+#   4.8B LoRA r16, micro-batch 1, NF4 base:                                            <= 4.5 GiB
 #   4.8B LoRA r16, micro-batch 1, NF4 base (double quantised), 56 of 60 blocks swapped: <= 4.5 GiB,
 #     the swapped blocks in host memory;
 #   4.8B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 20 GiB.
 # Each row's per-GPU total (and host total) in README.md must be the estimate's, to 0.1 GiB.
 # Each estimate measures the model's activations on the CPU at depth 1 and 2 (about 45 s
-# each alone on 2 cores); the six run at once, each bounded, in this test's scratch folder.
+# each alone on 2 cores); the seven run at once, each bounded, in this test's scratch folder.
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cat > "$SCRATCH/lora16.yaml" <<YAML
@@ -33,6 +34,11 @@ cat > "$SCRATCH/nf4_16.yaml" <<YAML
 base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
 train: {frozen_base_dtype: nf4, micro_batch_size: 1, global_batch_size: 1}
 YAML
+cat > "$SCRATCH/nf4_48.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
+model: {model: SanaMS_4800M_P1_D60}
+train: {frozen_base_dtype: nf4, micro_batch_size: 1, global_batch_size: 1}
+YAML
 cat > "$SCRATCH/swap48.yaml" <<YAML
 base: $ROOT/configs/Sana_1600M_img1024_lora.yaml
 model: {model: SanaMS_4800M_P1_D60}
@@ -46,12 +52,12 @@ train: {offload_optimizer: true, micro_batch_size: 1, global_batch_size: 1}
 YAML
 # The three at once (each mostly on one core).
 declare -A pid
-for c in lora16 lora48 full16 nf4_16 swap48 full48; do
+for c in lora16 lora48 full16 nf4_16 nf4_48 swap48 full48; do
   start_bounded 600 "$SCRATCH/$c.err" bash -c 'cd "$1" && exec "$2" model --config "$1/$3.yaml" --json > "$1/$3.json"' \
     _ "$SCRATCH" "$BIN" "$c"
   pid[$c]=$BG
 done
-for c in lora16 lora48 full16 nf4_16 swap48 full48; do
+for c in lora16 lora48 full16 nf4_16 nf4_48 swap48 full48; do
   code_of "${pid[$c]}"
   assert_code "$CODE" 0 "sana-train model --json on the $c row"
 done
@@ -60,7 +66,7 @@ import json, re, sys
 folder, readme = sys.argv[1], open(sys.argv[2]).read()
 G = 2 ** 30
 m = {c: json.load(open(f"{folder}/{c}.json"))["memory_per_process"]
-     for c in ("lora16", "lora48", "full16", "nf4_16", "swap48", "full48")}
+     for c in ("lora16", "lora48", "full16", "nf4_16", "nf4_48", "swap48", "full48")}
 bad, text = [], []
 def row(key, needle, budget, host=False):
     e = m[key]
@@ -98,10 +104,13 @@ if not (h["weights"] == h["gradients"] > 0 and h["optimizer"] > 0):
 d = row("nf4_16", "1.6B 1024, micro-batch 1, NF4", 3)
 if d["frozen_dtype"] != "nf4" or d["micro_batch"] != 1:
     bad.append(f"nf4_16: base {d['frozen_dtype']}, micro-batch {d['micro_batch']}")
-e = row("swap48", "4.8B 1024, micro-batch 1, NF4", 4.5)
+n = row("nf4_48", "4.8B 1024, micro-batch 1, bitsandbytes' NF4", 4.5)
+if n["frozen_dtype"] != "nf4" or n["micro_batch"] != 1 or n["swapped_blocks"] != 0:
+    bad.append(f"nf4_48: base {n['frozen_dtype']}, micro-batch {n['micro_batch']}, {n['swapped_blocks']} swapped")
+e = row("swap48", "4.8B 1024, micro-batch 1, NF4 with its blocks swapped", 4.5)
 if e["frozen_dtype"] != "nf4-dq" or e["swapped_blocks"] != 56 or e["host"]["blocks"] <= 0:
     bad.append(f"swap48: base {e['frozen_dtype']}, {e['swapped_blocks']} blocks swapped, host {e['host']}")
-swapped_row = [l for l in readme.splitlines() if l.startswith("| ") and "4.8B 1024, micro-batch 1, NF4" in l]
+swapped_row = [l for l in readme.splitlines() if l.startswith("| ") and "NF4 with its blocks swapped" in l]
 if swapped_row and not re.search(rf"\| {e['host']['blocks'] / G:.1f} GiB \(56 of 60 blocks\)", swapped_row[0]):
     bad.append(f"swap48: the README's host figure is not {e['host']['blocks'] / G:.1f} GiB")
 row("full48", "4.8B 1024, micro-batch 1, the optimizer on the host", 20, host=True)
