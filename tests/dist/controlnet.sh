@@ -19,6 +19,9 @@
 #     and AdamW, diffusers' warmup): every step's loss and the final control blocks as the run's.
 #  8. train.frozen_base_dtype bf16: the final model's base is base.pth's in bf16, held in
 #     fp32; a resume on an int8 base is refused.
+#  9. Block swapping (train.offload_blocks 2: the base's last 2 blocks in host memory) with
+#     train.deterministic and gradient checkpointing on 2 processes: the final model
+#     byte-identical to the unswapped run's.
 # Every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -184,4 +187,15 @@ assert_contains "$SCRATCH/bf16.log" "Set train.frozen_base_dtype: bf16 to resume
 
 # 5. Other base weights: refused, both checksums named.
 refuses_other_base "control blocks" 50
+
+# 9. The base's blocks swapped: the same model, byte for byte.
+swap=(--train.deterministic=true --dist.threads_per_process=1 --train.grad_checkpointing=true --train.max_steps=4)
+run unswapped 2 "${swap[@]}"; assert_code $? 0 "4 ControlNet steps, deterministic, on 2 processes"
+run swapped 2 "${swap[@]}" --train.offload_blocks=2; assert_code $? 0 "the same with 2 base blocks swapped"
+assert_contains "$SCRATCH/swapped.log" "train.offload_blocks: blocks 2 to 3 of 4" "the run names the blocks it swaps"
+if cmp -s "$SCRATCH/unswapped/model.safetensors" "$SCRATCH/swapped/model.safetensors"; then
+  pass "the final model is byte-identical with the base's blocks swapped"
+else
+  fail "the final model differs with the base's blocks swapped"
+fi
 finish
