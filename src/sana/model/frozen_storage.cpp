@@ -33,15 +33,15 @@ torch::ScalarType compute_dtype(const torch::Tensor& x) {
 std::vector<torch::Tensor> tensors_of(const StoredWeight& w) {
   return {w.codes, or_none(w.scale), or_none(w.absmax), or_none(w.nested_absmax), or_none(w.offset)};
 }
-StoredWeight stored_from(const variable_list& t, size_t first, int64_t dtype, std::vector<int64_t> shape) {
+StoredWeight stored_from(const variable_list& t, int64_t dtype, std::vector<int64_t> shape) {
   StoredWeight w;
   w.dtype = static_cast<StorageDtype>(dtype);
   w.shape = std::move(shape);
-  w.codes = t[first];
-  w.scale = defined_or_not(t[first + 1]);
-  w.absmax = defined_or_not(t[first + 2]);
-  w.nested_absmax = defined_or_not(t[first + 3]);
-  w.offset = defined_or_not(t[first + 4]);
+  w.codes = t[0];
+  w.scale = defined_or_not(t[1]);
+  w.absmax = defined_or_not(t[2]);
+  w.nested_absmax = defined_or_not(t[3]);
+  w.offset = defined_or_not(t[4]);
   return w;
 }
 void save_layout(AutogradContext* ctx, int64_t dtype, const std::vector<int64_t>& shape,
@@ -52,7 +52,7 @@ void save_layout(AutogradContext* ctx, int64_t dtype, const std::vector<int64_t>
 }
 // The saved weight restored in `dtype`, of the shape its product takes.
 torch::Tensor restored_saved(AutogradContext* ctx, const variable_list& saved, torch::ScalarType dtype) {
-  const auto w = stored_from(saved, 0, ctx->saved_data["dtype"].toInt(), ctx->saved_data["shape"].toIntVector());
+  const auto w = stored_from(saved, ctx->saved_data["dtype"].toInt(), ctx->saved_data["shape"].toIntVector());
   return restore_weight(w, dtype).view(ctx->saved_data["product"].toIntVector());
 }
 
@@ -68,7 +68,7 @@ struct StoredProduct : public torch::autograd::Function<StoredProduct> {
     save_layout(ctx, dtype, shape, product);
     const auto compute = compute_dtype(x);
     const auto b = given(bias) ? bias.to(compute) : torch::Tensor();
-    const auto w = stored_from({codes, scale, absmax, nested, offset}, 0, dtype, std::move(shape));
+    const auto w = stored_from({codes, scale, absmax, nested, offset}, dtype, std::move(shape));
     return token_product(x.to(compute), restore_weight(w, compute).view(product), b);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -93,7 +93,7 @@ struct StoredConvolution : public torch::autograd::Function<StoredConvolution> {
     ctx->saved_data["padding"] = padding;
     ctx->saved_data["groups"] = groups;
     const auto b = given(bias) ? bias.to(compute) : torch::Tensor();
-    const auto w = stored_from({codes, scale, absmax, nested, offset}, 0, dtype, std::move(shape));
+    const auto w = stored_from({codes, scale, absmax, nested, offset}, dtype, std::move(shape));
     return torch::conv2d(input, restore_weight(w, compute), b, stride, padding, 1, groups);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -131,6 +131,14 @@ struct Storage {
   torch::Tensor scale, absmax, nested_absmax, offset;
 };
 
+// x times the stored weight `w` (as the product takes it: `product`), through StoredProduct.
+torch::Tensor stored_product(const torch::Tensor& x, const StoredWeight& w, const torch::Tensor& bias,
+                             std::vector<int64_t> product) {
+  const auto t = tensors_of(w);
+  return StoredProduct::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype), w.shape,
+                              std::move(product));
+}
+
 double product_flops(const torch::Tensor& x, int64_t out) {
   return 2.0 * static_cast<double>(x.numel()) * static_cast<double>(out);
 }
@@ -143,10 +151,7 @@ class StoredLinearImpl : public LinearImpl {
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     if (FlopTrace::active()) FlopTrace::add(product_flops(x, storage_.shape[0]));
-    const auto w = storage_.with(weight);
-    const auto t = tensors_of(w);
-    return StoredProduct::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype), w.shape,
-                                w.shape);
+    return stored_product(x, storage_.with(weight), bias, storage_.shape);
   }
   torch::ScalarType compute_dtype() const override { return storage_.compute; }
   std::vector<int64_t> weight_shape() const override { return storage_.shape; }
@@ -178,10 +183,7 @@ class StoredConv2dImpl : public Conv2dImpl {
     TORCH_CHECK(s[2] == 1 && s[3] == 1 && stride == 1 && padding == 0 && groups == 1,
                 "forward_tokens is for 1x1 convolutions, this one has weight ", s);
     if (FlopTrace::active()) FlopTrace::add(product_flops(x, s[0]));
-    const auto w = storage_.with(weight);
-    const auto t = tensors_of(w);
-    return StoredProduct::apply(x, t[0], t[1], t[2], t[3], t[4], or_none(bias), static_cast<int64_t>(w.dtype), w.shape,
-                                std::vector<int64_t>{s[0], s[1]});
+    return stored_product(x, storage_.with(weight), bias, {s[0], s[1]});
   }
   torch::ScalarType compute_dtype() const override { return storage_.compute; }
   std::vector<int64_t> weight_shape() const override { return storage_.shape; }

@@ -5,18 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 namespace sana::model {
 
 std::vector<int64_t> swapped_block_ids(double offload_blocks, int64_t depth) {
-  if (offload_blocks < 0) throw std::invalid_argument("train.offload_blocks is negative");
+  if (offload_blocks < 0) throw SpecError("train.offload_blocks", "is negative: give a count of blocks, or 0 for none");
   const auto n = offload_blocks < 1 ? static_cast<int64_t>(std::floor(offload_blocks * static_cast<double>(depth)))
                                     : static_cast<int64_t>(offload_blocks);
   if (n > depth || (offload_blocks >= 1 && offload_blocks != std::floor(offload_blocks))) {
-    throw std::invalid_argument(fmt::format("train.offload_blocks is {:g}: give a count of blocks up to the model's {} "
-                                            "(or a fraction below 1)",
-                                            offload_blocks, depth));
+    throw SpecError("train.offload_blocks", fmt::format("is {:g}: give a count of blocks up to the model's {} (or a "
+                                                        "fraction below 1)",
+                                                        offload_blocks, depth));
   }
   std::vector<int64_t> ids;
   for (int64_t k = depth - n; k < depth; ++k) ids.push_back(k);

@@ -24,11 +24,13 @@
 
 #include "sana/model/host_copies.h"
 #include "sana/model/sana_ms.h"
+#include "sana/model/spec.h"
 
 namespace sana::model {
 
 // The blocks train.offload_blocks swaps: the last N of `depth` blocks (a value below 1: that
-// fraction of them, rounded down; 0: none).
+// fraction of them, rounded down; 0: none). SpecError for a negative value, a fraction above
+// 1 or more blocks than `depth`.
 std::vector<int64_t> swapped_block_ids(double offload_blocks, int64_t depth);
 
 class SwappedBlocks : public BlockHooks {

@@ -56,8 +56,8 @@ void register_lora_check() {
     }
     try {
       model::swapped_block_ids(cfg.train.offload_blocks, spec.depth);
-    } catch (const std::invalid_argument& e) {
-      issues.fail("train.offload_blocks", std::string(e.what()).substr(std::string("train.offload_blocks ").size()));
+    } catch (const model::SpecError& e) {
+      issues.fail(e.key(), e.message());
       return;
     }
     if (!config::lora_enabled(cfg.train) && spec.control_blocks == 0) {
