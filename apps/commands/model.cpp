@@ -218,7 +218,7 @@ void print_memory(const train::MemoryEstimate& m) {
   }
   const bool stored = m.frozen_dtype != model::StorageDtype::fp32;
   row(m.gathered > 0      ? "weights (fp32, this rank's share)"
-      : m.trained.empty() ? "weights (fp32)"
+      : m.trained.empty() ? (m.swapped_blocks > 0 ? "weights (fp32, the blocks not swapped)" : "weights (fp32)")
       : stored            ? fmt::format("weights (base {}, {} fp32)", model::storage_dtype_name(m.frozen_dtype), m.trained)
                           : fmt::format("weights (fp32, base and {})", m.trained),
       m.weights);

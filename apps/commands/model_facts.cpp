@@ -35,7 +35,7 @@ ModelFacts::Sprint sprint_facts(const config::Config& cfg) {
 
 using train::kContextBytes;
 
-// The fewest blocks of a frozen base train.offload_blocks must swap for `budget` to hold the
+// The fewest blocks (of a frozen base, or trained under train.offload_optimizer) train.offload_blocks must swap for `budget` to hold the
 // state and `measured`'s activations (-1: not even every block), and the total then.
 std::pair<int64_t, double> fewest_swapped_blocks(const config::Config& cfg, int world_size,
                                                  const train::MemoryEstimate& measured, double budget) {
@@ -73,7 +73,9 @@ ModelFacts facts_of(const config::Config& cfg, bool memory, int world_size, bool
       f.memory = train::estimate_at(*f.memory, f.spec, f.micro_batch->pick);
     }
   }
-  if (f.memory && activations && device_memory > 0 && !f.memory->trained.empty() && !f.spec.trigflow) {
+  const bool swappable = !f.memory || !f.memory->trained.empty() ||
+                         (cfg.train.offload_optimizer && cfg.train.zero_stage < 3);  // config checks' rule
+  if (f.memory && activations && device_memory > 0 && swappable && !f.spec.trigflow) {
     f.swap = fewest_swapped_blocks(cfg, world_size, *f.memory,
                                    device_memory - kContextBytes - static_cast<double>(f.encoder_bytes()));
   }

@@ -11,7 +11,8 @@
 # train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8, fp8, NF4
 # (double quantised) and bf16, and NF4 with 2 blocks swapped (train.offload_blocks);
 # a ControlNet's base in int8;
-# train.offload_optimizer with the EMA on the host at stage 2 on two. Tiny preset, the example photos
+# train.offload_optimizer with the EMA on the host at stage 2 on two, and with 3 trained blocks
+# swapped. Tiny preset, the example photos
 # (shrunk by ctest's test_photos fixture, SANA_TEST_PHOTOS), one step; every command under
 # `timeout` in a `mktemp -d` folder, removed on exit.
 [ -n "${1:-}" ] && export SANA_TRAIN_BIN=$1
@@ -100,6 +101,10 @@ check adamw_s3_w4 4 --train.optimizer.type=AdamW --train.ema_update=true --train
 # EMA of each rank's share counted in host memory, none of it on the device.
 check came_offload_s2_w2 2 --train.optimizer.type=CAME --train.ema_update=true --train.zero_stage=2 \
   --train.offload_optimizer=true --train.ema_device=cpu
+# A full fine-tune with 3 of the 4 trained blocks swapped (train.offload_blocks): their
+# buckets in host memory, out of the device's parameters.
+check full_swap_s2_w2 2 --train.optimizer.type=AdamW --train.zero_stage=2 --train.offload_optimizer=true \
+  --train.offload_blocks=3 --train.grad_checkpointing=true
 # train.lora: the base frozen (whole on every rank), the adapters alone in the buckets, the
 # optimizer and the EMA; at stage 3 the adapters sharded.
 lora=(--train.lora.rank=4 "--train.lora.target_modules=[to_q, to_k, to_v, to_out.0, conv_inverted, conv_point]")

@@ -11,10 +11,13 @@
 #   4.8B LoRA r16, micro-batch 1, NF4 base:                                            <= 4.5 GiB
 #   4.8B LoRA r16, micro-batch 1, NF4 base (double quantised), 56 of 60 blocks swapped: <= 4.5 GiB,
 #     the swapped blocks in host memory;
-#   4.8B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 20 GiB.
+#   4.8B full fine-tune, micro-batch 1, train.offload_optimizer:                      <= 20 GiB;
+#   1.6B full fine-tune, micro-batch 1, train.offload_optimizer, all 20 blocks swapped: <= 4 GiB,
+#   4.8B the same with 47 of 60 blocks swapped (what --gpu-memory 8 names):           <= 20 GiB,
+#     the swapped blocks in host memory, no gradients or optimizer state on the device.
 # Each row's per-GPU total (and host total) in README.md must be the estimate's, to 0.1 GiB.
 # Each estimate measures the model's activations on the CPU at depth 1 and 2 (about 45 s
-# each alone on 2 cores); the seven run at once, each bounded, in this test's scratch folder.
+# each alone on 2 cores); the nine run at once, each bounded, in this test's scratch folder.
 . "$(dirname "$0")/../dist/lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cat > "$SCRATCH/lora16.yaml" <<YAML
@@ -50,14 +53,24 @@ base: $ROOT/configs/Sana_1600M_img1024.yaml
 model: {model: SanaMS_4800M_P1_D60}
 train: {offload_optimizer: true, micro_batch_size: 1, global_batch_size: 1}
 YAML
-# The three at once (each mostly on one core).
+cat > "$SCRATCH/fullswap16.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024.yaml
+train: {offload_optimizer: true, offload_blocks: 20, micro_batch_size: 1, global_batch_size: 1}
+YAML
+cat > "$SCRATCH/fullswap48.yaml" <<YAML
+base: $ROOT/configs/Sana_1600M_img1024.yaml
+model: {model: SanaMS_4800M_P1_D60}
+train: {offload_optimizer: true, offload_blocks: 47, micro_batch_size: 1, global_batch_size: 1}
+YAML
+rows=(lora16 lora48 full16 nf4_16 nf4_48 swap48 full48 fullswap16 fullswap48)
+# All at once (each mostly on one core).
 declare -A pid
-for c in lora16 lora48 full16 nf4_16 nf4_48 swap48 full48; do
+for c in "${rows[@]}"; do
   start_bounded 600 "$SCRATCH/$c.err" bash -c 'cd "$1" && exec "$2" model --config "$1/$3.yaml" --json > "$1/$3.json"' \
     _ "$SCRATCH" "$BIN" "$c"
   pid[$c]=$BG
 done
-for c in lora16 lora48 full16 nf4_16 nf4_48 swap48 full48; do
+for c in "${rows[@]}"; do
   code_of "${pid[$c]}"
   assert_code "$CODE" 0 "sana-train model --json on the $c row"
 done
@@ -66,7 +79,7 @@ import json, re, sys
 folder, readme = sys.argv[1], open(sys.argv[2]).read()
 G = 2 ** 30
 m = {c: json.load(open(f"{folder}/{c}.json"))["memory_per_process"]
-     for c in ("lora16", "lora48", "full16", "nf4_16", "nf4_48", "swap48", "full48")}
+     for c in ("lora16", "lora48", "full16", "nf4_16", "nf4_48", "swap48", "full48", "fullswap16", "fullswap48")}
 bad, text = [], []
 def row(key, needle, budget, host=False):
     e = m[key]
@@ -114,6 +127,13 @@ swapped_row = [l for l in readme.splitlines() if l.startswith("| ") and "NF4 wit
 if swapped_row and not re.search(rf"\| {e['host']['blocks'] / G:.1f} GiB \(56 of 60 blocks\)", swapped_row[0]):
     bad.append(f"swap48: the README's host figure is not {e['host']['blocks'] / G:.1f} GiB")
 row("full48", "4.8B 1024, micro-batch 1, the optimizer on the host", 20, host=True)
+for key, needle, budget, blocks in (("fullswap16", "1.6B 1024, micro-batch 1, the optimizer and every block on the host", 4, 20),
+                                    ("fullswap48", "4.8B 1024, micro-batch 1, the optimizer and 47 blocks on the host", 20, 47)):
+    s = row(key, needle, budget, host=True)
+    if s["swapped_blocks"] != blocks or s["host"]["blocks"] <= 0 or s["gradients"] != 0 or s["optimizer"] != 0 \
+            or s["trainable_parameters"] < 1.5e9:
+        bad.append(f"{key}: {s['swapped_blocks']} blocks swapped, host {s['host']}, on the device gradients "
+                   f"{s['gradients']}, optimizer {s['optimizer']}, {s['trainable_parameters']} trainable")
 print("; ".join(text))
 for line in bad:
     print(line)

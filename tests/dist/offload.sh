@@ -11,9 +11,15 @@
 #  2. The EMA's interval, from the offloaded run's checkpoints (python3): steps 5 to 8 moved
 #     the step-4 EMA once, by rate^5 toward the step-4 weights.
 #  3. 20 CAME steps at ZeRO stage 2 on 2 processes: offloaded, byte-identical again.
-#  4. train.deterministic: offloaded at stage 2 on 2 processes to step 5, resumed on 3
-#     without offloading to step 9, then on 1 offloaded to step 20: the weights are
+#  4. train.deterministic: offloaded at stage 2 on 2 processes with 3 of the 4 blocks
+#     swapped (train.offload_blocks) to step 5, resumed on 3 without offloading or swapping
+#     to step 9, then on 1 offloaded with half the blocks swapped to step 20: the weights are
 #     byte-identical to an uninterrupted device-resident run on 1 process.
+#  5. Block swapping in a full fine-tune (train.offload_blocks: trained blocks in host
+#     memory, their gradients streamed to the host optimizer): 3 of the 4 blocks swapped on
+#     1 process (sections 1's runs, one micro-batch a step) and on 2 at ZeRO 2 (section 3's
+#     CAME runs), with gradient checkpointing: byte-identical to the unswapped runs;
+#     memory.json moves the swapped blocks' bytes from the device's parameters to host_blocks.
 # Tiny preset on the test photos; every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -96,10 +102,35 @@ identical device2 host2 "offloaded CAME at ZeRO 2 on 2 processes: the weights of
 det=(--train.deterministic=true --dist.threads_per_process=1 --train.optimizer.type=AdamW --train.ema_update=true --train.save_model_steps=0)
 chain=(--work_dir="$SCRATCH/chain" --resume_from=latest)
 run det-ref 1 "${det[@]}"; assert_code $? 0 "the uninterrupted deterministic run"
-run chain2 2 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.zero_stage=2 --train.max_steps=5
-assert_code $? 0 "5 steps offloaded at stage 2 on 2 processes"
+run chain2 2 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.zero_stage=2 --train.max_steps=5 --train.offload_blocks=3
+assert_code $? 0 "5 steps offloaded at stage 2 on 2 processes, 3 blocks swapped"
 run chain3 3 "${det[@]}" "${chain[@]}" --train.max_steps=9; assert_code $? 0 "resumed on 3 without offloading to 9"
-run chain1 1 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.max_steps=20; assert_code $? 0 "resumed on 1 offloaded to 20"
+run chain1 1 "${det[@]}" "${chain[@]}" "${offload[@]}" --train.max_steps=20 --train.offload_blocks=0.5
+assert_code $? 0 "resumed on 1 offloaded to 20, 2 blocks swapped"
 assert_contains "$SCRATCH/chain1.log" "resumed from" "the last run resumed"
-identical det-ref chain "offloaded on 2, device-resident on 3, offloaded on 1: the uninterrupted run's weights and EMA"
+assert_contains "$SCRATCH/chain1.log" "train.offload_blocks: blocks 2 to 3 of 4 keep their weights (trained" \
+  "the last run swaps trained blocks"
+identical det-ref chain "offloaded and swapped on 2, device-resident on 3, offloaded and swapped on 1: the uninterrupted run's weights and EMA"
+
+# 5. Trained blocks swapped, on 1 process and at ZeRO 2 on 2.
+swap=(--train.offload_blocks=3 --train.grad_checkpointing=true)
+run device1gc 1 "${one[@]}" --train.grad_checkpointing=true; assert_code $? 0 "section 1's one-micro-batch run, checkpointed"
+run swap1 1 "${one[@]}" "${offload[@]}" "${swap[@]}"; assert_code $? 0 "the same offloaded, 3 of 4 blocks swapped"
+assert_contains "$SCRATCH/swap1/train.log" "train.offload_blocks: blocks 1 to 3 of 4 keep their weights (trained" \
+  "the swapped run names the trained blocks it keeps in host memory"
+identical device1gc swap1 "3 trained blocks swapped on 1 process: the weights of the device-resident run"
+if timeout 60 "$SANA_PYTHON" - "$SCRATCH/device1gc/memory.json" "$SCRATCH/swap1/memory.json" > "$SCRATCH/swap.cmp" 2>&1 <<'PY'; then
+import json, sys
+dev, swap = (json.load(open(p))["ranks"][0] for p in sys.argv[1:3])
+assert swap["host_blocks"] > 0, f"no host_blocks: {swap}"
+assert swap["parameters"] + swap["host_blocks"] == dev["parameters"], (swap["parameters"], swap["host_blocks"], dev["parameters"])
+print(f"{swap['host_blocks']} B of the {dev['parameters']} B of weights in host memory, {swap['parameters']} B on the device")
+PY
+  pass "memory.json: $(cat "$SCRATCH/swap.cmp")"
+else
+  fail "memory.json of the swapped run: $(cat "$SCRATCH/swap.cmp")"
+fi
+run device2gc 2 "${came[@]}" --train.grad_checkpointing=true; assert_code $? 0 "section 3's CAME run, checkpointed"
+run swap2 2 "${came[@]}" "${offload[@]}" "${swap[@]}"; assert_code $? 0 "the same offloaded, 3 of 4 blocks swapped"
+identical device2gc swap2 "3 trained blocks swapped at ZeRO 2 on 2 processes: the weights of the device-resident run"
 finish

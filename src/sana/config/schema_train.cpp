@@ -124,8 +124,9 @@ void describe_memory(Section& s, TrainConfig& t) {
   s.add("offload_optimizer", t.offload_optimizer,
         "fp32 master weights and optimizer state of this rank's share in host memory; the update runs there");
   s.add("offload_blocks", t.offload_blocks,
-        "block swapping: a frozen base's last N blocks (below 1: that fraction of them) kept in host memory, each "
-        "copied to the device one block ahead of its use (docs/memory.md; sana-train model --gpu-memory suggests N)")
+        "block swapping: the last N blocks (below 1: that fraction of them) kept in host memory, each copied to "
+        "the device one block ahead of its use: a frozen base's, or in a full fine-tune under "
+        "train.offload_optimizer the trained blocks (docs/memory.md; sana-train model --gpu-memory suggests N)")
       .at_least(0);
 }
 

@@ -24,15 +24,16 @@ std::vector<int64_t> swapped_block_ids(double offload_blocks, int64_t depth) {
 
 struct SwappedBlocks::Block {
   int64_t index = 0;
-  std::vector<torch::Tensor> params;  // the block's frozen parameters
-  std::vector<torch::Tensor> host;    // their host copies
+  std::vector<torch::Tensor> params;  // the block's swapped parameters
+  std::vector<torch::Tensor> host;    // while on the device: their host memory
   std::vector<torch::Tensor> device;  // while on the device: the copies there
   int64_t ticket = -1;                // while the copy is under way
   int64_t bytes = 0;
 };
 
-SwappedBlocks::SwappedBlocks(SanaMSImpl& model, const std::vector<int64_t>& ids, const torch::Device& device)
-    : model_(model), ids_(ids), copies_(device) {
+SwappedBlocks::SwappedBlocks(SanaMSImpl& model, const std::vector<int64_t>& ids, const torch::Device& device,
+                             bool trained)
+    : model_(model), ids_(ids), copies_(device), trained_(trained) {
   const auto modules = model.blocks->children();
   torch::NoGradGuard no_grad;
   for (const auto k : ids) {
@@ -41,12 +42,11 @@ SwappedBlocks::SwappedBlocks(SanaMSImpl& model, const std::vector<int64_t>& ids,
     b->index = k;
     std::vector<const c10::TensorImpl*> seen;  // a wrapper registers its base's parameters too
     for (auto& p : modules[static_cast<size_t>(k)]->parameters()) {
-      if (p.requires_grad()) continue;  // what trains stays on the device
+      if (p.requires_grad() && !trained) continue;  // adapters stay on the device
       if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
       seen.push_back(p.unsafeGetTensorImpl());
-      b->host.push_back(copies_.host_copy(p));
       b->bytes += static_cast<int64_t>(p.nbytes());
-      p.set_data(b->host.back());  // the device's memory goes
+      p.set_data(copies_.host_copy(p));  // the device's memory goes
       b->params.push_back(p);
     }
     host_bytes_ += b->bytes;
@@ -72,6 +72,12 @@ bool SwappedBlocks::swapped(const torch::Tensor& t) const {
   return false;
 }
 
+std::vector<torch::Tensor> SwappedBlocks::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : blocks_) out.insert(out.end(), b->params.begin(), b->params.end());
+  return out;
+}
+
 SwappedBlocks::Block* SwappedBlocks::find(int64_t block) {
   for (auto& b : blocks_) {
     if (b->index == block) return b.get();
@@ -81,6 +87,10 @@ SwappedBlocks::Block* SwappedBlocks::find(int64_t block) {
 
 void SwappedBlocks::fetch(Block& b) {
   if (!b.device.empty() || b.params.empty()) return;
+  // What the parameters hold now: the host copies made at the start, or the reducer's host
+  // buckets (a trained block's, as the last optimizer step left them).
+  b.host.clear();
+  for (const auto& p : b.params) b.host.push_back(p.variable_data());
   b.device = copies_.start(b.host, b.ticket);
   for (size_t i = 0; i < b.params.size(); ++i) b.params[i].set_data(b.device[i]);
   copied_bytes_ += b.bytes;
@@ -99,6 +109,7 @@ void SwappedBlocks::release(Block& b) {
   ready(b);  // a copy under way ends first: its memory is written to
   for (size_t i = 0; i < b.params.size(); ++i) b.params[i].set_data(b.host[i]);
   b.device.clear();
+  b.host.clear();
   --on_device_;
 }
 

@@ -1,7 +1,11 @@
-// Calls back after each parameter's gradient has been accumulated: a post-hook on the
-// parameter's autograd accumulator (the reducer launches bucket reductions from it; ZeRO
-// stage 3 releases gathered blocks). The hooks stay on the accumulators as long as the
-// parameters live; once this object goes they reach nothing, so a later backward is safe.
+// Calls back after each parameter's gradient has been accumulated (the reducer launches
+// bucket reductions from it; ZeRO stage 3 releases gathered blocks). The hook is the
+// tensor's own post-accumulate hook, not one on its autograd accumulator: set_data() to
+// another device (block swapping, model/swapped_blocks.h, moves a trained block between
+// host and device) makes autograd forget the accumulator and build a new one, and a hook
+// on the old one would never run again. Several owners may hook one parameter; each is
+// called in the order it came. The hooks stay as long as the parameters live; once this
+// object goes they reach nothing, so a later backward is safe.
 #pragma once
 
 #include <torch/torch.h>
@@ -28,7 +32,6 @@ class AccumulatorHooks {
 
  private:
   std::shared_ptr<Target> target_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
 }  // namespace sana::parallel

@@ -4,19 +4,35 @@
 
 namespace sana::parallel {
 
+std::string module_unit(const std::string& name) {
+  size_t begin = 0;
+  while (begin < name.size()) {
+    size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    if (end > begin && std::all_of(name.begin() + static_cast<std::ptrdiff_t>(begin),
+                                   name.begin() + static_cast<std::ptrdiff_t>(end), [](char c) { return c >= '0' && c <= '9'; })) {
+      return name.substr(0, end);
+    }
+    begin = end + 1;
+  }
+  return {};
+}
+
 std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
                                         int64_t first_cap_bytes) {
   std::vector<GradBucket> buckets;
   int64_t payload = 0;  // the last bucket's parameter bytes (caps do not count alignment gaps)
+  std::string unit;     // the last bucket's module_unit()
   for (size_t k = params.size(); k-- > 0;) {
     const auto& p = params[k];
     const int64_t bytes = p.numel * p.element_size;
     const int64_t cap = buckets.size() <= 1 ? first_cap_bytes : cap_bytes;  // the cap of buckets.back()
-    if (buckets.empty() || buckets.back().dtype != p.dtype ||
-        payload + bytes > cap) {
+    auto p_unit = module_unit(p.name);
+    if (buckets.empty() || buckets.back().dtype != p.dtype || p_unit != unit || payload + bytes > cap) {
       buckets.emplace_back();
       buckets.back().dtype = p.dtype;
       payload = 0;
+      unit = std::move(p_unit);
     }
     payload += bytes;
     auto& b = buckets.back();

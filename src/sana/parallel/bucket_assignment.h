@@ -37,7 +37,10 @@ struct GradBucket {
 //  - Parameters are taken in reverse registration order (the last registered first), which
 //    is roughly the order backward produces their gradients.
 //  - A parameter joins the last bucket unless that bucket would then exceed its cap in
-//    bytes, or its dtype differs; then it starts a new bucket. Bucket 0 is capped at
+//    bytes, or its dtype differs, or it belongs to another element of a module list
+//    (module_unit(): "blocks.3." and "blocks.4." never share a bucket, so a block swapped
+//    between host and device, train.offload_blocks, owns whole buckets); then it starts a
+//    new bucket. Bucket 0 is capped at
 //    first_cap_bytes (a small first bucket starts communicating early in backward); every
 //    later bucket at cap_bytes. (The engine has always chosen the cap as "buckets so far
 //    <= 1 ? first : cap": the cap of the bucket being filled, so bucket 0 alone gets the
@@ -50,6 +53,10 @@ struct GradBucket {
 // the ranks' collectives in the same order. Empty input: no buckets.
 std::vector<GradBucket> compute_buckets(const std::vector<ParamInfo>& params, int64_t cap_bytes,
                                         int64_t first_cap_bytes);
+
+// The element of a module list a parameter's dotted name lies in: the name up to its first
+// all-digit part ("blocks.3.attn.qkv.weight": "blocks.3"), or "" for none ("x_embedder.proj.weight").
+std::string module_unit(const std::string& name);
 
 // The same with the caps in MiB, as ddp.bucket_cap_mb gives them (what the reducer and the
 // memory estimate both use).

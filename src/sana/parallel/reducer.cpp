@@ -58,7 +58,7 @@ BucketedReducer::BucketedReducer(dist::Runtime& rt, std::vector<std::pair<std::s
         if (seg.owner == rt.rank()) at += seg.numel();
       }
     }
-    auto kept = params_.front().second.options();
+    auto kept = params_.front().second.options().device(rt.device());
     if (on_host_) {  // page-locked on a GPU: the copies out of the buckets run at full speed
       const bool pin = kept.device().is_cuda();
       kept = kept.device(torch::kCPU).pinned_memory(pin);
@@ -101,7 +101,9 @@ BucketedReducer::~BucketedReducer() {
 
 void BucketedReducer::allocate(size_t i) {
   auto& b = buckets_[i];
-  b.flat = torch::zeros({b.plan.numel}, params_[b.plan.params.front()].second.options());
+  // On the run's device, wherever the parameters are between steps (a swapped block's are
+  // in host memory: their gradients still come on the device).
+  b.flat = torch::zeros({b.plan.numel}, params_[b.plan.params.front()].second.options().device(rt_.device()));
   b.harvested = false;
   for (size_t j = 0; j < b.plan.params.size(); ++j) {
     const auto& p = params_[b.plan.params[j]].second;
@@ -237,10 +239,20 @@ std::vector<FlatBucket> BucketedReducer::flatten_parameters() {
   torch::NoGradGuard no_grad;
   std::vector<FlatBucket> out;
   for (const auto& b : buckets_) {
-    // Alignment gaps stay zero.
-    auto flat = torch::zeros({b.plan.numel}, params_[b.plan.params.front()].second.options());
+    // Where its parameters are: a block swapped to the host (model/swapped_blocks.h) owns
+    // whole buckets, kept there page-locked on a GPU (they are copied to the device ahead of
+    // each use). Alignment gaps stay zero.
+    const auto& front = params_[b.plan.params.front()];
+    auto options = front.second.options();
+    if (front.second.is_cpu() && rt_.device().is_cuda()) options = options.pinned_memory(true);
+    auto flat = torch::zeros({b.plan.numel}, options);
     for (size_t i = 0; i < b.plan.params.size(); ++i) {
       auto& p = params_[b.plan.params[i]].second;
+      if (p.device() != front.second.device()) {
+        throw std::logic_error(fmt::format("flatten_parameters: bucket {} holds '{}' on {} and '{}' on {}", out.size(),
+                                           front.first, front.second.device().str(), params_[b.plan.params[i]].first,
+                                           p.device().str()));
+      }
       auto view = flat.narrow(0, b.plan.offsets[i], p.numel()).view(p.sizes());
       view.copy_(p);
       p.set_data(view);

@@ -3,8 +3,12 @@
 // adapter gradients of the unswapped model, with and without gradient checkpointing, over
 // two micro-batches; each swapped block is copied in once for the forward and once for the
 // backward, at most two are on the device at once, and none is once the backward is over.
+// A full fine-tune with trained blocks swapped: the gradients of every parameter bitwise, and
+// an update written into the host memory of a swapped block is what the next forward reads.
 #include "catch.h"
 #include <torch/torch.h>
+
+#include <optional>
 
 #include "sana/diffusion/flow_matching.h"
 #include "sana/model/frozen_storage.h"
@@ -32,19 +36,24 @@ struct Run {
   std::vector<torch::Tensor> grads;
 };
 
+// The flow-matching loss of one micro-batch of two 8x8 samples drawn from `seed`.
+torch::Tensor flow_loss(SanaMSImpl& model, int seed, int micro) {
+  torch::manual_seed(seed);
+  const auto& spec = model.spec();
+  const auto x0 = torch::randn({2, spec.in_channels, 8, 8});
+  const auto flow = sana::diffusion::make_flow_batch(x0, {3, 4}, 5 + micro, 0, sana::diffusion::TimestepOptions{});
+  Condition c;
+  c.y = torch::randn({2, spec.caption_tokens, spec.caption_channels});
+  c.mask = torch::ones({2, spec.caption_tokens}, torch::kInt64);
+  return (model.forward(flow.noisy, flow.timesteps, c) - flow.target).pow(2).mean();
+}
+
 // Two micro-batches' forward and backward of LoRA r4 on `model`, the adapters' B nonzero.
 Run train_two(SanaMSImpl& model, Lora& lora) {
   Run r;
   for (const auto& [name, t] : lora.parameters()) t.mutable_grad() = torch::Tensor();
   for (int micro = 0; micro < 2; ++micro) {
-    torch::manual_seed(30 + micro);
-    const auto& spec = model.spec();
-    const auto x0 = torch::randn({2, spec.in_channels, 8, 8});
-    const auto flow = sana::diffusion::make_flow_batch(x0, {3, 4}, 5 + micro, 0, sana::diffusion::TimestepOptions{});
-    Condition c;
-    c.y = torch::randn({2, spec.caption_tokens, spec.caption_channels});
-    c.mask = torch::ones({2, spec.caption_tokens}, torch::kInt64);
-    const auto loss = (model.forward(flow.noisy, flow.timesteps, c) - flow.target).pow(2).mean();
+    const auto loss = flow_loss(model, 30 + micro, micro);
     loss.backward();
     r.losses.push_back(loss.item<double>());
   }
@@ -130,4 +139,75 @@ TEST_CASE("a swapped frozen base trains LoRA bitwise as the unswapped one, copyi
     CHECK(swapped.blocks_on_device() == 0);
   }
   for (const auto& p : block1) CHECK(torch::equal(p.value(), plain1[p.key()]));
+}
+
+namespace {
+
+SanaMS trained_model(const ModelSpec& spec) {
+  SanaMS model(spec, BuildOptions{torch::kFloat32, false, 21});
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(78);
+  for (auto& p : model->parameters()) p.add_(torch::randn(p.sizes()) * 0.02);
+  return model;
+}
+
+// Two micro-batches of a full fine-tune, then an SGD step written into the parameters where
+// they are (a swapped block's: its host memory, as the host optimizer writes them), then a
+// third forward: its loss reads the updated weights.
+Run train_full(SanaMSImpl& model) {
+  Run r;
+  for (auto& p : model.parameters()) p.mutable_grad() = torch::Tensor();
+  const auto step = [&](int micro, bool backward) {
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!backward) no_grad.emplace();  // a forward alone lets its blocks go at its end
+    const auto loss = flow_loss(model, 40 + micro, micro);
+    if (backward) loss.backward();
+    r.losses.push_back(loss.item<double>());
+  };
+  step(0, true);
+  step(1, true);
+  for (const auto& p : model.parameters()) r.grads.push_back(p.grad().clone());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.sub_(p.grad() * 0.5);
+  }
+  step(2, false);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("swapped trained blocks: a full fine-tune's gradients, and the weights updated in host memory, bitwise",
+          "[model][swap]") {
+  auto spec = sana::test::small_spec();
+  spec.depth = 4;
+  const bool checkpointing = GENERATE(false, true);
+  INFO((checkpointing ? "gradient checkpointing" : "no checkpointing"));
+  auto plain = trained_model(spec);
+  plain->set_grad_checkpointing(checkpointing);
+  plain->train();
+  const auto want = train_full(*plain);
+
+  auto model = trained_model(spec);
+  model->set_grad_checkpointing(checkpointing);
+  model->train();
+  SwappedBlocks swapped(*model, swapped_block_ids(3, spec.depth), torch::kCPU, /*trained=*/true);
+  CHECK(swapped.trained());
+  // Every parameter of blocks 1 to 3 swaps, trained or not; block 0's stay.
+  int64_t block_params = 0;
+  for (size_t k = 1; k < 4; ++k) block_params += static_cast<int64_t>(model->blocks->children()[k]->parameters().size());
+  CHECK(static_cast<int64_t>(swapped.parameters().size()) == block_params);
+  for (const auto& p : swapped.parameters()) CHECK(p.requires_grad());
+
+  const auto got = train_full(*model);
+  CHECK(got.losses == want.losses);
+  CHECK(got.losses[2] != got.losses[0]);  // the step moved the weights
+  REQUIRE(got.grads.size() == want.grads.size());
+  for (size_t k = 0; k < got.grads.size(); ++k) CHECK(torch::equal(got.grads[k], want.grads[k]));
+  CHECK(swapped.peak_blocks() <= 2);
+  CHECK(swapped.blocks_on_device() == 0);
+  // Three forwards and two backwards: each copies every swapped block in once.
+  CHECK(swapped.copied_bytes() == 5 * swapped.host_bytes());
+  const auto trained = plain->named_parameters();
+  for (const auto& p : model->named_parameters()) CHECK(torch::equal(p.value(), trained[p.key()]));
 }

@@ -60,7 +60,8 @@ void check_properties(const std::vector<ParamInfo>& params, const std::vector<Gr
     if (i + 1 < buckets.size()) {
       const auto& head = params[buckets[i + 1].params.front()];
       const bool other_dtype = head.dtype != b.dtype;
-      REQUIRE((other_dtype || bytes_of(b, params) + head.numel * head.element_size > this_cap));
+      const bool other_unit = module_unit(head.name) != module_unit(params[b.params.back()].name);
+      REQUIRE((other_dtype || other_unit || bytes_of(b, params) + head.numel * head.element_size > this_cap));
     }
   }
 }
@@ -152,6 +153,29 @@ TEST_CASE("reducer buckets: a dtype change starts a new bucket", "[reducer][buck
   CHECK(compute_buckets({f16(4), f16(4)}, 16, 16).size() == 1);
   CHECK(compute_buckets({f32(2), f32(2)}, 16, 16).size() == 1);
   CHECK(compute_buckets({f32(4), f32(4)}, 16, 16).size() == 2);
+}
+
+TEST_CASE("reducer buckets: two blocks of a module list never share a bucket", "[reducer][buckets]") {
+  CHECK(module_unit("blocks.3.attn.qkv.weight") == "blocks.3");
+  CHECK(module_unit("controlnet.blocks.12.weight") == "controlnet.blocks.12");
+  CHECK(module_unit("blocks.3") == "blocks.3");
+  CHECK(module_unit("x_embedder.proj.weight").empty());
+  CHECK(module_unit("p0.w1").empty());  // digits within a name are not an index
+  // Reverse order: head, blocks.1's two, blocks.0's two, the embedder; the caps would hold
+  // them all in one bucket.
+  const std::vector<ParamInfo> params{{"embed.weight", 4, 4, kF32},   {"blocks.0.a", 4, 4, kF32},
+                                      {"blocks.0.b", 4, 4, kF32},     {"blocks.1.a", 4, 4, kF32},
+                                      {"blocks.1.b", 4, 4, kF32},     {"head.weight", 4, 4, kF32}};
+  const auto buckets = compute_buckets(params, 1 << 20, 1 << 20);
+  REQUIRE(buckets.size() == 4);
+  CHECK(buckets[0].params == std::vector<size_t>{5});
+  CHECK(buckets[1].params == std::vector<size_t>{4, 3});
+  CHECK(buckets[2].params == std::vector<size_t>{2, 1});
+  CHECK(buckets[3].params == std::vector<size_t>{0});
+  check_properties(params, buckets, 1 << 20, 1 << 20);
+  // Within one block the caps still split.
+  const std::vector<ParamInfo> big{{"blocks.0.a", 4, 4, kF32}, {"blocks.0.b", 4, 4, kF32}};
+  CHECK(compute_buckets(big, 16, 16).size() == 2);
 }
 
 TEST_CASE("reducer buckets: no parameters, no buckets", "[reducer][buckets]") {

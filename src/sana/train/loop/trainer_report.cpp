@@ -63,7 +63,7 @@ void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step
   for (const auto& t : model_.trainable->all_tensors()) {  // the base and its adapters; swapped blocks in host memory
     if (!model_.swapped || !model_.swapped->swapped(t)) params.push_back(t);
   }
-  if (model_.swapped) mine.host_blocks = model_.swapped->host_bytes();
+  if (model_.swapped) mine.host_blocks = bytes_of(model_.swapped->parameters());  // a trained block's: its host buckets
   for (const auto& [name, t] : update_.optimizer->state()) state.push_back(t);
   mine.parameters = bytes_of(params);
   // Streamed to the host, the gradients are the optimizer's host gradients.

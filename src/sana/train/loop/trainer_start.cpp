@@ -124,7 +124,7 @@ void Trainer::build_model() {
   if (control) input_.control_maps = control_maps_for(control_map_options_for(cfg_), model_.encoders);
   if (config::prior_preservation(cfg_.data)) open_class_images();  // collective: missing ones generated
   model_.trainable = make_trainable(lora_for(cfg_), model_.net, rt_);  // collective under train.lora
-  model_.swapped = swap_frozen_blocks(initial, *model_.net, rt_.device());
+  model_.swapped = swap_blocks(initial, *model_.net, rt_.device());  // before the reducer: it sees host parameters
 }
 
 void Trainer::build_update() {
@@ -133,8 +133,9 @@ void Trainer::build_update() {
   update_.zero.emplace(zero_options_for(cfg_), rt_, model_.trainable->parameters(), *update_.reducer, *model_.net,
                        compute);
   // CUDA autocast: the trained weights cast to half once a step (ZeRO 3 gathers half copies).
+  // Never for swapped trained blocks: their copies would stay on the device.
   const bool keep = compute != at::kFloat && config::working_weights_on(cfg_.train) &&
-                    !update_.zero->forwards_collective();
+                    !update_.zero->forwards_collective() && !(model_.swapped && model_.swapped->trained());
   model::use_working_weights(*model_.net, keep);
   update_.optimizer = optimizer_for(cfg_, *update_.zero, *update_.reducer);
   update_.ema.emplace(update_.zero->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0,

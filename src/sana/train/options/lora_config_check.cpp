@@ -60,12 +60,20 @@ void register_lora_check() {
       issues.fail(e.key(), e.message());
       return;
     }
-    if (!config::lora_enabled(cfg.train) && spec.control_blocks == 0) {
+    if (config::lora_enabled(cfg.train) || spec.control_blocks > 0) return;  // a frozen base swaps
+    // A full fine-tune: the trained blocks swap, their optimizer and master weights in host memory.
+    if (!cfg.train.offload_optimizer) {
       issues.fail("train.offload_blocks",
-                  fmt::format("is {:g}, which swaps the blocks of a frozen base: under train.lora (rank > 0), or a "
-                              "ControlNet preset's; here every weight trains, and trained blocks do not swap yet. "
-                              "Set it to 0 (train.offload_optimizer keeps the optimizer state off the device), or "
-                              "train LoRA",
+                  fmt::format("is {:g} in a full fine-tune, where the swapped blocks train: their optimizer must be "
+                              "in host memory too, where the updates are made. Set train.offload_optimizer: true, or "
+                              "train.offload_blocks: 0",
+                              cfg.train.offload_blocks));
+    } else if (cfg.train.zero_stage >= 3) {
+      issues.fail("train.offload_blocks",
+                  fmt::format("is {:g} with train.zero_stage 3, which keeps only this rank's share of each weight "
+                              "and gathers the rest for each block; trained blocks swap under stages 0 to 2. Set "
+                              "train.zero_stage: 2 (its gradients and optimizer state are sharded as well), or "
+                              "train.offload_blocks: 0",
                               cfg.train.offload_blocks));
     }
   });

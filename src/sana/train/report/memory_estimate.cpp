@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <atomic>
 #include <numeric>
 #include <utility>
@@ -182,6 +183,31 @@ double swap_blocks(const MemoryEstimateOptions& cfg, model::SanaMSImpl& meta, Me
   return host;
 }
 
+// train.offload_blocks in a full fine-tune: the swapped blocks' buckets (each block owns
+// whole ones, parallel/bucket_assignment.h) leave the device for the host, on every rank
+// (ZeRO 1 and 2 keep every weight whole); `e` gets what is on the device at once and copied
+// per micro-batch. Returns the bytes that left.
+double swap_trained_blocks(const MemoryEstimateOptions& cfg, const NamedParams& trained, MemoryEstimate& e) {
+  const auto ids = model::swapped_block_ids(cfg.offload_blocks, cfg.spec.depth);
+  std::vector<parallel::ParamInfo> infos;
+  for (const auto& [name, t] : trained) infos.push_back({name, t.numel(), 4, static_cast<int>(torch::kFloat32)});
+  const auto buckets = parallel::compute_buckets_mb(infos, cfg.reducer.bucket_cap_mb, cfg.reducer.first_bucket_mb);
+  std::map<std::string, double> per_block;
+  for (const auto k : ids) per_block[fmt::format("blocks.{}", k)] = 0;
+  double host = 0, largest = 0;
+  for (const auto& b : buckets) {
+    const auto it = per_block.find(parallel::module_unit(infos[b.params.front()].name));
+    if (it == per_block.end()) continue;
+    it->second += 4 * static_cast<double>(b.numel);
+    host += 4 * static_cast<double>(b.numel);
+  }
+  for (const auto& [unit, bytes] : per_block) largest = std::max(largest, bytes);
+  e.swapped_blocks = static_cast<int64_t>(ids.size());
+  e.swapped_in = cfg.grad_checkpointing ? std::min<double>(2, static_cast<double>(ids.size())) * largest : host;
+  e.swap_copies = 2 * host;
+  return host;
+}
+
 // The state every rank keeps (what trains, the frozen base, their gradients, optimizer
 // state and EMA), counted on the model built on the meta device; `e` gets the largest rank's.
 void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEstimate& e) {
@@ -225,7 +251,15 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
     e.trainable = e.parameters;
     e.ranks = state_bytes(cfg, all, 0, world_size, e.in_flight);
-    add_working_copies(cfg, *meta, [](const std::string&) { return true; }, e.ranks);
+    if (cfg.offload_blocks > 0) {  // no working copies then: they would stay on the device
+      const double swapped = swap_trained_blocks(cfg, all, e);
+      for (auto& r : e.ranks) {
+        r.weights -= swapped;
+        r.host_blocks = swapped;
+      }
+    } else {
+      add_working_copies(cfg, *meta, [](const std::string&) { return true; }, e.ranks);
+    }
   }
   const auto most = *std::max_element(e.ranks.begin(), e.ranks.end(), [](const RankState& a, const RankState& b) {
     return a.weights + a.gradients + a.optimizer + a.ema + a.gathered + a.working + a.mirror <

@@ -44,8 +44,9 @@ struct RankState {
   // parameters, gradients, optimizer state and EMA; train/elastic/share_mirror.h), on the device
   // but for an EMA kept in host memory.
   double mirror = 0, host_mirror = 0;
-  // train.offload_blocks: the swapped blocks' frozen weights, in host memory (page-locked on
-  // a GPU; model/swapped_blocks.h). `weights` then leaves them out.
+  // train.offload_blocks: the swapped blocks' weights, in host memory (page-locked on a GPU;
+  // model/swapped_blocks.h): a frozen base's, or in a full fine-tune the reducer's buckets of
+  // the swapped blocks. `weights` then leaves them out.
   double host_blocks = 0;
   double host_total() const {
     return host_weights + host_gradients + host_optimizer + host_ema + host_mirror + host_blocks;

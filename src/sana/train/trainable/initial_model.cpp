@@ -98,15 +98,17 @@ model::SanaMS build_initial_model(const InitialModelOptions& o, const model::Mod
   return net;
 }
 
-std::unique_ptr<model::SwappedBlocks> swap_frozen_blocks(const InitialModelOptions& o, model::SanaMSImpl& net,
-                                                         const torch::Device& device) {
+std::unique_ptr<model::SwappedBlocks> swap_blocks(const InitialModelOptions& o, model::SanaMSImpl& net,
+                                                  const torch::Device& device) {
   const auto ids = model::swapped_block_ids(o.offload_blocks, net.spec().depth);
   if (ids.empty()) return nullptr;
-  auto swapped = std::make_unique<model::SwappedBlocks>(net, ids, device);
-  log::info("train.offload_blocks: blocks {} to {} of {} keep their frozen weights in host memory ({}{}), each "
+  const bool trained = !o.frozen_base && net.spec().control_blocks == 0;
+  auto swapped = std::make_unique<model::SwappedBlocks>(net, ids, device, trained);
+  log::info("train.offload_blocks: blocks {} to {} of {} keep their {} in host memory ({}{}), each "
             "copied to the device one block ahead of its use",
-            ids.front(), ids.back(), net.spec().depth, data::size_text(static_cast<uint64_t>(swapped->host_bytes())),
-            device.is_cuda() ? ", page-locked" : "");
+            ids.front(), ids.back(), net.spec().depth,
+            trained ? "weights (trained: their gradients stream to the host optimizer)" : "frozen weights",
+            data::size_text(static_cast<uint64_t>(swapped->host_bytes())), device.is_cuda() ? ", page-locked" : "");
   return swapped;
 }
 

@@ -41,11 +41,13 @@ struct InitialModelOptions {
 
 model::SanaMS build_initial_model(const InitialModelOptions& o, const model::ModelSpec& spec, dist::Runtime& rt);
 
-// train.offload_blocks: the frozen parameters of the blocks it names, of `net` as built
-// (every rank's weights agreed), in host memory from now on, swapped in around each use
-// (null: none swap).
-std::unique_ptr<model::SwappedBlocks> swap_frozen_blocks(const InitialModelOptions& o, model::SanaMSImpl& net,
-                                                         const torch::Device& device);
+// train.offload_blocks: the parameters of the blocks it names, of `net` as built and made
+// trainable (every rank's weights agreed), in host memory from now on, swapped in around
+// each use (null: none swap). A frozen base's alone; in a full fine-tune (no frozen base)
+// every parameter of the block, trained ones too (train.offload_optimizer keeps their
+// optimizer in host memory; build the reducer after this).
+std::unique_ptr<model::SwappedBlocks> swap_blocks(const InitialModelOptions& o, model::SanaMSImpl& net,
+                                                  const torch::Device& device);
 
 // A hash of every parameter's name, shape and bytes, in order: equal on every rank exactly
 // when the weights are bitwise equal (start-up and the end of a run compare it).

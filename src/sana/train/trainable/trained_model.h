@@ -2,7 +2,7 @@
 // with rank 0's weights agreed, the frozen encoders that feed it, and what of it trains
 // (trainable.h: every weight, LoRA adapters, a ControlNet's blocks).
 //
-// Owns: those four, built once per trainer, and which frozen blocks swap (train.offload_blocks).
+// Owns: those four, built once per trainer, and which blocks swap (train.offload_blocks).
 // Never: reduces, steps or checkpoints them (the update and the Checkpointer do, through
 // trainable's parameters() and checkpoint_part()).
 #pragma once
@@ -22,7 +22,7 @@ struct TrainedModel {
   model::SanaMS net{nullptr};
   Encoders encoders;
   std::unique_ptr<Trainable> trainable;  // the model, or adapters on it (train.lora)
-  std::unique_ptr<model::SwappedBlocks> swapped;  // train.offload_blocks: the frozen blocks in host memory
+  std::unique_ptr<model::SwappedBlocks> swapped;  // train.offload_blocks: the blocks in host memory
 };
 
 }  // namespace sana::train
