@@ -31,6 +31,14 @@
 #                    mid-backward): weights and EMA within 1e-3 relative on the GPU (its conv
 #                    kernels are not bitwise run to run), byte-identical on the CPU; memory.json
 #                    has none of the optimizer state, EMA or gradients on the device
+#   nf4              20 LoRA steps of the tiny preset on an fp32 base and on an NF4 one (double
+#                    quantised), gradient checkpointing: samples/s and the first step's peak
+#                    (memory.json) against `sana-train model`'s total, each within 1.15x
+#   swap             block swapping (train.offload_blocks), 20 steps each without and with it:
+#                    a full fine-tune under train.offload_optimizer (100M preset, half its
+#                    blocks) and LoRA on an NF4 base (tiny preset, 3 of 4 blocks): samples/s and
+#                    peak against the estimate of each; the full fine-tunes' weights within
+#                    1e-3 relative (byte-identical on the CPU)
 #   optim-8bit       20 steps each of AdamW8bit and CAME8bit: finite losses, the optimizer
 #                    state measured against `sana-train model`'s estimate (within 1%)
 #   sprint           SANA-Sprint stage 2 (sCM with its JVP, LADD heads) on synthetic tiny
@@ -92,7 +100,7 @@ py=python3
 
 # ---- The table ------------------------------------------------------------------------------
 rows=(build cuda-tests check-dist-nccl tiny-bf16 1600m-bf16 zero0 zero1 zero2 zero3 zero3-nccl-w1
-      two-ranks-1-gpu resume-gpu-cpu lora controlnet offload optim-8bit sprint tensorboard)
+      two-ranks-1-gpu resume-gpu-cpu lora controlnet offload nf4 swap optim-8bit sprint tensorboard)
 declare -A result seconds figures detail
 for r in "${rows[@]}"; do result[$r]=skip seconds[$r]=0 figures[$r]="" detail[$r]="not run"; done
 failed=0
@@ -359,6 +367,84 @@ PY
   figures[offload]=$off_fig
   if [ -z "$off_bad" ]; then ok offload "20 steps offloaded against device-resident (weights and EMA within $limit)"
   else fail offload "failed:$off_bad (limit $limit relative)"; fi
+fi
+
+# ---- nf4, swap ------------------------------------------------------------------------------
+# The device's peak in a run's first step (memory.json, rank 0: the state plus the step's
+# growth, which holds the swapped blocks in use, the gradient buckets in flight and a stored
+# layer restored) against `sana-train model`'s total for the same config. Prints
+# "measured/estimated GiB (ratio)"; exits 1 above 1.15 times the estimate.
+peak_figure() {  # WORK_DIR MODEL_JSON
+  "$py" - "$1/memory.json" "$2" <<'PY' 2> /dev/null || { echo "peak n/a"; return 1; }
+import json, sys
+m = json.load(open(sys.argv[1]))["ranks"][0]
+measured = sum(m[k] for k in ("parameters", "gradients", "optimizer", "ema", "gathered", "working", "activations_peak"))
+estimated = json.load(open(sys.argv[2]))["memory_per_process"]["total_for_config"]
+g = 1 << 30
+print(f"peak {measured / g:.3f}/{estimated / g:.3f} GiB ({measured / estimated:.2f}x)")
+sys.exit(0 if measured <= 1.15 * estimated else 1)
+PY
+}
+# pair ROW NAME_A NAME_B ARGS...: a run without and one with the extra ARGS after "--":
+# sets pair_fig (samples/s and peak of each) and pair_ok (0: both ran and both peaks are
+# within the bound).
+pair() {
+  local row=$1 a=$2 b=$3
+  shift 3
+  local common=() extra=() seen=0
+  for x in "$@"; do
+    if [ "$x" = -- ]; then seen=1; elif [ "$seen" = 0 ]; then common+=("$x"); else extra+=("$x"); fi
+  done
+  pair_fig="" pair_ok=0
+  for name in "$a" "$b"; do
+    local args=("${common[@]}")
+    [ "$name" = "$b" ] && args+=("${extra[@]}")
+    rm -rf "$out/$name"
+    model_json "$name-model" "${args[@]}" || { pair_ok=1; pair_fig+="${pair_fig:+; }$name: no estimate"; continue; }
+    if run_logged "$row" 300 "$name" "$bin" launch --nproc-per-node 1 -- "${args[@]}" "--work_dir=$out/$name"; then
+      local sps at_peak  # (throughput reads the global $peak, the GPU's FLOP/s)
+      read -r sps _ < <(throughput "$out/$name/metrics.jsonl" "$micro" 0 1)
+      at_peak=$(peak_figure "$out/$name" "$out/$name-model.json") || pair_ok=1
+      pair_fig+="${pair_fig:+; }$name: $sps samples/s, $at_peak"
+    else pair_ok=1 pair_fig+="${pair_fig:+; }$name: see $out/$name.log"; fi
+  done
+}
+if wanted nf4 || wanted swap; then
+  [ -f "$out/base.pth" ] ||
+    timeout 120 "$bin" export --config configs/sana_tiny_cpu.yaml --format upstream --out "$out/base.pth" > "$out/export.log" 2>&1
+fi
+lora_args=("${base[@]}" "--model.load_from=$out/base.pth" --model.model=SanaMS_tiny_P2_D4 --train.max_steps=20
+           "--train.micro_batch_size=$micro" "--train.global_batch_size=$micro" "--dist.backend=$backend"
+           --train.lora.rank=4 --train.grad_checkpointing=true --train.log_interval=1)
+if wanted nf4; then
+  # LoRA on the tiny base stored as fp32 against NF4 (double quantised).
+  pair nf4 nf4-fp32 nf4-nf4 "${lora_args[@]}" -- --train.frozen_base_dtype=nf4 --train.frozen_base_double_quant=true
+  figures[nf4]=$pair_fig
+  if [ "$pair_ok" = 0 ]; then ok nf4 "20 LoRA steps on an fp32 and an NF4 base; peaks within 1.15x the estimate"
+  else fail nf4 "a run failed or its peak is above 1.15x the estimate"; fi
+fi
+if wanted swap; then
+  # A full fine-tune under train.offload_optimizer (the 100M preset's 12 blocks on a GPU),
+  # without and with half its blocks swapped, and LoRA on an NF4 base without and with 3 of
+  # 4 blocks swapped: step time and peak of each; the full fine-tunes' weights within 1e-3
+  # relative on the GPU (byte-identical on the CPU).
+  swap_model=SanaMS_tiny_P2_D4
+  [ "$mode" = cuda ] && swap_model=SanaMS_100M_P2_D12
+  full_args=("${base[@]}" "--model.model=$swap_model" --train.max_steps=20 "--train.micro_batch_size=$micro"
+             "--train.global_batch_size=$micro" "--dist.backend=$backend" --train.optimizer.type=AdamW
+             --train.offload_optimizer=true --train.grad_checkpointing=true --train.log_interval=1)
+  pair swap swap-full swap-full-half "${full_args[@]}" -- --train.offload_blocks=0.5
+  swap_fig=$pair_fig swap_ok=$pair_ok
+  limit=1e-3
+  [ "$mode" = cpu ] && limit=0
+  read -r _ wrel < <(weights_diff "$out/swap-full/model.safetensors" "$out/swap-full-half/model.safetensors" 2> /dev/null)
+  swap_fig+=", weights rel diff ${wrel:-?}"
+  "$py" -c "import sys; sys.exit(0 if float('${wrel:-inf}') <= $limit else 1)" 2> /dev/null || swap_ok=1
+  pair swap swap-lora swap-lora-3 "${lora_args[@]}" --train.frozen_base_dtype=nf4 -- --train.offload_blocks=3
+  figures[swap]="$swap_fig; $pair_fig"
+  if [ "$swap_ok" = 0 ] && [ "$pair_ok" = 0 ]; then
+    ok swap "20 steps each with and without block swapping; full fine-tune weights within $limit, peaks within 1.15x"
+  else fail swap "a run failed, a peak is above 1.15x the estimate, or the swapped weights differ (limit $limit)"; fi
 fi
 
 # ---- optim-8bit -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "sana/model/swapped_blocks.h"
 
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/engine.h>
 
@@ -111,6 +112,11 @@ void SwappedBlocks::release(Block& b) {
   b.device.clear();
   b.host.clear();
   --on_device_;
+  // Under autocast the half casts of trained weights (leaves that require grad) stay in this
+  // thread's cast cache until the forward's autocast ends: every swapped block's copies on
+  // the device at once. Dropped as the block goes (each weight is cast once a forward; what
+  // autograd saved for the backward keeps its own reference).
+  if (trained_) at::autocast::clear_cache();
 }
 
 void SwappedBlocks::release_all() {

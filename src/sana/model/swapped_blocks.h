@@ -24,6 +24,8 @@
 // Installs itself as the model's BlockHooks; never trains, reduces or checkpoints anything.
 // A trained parameter changes device at each fetch and release, which makes autograd build
 // it a new accumulator: hooks on gradients are the tensor's own (parallel/accumulator_hooks.h).
+// Letting a trained block go also empties autocast's cast cache, which would keep the half
+// copies of every swapped block's weights until the forward ends.
 #pragma once
 
 #include <torch/torch.h>
