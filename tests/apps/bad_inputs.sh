@@ -14,8 +14,10 @@
 #      with exit 1 (I/O) and a message naming the folder and the cause;
 #   4. a work_dir that fills up during a checkpoint (a tmpfs sized from a real checkpoint
 #      so that the first fits and the second does not): exit 1 naming the path and "no
-#      space", the earlier checkpoint intact and still `latest`, no partial one left.
-# Parts 1 and 2 are ctest apps.bad_inputs, parts 3 and 4 apps.bad_inputs_work_dir: they need
+#      space", the earlier checkpoint intact and still `latest`, no partial one left;
+#   5. symbolic links in a data folder: two links to one folder list its images once; a link
+#      back into a folder it is in stops index and training with exit 2 naming the link.
+# Parts 1, 2 and 5 are ctest apps.bad_inputs, parts 3 and 4 apps.bad_inputs_work_dir: they need
 # `mount` (root), and where it is not permitted that test says so and exits 77 (Skipped).
 #   bash tests/apps/bad_inputs.sh [files | work_dir] [SANA_TRAIN_BINARY]
 # Every command runs under `timeout`; everything lives in a `mktemp -d` folder, unmounted
@@ -478,6 +480,39 @@ fi
 printf 'path,caption,width\na.jpg,"line one\nline two",64\na.jpg,third row,64\na.jpg,a bad width,abc\n' \
   > "$M/newline_then_error.csv"
 index_error newline_then_error_csv "$M/newline_then_error.csv" 5 "width"
+
+# ==== 5. Symbolic links in a data folder =====================================================
+# Links to folders are followed: two links to one folder list its images once. A link back
+# into a folder it is in (img/loop -> ..) stops `sana-train index` and training at start with
+# exit 2, naming the link and where it leads.
+L=$W/links
+mkdir -p "$L/img/sub" "$L/outside"
+cp "$IMG/good_0.jpg" "$L/img/a.jpg"
+cp "$IMG/good_0.jpg" "$L/img/sub/b.jpg"
+cp "$IMG/good_0.jpg" "$L/outside/c.jpg"
+ln -s ../outside "$L/img/one"
+ln -s ../outside "$L/img/sub/two"
+log=$L/linked.log
+run "$log" 60 index --input "$L/img" --output "$L/linked.sidx"
+assert_code "$RC" 0 "links, two links to one folder: index"
+if grep -qE "index: 3 samples .* 0 unreadable" "$log"; then pass "links, two links to one folder: 3 samples, its image once"
+else fail "links, two links to one folder: expected 3 samples (a, b, c once)"; show "$log"; fi
+ln -s .. "$L/img/sub/loop"
+log=$L/loop.log
+run "$log" 60 index --input "$L/img" --output "$L/loop.sidx"
+assert_code "$RC" 2 "links, a loop: index"
+if grep -qF "'$L/img/sub/loop' is a symbolic link to '..' that leads back into '$L/img'" "$log"; then
+  pass "links, a loop: the message names the link and where it leads"
+else fail "links, a loop: the message should name $L/img/sub/loop and where it leads"; show "$log"; fi
+short_lines "$log" "links, a loop"
+no_crash "$log" "links, a loop"
+log=$L/loop_train.log
+run "$log" 120 --config "$TINY" "--data.data_dir=[$L/img]" --train.max_steps=1 --train.visualize=false \
+  "--work_dir=$L/run-$TOKEN"
+assert_code "$RC" 2 "links, a loop: training"
+if grep -qF "'$L/img/sub/loop' is a symbolic link" "$log"; then pass "links, a loop: training names the link"
+else fail "links, a loop: training should name $L/img/sub/loop"; show "$log"; fi
+rm -rf "$L"
 
 assert_no_leftovers
 finish

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "sana/data/dataset_index.h"
+#include "sana/data/folder_walk.h"
 #include "sana/data/image_header.h"
 #include "sana/data/index_sources.h"
 #include "sana/util/hash.h"
@@ -259,12 +260,7 @@ uint64_t sources_key(const std::vector<std::string>& sources) {
   };
   for (const auto& src : sources) {
     add(src);
-    std::error_code ec;
-    if (!fs::is_directory(src, ec)) continue;
-    std::vector<fs::path> files;
-    for (const auto& e : fs::recursive_directory_iterator(src, ec)) files.push_back(e.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& f : files) add(f);
+    for (const auto& f : files_under(src)) add(f);  // what the folder source reads, links followed
   }
   return key.digest();
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sana/data/dataset_index.h"
+#include "sana/data/folder_walk.h"
 #include "sana/data/index_builder.h"
 #include "sana/data/sample_meta.h"
 #include "sana/data/index_fields.h"
@@ -108,10 +109,9 @@ using namespace fields;
 class FolderSource : public RowSource {
  public:
   explicit FolderSource(const std::string& dir) {
-    for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
-      if (e.is_regular_file() && is_image_file(e.path())) files_.push_back(e.path());
+    for (auto& f : files_under(dir)) {  // sorted: deterministic whatever the file system
+      if (is_image_file(f)) files_.push_back(std::move(f));
     }
-    std::sort(files_.begin(), files_.end());  // deterministic whatever the file system
   }
   bool next(IndexRow& row) override {
     if (i_ >= files_.size()) return false;

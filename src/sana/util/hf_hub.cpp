@@ -68,7 +68,7 @@ Lookup find_model(const std::string& name) {
   if (!is_hub_name(name)) return out;
   const std::string org = name.substr(0, name.find('/')), repo = name.substr(name.find('/') + 1);
   if (const auto models = env("SANA_MODELS_DIR"); !models.empty()) {
-    for (const fs::path candidate : {fs::path(models) / org / repo, fs::path(models) / repo}) {
+    for (const fs::path& candidate : {fs::path(models) / org / repo, fs::path(models) / repo}) {
       if (is_dir(candidate)) {
         out.folder = candidate.string();
         return out;
