@@ -7,7 +7,7 @@
 # estimate at the shape measured, where the gradients exist before the step (stages 0, 1).
 # Cases: AdamW and CAME with EMA on one process; CAME8bit on two (the larger weights keep
 # 8-bit moments); AdamW8bit at stage 2 on two (uint8 moments of parameters of 4096 elements
-# or more); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
+# or more); Lion at stage 1 on two (one moment per parameter); ZeRO stages 1 to 3 on 2 and 4 (stages 1 and 3 on both), with each rank's share of the state;
 # train.lora at stages 0 and 3 on two (the adapters' state alone), its base in int8, fp8, NF4
 # (double quantised) and bf16, and NF4 with 2 blocks swapped (train.offload_blocks);
 # a ControlNet's base in int8;
@@ -89,6 +89,7 @@ EOF
 check adamw_ema 1 --train.optimizer.type=AdamW --train.ema_update=true
 check came8bit_w2 2 --train.optimizer.type=CAME8bit --train.optimizer.min_8bit_size=4096 --train.optimizer.block_size=64
 check adamw8bit_s2_w2 2 --train.optimizer.type=AdamW8bit --train.zero_stage=2
+check lion_s1_w2 2 --train.optimizer.type=Lion --train.zero_stage=1
 # ZeRO: the same, and each rank's share against one process's whole (stage 0).
 check came_s0 1 --train.optimizer.type=CAME --train.ema_update=true
 check adamw_s1_w2 2 --train.optimizer.type=AdamW --train.ema_update=true --train.zero_stage=1

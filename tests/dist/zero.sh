@@ -14,6 +14,8 @@
 #  3. train.deterministic, resumed mid-epoch stage 2 on 4 processes -> stage 0 on 3 ->
 #     stage 3 on 2: each epoch trains the uninterrupted run's samples, each once, and the
 #     weights and EMA are byte-identical to an uninterrupted stage-0 run on 1 process.
+#  4. Lion, train.deterministic: stage 2 on 2 processes offloaded to step 5, resumed at stage
+#     0 on 3 to step 10: the weights byte-identical to an uninterrupted run on 1 process.
 # Tiny preset on the test photos; every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -112,5 +114,20 @@ if "$SANA_PYTHON" "$(dirname "$0")/same_samples.py" "$SCRATCH" det-ref chain > "
   pass "every sample once per epoch across the chain: $(tr '\n' ' ' < "$SCRATCH/ids.log")"
 else
   fail "samples lost or repeated across the chain"; cat "$SCRATCH/ids.log"
+fi
+
+# 4. Lion (lion-pytorch's, tests/unit/train/test_optim.cpp) resumed at another W and stage:
+# stage 2 on 2 processes with its state in host memory to step 5, then stage 0 on 3 to 10.
+lion=(--train.deterministic=true --dist.threads_per_process=1 --train.optimizer.type=Lion --train.optimizer.lr=1e-4)
+run lion-ref 1 "${lion[@]}"; assert_code $? 0 "10 deterministic Lion steps on 1 process"
+y=(--work_dir="$SCRATCH/lion-chain" --resume_from=latest "${lion[@]}")
+run lion2 2 "${y[@]}" --train.zero_stage=2 --train.offload_optimizer=true --train.max_steps=5
+assert_code $? 0 "Lion at stage 2 on 2 processes, offloaded, to step 5"
+run lion3 3 "${y[@]}" --train.zero_stage=0 --train.max_steps=10; assert_code $? 0 "resumed at stage 0 on 3 to step 10"
+assert_contains "$SCRATCH/lion3.log" "optimizer Lion" "the resumed run trains with Lion"
+if cmp -s "$SCRATCH/lion-ref/model.safetensors" "$SCRATCH/lion-chain/model.safetensors"; then
+  pass "Lion resumed from 2 processes at stage 2 on 3 at stage 0: the weights of the uninterrupted run"
+else
+  fail "Lion resumed at another W and stage: the weights differ from the uninterrupted run's"
 fi
 finish

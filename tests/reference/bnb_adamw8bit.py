@@ -15,22 +15,16 @@ by one step and the trajectories part at the quantization's scale. The judgement
 Usage: bnb_adamw8bit.py CASE.safetensors
 The case is the one tests/reference/adamw8bit.py reads (its docstring lists the names), with
 weight_decay 0. Prints per parameter the distances; exits 1 on a failed rule."""
-import json
 import sys
 
 import bitsandbytes as bnb
 import torch
-from safetensors import safe_open
+
+import optimizer_case
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    with safe_open(sys.argv[1], framework="pt") as f:
-        t, config = {k: f.get_tensor(k) for k in f.keys()}, json.loads(f.metadata()["config"])
-    names = sorted(k[len("p0."):] for k in t if k.startswith("p0."))
-    params = {n: torch.nn.Parameter(t["p0." + n].clone()) for n in names}
+    t, config, names, params = optimizer_case.read(__doc__)
     opt = bnb.optim.AdamW8bit(list(params.values()), lr=config["lr"], betas=tuple(config["betas"]), eps=config["eps"],
                               weight_decay=config["weight_decay"], min_8bit_size=config["min_8bit_size"])
     exact = {n: torch.nn.Parameter(t["p0." + n].clone()) for n in names}

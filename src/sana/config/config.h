@@ -23,7 +23,7 @@ enum class Kernels { aten, fused };
 enum class WorkingWeights { automatic, on, off };
 enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, sd3_mode, uniform, logit_normal_trigflow };
-enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit };
+enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit, Lion };
 // CAME with or without 8-bit first moments: the same betas, eps and maths.
 inline bool is_came(OptimizerType t) { return t == OptimizerType::CAME || t == OptimizerType::CAME8bit; }
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
@@ -58,7 +58,7 @@ template <> struct Names<VaeType> {
 template <> struct Names<Weighting> {
   static constexpr std::array<std::string_view, 4> values{"logit_normal", "sd3_mode", "uniform", "logit_normal_trigflow"};
 };
-template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 4> values{"AdamW", "CAME", "CAME8bit", "AdamW8bit"}; };
+template <> struct Names<OptimizerType> { static constexpr std::array<std::string_view, 5> values{"AdamW", "CAME", "CAME8bit", "AdamW8bit", "Lion"}; };
 template <> struct Names<LrSchedule> {
   static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};
 };
@@ -239,7 +239,8 @@ struct OptimizerConfig {
   OptimizerType type = OptimizerType::AdamW;
   double lr = 1e-4;
   double weight_decay = 0.03;
-  // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2);
+  // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2; Lion:
+  // lion-pytorch's 2 betas (0.9, 0.99) and no eps);
   // the loader fills them in so that --print-config shows what will run.
   std::vector<double> betas;
   std::vector<double> eps;

@@ -50,10 +50,10 @@ void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
   o.add("type", opt.type, "optimizer").commonly_used();
   o.add("lr", opt.lr, "peak learning rate").above(0).commonly_used();
   o.add("weight_decay", opt.weight_decay, "decoupled weight decay").at_least(0);
-  o.add("betas", opt.betas, "AdamW, AdamW8bit: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
+  o.add("betas", opt.betas, "AdamW, AdamW8bit, Lion: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
       .at_least(0)
       .at_most(0.999999999);
-  o.add("eps", opt.eps, "AdamW, AdamW8bit: 1 value; CAME: 2 (default: the optimizer's)").above(0);
+  o.add("eps", opt.eps, "AdamW, AdamW8bit: 1 value; CAME: 2; Lion: none (default: the optimizer's)").above(0);
   o.add("block_size", opt.block_size, "CAME8bit: rows per quantization block").at_least(1);
   o.add("min_8bit_size", opt.min_8bit_size,
         "CAME8bit: weights with more elements than this keep 8-bit first moments; AdamW8bit: "

@@ -42,10 +42,11 @@ int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
 void resolve_defaults(Config& config) {
   auto& opt = config.train.optimizer;
   const bool came = is_came(opt.type);
-  if (opt.betas.empty()) opt.betas = came ? std::vector<double>{0.9, 0.999, 0.9999}
-                                          : std::vector<double>{0.9, 0.999};
-  if (opt.eps.empty()) opt.eps = came ? std::vector<double>{1e-30, 1e-16}
-                                      : std::vector<double>{1e-10};
+  const bool lion = opt.type == OptimizerType::Lion;
+  if (opt.betas.empty()) opt.betas = came   ? std::vector<double>{0.9, 0.999, 0.9999}
+                                     : lion ? std::vector<double>{0.9, 0.99}  // lion-pytorch's
+                                            : std::vector<double>{0.9, 0.999};
+  if (opt.eps.empty() && !lion) opt.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
   if (opt.min_8bit_size < 0) opt.min_8bit_size = opt.type == OptimizerType::AdamW8bit ? 4096 : 16384;
 }
 
@@ -131,7 +132,7 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
 // The optimizer's betas and eps come in the number its type takes.
 void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
   const size_t want_betas = is_came(opt.type) ? 3 : 2;
-  const size_t want_eps = is_came(opt.type) ? 2 : 1;
+  const size_t want_eps = is_came(opt.type) ? 2 : opt.type == OptimizerType::Lion ? 0 : 1;
   if (opt.betas.size() != want_betas) {
     c.fail("train.optimizer.betas",
            fmt::format("{} takes {} betas, got {}", name_of(opt.type), want_betas, opt.betas.size()),
@@ -139,9 +140,11 @@ void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
   }
   if (opt.eps.size() != want_eps) {
     c.fail("train.optimizer.eps",
-           fmt::format("{} takes {} eps value{}, got {}", name_of(opt.type), want_eps,
-                       want_eps == 1 ? "" : "s", opt.eps.size()),
-           "remove the key to use the optimizer's defaults");
+           want_eps == 0 ? fmt::format("{} takes no eps (its update is a sign), got {}", name_of(opt.type),
+                                       opt.eps.size())
+                         : fmt::format("{} takes {} eps value{}, got {}", name_of(opt.type), want_eps,
+                                       want_eps == 1 ? "" : "s", opt.eps.size()),
+           want_eps == 0 ? "remove train.optimizer.eps" : "remove the key to use the optimizer's defaults");
   }
 }
 

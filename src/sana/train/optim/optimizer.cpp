@@ -7,6 +7,7 @@
 #include <map>
 
 #include "sana/train/optim/adamw8bit.h"
+#include "sana/train/optim/lion.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -401,6 +402,7 @@ const char* optimizer_name(OptimizerOptions::Kind kind) {
     case OptimizerOptions::Kind::CAME: return "CAME";
     case OptimizerOptions::Kind::CAME8bit: return "CAME8bit";
     case OptimizerOptions::Kind::AdamW8bit: return "AdamW8bit";
+    case OptimizerOptions::Kind::Lion: return "Lion";
   }
   return "?";
 }
@@ -412,6 +414,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, const Named
   if (o.type == Kind::AdamW8bit) {
     return std::make_unique<AdamW8bit>(params, o.betas, o.eps.at(0), o.weight_decay, o.min_8bit_size);
   }
+  if (o.type == Kind::Lion) return std::make_unique<Lion>(params, o.betas, o.weight_decay);
   throw std::invalid_argument(
       fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));
 }

@@ -1,7 +1,7 @@
 // Optimizers as upstream configures them: AdamW (torch's), AdamW8bit, and CAME
 // (confidence-guided adaptive memory efficient optimisation: factored second moments for
-// 2-D weights and 1x1 convolutions, upstream's default for Sana) and CAME8bit. The
-// learning rate comes from train/optim/lr_curve.h.
+// 2-D weights and 1x1 convolutions, upstream's default for Sana) and CAME8bit; and Lion
+// (lion.h). The learning rate comes from train/optim/lr_curve.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -70,10 +70,10 @@ class Optimizer : public Stateful {
 // train.optimizer, by its keys' names (train/options/torch_options.h fills it from the config, whose
 // loader has filled in each optimizer's own defaults).
 struct OptimizerOptions {
-  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit };
+  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit, Lion };
   Kind type = Kind::AdamW;
   std::vector<double> betas{0.9, 0.999};  // AdamW: 2; CAME: 3
-  std::vector<double> eps{1e-8};          // AdamW: 1; CAME: 2
+  std::vector<double> eps{1e-8};          // AdamW: 1; CAME: 2; Lion: none
   double weight_decay = 0.0;
   int64_t block_size = 2048;      // CAME8bit: rows per quantisation block
   int64_t min_8bit_size = 16384;  // the 8-bit kinds: smaller parameters keep fp32 moments

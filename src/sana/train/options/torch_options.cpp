@@ -85,6 +85,7 @@ OptimizerOptions optimizer_options_for(const config::OptimizerConfig& c) {
   o.type = c.type == config::OptimizerType::CAME       ? Kind::CAME
            : c.type == config::OptimizerType::CAME8bit  ? Kind::CAME8bit
            : c.type == config::OptimizerType::AdamW8bit ? Kind::AdamW8bit
+           : c.type == config::OptimizerType::Lion      ? Kind::Lion
                                                         : Kind::AdamW;
   o.betas = c.betas;
   o.eps = c.eps;

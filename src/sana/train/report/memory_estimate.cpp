@@ -53,7 +53,7 @@ namespace {
 // bucket caps) for parameters and gradients; under train.zero_stage the owned segments
 // (parallel/shard_plan.h) for the gradients (stage 2) and AdamW's moments and the
 // owned parameters for CAME's state and the EMA (stages 1, 2); AdamW's moments in buckets
-// of the same layout, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
+// of the same layout, Lion's one moment per parameter, CAME's per parameter (factored for 2-D weights and 1x1 convolutions,
 // 8-bit first moments under CAME8bit), AdamW8bit's per parameter (adamw8bit.h), every
 // parameter's int64 step count.
 // Under train.lora `trained` are the adapters and `frozen` the base's bytes, which every
@@ -125,6 +125,7 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
       const auto n = static_cast<double>(params[k].numel());
       st.optimizer += 8;  // the step count
       if (cfg.ema) st.ema += 4 * n;
+      if (o.type == OptimizerOptions::Kind::Lion) st.optimizer += 4 * n;  // one fp32 moment per parameter
       if (adamw8) {  // two moments: uint8 codes and an fp32 absmax per 256 elements, or fp32
         const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
         st.optimizer += params[k].numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
