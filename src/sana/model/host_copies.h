@@ -17,8 +17,9 @@ class HostCopies {
   HostCopies(const HostCopies&) = delete;
   HostCopies& operator=(const HostCopies&) = delete;
 
-  // A host copy of `t` that start() copies from asynchronously: page-locked on a GPU.
-  torch::Tensor host_copy(const torch::Tensor& t) const;
+  // A host copy of `t` that start() copies from asynchronously: page-locked on a GPU, unless
+  // `page_locked` is false (a copy that something page-locked replaces soon).
+  torch::Tensor host_copy(const torch::Tensor& t, bool page_locked = true) const;
   // Starts copying `host` to the device: the copies, each under way until wait(ticket).
   std::vector<torch::Tensor> start(const std::vector<torch::Tensor>& host, int64_t& ticket);
   // The compute stream waits for ticket's copies (the host does not), which it then uses.

@@ -24,9 +24,9 @@ HostCopies::HostCopies(const torch::Device& device) : impl_(std::make_unique<Imp
 
 HostCopies::~HostCopies() = default;
 
-torch::Tensor HostCopies::host_copy(const torch::Tensor& t) const {
+torch::Tensor HostCopies::host_copy(const torch::Tensor& t, bool page_locked) const {
   auto host = t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
-  return impl_->side ? host.pin_memory() : host;
+  return impl_->side && page_locked ? host.pin_memory() : host;
 }
 
 std::vector<torch::Tensor> HostCopies::start(const std::vector<torch::Tensor>& host, int64_t& ticket) {

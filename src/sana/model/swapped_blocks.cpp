@@ -47,7 +47,10 @@ SwappedBlocks::SwappedBlocks(SanaMSImpl& model, const std::vector<int64_t>& ids,
       if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
       seen.push_back(p.unsafeGetTensorImpl());
       b->bytes += static_cast<int64_t>(p.nbytes());
-      p.set_data(copies_.host_copy(p));  // the device's memory goes
+      // The device's memory goes. A trained parameter's copy is pageable: the reducer moves
+      // it into a page-locked bucket of its own (pinning it twice would keep both, torch's
+      // host allocator caching what it frees).
+      p.set_data(copies_.host_copy(p, /*page_locked=*/!p.requires_grad()));
       b->params.push_back(p);
     }
     host_bytes_ += b->bytes;

@@ -46,7 +46,10 @@ void add_call(const torch::Tensor& param, const std::shared_ptr<AccumulatorHooks
 AccumulatorHooks::AccumulatorHooks(const std::vector<torch::Tensor>& params, std::function<void(size_t)> on_gradient)
     : target_(std::make_shared<Target>()) {
   target_->call = std::move(on_gradient);
-  for (size_t k = 0; k < params.size(); ++k) add_call(params[k], target_, k);
+  for (size_t k = 0; k < params.size(); ++k) {
+    add_call(params[k], target_, k);
+    accumulators_.push_back(torch::autograd::impl::grad_accumulator(params[k]));
+  }
 }
 
 AccumulatorHooks::~AccumulatorHooks() {

@@ -4,7 +4,8 @@
 // another device (block swapping, model/swapped_blocks.h, moves a trained block between
 // host and device) makes autograd forget the accumulator and build a new one, and a hook
 // on the old one would never run again. Several owners may hook one parameter; each is
-// called in the order it came. The hooks stay as long as the parameters live; once this
+// called in the order it came. Like any tensor hook, it runs only for a defined gradient (a
+// checkpointed block gives its unused trained parameters zeros, model/block_checkpoint.cpp). The hooks stay as long as the parameters live; once this
 // object goes they reach nothing, so a later backward is safe.
 #pragma once
 
@@ -32,6 +33,11 @@ class AccumulatorHooks {
 
  private:
   std::shared_ptr<Target> target_;
+  // Each parameter's accumulator as it was when hooked, kept alive: ZeRO 3 points a gathered
+  // half-precision parameter back at it, so gradients arrive there in fp32
+  // (gathered_parameters.cpp). A move to another device still makes autograd build a new
+  // one, which the tensor's hooks follow.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 };
 
 }  // namespace sana::parallel

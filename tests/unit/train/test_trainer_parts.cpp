@@ -55,7 +55,7 @@ TEST_CASE("Ema averages every parameter with the configured rate after each upda
 TEST_CASE("Ema with an update interval moves on every N-th step only, by rate^N (train.ema_update_interval)",
           "[train][ema]") {
   auto params = two_params();
-  Ema ema(params, 0.5, true, {}, EmaPlacement{/*host=*/true, /*interval=*/3});
+  Ema ema(params, 0.5, true, {}, EmaPlacement{/*host=*/true, /*interval=*/3, std::nullopt});
   CHECK(ema.on_host());
   CHECK(ema.averages()[0].device().is_cpu());
   params[0].second.copy_(torch::tensor({9.0, 10.0}));
@@ -68,7 +68,7 @@ TEST_CASE("Ema with an update interval moves on every N-th step only, by rate^N 
   CHECK(ema.averages()[0][1].item<double>() == Approx(0.125 * 2.0 + 0.875 * 10.0));
   ema.update_at(4);
   CHECK(ema.averages()[0][0].item<double>() == Approx(0.125 * 1.0 + 0.875 * 9.0));
-  CHECK_THROWS_AS(Ema(two_params(), 0.5, true, {}, EmaPlacement{false, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(Ema(two_params(), 0.5, true, {}, EmaPlacement{false, 0, std::nullopt}), std::invalid_argument);
 }
 
 TEST_CASE("Ema's checkpoint file carries the metadata it was given (diffusers' LoRA settings)", "[train][ema]") {

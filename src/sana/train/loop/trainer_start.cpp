@@ -138,8 +138,10 @@ void Trainer::build_update() {
                     !update_.zero->forwards_collective() && !(model_.swapped && model_.swapped->trained());
   model::use_working_weights(*model_.net, keep);
   update_.optimizer = optimizer_for(cfg_, *update_.zero, *update_.reducer);
+  auto ema_placement = ema_placement_for(cfg_.train);
+  ema_placement.device = rt_.device();
   update_.ema.emplace(update_.zero->owned(), config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0,
-                      cfg_.ckpt.save_ema, model_.trainable->file_metadata(), ema_placement_for(cfg_.train));
+                      cfg_.ckpt.save_ema, model_.trainable->file_metadata(), ema_placement);
   update_.nonfinite.emplace(cfg_.train.max_nonfinite);
   update_.scaler.emplace(loss_scaling(rt_.device(), half_type(cfg_.model.mixed_precision)));
   // The steps that move the schedule are the kind's to say (not those skipped for fp16 overflow).

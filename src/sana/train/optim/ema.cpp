@@ -26,8 +26,8 @@ void Ema::reset() {
   torch::NoGradGuard no_grad;
   average_.clear();
   for (const auto& p : params_) {
-    average_.push_back(placement_.host ? p.second.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true)
-                                       : p.second.detach().clone());
+    const auto device = placement_.host ? torch::Device(torch::kCPU) : placement_.device.value_or(p.second.device());
+    average_.push_back(p.second.detach().to(device, /*non_blocking=*/false, /*copy=*/true));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,10 @@ namespace sana::train {
 struct EmaPlacement {
   bool host = false;     // in host memory, whatever device the weights are on
   int64_t interval = 1;  // update_at() moves it on every interval-th step, by rate^interval
+  // Where the average lives when not in host memory: the run's device, also for weights that
+  // are in host memory between uses (a swapped block's, model/swapped_blocks.h); unset:
+  // where each weight is.
+  std::optional<torch::Device> device;
 };
 
 class Ema : public Stateful {

@@ -27,8 +27,10 @@ HostOptimizer::HostOptimizer(const OptimizerOptions& options, const NamedParams&
     if (!copy_gradients_ && (!b.grads.defined() || !b.grads.is_cpu())) {
       throw std::logic_error("train.offload_optimizer: the reducer's gradients are not in host memory");
     }
+    // Page-locked where copies cross to a device: the masters' to the bucket's parameters
+    // (in host memory already for a swapped block's), the gradients' from the device.
     parallel::FlatBucket h{host_flat(b.params.numel(), b.params.device()),
-                           copy_gradients_ ? host_flat(b.params.numel(), b.params.device()) : b.grads, b.layout};
+                           copy_gradients_ ? host_flat(b.params.numel(), b.grads.device()) : b.grads, b.layout};
     h.layout.dtype = static_cast<int>(torch::kFloat32);
     h.params.copy_(b.params);
     for (size_t j = 0; j < b.layout.params.size(); ++j) {

@@ -68,6 +68,12 @@ void register_lora_check() {
                               "in host memory too, where the updates are made. Set train.offload_optimizer: true, or "
                               "train.offload_blocks: 0",
                               cfg.train.offload_blocks));
+    } else if (cfg.train.working_weights == config::WorkingWeights::on) {
+      issues.fail("train.offload_blocks",
+                  fmt::format("is {:g} in a full fine-tune with train.working_weights true, whose half copies of the "
+                              "swapped blocks would stay on the device. Set train.working_weights: auto (off under "
+                              "train.offload_optimizer), or train.offload_blocks: 0",
+                              cfg.train.offload_blocks));
     } else if (cfg.train.zero_stage >= 3) {
       issues.fail("train.offload_blocks",
                   fmt::format("is {:g} with train.zero_stage 3, which keeps only this rank's share of each weight "

@@ -212,7 +212,7 @@ ClassImageOptions class_image_options_for(const config::Config& cfg) {
 }
 
 EmaPlacement ema_placement_for(const config::TrainConfig& t) {
-  return {t.ema_device == config::StateDevice::cpu, t.ema_update_interval};
+  return {t.ema_device == config::StateDevice::cpu, t.ema_update_interval, std::nullopt};
 }
 
 MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
@@ -227,6 +227,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
       {o.zero_stage, "train.zero_stage"},
       {o.deterministic, "train.deterministic"},
       {o.micro_batch_size, "train.micro_batch_size"},
+      {o.global_batch_size, "train.global_batch_size"},
       {o.grad_checkpointing, "train.grad_checkpointing"},
       {o.gc_step, "train.gc_step"},
       {o.offload_blocks, "train.offload_blocks"},

@@ -100,9 +100,13 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
   // The reducer keeps only the reduced segments (ZeRO 2 on several processes), or streams
   // them to the host (train.offload_optimizer): each bucket lives on the device from its
   // first gradient until its reduction ends. train.deterministic keeps them all.
+  // Accumulating over several micro-batches, every bucket stays on the device from the first
+  // micro-batch's backward to the step's last, where it is reduced: the whole gradients then.
   const bool streamed = cfg.offload_optimizer && !cfg.deterministic;
   const bool kept_sharded = cfg.zero_stage >= 2 && sharded && !cfg.deterministic;
-  in_flight = streamed || kept_sharded ? 2 * largest : 0;
+  const bool accumulating =
+      cfg.micro_batch_size > 0 && cfg.global_batch_size > cfg.micro_batch_size * static_cast<int64_t>(world);
+  in_flight = !(streamed || kept_sharded) ? 0 : accumulating ? flat : 2 * largest;
   const auto& o = cfg.optimizer;
   const EightBitState eight_bit = EightBitState::of(o);
   // On CUDA under autocast, a bf16/fp16 copy of each gathered segment, the rank's own too.
@@ -190,6 +194,7 @@ double swap_blocks(const MemoryEstimateOptions& cfg, model::SanaMSImpl& meta, Me
 // per micro-batch. Returns the bytes that left.
 double swap_trained_blocks(const MemoryEstimateOptions& cfg, const NamedParams& trained, MemoryEstimate& e) {
   const auto ids = model::swapped_block_ids(cfg.offload_blocks, cfg.spec.depth);
+  if (ids.empty()) return 0;
   std::vector<parallel::ParamInfo> infos;
   for (const auto& [name, t] : trained) infos.push_back({name, t.numel(), 4, static_cast<int>(torch::kFloat32)});
   const auto buckets = parallel::compute_buckets_mb(infos, cfg.reducer.bucket_cap_mb, cfg.reducer.first_bucket_mb);
@@ -252,8 +257,8 @@ void estimate_state(const MemoryEstimateOptions& cfg, int world_size, MemoryEsti
     for (const auto& item : meta->named_parameters()) all.emplace_back(item.key(), item.value());
     e.trainable = e.parameters;
     e.ranks = state_bytes(cfg, all, 0, world_size, e.in_flight);
-    if (cfg.offload_blocks > 0) {  // no working copies then: they would stay on the device
-      const double swapped = swap_trained_blocks(cfg, all, e);
+    const double swapped = swap_trained_blocks(cfg, all, e);
+    if (e.swapped_blocks > 0) {  // no working copies then: they would stay on the device
       for (auto& r : e.ranks) {
         r.weights -= swapped;
         r.host_blocks = swapped;

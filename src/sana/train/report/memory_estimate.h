@@ -127,10 +127,11 @@ struct MemoryEstimateOptions {
   bool working_weights = true;             // train.working_weights (under autocast)
   std::vector<data::BucketTable> buckets;  // the data's bucket tables (the largest bucket counts)
   int64_t micro_batch_size = 1;            // train.micro_batch_size
+  int64_t global_batch_size = 0;           // train.global_batch_size (0: one micro-batch a step)
   bool grad_checkpointing = false;         // train.grad_checkpointing
   int64_t gc_step = 1;                     // train.gc_step
   model::StorageDtype frozen_dtype = model::StorageDtype::fp32;  // train.frozen_base_dtype (LoRA's, a ControlNet's base, a teacher)
-  double offload_blocks = 0;               // train.offload_blocks (a frozen base's blocks swapped)
+  double offload_blocks = 0;               // train.offload_blocks (blocks swapped to the host)
   // A SANA-Sprint stage-2 run (model.teacher_model): its teacher, how many heads read it and
   // the step's options (whose passes the activations measure).
   struct Sprint {
