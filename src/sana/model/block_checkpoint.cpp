@@ -73,7 +73,7 @@ struct CheckpointBlock : public torch::autograd::Function<CheckpointBlock> {
     const auto g = torch::autograd::grad({out}, inputs, {grads[0]}, false, false, true);
     for (size_t i = 0; i < g.size(); ++i) {
       // A trained parameter the block did not use gets a zero gradient, not none: its
-      // accumulator then runs, and so do the gradient hooks the reducer and ZeRO 3 count on
+      // accumulator then runs, and so do the gradient hooks the trainer counts on
       // (parallel/accumulator_hooks.h: a tensor's hooks run only for a gradient).
       result[slot[i]] = g[i].defined() || slot[i] < 7 ? g[i] : torch::zeros_like(inputs[i]);
     }

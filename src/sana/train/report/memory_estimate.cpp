@@ -76,6 +76,30 @@ void add_mirrors(const parallel::ShardPlan& plan, std::vector<RankState>& ranks)
   }
 }
 
+// What the optimizer keeps per parameter besides AdamW's flat moments: the step count, and
+// each kind's moments (Lion's one, AdamW8bit's codes, CAME's factored statistics).
+double state_of_parameter(const OptimizerOptions& o, const EightBitState& eight_bit, const torch::Tensor& p) {
+  const auto s = p.sizes();
+  const auto n = static_cast<double>(p.numel());
+  double bytes = 8;  // the step count
+  if (o.type == OptimizerOptions::Kind::Lion) bytes += 4 * n;  // one fp32 moment
+  if (o.type == OptimizerOptions::Kind::AdamW8bit) {  // two moments: uint8 codes and an fp32 absmax per 256, or fp32
+    const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
+    bytes += p.numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
+  }
+  if (!o.came()) return bytes;
+  if (Came::factored(s)) {
+    // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
+    // else fp32); rows and columns of two fp32 statistics.
+    const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
+    bytes += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
+    bytes += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
+  } else {
+    bytes += 4 * 2 * n;  // first and second moments
+  }
+  return bytes;
+}
+
 std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const NamedParams& trained, double frozen, int world,
                                    double& in_flight) {
   std::vector<parallel::ParamInfo> infos;
@@ -121,29 +145,11 @@ std::vector<RankState> state_bytes(const MemoryEstimateOptions& cfg, const Named
     st.weights = (stage3 ? owned : flat) + frozen;  // stage 3: each owned segment its own tensor
     st.gathered = stage3 ? (half ? 2 : 4) * static_cast<double>(parallel::largest_gather(plan, buckets, units, owner, half)) : 0;
     st.gradients = streamed ? 0 : kept_sharded ? owned : flat;
-    const bool adamw8 = o.type == OptimizerOptions::Kind::AdamW8bit;
     if (o.type == OptimizerOptions::Kind::AdamW) st.optimizer = 2 * owned;  // two flat moments
     for (size_t k = 0; k < params.size(); ++k) {
       if (plan.owner[k] != owner) continue;
-      const auto s = params[k].sizes();
-      const auto n = static_cast<double>(params[k].numel());
-      st.optimizer += 8;  // the step count
-      if (cfg.ema) st.ema += 4 * n;
-      if (o.type == OptimizerOptions::Kind::Lion) st.optimizer += 4 * n;  // one fp32 moment per parameter
-      if (adamw8) {  // two moments: uint8 codes and an fp32 absmax per 256 elements, or fp32
-        const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
-        st.optimizer += params[k].numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
-      }
-      if (!o.came()) continue;
-      if (Came::factored(s)) {
-        // The first moment (uint8 codes plus a min and a scale per block of rows when 8-bit,
-        // else fp32); rows and columns of two fp32 statistics.
-        const double chunks = std::ceil(static_cast<double>(s[0]) / static_cast<double>(o.block_size));
-        st.optimizer += eight_bit.applies(s) ? n + 8 * chunks : 4 * n;
-        st.optimizer += 4 * 2.0 * static_cast<double>(s[0] + s[1]);
-      } else {
-        st.optimizer += 4 * 2 * n;  // first and second moments
-      }
+      st.optimizer += state_of_parameter(o, eight_bit, params[k]);
+      if (cfg.ema) st.ema += 4 * static_cast<double>(params[k].numel());
     }
     if (cfg.offload_optimizer) {  // fp32 masters, their gradients (the streamed ones), per owned segment; the state
       st.host_weights = owned;
