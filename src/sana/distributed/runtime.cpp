@@ -332,6 +332,12 @@ torch::Tensor as_gloo_sends(const torch::Tensor& t) {
 
 void Runtime::broadcast(torch::Tensor& t, int root) {
   if (world_size() == 1) return;
+  if (t.is_cpu() && backend_name_ == "nccl") {  // NCCL sends device memory: through a device copy
+    auto staged = t.to(device());
+    broadcast(staged, root);
+    t.copy_(staged);
+    return;
+  }
   std::vector<torch::Tensor> tensors{as_gloo_sends(t)};
   c10d::BroadcastOptions opts;
   opts.rootRank = root;

@@ -138,7 +138,7 @@ class Runtime {
   // Backend collectives: every rank calls them in the same order.
   void barrier();
   void all_reduce(torch::Tensor& t);  // sum, in place
-  void broadcast(torch::Tensor& t, int root = 0);  // from `root`, in place
+  void broadcast(torch::Tensor& t, int root = 0);  // from `root`, in place (host memory too, under NCCL)
   double all_reduce_sum(double value);
   // Starts a sum all-reduce and returns at once (world size 1: nothing to do, empty).
   PendingCollective all_reduce_async(torch::Tensor& t);

@@ -146,15 +146,7 @@ void Zero::broadcast_updates() {
   const auto& plan = reducer_.shard_plan();
   for (size_t i = 0; i < flat_.size(); ++i) {
     for (const auto& seg : plan.segments[i]) {
-      auto part = flat_[i].params.narrow(0, seg.begin, seg.numel());
-      if (part.is_cpu() && rt_.device().is_cuda()) {
-        // A swapped block's bucket, in host memory (model/swapped_blocks.h): NCCL sends
-        // device memory, so the segment travels through a device copy.
-        auto staged = part.to(rt_.device());
-        rt_.broadcast(staged, seg.owner);
-        part.copy_(staged);
-        continue;
-      }
+      auto part = flat_[i].params.narrow(0, seg.begin, seg.numel());  // a swapped block's: in host memory
       rt_.broadcast(part, seg.owner);
     }
   }

@@ -173,6 +173,15 @@ void add_working_copies(const MemoryEstimateOptions& cfg, torch::nn::Module& met
   for (auto& r : ranks) r.working = bytes;
 }
 
+// train.offload_blocks: `blocks` swapped, `host` bytes of them in host memory, the largest
+// block `largest`: on the device at once, two with gradient checkpointing (the one computing,
+// the one copied ahead), else all; copied in twice per micro-batch (forward and backward).
+void count_swapping(const MemoryEstimateOptions& cfg, size_t blocks, double host, double largest, MemoryEstimate& e) {
+  e.swapped_blocks = static_cast<int64_t>(blocks);
+  e.swapped_in = cfg.grad_checkpointing ? std::min<double>(2, static_cast<double>(blocks)) * largest : host;
+  e.swap_copies = 2 * host;
+}
+
 // train.offload_blocks on the meta model with its base frozen and stored: the swapped blocks'
 // frozen bytes leave the device for the host; `e` gets what is on the device at once and
 // copied per micro-batch. Returns the bytes that left.
@@ -188,9 +197,7 @@ double swap_blocks(const MemoryEstimateOptions& cfg, model::SanaMSImpl& meta, Me
     host += bytes;
     largest = std::max(largest, bytes);
   }
-  e.swapped_blocks = static_cast<int64_t>(ids.size());
-  e.swapped_in = cfg.grad_checkpointing ? std::min<double>(2, static_cast<double>(ids.size())) * largest : host;
-  e.swap_copies = 2 * host;
+  count_swapping(cfg, ids.size(), host, largest, e);
   return host;
 }
 
@@ -214,9 +221,7 @@ double swap_trained_blocks(const MemoryEstimateOptions& cfg, const NamedParams& 
     host += 4 * static_cast<double>(b.numel);
   }
   for (const auto& [unit, bytes] : per_block) largest = std::max(largest, bytes);
-  e.swapped_blocks = static_cast<int64_t>(ids.size());
-  e.swapped_in = cfg.grad_checkpointing ? std::min<double>(2, static_cast<double>(ids.size())) * largest : host;
-  e.swap_copies = 2 * host;
+  count_swapping(cfg, ids.size(), host, largest, e);
   return host;
 }
 
