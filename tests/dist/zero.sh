@@ -14,8 +14,9 @@
 #  3. train.deterministic, resumed mid-epoch stage 2 on 4 processes -> stage 0 on 3 ->
 #     stage 3 on 2: each epoch trains the uninterrupted run's samples, each once, and the
 #     weights and EMA are byte-identical to an uninterrupted stage-0 run on 1 process.
-#  4. Lion, train.deterministic: stage 2 on 2 processes offloaded to step 5, resumed at stage
-#     0 on 3 to step 10: the weights byte-identical to an uninterrupted run on 1 process.
+#  4. Lion, Adafactor and Prodigy, train.deterministic: stage 2 on 2 processes offloaded to
+#     step 5, resumed on 3 to step 10 (stage 0; Prodigy stage 1): the weights byte-identical
+#     to an uninterrupted run on 1 process.
 # Tiny preset on the test photos; every run under `timeout` in this test's scratch folder.
 . "$(dirname "$0")/lib.sh"
 config=$(dirname "$0")/../../configs/sana_tiny_cpu.yaml
@@ -116,18 +117,27 @@ else
   fail "samples lost or repeated across the chain"; cat "$SCRATCH/ids.log"
 fi
 
-# 4. Lion (lion-pytorch's, tests/unit/train/test_optim.cpp) resumed at another W and stage:
-# stage 2 on 2 processes with its state in host memory to step 5, then stage 0 on 3 to 10.
-lion=(--train.deterministic=true --dist.threads_per_process=1 --train.optimizer.type=Lion --train.optimizer.lr=1e-4)
-run lion-ref 1 "${lion[@]}"; assert_code $? 0 "10 deterministic Lion steps on 1 process"
-y=(--work_dir="$SCRATCH/lion-chain" --resume_from=latest "${lion[@]}")
-run lion2 2 "${y[@]}" --train.zero_stage=2 --train.offload_optimizer=true --train.max_steps=5
-assert_code $? 0 "Lion at stage 2 on 2 processes, offloaded, to step 5"
-run lion3 3 "${y[@]}" --train.zero_stage=0 --train.max_steps=10; assert_code $? 0 "resumed at stage 0 on 3 to step 10"
-assert_contains "$SCRATCH/lion3.log" "optimizer Lion" "the resumed run trains with Lion"
-if cmp -s "$SCRATCH/lion-ref/model.safetensors" "$SCRATCH/lion-chain/model.safetensors"; then
-  pass "Lion resumed from 2 processes at stage 2 on 3 at stage 0: the weights of the uninterrupted run"
-else
-  fail "Lion resumed at another W and stage: the weights differ from the uninterrupted run's"
-fi
+# 4. Lion, Adafactor and Prodigy (each judged by its PyPI package, tests/unit/train/
+# test_optim*.cpp) resumed at another W and stage: stage 2 on 2 processes with the state in
+# host memory to step 5, then on 3 to step 10 (Prodigy at stage 1 there, so that its step
+# size is a sum over the shards in both runs).
+resumed_chain() {  # OPTIMIZER STAGE-ON-3 ARGS...
+  local o=$1 stage3=$2; shift 2
+  local a=(--train.deterministic=true --dist.threads_per_process=1 --train.optimizer.type="$o" "$@")
+  run "$o-ref" 1 "${a[@]}"; assert_code $? 0 "10 deterministic $o steps on 1 process"
+  local y=(--work_dir="$SCRATCH/$o-chain" --resume_from=latest "${a[@]}")
+  run "${o}2" 2 "${y[@]}" --train.zero_stage=2 --train.offload_optimizer=true --train.max_steps=5
+  assert_code $? 0 "$o at stage 2 on 2 processes, offloaded, to step 5"
+  run "${o}3" 3 "${y[@]}" --train.zero_stage="$stage3" --train.max_steps=10
+  assert_code $? 0 "$o resumed at stage $stage3 on 3 to step 10"
+  assert_contains "$SCRATCH/${o}3.log" "optimizer $o" "the resumed run trains with $o"
+  if cmp -s "$SCRATCH/$o-ref/model.safetensors" "$SCRATCH/$o-chain/model.safetensors"; then
+    pass "$o resumed from 2 processes at stage 2 on 3 at stage $stage3: the weights of the uninterrupted run"
+  else
+    fail "$o resumed at another W and stage: the weights differ from the uninterrupted run's"
+  fi
+}
+resumed_chain Lion 0 --train.optimizer.lr=1e-4
+resumed_chain Adafactor 0 --train.optimizer.relative_step=false --train.optimizer.lr=1e-4 --train.optimizer.betas=[0.9]
+resumed_chain Prodigy 1
 finish

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -169,7 +170,8 @@ struct OptimizerConfig {
   double lr = 1e-4;
   double weight_decay = 0.03;
   // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2; Lion:
-  // lion-pytorch's 2 betas (0.9, 0.99) and no eps);
+  // lion-pytorch's 2 betas (0.9, 0.99) and no eps; Adafactor: no beta1 and 2 eps; Prodigy:
+  // 2 betas and 1 eps, a third beta its beta3);
   // the loader fills them in so that --print-config shows what will run.
   std::vector<double> betas;
   std::vector<double> eps;
@@ -180,6 +182,20 @@ struct OptimizerConfig {
   // (CAME8bit 16384, AdamW8bit 4096), filled in by the loader.
   int64_t block_size = 2048;
   int64_t min_8bit_size = -1;
+  // Adafactor's own (transformers' names and defaults).
+  double clip_threshold = 1.0;
+  double decay_rate = -0.8;
+  bool scale_parameter = true;
+  bool relative_step = true;
+  bool warmup_init = false;
+  // Prodigy's own (prodigyopt's names and defaults); its lr defaults to 1 (the loader).
+  double d0 = 1e-6;
+  double d_coef = 1.0;
+  double growth_rate = std::numeric_limits<double>::infinity();
+  bool decouple = true;
+  bool use_bias_correction = false;
+  bool safeguard_warmup = false;
+  int64_t slice_p = 1;
 };
 
 struct LrScheduleArgs {

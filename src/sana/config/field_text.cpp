@@ -2,6 +2,8 @@
 // reference in docs/config.md, a checkpoint's recorded values).
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "sana/config/schema.h"
 
 namespace sana::config {
@@ -9,6 +11,7 @@ namespace sana::config {
 namespace {
 
 std::string format_double(double v) {
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
   std::string s = fmt::format("{}", v);
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
   return s;

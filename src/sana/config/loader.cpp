@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -191,6 +192,7 @@ bool parse_int(const YAML::Node& n, int64_t& out) {
 bool parse_double(const YAML::Node& n, double& out) {
   if (!n.IsScalar() || n.Scalar().empty()) return false;
   const std::string& s = n.Scalar();
+  if (s == ".inf" || s == ".Inf" || s == ".INF" || s == "+.inf") return out = std::numeric_limits<double>::infinity(), true;
   char* end = nullptr;
   errno = 0;
   const double value = std::strtod(s.c_str(), &end);
@@ -443,7 +445,7 @@ Config ConfigLoader::build(const ValidationContext& ctx) const {
     if (reported.insert(issue.key).second) issues.push_back(std::move(issue));
   }
 
-  resolve_defaults(config);
+  resolve_defaults(config, origins);
   resolve_upstream_style(config, origins, ctx.world_size, issues);
   // Without all of its files the config is incomplete: checking it would report noise.
   if (!layers_->file_failed) {

@@ -114,7 +114,7 @@ std::vector<ConfigIssue> validate(const Config& config, const ValidationContext&
                                   const OriginMap& origins = {});
 
 // Fills what defaults to "the chosen option's own default" (e.g. optimizer betas).
-void resolve_defaults(Config& config);
+void resolve_defaults(Config& config, const OriginMap& origins = {});
 
 // The issue for a `value` of `key` that is not one of `choices`: it lists them and, as the
 // hint, names the closest.

@@ -50,6 +50,7 @@ struct Field {
   std::optional<double> min;  // numeric bounds, also applied to list elements
   std::optional<double> max;
   bool min_exclusive = false;
+  bool infinite = false;  // a number that may be YAML's .inf (unbounded)
   std::vector<std::string> choices;  // allowed strings (an enum's names); empty = any
 
   Field& at_least(double v) { min = v; min_exclusive = false; return *this; }
@@ -57,6 +58,7 @@ struct Field {
   Field& at_most(double v) { max = v; return *this; }
   Field& one_of(std::vector<std::string> values) { choices = std::move(values); return *this; }
   Field& commonly_used() { common = true; return *this; }
+  Field& or_infinite() { infinite = true; return *this; }
   // An integer field that also takes `word`, which sets `given` (IntOrWord).
   Field& or_word(std::string word, bool& given) {
     ref = IntOrWord{std::get<int64_t*>(ref), &given, std::move(word)};

@@ -50,15 +50,34 @@ void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
   o.add("type", opt.type, "optimizer").commonly_used();
   o.add("lr", opt.lr, "peak learning rate").above(0).commonly_used();
   o.add("weight_decay", opt.weight_decay, "decoupled weight decay").at_least(0);
-  o.add("betas", opt.betas, "AdamW, AdamW8bit, Lion: 2 values; CAME, CAME8bit: 3 (default: the optimizer's)")
+  o.add("betas", opt.betas,
+        "AdamW, AdamW8bit, Lion: 2 values; CAME, CAME8bit: 3; Adafactor: none or beta1; Prodigy: 2, or 3 with "
+        "beta3 (default: the optimizer's)")
       .at_least(0)
       .at_most(0.999999999);
-  o.add("eps", opt.eps, "AdamW, AdamW8bit: 1 value; CAME: 2; Lion: none (default: the optimizer's)").above(0);
+  o.add("eps", opt.eps,
+        "AdamW, AdamW8bit, Prodigy: 1 value; CAME, Adafactor: 2; Lion: none (default: the optimizer's)")
+      .above(0);
   o.add("block_size", opt.block_size, "CAME8bit: rows per quantization block").at_least(1);
   o.add("min_8bit_size", opt.min_8bit_size,
         "CAME8bit: weights with more elements than this keep 8-bit first moments; AdamW8bit: "
         "parameters with at least this many keep 8-bit moments (default: the optimizer's, 16384 / 4096)")
       .at_least(0);
+  o.add("clip_threshold", opt.clip_threshold, "Adafactor: the update's RMS is clipped to this").above(0);
+  o.add("decay_rate", opt.decay_rate, "Adafactor: the second moment's rate is 1 - step^decay_rate").at_most(0);
+  o.add("scale_parameter", opt.scale_parameter, "Adafactor: the step size is scaled by the parameter's RMS");
+  o.add("relative_step", opt.relative_step,
+        "Adafactor: its own step size min(1e-2, 1/sqrt(step)); lr and the schedule then do not apply");
+  o.add("warmup_init", opt.warmup_init, "Adafactor, with relative_step: the step size grows as 1e-6 step");
+  o.add("d0", opt.d0, "Prodigy: the first estimate of the step size d").above(0);
+  o.add("d_coef", opt.d_coef, "Prodigy: d's estimate is scaled by this (the key to tune)").above(0);
+  o.add("growth_rate", opt.growth_rate, "Prodigy: d grows by at most this factor per step (.inf: unbounded)")
+      .at_least(1)
+      .or_infinite();
+  o.add("decouple", opt.decouple, "Prodigy: AdamW's decoupled weight decay (false: into the gradient)");
+  o.add("use_bias_correction", opt.use_bias_correction, "Prodigy: Adam's bias correction in the step size");
+  o.add("safeguard_warmup", opt.safeguard_warmup, "Prodigy: lr left out of d's denominator (for warmup)");
+  o.add("slice_p", opt.slice_p, "Prodigy: d estimated from every slice_p-th element (saves memory)").at_least(1);
 }
 
 void describe_lora(std::vector<Field>& f, LoraConfig& l) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "sana/config/loader.h"
@@ -39,14 +40,26 @@ int64_t accumulation_steps(const TrainConfig& train, int64_t world_size) {
   return train.global_batch_size / per_micro_step;
 }
 
-void resolve_defaults(Config& config) {
+void resolve_defaults(Config& config, const OriginMap& origins) {
   auto& opt = config.train.optimizer;
   const bool came = is_came(opt.type);
   const bool lion = opt.type == OptimizerType::Lion;
-  if (opt.betas.empty()) opt.betas = came   ? std::vector<double>{0.9, 0.999, 0.9999}
-                                     : lion ? std::vector<double>{0.9, 0.99}  // lion-pytorch's
-                                            : std::vector<double>{0.9, 0.999};
-  if (opt.eps.empty() && !lion) opt.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
+  const bool adafactor = opt.type == OptimizerType::Adafactor;
+  const bool prodigy = opt.type == OptimizerType::Prodigy;
+  // Adafactor keeps no first moment unless a beta1 is given (transformers' beta1=None).
+  if (opt.betas.empty() && !adafactor) {
+    opt.betas = came   ? std::vector<double>{0.9, 0.999, 0.9999}
+                : lion ? std::vector<double>{0.9, 0.99}  // lion-pytorch's
+                       : std::vector<double>{0.9, 0.999};
+  }
+  if (opt.eps.empty() && !lion) {
+    opt.eps = came        ? std::vector<double>{1e-30, 1e-16}
+              : adafactor ? std::vector<double>{1e-30, 1e-3}  // transformers'
+              : prodigy   ? std::vector<double>{1e-8}         // prodigyopt's
+                          : std::vector<double>{1e-10};
+  }
+  // Prodigy's lr scales the step size it finds: 1 unless given (prodigyopt's default).
+  if (prodigy && !origins.count("train.optimizer.lr")) opt.lr = 1.0;
   if (opt.min_8bit_size < 0) opt.min_8bit_size = opt.type == OptimizerType::AdamW8bit ? 4096 : 16384;
 }
 
@@ -100,7 +113,10 @@ struct CheckField {
   void operator()(const IntOrWord& w) const {
     if (!*w.word_given) c.bounds(f, static_cast<double>(*w.value), w.word);
   }
-  void operator()(double* v) const { c.bounds(f, *v); }
+  void operator()(double* v) const {
+    if (std::isinf(*v) && !f.infinite) return c.fail(f.key, "is infinite: it takes a finite number");
+    if (!std::isinf(*v)) c.bounds(f, *v);
+  }
   void operator()(bool*) const {}
   void operator()(std::string* v) const { c.choice(f, *v); }
   void operator()(std::vector<std::string>* v) const {
@@ -131,12 +147,23 @@ void check_batch(Checker& c, const TrainConfig& t, int64_t world_size) {
 
 // The optimizer's betas and eps come in the number its type takes.
 void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
-  const size_t want_betas = is_came(opt.type) ? 3 : 2;
-  const size_t want_eps = is_came(opt.type) ? 2 : opt.type == OptimizerType::Lion ? 0 : 1;
-  if (opt.betas.size() != want_betas) {
+  const bool adafactor = opt.type == OptimizerType::Adafactor, prodigy = opt.type == OptimizerType::Prodigy;
+  const size_t want_betas = is_came(opt.type) ? 3 : adafactor ? 1 : 2;
+  const size_t want_eps = is_came(opt.type) || adafactor ? 2 : opt.type == OptimizerType::Lion ? 0 : 1;
+  if (adafactor && opt.betas.size() > 1) {
+    c.fail("train.optimizer.betas", fmt::format("Adafactor takes at most one beta (its beta1), got {}", opt.betas.size()),
+           "give [beta1] for a first moment, or remove the key for none");
+  } else if (prodigy && opt.betas.size() != 2 && opt.betas.size() != 3) {
+    c.fail("train.optimizer.betas", fmt::format("Prodigy takes 2 betas, or 3 with beta3, got {}", opt.betas.size()),
+           "remove the key to use the optimizer's defaults");
+  } else if (!adafactor && !prodigy && opt.betas.size() != want_betas) {
     c.fail("train.optimizer.betas",
            fmt::format("{} takes {} betas, got {}", name_of(opt.type), want_betas, opt.betas.size()),
            "remove the key to use the optimizer's defaults");
+  }
+  if (adafactor && opt.warmup_init && !opt.relative_step) {
+    c.fail("train.optimizer.warmup_init", "Adafactor's warmup_init needs relative_step true",
+           "set train.optimizer.relative_step true, or warmup_init false");
   }
   if (opt.eps.size() != want_eps) {
     c.fail("train.optimizer.eps",
@@ -145,6 +172,31 @@ void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
                          : fmt::format("{} takes {} eps value{}, got {}", name_of(opt.type), want_eps,
                                        want_eps == 1 ? "" : "s", opt.eps.size()),
            want_eps == 0 ? "remove train.optimizer.eps" : "remove the key to use the optimizer's defaults");
+  }
+}
+
+// An optimizer's own keys set away from their defaults for another type would do nothing:
+// each names its owner. (At its default a key is what --print-config writes, so that a
+// printed config loads again.)
+void check_optimizer_keys(Checker& c, const OptimizerConfig& opt) {
+  const OptimizerConfig d;
+  const std::pair<OptimizerType, std::vector<std::pair<const char*, bool>>> owners[] = {
+      {OptimizerType::Adafactor,
+       {{"clip_threshold", opt.clip_threshold != d.clip_threshold}, {"decay_rate", opt.decay_rate != d.decay_rate},
+        {"scale_parameter", opt.scale_parameter != d.scale_parameter},
+        {"relative_step", opt.relative_step != d.relative_step}, {"warmup_init", opt.warmup_init != d.warmup_init}}},
+      {OptimizerType::Prodigy,
+       {{"d0", opt.d0 != d.d0}, {"d_coef", opt.d_coef != d.d_coef}, {"growth_rate", opt.growth_rate != d.growth_rate},
+        {"decouple", opt.decouple != d.decouple}, {"use_bias_correction", opt.use_bias_correction != d.use_bias_correction},
+        {"safeguard_warmup", opt.safeguard_warmup != d.safeguard_warmup}, {"slice_p", opt.slice_p != d.slice_p}}}};
+  for (const auto& [type, keys] : owners) {
+    if (opt.type == type) continue;
+    for (const auto& [key, changed] : keys) {
+      const std::string full = std::string("train.optimizer.") + key;
+      if (!changed) continue;
+      c.fail(full, fmt::format("is {}'s, and train.optimizer.type is {}", name_of(type), name_of(opt.type)),
+             fmt::format("remove it, or set train.optimizer.type: {}", name_of(type)));
+    }
   }
 }
 
@@ -245,6 +297,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
            "give a number (sana-train model --device-memory GIB suggests one)");
   }
   check_optimizer_shape(c, cfg.train.optimizer);
+  check_optimizer_keys(c, cfg.train.optimizer);
   check_buckets(c, cfg);
   check_captions(c, cfg.data);
   if (!cfg.model_growth.pretrained_ckpt_path.empty() && !cfg.model.load_from.empty()) {

@@ -76,6 +76,23 @@ void Zero::sort_by_parameter(NamedTensors& entries) const {
                    [&](const auto& a, const auto& b) { return order_of(a.first) < order_of(b.first); });
 }
 
+torch::Tensor Zero::sum_over_parameters(const torch::Tensor& mine) const {
+  auto all = torch::zeros({static_cast<int64_t>(shapes_.size()), mine.size(1)}, torch::kFloat64);
+  for (size_t i = 0; i < owned_.size(); ++i) all[order_of(owned_[i].first)].copy_(mine[static_cast<int64_t>(i)]);
+  if (shards_state()) {
+    auto on_device = all.to(rt_.device());
+    rt_.all_reduce(on_device);
+    all = on_device.to(torch::kCPU);
+  }
+  auto out = torch::zeros({all.size(1)}, torch::kFloat64);
+  const auto rows = all.accessor<double, 2>();
+  auto sums = out.accessor<double, 1>();
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    for (int64_t c = 0; c < all.size(1); ++c) sums[c] += rows[r][c];
+  }
+  return out;
+}
+
 void Zero::regroup() {
   if (stage_ > 0) throw std::logic_error("Zero::regroup: stage 0 only");
   reducer_.regroup();

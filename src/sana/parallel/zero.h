@@ -89,6 +89,11 @@ class Zero {
   // discarded and the shard plan the new world's (Reducer::regroup); optimizer_buckets()
   // then names the new gradient buckets.
   void regroup();
+  // Numbers per owned() parameter (rows of an fp64 host tensor) summed over every
+  // trainable parameter, down each column in registration order: the same bits at every
+  // world size and stage (each entry is one rank's, the others add zeros). A collective
+  // where the state is sharded. An optimizer's SumOverParameters.
+  torch::Tensor sum_over_parameters(const torch::Tensor& mine) const;
   // The start line's part: what this rank keeps ("" at stage 0).
   std::string describe(bool deterministic) const;
   // What must follow every optimizer step (Optimizer::after_step): at stages 1 and 2 each

@@ -106,7 +106,7 @@ TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included"
     model::SanaMS m(train::model_spec_for(cfg));
     train::NamedParams params;
     for (const auto& item : m->named_parameters()) params.emplace_back(item.key(), item.value());
-    auto opt = train::make_optimizer(train::optimizer_options_for(cfg.train.optimizer), params);
+    auto opt = train::make_optimizer(train::optimizer_options_for(cfg), params);
     for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
     opt->step(1e-4);
     double kept = 0;
@@ -177,7 +177,7 @@ TEST_CASE("SANA-Sprint's stage 2: the teacher and the heads in the estimate are 
     params.emplace_back(item.key(), item.value());
     weights += static_cast<double>(item.value().nbytes());
   }
-  auto opt = train::make_optimizer(train::optimizer_options_for(cfg.train.optimizer), params);
+  auto opt = train::make_optimizer(train::optimizer_options_for(cfg), params);
   for (auto& [name, p] : params) p.mutable_grad() = torch::randn(p.sizes());
   opt->step(1e-4);
   double state = 0;

@@ -16,56 +16,11 @@
 #include "sana/train/optim/optimizer.h"
 #include "sana/train/options/torch_options.h"
 #include "test_support.h"
+#include "train/optim_case.h"
 
 using namespace sana;
+using namespace sana::test;
 
-namespace {
-
-// A copy of `named` under the optimizer `make(copy)` builds, loaded with `opt`'s state, takes
-// the same step as `opt` on the same gradients: parameters equal to the last bit. Returns
-// the copy (parameters after that step).
-template <typename Make>
-train::NamedParams check_resume(train::Optimizer& opt, train::NamedParams& named, double lr, Make make) {
-  auto copy = named;
-  for (auto& [n, t] : copy) t = t.detach().clone().requires_grad_(true);
-  auto resumed = make(copy);
-  resumed.load_state(opt.state());
-  for (size_t i = 0; i < named.size(); ++i) {
-    const auto g = torch::randn(named[i].second.sizes());
-    named[i].second.mutable_grad() = g.clone();
-    copy[i].second.mutable_grad() = g.clone();
-  }
-  opt.step(lr);
-  resumed.step(lr);
-  for (size_t i = 0; i < named.size(); ++i) CHECK(torch::equal(named[i].second, copy[i].second));
-  return copy;
-}
-
-// Writes the case (tensors and the config as metadata) and runs tests/reference/<script> on
-// it: exit 0 when the reference agrees.
-void check_with_reference(const std::string& script, const NamedTensors& file, const nlohmann::json& config) {
-  sana::test::TempDir dir;
-  const auto path = dir.path("case.safetensors");
-  sana::write_safetensors(path, file, {{"config", config.dump()}});
-  const auto r = sana::test::run_command(SANA_PYTHON " " + std::string(SANA_SOURCE_DIR) + "/tests/reference/" +
-                                         script + " " + path);
-  INFO(r.output);
-  CHECK(r.exit_code == 0);
-}
-
-using Shapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-// Small random parameters of `shapes`, each also written to `file` as "p0.<name>".
-train::NamedParams initial_params(const Shapes& shapes, NamedTensors& file) {
-  train::NamedParams named;
-  for (const auto& [name, shape] : shapes) {
-    named.emplace_back(name, (torch::randn(shape) * 0.05).requires_grad_(true));
-    file.emplace_back("p0." + name, named.back().second.detach().clone());
-  }
-  return named;
-}
-
-}  // namespace
 
 TEST_CASE("CAME matches an independent implementation of the paper's algorithm", "[train][optim]") {
   torch::manual_seed(4);
@@ -380,7 +335,8 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     torch::manual_seed(1);
     const auto a = torch::randn({64, 16}), target = torch::randn({64, 8});
     auto w = torch::zeros({16, 8}, torch::requires_grad());
-    config::OptimizerConfig o;
+    config::Config cfg;
+    auto& o = cfg.train.optimizer;
     o.type = type;
     o.lr = 0.01;
     o.weight_decay = 0.0;
@@ -388,7 +344,7 @@ TEST_CASE("CAME and AdamW reach the least-squares optimum", "[train][optim]") {
     o.min_8bit_size = 64;  // the 16 x 8 weight keeps 8-bit moments under CAME8bit and AdamW8bit
     o.betas = came ? std::vector<double>{0.9, 0.999, 0.9999} : std::vector<double>{0.9, 0.999};
     o.eps = came ? std::vector<double>{1e-30, 1e-16} : std::vector<double>{1e-10};
-    auto opt = train::make_optimizer(train::optimizer_options_for(o), {{"w", w}});
+    auto opt = train::make_optimizer(train::optimizer_options_for(cfg), {{"w", w}});
     auto loss_of = [&] { return (a.matmul(w) - target).pow(2).mean(); };
     const double before = loss_of().item<double>();
     for (int i = 0; i < 200; ++i) {

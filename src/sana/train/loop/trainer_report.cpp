@@ -53,6 +53,12 @@ void Trainer::log_start() const {
             update_.reducer->bucket_count(), update_.zero->describe(cfg_.train.deterministic),
             model_.trainable->describe());
   if (const auto kind = kind_->describe(); !kind.empty()) log::info("{}", kind);
+  const auto& opt = cfg_.train.optimizer;
+  if (opt.type == config::OptimizerType::Adafactor && opt.relative_step) {
+    log::info("Adafactor with relative_step: its own step size min({}, 1/sqrt(step)){}; train.optimizer.lr and "
+              "train.lr_schedule do not apply (relative_step false uses them)",
+              opt.warmup_init ? "1e-6 step" : "1e-2", opt.scale_parameter ? " times each parameter's RMS" : "");
+  }
 }
 
 void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {

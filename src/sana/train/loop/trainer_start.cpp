@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "sana/data/plan_coverage.h"
 #include "sana/model/spec.h"
 #include "sana/model/weights.h"
 #include "sana/train/checkpoint/resume.h"
@@ -37,7 +38,7 @@ std::unique_ptr<DeviceTimeline> device_timeline_for(const torch::Device& device,
 // update (its post-step, whatever the stage) follows every step.
 std::unique_ptr<Optimizer> optimizer_for(const config::Config& cfg, parallel::Zero& zero,
                                          const parallel::Reducer& reducer) {
-  const auto options = optimizer_options_for(cfg.train.optimizer);
+  const auto options = optimizer_options_for(cfg);
   std::unique_ptr<Optimizer> optimizer;
   if (cfg.train.offload_optimizer) {
     optimizer = std::make_unique<HostOptimizer>(options, zero.owned(), zero.optimizer_buckets(),
@@ -47,6 +48,8 @@ std::unique_ptr<Optimizer> optimizer_for(const config::Config& cfg, parallel::Ze
     optimizer->use_flat_buckets(zero.optimizer_buckets());
   }
   optimizer->after_step(zero.after_update());
+  // Sums over the whole model (Prodigy's) in one order at every world size and stage.
+  optimizer->sum_parameters_with([&zero](const torch::Tensor& mine) { return zero.sum_over_parameters(mine); });
   optimizer->keep_in_checkpoints(cfg.ckpt.save_optimizer);
   return optimizer;
 }
@@ -90,9 +93,15 @@ void Trainer::start() {
   if (!run_.resumed()) carry_over_load_from();  // collective under train.load_from_optimizer
   update_.optimizer->weights_changed();  // train.offload_optimizer: the masters take the resumed weights
   if (rt_.elastic() && update_.zero->shards_state()) {  // collective: each share to the rank that mirrors it
+    if (cfg_.train.optimizer.type == config::OptimizerType::Prodigy) {
+      throw UsageError(
+          "train.optimizer.type: Prodigy with dist.elastic continue under train.zero_stage >= 1: its step size is a "
+          "sum over every rank's share, which a share's mirror cannot take: use train.zero_stage 0 with "
+          "dist.elastic continue, or another optimizer");
+    }
     const double ema_rate = config::ema_enabled(cfg_.train) ? cfg_.train.ema_rate : 0.0;
     auto mirror = std::make_unique<ShareMirror>(rt_, *update_.zero, *update_.reducer,
-                                                optimizer_options_for(cfg_.train.optimizer), ema_rate,
+                                                optimizer_options_for(cfg_), ema_rate,
                                                 ema_placement_for(cfg_.train));
     elastic_.mirror_shares(std::move(mirror), *update_.optimizer, *update_.ema);
   }

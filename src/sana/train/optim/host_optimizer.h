@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "sana/train/optim/optimizer.h"
@@ -38,6 +39,7 @@ class HostOptimizer : public Optimizer {
   void use_flat_buckets(std::vector<parallel::FlatBucket> /*buckets*/) override {}
   // The device weights were set from outside (a resume, model.load_from): the masters take them.
   void weights_changed() override;
+  void sum_parameters_with(SumOverParameters sum) override { inner_->sum_parameters_with(std::move(sum)); }
   // Host memory kept besides the state: the master weights and their gradient buffers.
   std::vector<torch::Tensor> host_weights() const override;
   std::vector<torch::Tensor> host_gradients() const override;

@@ -7,7 +7,9 @@
 #include <map>
 
 #include "sana/train/optim/adamw8bit.h"
+#include "sana/train/optim/adafactor.h"
 #include "sana/train/optim/lion.h"
+#include "sana/train/optim/prodigy.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -403,6 +405,8 @@ const char* optimizer_name(OptimizerOptions::Kind kind) {
     case OptimizerOptions::Kind::CAME8bit: return "CAME8bit";
     case OptimizerOptions::Kind::AdamW8bit: return "AdamW8bit";
     case OptimizerOptions::Kind::Lion: return "Lion";
+    case OptimizerOptions::Kind::Adafactor: return "Adafactor";
+    case OptimizerOptions::Kind::Prodigy: return "Prodigy";
   }
   return "?";
 }
@@ -415,6 +419,23 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, const Named
     return std::make_unique<AdamW8bit>(params, o.betas, o.eps.at(0), o.weight_decay, o.min_8bit_size);
   }
   if (o.type == Kind::Lion) return std::make_unique<Lion>(params, o.betas, o.weight_decay);
+  if (o.type == Kind::Adafactor) {
+    AdafactorOptions a;
+    a.eps = o.eps;
+    a.clip_threshold = o.clip_threshold;
+    a.decay_rate = o.decay_rate;
+    if (!o.betas.empty()) a.beta1 = o.betas.at(0);
+    a.weight_decay = o.weight_decay;
+    a.scale_parameter = o.scale_parameter;
+    a.relative_step = o.relative_step;
+    a.warmup_init = o.warmup_init;
+    return std::make_unique<Adafactor>(params, a);
+  }
+  if (o.type == Kind::Prodigy) {
+    return std::make_unique<Prodigy>(params, ProdigyOptions{o.betas, o.eps.at(0), o.weight_decay, o.decouple,
+                                                           o.use_bias_correction, o.safeguard_warmup, o.d0, o.d_coef,
+                                                           o.growth_rate, o.slice_p});
+  }
   throw std::invalid_argument(
       fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));
 }

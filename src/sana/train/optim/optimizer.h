@@ -1,12 +1,14 @@
 // Optimizers as upstream configures them: AdamW (torch's), AdamW8bit, and CAME
 // (confidence-guided adaptive memory efficient optimisation: factored second moments for
 // 2-D weights and 1x1 convolutions, upstream's default for Sana) and CAME8bit; and Lion
-// (lion.h). The learning rate comes from train/optim/lr_curve.h.
+// (lion.h), Adafactor (adafactor.h) and Prodigy (prodigy.h). The learning rate comes from
+// train/optim/lr_curve.h.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +20,11 @@
 namespace sana::train {
 
 using NamedParams = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Numbers per parameter (the rows of an [own parameters, k] fp64 host tensor, in the
+// optimizer's parameter order) summed over every trainable parameter of the model, whoever
+// holds it, in one order whatever the world size: [k] (parallel::Zero::sum_over_parameters).
+using SumOverParameters = std::function<torch::Tensor(const torch::Tensor&)>;
 
 // A stateful part ("optimizer"): checkpoints hold state() as optimizer.safetensors.
 class Optimizer : public Stateful {
@@ -46,6 +53,9 @@ class Optimizer : public Stateful {
   // The parameters were set from outside (a resume, model.load_from): an optimizer keeping
   // its own copy of them (train.offload_optimizer's masters) takes them again.
   virtual void weights_changed() {}
+  // An optimizer whose step needs sums over the whole model (Prodigy's step size) takes
+  // them from `sum`; without one it sums its own parameters.
+  virtual void sum_parameters_with(SumOverParameters /*sum*/) {}
   // train.offload_optimizer (host_optimizer.h): the state lives in host memory, with the
   // master weights and their gradient buffers.
   virtual bool on_host() const { return false; }
@@ -70,13 +80,20 @@ class Optimizer : public Stateful {
 // train.optimizer, by its keys' names (train/options/torch_options.h fills it from the config, whose
 // loader has filled in each optimizer's own defaults).
 struct OptimizerOptions {
-  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit, Lion };
+  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit, Lion, Adafactor, Prodigy };
   Kind type = Kind::AdamW;
-  std::vector<double> betas{0.9, 0.999};  // AdamW: 2; CAME: 3
-  std::vector<double> eps{1e-8};          // AdamW: 1; CAME: 2; Lion: none
+  std::vector<double> betas{0.9, 0.999};  // AdamW: 2; CAME: 3; Adafactor: 0 or 1; Prodigy: 2 or 3
+  std::vector<double> eps{1e-8};          // AdamW: 1; CAME, Adafactor: 2; Lion: none
   double weight_decay = 0.0;
   int64_t block_size = 2048;      // CAME8bit: rows per quantisation block
   int64_t min_8bit_size = 16384;  // the 8-bit kinds: smaller parameters keep fp32 moments
+  // Adafactor's (adafactor.h)
+  double clip_threshold = 1.0, decay_rate = -0.8;
+  bool scale_parameter = true, relative_step = true, warmup_init = false;
+  // Prodigy's (prodigy.h)
+  double d0 = 1e-6, d_coef = 1.0, growth_rate = std::numeric_limits<double>::infinity();
+  bool decouple = true, use_bias_correction = false, safeguard_warmup = false;
+  int64_t slice_p = 1;
   bool came() const { return type == Kind::CAME || type == Kind::CAME8bit; }
 };
 

@@ -79,19 +79,37 @@ InitialModelOptions initial_model_options_for(const config::Config& cfg) {
   return o;
 }
 
-OptimizerOptions optimizer_options_for(const config::OptimizerConfig& c) {
+OptimizerOptions optimizer_options_for(const config::Config& cfg) {
   using Kind = OptimizerOptions::Kind;
+  using config::OptimizerType;
+  const OptimizerType t = cfg.train.optimizer.type;
   OptimizerOptions o;
-  o.type = c.type == config::OptimizerType::CAME       ? Kind::CAME
-           : c.type == config::OptimizerType::CAME8bit  ? Kind::CAME8bit
-           : c.type == config::OptimizerType::AdamW8bit ? Kind::AdamW8bit
-           : c.type == config::OptimizerType::Lion      ? Kind::Lion
-                                                        : Kind::AdamW;
-  o.betas = c.betas;
-  o.eps = c.eps;
-  o.weight_decay = c.weight_decay;
-  o.block_size = c.block_size;
-  o.min_8bit_size = c.min_8bit_size;
+  o.type = t == OptimizerType::CAME        ? Kind::CAME
+           : t == OptimizerType::CAME8bit  ? Kind::CAME8bit
+           : t == OptimizerType::AdamW8bit ? Kind::AdamW8bit
+           : t == OptimizerType::Lion      ? Kind::Lion
+           : t == OptimizerType::Adafactor ? Kind::Adafactor
+           : t == OptimizerType::Prodigy   ? Kind::Prodigy
+                                           : Kind::AdamW;
+  fill_from_keys(cfg, {
+      {o.betas, "train.optimizer.betas"},
+      {o.eps, "train.optimizer.eps"},
+      {o.weight_decay, "train.optimizer.weight_decay"},
+      {o.block_size, "train.optimizer.block_size"},
+      {o.min_8bit_size, "train.optimizer.min_8bit_size"},
+      {o.clip_threshold, "train.optimizer.clip_threshold"},
+      {o.decay_rate, "train.optimizer.decay_rate"},
+      {o.scale_parameter, "train.optimizer.scale_parameter"},
+      {o.relative_step, "train.optimizer.relative_step"},
+      {o.warmup_init, "train.optimizer.warmup_init"},
+      {o.d0, "train.optimizer.d0"},
+      {o.d_coef, "train.optimizer.d_coef"},
+      {o.growth_rate, "train.optimizer.growth_rate"},
+      {o.decouple, "train.optimizer.decouple"},
+      {o.use_bias_correction, "train.optimizer.use_bias_correction"},
+      {o.safeguard_warmup, "train.optimizer.safeguard_warmup"},
+      {o.slice_p, "train.optimizer.slice_p"},
+  });
   return o;
 }
 
@@ -219,7 +237,7 @@ MemoryEstimateOptions memory_estimate_options_for(const config::Config& cfg) {
   MemoryEstimateOptions o;
   o.spec = model_spec_for(cfg);
   o.lora = lora_for(cfg);
-  o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  o.optimizer = optimizer_options_for(cfg);
   o.ema = config::ema_enabled(cfg.train);
   o.ema_on_host = cfg.train.ema_device == config::StateDevice::cpu;
   fill_from_keys(cfg, {
@@ -291,7 +309,7 @@ SprintStepOptions sprint_step_options_for(const config::Config& cfg) {
   o.frozen_dtype = frozen_dtype_for(cfg.train);
   o.step = sprint_options_for(cfg);
   o.reducer = reducer_options_for(cfg);
-  o.optimizer = optimizer_options_for(cfg.train.optimizer);
+  o.optimizer = optimizer_options_for(cfg);
   return o;
 }
 

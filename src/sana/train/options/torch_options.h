@@ -44,7 +44,7 @@ SampleCacheOptions sample_cache_options_for(const config::Config& cfg);
 // train.seed, model_growth, model.load_from / load_strict, train.grad_checkpointing / gc_step, model.kernels.
 InitialModelOptions initial_model_options_for(const config::Config& cfg);
 // train.optimizer (its defaults filled in by the loader).
-OptimizerOptions optimizer_options_for(const config::OptimizerConfig& o);
+OptimizerOptions optimizer_options_for(const config::Config& cfg);
 // data.class_data_dir, class_prompt, num_class_images; the preview sampler's keys; the
 // training set's indexing.
 ClassImageOptions class_image_options_for(const config::Config& cfg);

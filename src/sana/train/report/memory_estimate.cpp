@@ -24,6 +24,7 @@
 #include "sana/model/spec.h"
 #include "sana/model/working_weights.h"
 #include "sana/torch_compat.h"
+#include "sana/train/optim/adafactor.h"
 #include "sana/train/optim/adamw8bit.h"
 #include "sana/train/optim/optimizer.h"
 #include "sana/train/report/activation_terms.h"
@@ -77,12 +78,22 @@ void add_mirrors(const parallel::ShardPlan& plan, std::vector<RankState>& ranks)
 }
 
 // What the optimizer keeps per parameter besides AdamW's flat moments: the step count, and
-// each kind's moments (Lion's one, AdamW8bit's codes, CAME's factored statistics).
+// each kind's moments (Lion's one, AdamW8bit's codes, CAME's and Adafactor's factored
+// statistics, Prodigy's moments and its copies of the global numbers).
 double state_of_parameter(const OptimizerOptions& o, const EightBitState& eight_bit, const torch::Tensor& p) {
   const auto s = p.sizes();
   const auto n = static_cast<double>(p.numel());
   double bytes = 8;  // the step count
   if (o.type == OptimizerOptions::Kind::Lion) bytes += 4 * n;  // one fp32 moment
+  if (o.type == OptimizerOptions::Kind::Adafactor) {  // factored or whole second moment, beta1's first moment
+    bytes += Adafactor::factored(s) ? 4 * (n / static_cast<double>(s.back()) + n / static_cast<double>(s[s.size() - 2]))
+                                    : 4 * n;
+    if (!o.betas.empty()) bytes += 4 * n;
+  }
+  if (o.type == OptimizerOptions::Kind::Prodigy) {  // d, d_max, the numerator and k; both moments; s and p0
+    const double sliced = std::ceil(n / static_cast<double>(o.slice_p));
+    bytes += 4 * 8 + 4 * n * (o.betas.at(0) > 0 ? 2 : 1) + 2 * 4 * sliced;
+  }
   if (o.type == OptimizerOptions::Kind::AdamW8bit) {  // two moments: uint8 codes and an fp32 absmax per 256, or fp32
     const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
     bytes += p.numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
