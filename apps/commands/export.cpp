@@ -1,9 +1,9 @@
 // `sana-train export --config C [--from WEIGHTS [--ema]] --format diffusers|upstream --out PATH`:
 // a model's weights in diffusers' layout (a transformer folder SanaPipeline loads) or
 // upstream's (.pth with {"state_dict": ...}), from a weights file (ours, upstream's or
-// diffusers'), a diffusers folder, or a checkpoint folder (its model weights, or with --ema
-// its EMA weights); without --from, the config's initial weights. With --merge-lora,
-// --from names LoRA adapters (a LoRA run's checkpoint folder or work_dir, or a LoRA file in
+// diffusers'), a diffusers folder, or a checkpoint folder (its model weights, a
+// schedule-free run's averaged x, or with --ema its EMA weights); without --from, the
+// config's initial weights. With --merge-lora, --from names LoRA adapters (a LoRA run's checkpoint folder or work_dir, or a LoRA file in
 // diffusers' naming), folded into the config's base (model.load_from). model/export.h
 // writes them; docs/finetune.md has the names.
 #include <fmt/format.h>
@@ -12,7 +12,9 @@
 
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "command.h"
 #include "sana/ckpt/shards.h"
@@ -56,6 +58,12 @@ class Export : public ConfigSubcommand {
   int run(const dist::LaunchEnv&, const config::Config& cfg) override {
     const Consolidated consolidated(from_);  // a format-3 checkpoint is read as format 2
     const auto spec = train::model_spec_for(cfg);
+    const bool schedule_free = cfg.train.optimizer.type == config::OptimizerType::ScheduleFreeAdamW && !ema_ &&
+                               fs::exists(fs::path(from_) / "optimizer.safetensors");  // a checkpoint's y
+    if (schedule_free && (merge_lora_ || spec.control_blocks > 0)) {
+      throw UsageError(fmt::format("{} is a schedule-free run's checkpoint, whose adapters are its y, not its averaged "
+                                   "x: export the finished run's work_dir, which holds x", from_));
+    }
     model::SanaMS net(spec, model::BuildOptions{torch::kFloat32, false, static_cast<uint64_t>(cfg.train.seed)});
     if (merge_lora_) {
       merge_adapters(cfg, *net);
@@ -70,6 +78,7 @@ class Export : public ConfigSubcommand {
       const auto report = model::load_weights(*net, source, /*strict=*/true);
       log::info("export: {} from {}", report.summary(), source);
       make_null_caption_ = !report.made_by_run.empty();
+      if (schedule_free) schedule_free_x(cfg, *net);
     }
     if (make_null_caption_) null_caption_as_a_run(cfg, net);
     if (ema_ && !merge_lora_) {  // the EMA holds the parameters; the buffers (the null caption) stay the model file's
@@ -128,6 +137,35 @@ class Export : public ConfigSubcommand {
     model::merge_lora_file(net, lora, train::weights_checksum(net), file);
     log::info("export: {} adapters of rank {} (alpha {:g}){} folded into the base", lora.targets.size(), lora.rank,
               lora.alpha, ema_ ? ", their EMA," : "");
+  }
+
+  // A schedule-free run's checkpoint holds its y (model.safetensors) and z (in
+  // optimizer.safetensors): the weights to export are x = lerp(y, z, 1 - 1/beta1), what the
+  // run's own final files hold (train/optim/schedule_free.h).
+  void schedule_free_x(const config::Config& cfg, model::SanaMSImpl& net) const {
+    const auto file = (fs::path(from_) / "optimizer.safetensors").string();
+    const auto state = read_safetensors(file);
+    std::map<std::string, torch::Tensor> z;
+    for (const auto& [entry, t] : state.tensors) {
+      const auto slash = entry.rfind('/');
+      if (slash != std::string::npos && entry.substr(slash + 1) == "z") z.emplace(entry.substr(0, slash), t);
+    }
+    if (z.empty()) {
+      throw model::WeightsError(fmt::format("{} holds no schedule-free z (ckpt.save_optimizer false?): {}'s model "
+                                            "weights are its y, not the x to export; export the finished run's "
+                                            "work_dir instead", file, from_));
+    }
+    torch::NoGradGuard no_grad;
+    const double beta1 = cfg.train.optimizer.betas.at(0);
+    int64_t averaged = 0;
+    for (auto& item : net.named_parameters()) {
+      auto& p = item.value();
+      const auto it = z.find(item.key());
+      if (it == z.end()) continue;  // never stepped: x is y
+      p.copy_(p.lerp(it->second.to(p.dtype()), 1 - 1 / beta1));
+      ++averaged;
+    }
+    log::info("export: schedule-free x of {} parameters from {} (beta1 {:g})", averaged, file, beta1);
   }
 
   // A ControlNet run's checkpoint: the base as the run had it (model.load_from, else the

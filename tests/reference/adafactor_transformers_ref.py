@@ -16,6 +16,7 @@ import sys
 from transformers.optimization import Adafactor
 
 import optimizer_case
+from optimizer_case import rel
 
 
 def main():
@@ -23,14 +24,7 @@ def main():
     options = dict(config["options"])
     relative = options["relative_step"]
     opt = Adafactor(list(params.values()), lr=None if relative else config["lrs"][0], **options)
-    for s, lr in enumerate(config["lrs"]):
-        if not relative:
-            for group in opt.param_groups:
-                group["lr"] = lr
-        for n in names:
-            params[n].grad = t[f"g{s}.{n}"].clone()
-        opt.step()
-    rel = lambda a, b: ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+    optimizer_case.run_steps(opt, t, config, names, params, set_lr=not relative)
     ok, compared = True, 0
     for n, p in params.items():
         worst = rel(t["out." + n], p.detach())

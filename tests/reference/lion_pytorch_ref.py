@@ -13,20 +13,15 @@ import sys
 from lion_pytorch import Lion
 
 import optimizer_case
+from optimizer_case import rel
 
 
 def main():
     t, config, names, params = optimizer_case.read(__doc__)
     opt = Lion(list(params.values()), lr=config["lrs"][0], betas=tuple(config["betas"]),
                weight_decay=config["weight_decay"])
-    for s, lr in enumerate(config["lrs"]):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        for n in names:
-            params[n].grad = t[f"g{s}.{n}"].clone()
-        opt.step()
+    optimizer_case.run_steps(opt, t, config, names, params)
     ok = True
-    rel = lambda a, b: ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
     for n, p in params.items():
         dp, dm = rel(t["out." + n], p.detach()), rel(t["m." + n], opt.state[p]["exp_avg"])
         good = dp <= 1e-6 and dm <= 1e-6

@@ -19,3 +19,20 @@ def read(doc):
     names = sorted(k[len("p0."):] for k in t if k.startswith("p0."))
     params = {n: torch.nn.Parameter(t["p0." + n].clone()) for n in names}
     return t, config, names, params
+
+
+def run_steps(opt, t, config, names, params, set_lr=True):
+    """The case's steps on `opt`: per step its learning rate into every group (unless
+    `set_lr` is false: an optimizer that takes its own) and the case's gradients."""
+    for s, lr in enumerate(config["lrs"]):
+        if set_lr:
+            for group in opt.param_groups:
+                group["lr"] = lr
+        for n in names:
+            params[n].grad = t[f"g{s}.{n}"].clone()
+        opt.step()
+
+
+def rel(a, b):
+    """The largest distance of `a` from `b`, relative to b's largest magnitude."""
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()

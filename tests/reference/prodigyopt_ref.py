@@ -15,6 +15,7 @@ import sys
 from prodigyopt import Prodigy
 
 import optimizer_case
+from optimizer_case import rel
 
 
 def main():
@@ -23,13 +24,7 @@ def main():
     if options.get("growth_rate") is None:
         options["growth_rate"] = float("inf")
     opt = Prodigy(list(params.values()), lr=1.0, **options)  # each step sets its own (0 is refused here)
-    for s, lr in enumerate(config["lrs"]):
-        for group in opt.param_groups:
-            group["lr"] = lr
-        for n in names:
-            params[n].grad = t[f"g{s}.{n}"].clone()
-        opt.step()
-    rel = lambda a, b: ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30)).item()
+    optimizer_case.run_steps(opt, t, config, names, params)
     ok, compared = True, 0
     for n, p in params.items():
         worst = rel(t["out." + n], p.detach())

@@ -196,6 +196,11 @@ struct OptimizerConfig {
   bool use_bias_correction = false;
   bool safeguard_warmup = false;
   int64_t slice_p = 1;
+  // ScheduleFreeAdamW's own (schedulefree's names and defaults); its lr defaults to 0.0025
+  // and train.lr_schedule's warmup to none (the loader): its warmup is warmup_steps.
+  int64_t warmup_steps = 0;
+  double r = 0.0;
+  double weight_lr_power = 2.0;
 };
 
 struct LrScheduleArgs {

@@ -18,7 +18,7 @@ enum class Kernels { aten, fused };
 enum class WorkingWeights { automatic, on, off };
 enum class VaeType { none, torchscript, dc_ae };
 enum class Weighting { logit_normal, sd3_mode, uniform, logit_normal_trigflow };
-enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit, Lion, Adafactor, Prodigy };
+enum class OptimizerType { AdamW, CAME, CAME8bit, AdamW8bit, Lion, Adafactor, Prodigy, ScheduleFreeAdamW };
 // CAME with or without 8-bit first moments: the same betas, eps and maths.
 inline bool is_came(OptimizerType t) { return t == OptimizerType::CAME || t == OptimizerType::CAME8bit; }
 enum class LrSchedule { constant, cosine, cosine_decay_to_constant };
@@ -54,8 +54,8 @@ template <> struct Names<Weighting> {
   static constexpr std::array<std::string_view, 4> values{"logit_normal", "sd3_mode", "uniform", "logit_normal_trigflow"};
 };
 template <> struct Names<OptimizerType> {
-  static constexpr std::array<std::string_view, 7> values{"AdamW", "CAME",      "CAME8bit", "AdamW8bit",
-                                                          "Lion",  "Adafactor", "Prodigy"};
+  static constexpr std::array<std::string_view, 8> values{"AdamW", "CAME",      "CAME8bit", "AdamW8bit",
+                                                          "Lion",  "Adafactor", "Prodigy",  "ScheduleFreeAdamW"};
 };
 template <> struct Names<LrSchedule> {
   static constexpr std::array<std::string_view, 3> values{"constant", "cosine", "cosine_decay_to_constant"};

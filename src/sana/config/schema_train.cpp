@@ -78,6 +78,12 @@ void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
   o.add("use_bias_correction", opt.use_bias_correction, "Prodigy: Adam's bias correction in the step size");
   o.add("safeguard_warmup", opt.safeguard_warmup, "Prodigy: lr left out of d's denominator (for warmup)");
   o.add("slice_p", opt.slice_p, "Prodigy: d estimated from every slice_p-th element (saves memory)").at_least(1);
+  o.add("warmup_steps", opt.warmup_steps,
+        "ScheduleFreeAdamW: its linear warmup over this many steps (it takes no train.lr_schedule)")
+      .at_least(0);
+  o.add("r", opt.r, "ScheduleFreeAdamW: the average weighs step k by k^r");
+  o.add("weight_lr_power", opt.weight_lr_power,
+        "ScheduleFreeAdamW: the average weighs each step by the largest lr so far to this power");
 }
 
 void describe_lora(std::vector<Field>& f, LoraConfig& l) {

@@ -46,6 +46,7 @@ void resolve_defaults(Config& config, const OriginMap& origins) {
   const bool lion = opt.type == OptimizerType::Lion;
   const bool adafactor = opt.type == OptimizerType::Adafactor;
   const bool prodigy = opt.type == OptimizerType::Prodigy;
+  const bool schedule_free = opt.type == OptimizerType::ScheduleFreeAdamW;
   // Adafactor keeps no first moment unless a beta1 is given (transformers' beta1=None).
   if (opt.betas.empty() && !adafactor) {
     opt.betas = came   ? std::vector<double>{0.9, 0.999, 0.9999}
@@ -55,11 +56,17 @@ void resolve_defaults(Config& config, const OriginMap& origins) {
   if (opt.eps.empty() && !lion) {
     opt.eps = came        ? std::vector<double>{1e-30, 1e-16}
               : adafactor ? std::vector<double>{1e-30, 1e-3}  // transformers'
-              : prodigy   ? std::vector<double>{1e-8}         // prodigyopt's
+              : prodigy || schedule_free ? std::vector<double>{1e-8}  // prodigyopt's, schedulefree's
                           : std::vector<double>{1e-10};
   }
   // Prodigy's lr scales the step size it finds: 1 unless given (prodigyopt's default).
   if (prodigy && !origins.count("train.optimizer.lr")) opt.lr = 1.0;
+  // Schedule-free: schedulefree's lr, and no warmup of the trainer's (its own is
+  // train.optimizer.warmup_steps).
+  if (schedule_free && !origins.count("train.optimizer.lr")) opt.lr = 0.0025;
+  if (schedule_free && !origins.count("train.lr_schedule_args.num_warmup_steps")) {
+    config.train.lr_schedule_args.num_warmup_steps = 0;
+  }
   if (opt.min_8bit_size < 0) opt.min_8bit_size = opt.type == OptimizerType::AdamW8bit ? 4096 : 16384;
 }
 
@@ -161,6 +168,10 @@ void check_optimizer_shape(Checker& c, const OptimizerConfig& opt) {
            fmt::format("{} takes {} betas, got {}", name_of(opt.type), want_betas, opt.betas.size()),
            "remove the key to use the optimizer's defaults");
   }
+  if (opt.type == OptimizerType::ScheduleFreeAdamW && opt.betas.size() == 2 && opt.betas[0] == 0) {
+    c.fail("train.optimizer.betas", "ScheduleFreeAdamW's beta1 must be above 0 (its evaluation weights divide by it)",
+           "give a beta1 such as 0.9");
+  }
   if (adafactor && opt.warmup_init && !opt.relative_step) {
     c.fail("train.optimizer.warmup_init", "Adafactor's warmup_init needs relative_step true",
            "set train.optimizer.relative_step true, or warmup_init false");
@@ -188,7 +199,10 @@ void check_optimizer_keys(Checker& c, const OptimizerConfig& opt) {
       {OptimizerType::Prodigy,
        {{"d0", opt.d0 != d.d0}, {"d_coef", opt.d_coef != d.d_coef}, {"growth_rate", opt.growth_rate != d.growth_rate},
         {"decouple", opt.decouple != d.decouple}, {"use_bias_correction", opt.use_bias_correction != d.use_bias_correction},
-        {"safeguard_warmup", opt.safeguard_warmup != d.safeguard_warmup}, {"slice_p", opt.slice_p != d.slice_p}}}};
+        {"safeguard_warmup", opt.safeguard_warmup != d.safeguard_warmup}, {"slice_p", opt.slice_p != d.slice_p}}},
+      {OptimizerType::ScheduleFreeAdamW,
+       {{"warmup_steps", opt.warmup_steps != d.warmup_steps}, {"r", opt.r != d.r},
+        {"weight_lr_power", opt.weight_lr_power != d.weight_lr_power}}}};
   for (const auto& [type, keys] : owners) {
     if (opt.type == type) continue;
     for (const auto& [key, changed] : keys) {
@@ -197,6 +211,19 @@ void check_optimizer_keys(Checker& c, const OptimizerConfig& opt) {
       c.fail(full, fmt::format("is {}'s, and train.optimizer.type is {}", name_of(type), name_of(opt.type)),
              fmt::format("remove it, or set train.optimizer.type: {}", name_of(type)));
     }
+  }
+}
+
+// Schedule-free AdamW replaces the learning-rate schedule: its warmup is its own key.
+void check_schedule_free(Checker& c, const TrainConfig& t) {
+  if (t.optimizer.type != OptimizerType::ScheduleFreeAdamW) return;
+  if (t.lr_schedule != LrSchedule::constant) {
+    c.fail("train.lr_schedule", "ScheduleFreeAdamW takes no schedule: it averages its iterates instead of decaying",
+           "remove train.lr_schedule (constant), or choose another train.optimizer.type");
+  }
+  if (t.lr_schedule_args.num_warmup_steps > 0) {
+    c.fail("train.lr_schedule_args.num_warmup_steps", "ScheduleFreeAdamW warms up by itself",
+           fmt::format("set train.optimizer.warmup_steps: {} instead", t.lr_schedule_args.num_warmup_steps));
   }
 }
 
@@ -298,6 +325,7 @@ void check_combinations(Checker& c, const Config& cfg, const ValidationContext& 
   }
   check_optimizer_shape(c, cfg.train.optimizer);
   check_optimizer_keys(c, cfg.train.optimizer);
+  check_schedule_free(c, cfg.train);
   check_buckets(c, cfg);
   check_captions(c, cfg.data);
   if (!cfg.model_growth.pretrained_ckpt_path.empty() && !cfg.model.load_from.empty()) {

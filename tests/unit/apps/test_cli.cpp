@@ -64,7 +64,7 @@ TEST_CASE("list-keys lists every key with its type and default", "[cli]") {
   CHECK(r.exit_code == 0);
   CHECK(r.output.find("train.optimizer.betas") != std::string::npos);
   CHECK(r.output.find("dist.timeout_s") != std::string::npos);
-  CHECK(r.output.find("[AdamW|CAME|CAME8bit|AdamW8bit|Lion|Adafactor|Prodigy]") != std::string::npos);
+  CHECK(r.output.find("[AdamW|CAME|CAME8bit|AdamW8bit|Lion|Adafactor|Prodigy|ScheduleFreeAdamW]") != std::string::npos);
 }
 
 TEST_CASE("print-config through the binary round-trips with overrides applied", "[cli]") {

@@ -93,8 +93,10 @@ TEST_CASE("CAME keeps less state than AdamW, EMA adds a copy, the config's check
 
 // AdamW's flat moments are checked end to end (tests/apps/memory_report.sh): its buckets come
 // from the reducer.
-TEST_CASE("the optimizer state estimate is the bytes CAME keeps, 8-bit included", "[train][memory]") {
-  for (const auto type : {config::OptimizerType::CAME, config::OptimizerType::CAME8bit, config::OptimizerType::AdamW8bit}) {
+TEST_CASE("the optimizer state estimate is the bytes each optimizer keeps, 8-bit included", "[train][memory]") {
+  using config::OptimizerType;
+  for (const auto type : {OptimizerType::CAME, OptimizerType::CAME8bit, OptimizerType::AdamW8bit, OptimizerType::Lion,
+                          OptimizerType::Adafactor, OptimizerType::Prodigy, OptimizerType::ScheduleFreeAdamW}) {
     auto cfg = tiny_config();
     cfg.train.optimizer.type = type;
     cfg.train.optimizer.min_8bit_size = 1000;  // the tiny model's larger weights go 8-bit

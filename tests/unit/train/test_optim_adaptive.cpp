@@ -1,5 +1,5 @@
-// Adafactor and Prodigy, each judged by the PyPI package users know (transformers' Adafactor,
-// prodigyopt's Prodigy) over 20 steps on the same gradients, in each package's option
+// Adafactor, Prodigy and schedule-free AdamW, each judged by the PyPI package users know
+// (transformers' Adafactor, prodigyopt's Prodigy, schedulefree's AdamWScheduleFree) over 20 steps on the same gradients, in each package's option
 // combinations; and each resumes its step from its state to the last bit.
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -10,6 +10,7 @@
 #include "catch.h"
 #include "sana/train/optim/adafactor.h"
 #include "sana/train/optim/prodigy.h"
+#include "sana/train/optim/schedule_free.h"
 #include "train/optim_case.h"
 
 using namespace sana;
@@ -139,6 +140,53 @@ TEST_CASE("Prodigy computes what prodigyopt's Prodigy computes, and resumes its 
       check_with_reference("prodigyopt_ref.py", file, {{"lrs", lrs}, {"options", options}});
       const auto o = c.o;
       check_resume(opt, named, 1.0, [&](const train::NamedParams& p) { return train::Prodigy(p, o); });
+    }
+  }
+}
+
+// schedulefree's defaults with weight decay, then its warmup with a polynomial average (r)
+// and another weighting power, then other betas and eps, at a varying learning rate (its lr_max
+// takes the largest): the training weights y, z and the second moment within 1e-6 of
+// schedulefree.AdamWScheduleFree's in train mode, the evaluation weights x within 1e-6 of its
+// parameters in eval mode, k and the weight sum equal (tests/reference/schedulefree_ref.py);
+// the step resumes to the last bit, and x differs from y.
+TEST_CASE("ScheduleFreeAdamW computes what schedulefree's AdamWScheduleFree computes, x included", "[train][optim]") {
+  struct Case {
+    const char* what;
+    train::ScheduleFreeOptions o;
+  };
+  train::ScheduleFreeOptions defaults;
+  defaults.weight_decay = 0.01;
+  train::ScheduleFreeOptions warmup;
+  warmup.warmup_steps = 7;
+  warmup.r = 1.0;
+  warmup.weight_lr_power = 1.0;
+  train::ScheduleFreeOptions others;
+  others.betas = {0.95, 0.99};
+  others.eps = 1e-6;
+  others.weight_decay = 0.1;
+  for (const auto& c : {Case{"defaults", defaults}, Case{"warmup and r", warmup}, Case{"other betas", others}}) {
+    SECTION(c.what) {
+      torch::manual_seed(11);
+      NamedTensors file;
+      auto named = initial_params(kShapes, file);
+      train::ScheduleFreeAdamW opt(named, c.o);
+      CHECK(std::string(opt.name()) == "ScheduleFreeAdamW");
+      CHECK(opt.has_eval_weights());
+      const auto lrs = varying(0.01);
+      run_steps(opt, named, lrs, file);
+      const auto x = opt.eval_weights();
+      REQUIRE(x.size() == named.size());
+      for (const auto& [name, t] : x) file.emplace_back("x." + name, t.clone());
+      nlohmann::json options = {{"betas", c.o.betas},
+                                {"eps", c.o.eps},
+                                {"weight_decay", c.o.weight_decay},
+                                {"warmup_steps", c.o.warmup_steps},
+                                {"r", c.o.r},
+                                {"weight_lr_power", c.o.weight_lr_power}};
+      check_with_reference("schedulefree_ref.py", file, {{"lrs", lrs}, {"options", options}});
+      const auto o = c.o;
+      check_resume(opt, named, 0.01, [&](const train::NamedParams& p) { return train::ScheduleFreeAdamW(p, o); });
     }
   }
 }

@@ -209,20 +209,30 @@ StepRecord Trainer::step_record(int64_t epoch, int64_t step, const Outcome& o, d
 }
 
 void Trainer::preview_and_evaluate(int64_t global_step, bool epoch_end, int64_t epoch) {
-  std::optional<parallel::Zero::Whole> whole;  // stage 3: previews and the held-out loss run the whole model
   const bool evaluate = evaluation_.held_out && evaluation_.held_out->due(global_step);
   const bool previews = !evaluation_.previews->due(global_step, run_.total_steps(), epoch_end, epoch).empty();
-  if (evaluate || previews) whole.emplace(*update_.zero);
-  evaluation_.previews->maybe_render(global_step, run_.total_steps(), epoch_end, epoch);
+  if (!evaluate && !previews) {
+    evaluation_.previews->publish(report_.metrics->events());
+    return;
+  }
+  EvalWeights eval(update_);  // schedule-free: previews and the held-out loss see its x
+  std::optional<EvalResult> r;
+  {
+    parallel::Zero::Whole whole(*update_.zero);  // stage 3: previews and the held-out loss run the whole model
+    evaluation_.previews->maybe_render(global_step, run_.total_steps(), epoch_end, epoch);
+    if (evaluate) r = evaluation_.held_out->run(*step_, global_step);  // collective
+  }
+  eval.restore();
   evaluation_.previews->publish(report_.metrics->events());
-  if (!evaluate) return;
-  const auto r = evaluation_.held_out->run(*step_, global_step);  // collective
-  log::info("{}", r.line());
-  report_.metrics->record_eval(r.global_step, r.samples, r.loss, r.by_timestep);
+  if (!r) return;
+  log::info("{}", r->line());
+  report_.metrics->record_eval(r->global_step, r->samples, r->loss, r->by_timestep);
 }
 
 void Trainer::finish() {
   const int64_t global_step = run_.position().global_step;
+  // Schedule-free: the final previews and files hold its x (the last checkpoint, its y).
+  EvalWeights eval(update_);
   parallel::Zero::Whole whole(*update_.zero);  // stage 3: previews, the check and the weights see the whole model
   if (cfg_.train.visualize) evaluation_.previews->render(global_step, "end of training");
   const auto sums = rt_.all_gather("final weights checksum", model_.trainable->checksum());

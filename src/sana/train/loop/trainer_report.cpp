@@ -59,6 +59,11 @@ void Trainer::log_start() const {
               "train.lr_schedule do not apply (relative_step false uses them)",
               opt.warmup_init ? "1e-6 step" : "1e-2", opt.scale_parameter ? " times each parameter's RMS" : "");
   }
+  if (opt.type == config::OptimizerType::ScheduleFreeAdamW) {
+    log::info("ScheduleFreeAdamW: lr {:g}, its own warmup over {} steps, no schedule; previews, the held-out loss and "
+              "the final weights are its averaged x, checkpoints hold its y and z (export --from a checkpoint makes x)",
+              opt.lr, opt.warmup_steps);
+  }
 }
 
 void Trainer::report_memory(const PeakProbe& activations, const StepOutput& step) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "sana/train/step/train_step.h"
@@ -46,5 +47,32 @@ bool Update::apply(const StepVerdict& verdict, int64_t step, double grad_norm, d
   reducer->zero_gradients();  // a skipped step zeroes the kind's own too (the Trainer's part)
   return accepted;
 }
+
+EvalWeights::EvalWeights(Update& update) : update_(update) {
+  if (!update_.optimizer->has_eval_weights()) return;
+  torch::NoGradGuard no_grad;
+  const auto x = update_.optimizer->eval_weights();
+  std::unordered_map<std::string, torch::Tensor> own(update_.zero->owned().begin(), update_.zero->owned().end());
+  for (const auto& [name, value] : x) {
+    auto& p = own.at(name);
+    kept_.emplace_back(p, p.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    p.detach().copy_(value);
+  }
+  if (const auto share = update_.zero->after_update()) share();  // stages 1 and 2: to every rank
+}
+
+void EvalWeights::put_back() {
+  torch::NoGradGuard no_grad;
+  for (auto& [p, y] : kept_) p.detach().copy_(y);
+  kept_.clear();
+}
+
+void EvalWeights::restore() {
+  if (!update_.optimizer->has_eval_weights()) return;
+  put_back();
+  if (const auto share = update_.zero->after_update()) share();
+}
+
+EvalWeights::~EvalWeights() { put_back(); }
 
 }  // namespace sana::train

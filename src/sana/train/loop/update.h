@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "sana/parallel/reducer.h"
 #include "sana/parallel/sharded_checkpoint.h"
@@ -47,6 +49,28 @@ struct Update {
 
   bool apply(const StepVerdict& verdict, int64_t step, double grad_norm, double lr, double scale, double clip,
              const std::optional<OwnTarget>& own, Continuation& elastic);
+};
+
+// The optimizer's evaluation weights (schedule-free's x, Optimizer::eval_weights) in the
+// trained parameters while it lives: for previews, the held-out loss and the run's final
+// files. Each rank sets the parameters it updates and ZeRO shares them as after a step;
+// the training weights (y) come back to the last bit at restore(). Nothing for an
+// optimizer without them. Made before a parallel::Zero::Whole at stage 3, so that the
+// gathered model holds them, and restored after it.
+class EvalWeights {
+ public:
+  explicit EvalWeights(Update& update);  // a collective at ZeRO stages 1 and 2
+  // The training weights back on every rank (a collective at stages 1 and 2).
+  void restore();
+  // Without restore() (an exception on the way): this rank's own parameters back.
+  ~EvalWeights();
+  EvalWeights(const EvalWeights&) = delete;
+  EvalWeights& operator=(const EvalWeights&) = delete;
+
+ private:
+  Update& update_;
+  void put_back();
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> kept_;  // a parameter and its training value (host)
 };
 
 }  // namespace sana::train

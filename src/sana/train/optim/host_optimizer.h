@@ -40,6 +40,8 @@ class HostOptimizer : public Optimizer {
   // The device weights were set from outside (a resume, model.load_from): the masters take them.
   void weights_changed() override;
   void sum_parameters_with(SumOverParameters sum) override { inner_->sum_parameters_with(std::move(sum)); }
+  NamedParams eval_weights() const override { return inner_->eval_weights(); }  // host tensors
+  bool has_eval_weights() const override { return inner_->has_eval_weights(); }
   // Host memory kept besides the state: the master weights and their gradient buffers.
   std::vector<torch::Tensor> host_weights() const override;
   std::vector<torch::Tensor> host_gradients() const override;

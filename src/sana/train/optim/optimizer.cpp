@@ -10,6 +10,7 @@
 #include "sana/train/optim/adafactor.h"
 #include "sana/train/optim/lion.h"
 #include "sana/train/optim/prodigy.h"
+#include "sana/train/optim/schedule_free.h"
 #include "sana/util/log.h"
 
 namespace sana::train {
@@ -77,6 +78,35 @@ void StatefulOptimizer::load_state(const NamedParams& saved) {
     if (!known) throw std::invalid_argument(fmt::format("optimizer state for unknown parameter '{}'", name));
   }
   state_ = std::move(loaded);
+}
+
+NamedParams StatefulOptimizer::state_with(const NamedParams& globals) const {
+  auto out = StatefulOptimizer::state();  // not a kind's own, which calls this
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (state_[i].step == 0) continue;
+    for (const auto& [name, value] : globals) out.emplace_back(params_[i].first + "/" + name, value);
+  }
+  return out;
+}
+
+std::map<std::string, torch::Tensor> StatefulOptimizer::load_state_with(const NamedParams& saved,
+                                                                       const std::vector<std::string>& names) {
+  NamedParams own;
+  std::map<std::string, torch::Tensor> globals;
+  for (const auto& [entry, t] : saved) {
+    const auto state = entry.substr(entry.rfind('/') + 1);
+    if (std::find(names.begin(), names.end(), state) != names.end()) {
+      globals.emplace(state, t);
+    } else {
+      own.emplace_back(entry, t);
+    }
+  }
+  StatefulOptimizer::load_state(own);
+  if (globals.empty()) return globals;
+  for (const auto& n : names) {
+    if (!globals.count(n)) throw std::invalid_argument(fmt::format("{}'s state has no '{}'", name(), n));
+  }
+  return globals;
 }
 
 AdamW::AdamW(NamedParams params, std::vector<double> betas, double eps, double weight_decay, Fused fused)
@@ -407,6 +437,7 @@ const char* optimizer_name(OptimizerOptions::Kind kind) {
     case OptimizerOptions::Kind::Lion: return "Lion";
     case OptimizerOptions::Kind::Adafactor: return "Adafactor";
     case OptimizerOptions::Kind::Prodigy: return "Prodigy";
+    case OptimizerOptions::Kind::ScheduleFreeAdamW: return "ScheduleFreeAdamW";
   }
   return "?";
 }
@@ -435,6 +466,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, const Named
     return std::make_unique<Prodigy>(params, ProdigyOptions{o.betas, o.eps.at(0), o.weight_decay, o.decouple,
                                                            o.use_bias_correction, o.safeguard_warmup, o.d0, o.d_coef,
                                                            o.growth_rate, o.slice_p});
+  }
+  if (o.type == Kind::ScheduleFreeAdamW) {
+    return std::make_unique<ScheduleFreeAdamW>(
+        params, ScheduleFreeOptions{o.betas, o.eps.at(0), o.weight_decay, o.warmup_steps, o.r, o.weight_lr_power});
   }
   throw std::invalid_argument(
       fmt::format("train.optimizer.type: unknown optimizer {}", static_cast<int>(o.type)));

@@ -1,7 +1,7 @@
 // Optimizers as upstream configures them: AdamW (torch's), AdamW8bit, and CAME
 // (confidence-guided adaptive memory efficient optimisation: factored second moments for
 // 2-D weights and 1x1 convolutions, upstream's default for Sana) and CAME8bit; and Lion
-// (lion.h), Adafactor (adafactor.h) and Prodigy (prodigy.h). The learning rate comes from
+// (lion.h), Adafactor (adafactor.h), Prodigy (prodigy.h) and ScheduleFreeAdamW (schedule_free.h). The learning rate comes from
 // train/optim/lr_curve.h.
 #pragma once
 
@@ -56,6 +56,12 @@ class Optimizer : public Stateful {
   // An optimizer whose step needs sums over the whole model (Prodigy's step size) takes
   // them from `sum`; without one it sums its own parameters.
   virtual void sum_parameters_with(SumOverParameters /*sum*/) {}
+  // The weights to evaluate and export where they are not the parameters themselves
+  // (schedule-free's x): per parameter of this optimizer that differs, by name, new
+  // tensors; empty for every other optimizer.
+  virtual NamedParams eval_weights() const { return {}; }
+  // Whether eval_weights() is this kind's (the same on every rank).
+  virtual bool has_eval_weights() const { return false; }
   // train.offload_optimizer (host_optimizer.h): the state lives in host memory, with the
   // master weights and their gradient buffers.
   virtual bool on_host() const { return false; }
@@ -80,7 +86,7 @@ class Optimizer : public Stateful {
 // train.optimizer, by its keys' names (train/options/torch_options.h fills it from the config, whose
 // loader has filled in each optimizer's own defaults).
 struct OptimizerOptions {
-  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit, Lion, Adafactor, Prodigy };
+  enum class Kind { AdamW, CAME, CAME8bit, AdamW8bit, Lion, Adafactor, Prodigy, ScheduleFreeAdamW };
   Kind type = Kind::AdamW;
   std::vector<double> betas{0.9, 0.999};  // AdamW: 2; CAME: 3; Adafactor: 0 or 1; Prodigy: 2 or 3
   std::vector<double> eps{1e-8};          // AdamW: 1; CAME, Adafactor: 2; Lion: none
@@ -94,6 +100,9 @@ struct OptimizerOptions {
   double d0 = 1e-6, d_coef = 1.0, growth_rate = std::numeric_limits<double>::infinity();
   bool decouple = true, use_bias_correction = false, safeguard_warmup = false;
   int64_t slice_p = 1;
+  // ScheduleFreeAdamW's (schedule_free.h)
+  int64_t warmup_steps = 0;
+  double r = 0.0, weight_lr_power = 2.0;
   bool came() const { return type == Kind::CAME || type == Kind::CAME8bit; }
 };
 
@@ -114,6 +123,13 @@ class StatefulOptimizer : public Optimizer {
     std::map<std::string, torch::Tensor> tensors;  // references stay valid as it grows
     torch::Tensor& get(const std::string& name) { return tensors[name]; }
   };
+  // Numbers an optimizer keeps for all its parameters at once (Prodigy's step size, a step
+  // count): state() plus each of `globals` as "<parameter>/<name>" of every stepped
+  // parameter, so that whichever rank resumes a parameter has them.
+  NamedParams state_with(const NamedParams& globals) const;
+  // load_state() of `saved` without the globals named `names`, which it returns (empty
+  // when nothing stepped); throws std::invalid_argument when some are missing.
+  std::map<std::string, torch::Tensor> load_state_with(const NamedParams& saved, const std::vector<std::string>& names);
   NamedParams params_;
   std::vector<State> state_;
 };

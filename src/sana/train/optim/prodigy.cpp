@@ -12,14 +12,6 @@ namespace sana::train {
 
 namespace {
 
-// The global numbers kept in every parameter's state, by their state names.
-constexpr const char* kGlobals[] = {"d", "d_max", "d_numerator", "k"};
-
-bool is_global(const std::string& entry) {
-  const auto state = entry.substr(entry.rfind('/') + 1);
-  return std::any_of(std::begin(kGlobals), std::end(kGlobals), [&](const char* g) { return state == g; });
-}
-
 // Every slice_p-th element of `t`, flat (prodigyopt's t.flatten()[::slice_p]).
 torch::Tensor sliced(const torch::Tensor& t, int64_t slice_p) {
   const auto flat = t.reshape({-1});
@@ -123,37 +115,19 @@ void Prodigy::apply(double lr) {
 }
 
 NamedParams Prodigy::state() const {
-  auto out = StatefulOptimizer::state();
   const auto scalar = [](double v) { return torch::tensor({v}, torch::kFloat64); };
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (state_[i].step == 0) continue;
-    const auto& name = params_[i].first;
-    out.emplace_back(name + "/d", scalar(d_));
-    out.emplace_back(name + "/d_max", scalar(d_max_));
-    out.emplace_back(name + "/d_numerator", scalar(numerator_));
-    out.emplace_back(name + "/k", torch::tensor({k_}, torch::kInt64));
-  }
-  return out;
+  return state_with({{"d", scalar(d_)},
+                     {"d_max", scalar(d_max_)},
+                     {"d_numerator", scalar(numerator_)},
+                     {"k", torch::tensor({k_}, torch::kInt64)}});
 }
 
 void Prodigy::load_state(const NamedParams& saved) {
-  NamedParams own;
-  std::map<std::string, torch::Tensor> globals;
-  for (const auto& [name, t] : saved) {
-    if (is_global(name)) {
-      globals.emplace(name.substr(name.rfind('/') + 1), t);
-    } else {
-      own.emplace_back(name, t);
-    }
-  }
-  StatefulOptimizer::load_state(own);
+  const auto globals = load_state_with(saved, {"d", "d_max", "d_numerator", "k"});
   d_ = d_max_ = o_.d0;
   numerator_ = 0;
   k_ = 0;
   if (globals.empty()) return;  // nothing stepped yet
-  for (const char* g : kGlobals) {
-    if (!globals.count(g)) throw std::invalid_argument(fmt::format("Prodigy's state has no '{}'", g));
-  }
   d_ = globals.at("d").item<double>();
   d_max_ = globals.at("d_max").item<double>();
   numerator_ = globals.at("d_numerator").item<double>();

@@ -90,6 +90,7 @@ OptimizerOptions optimizer_options_for(const config::Config& cfg) {
            : t == OptimizerType::Lion      ? Kind::Lion
            : t == OptimizerType::Adafactor ? Kind::Adafactor
            : t == OptimizerType::Prodigy   ? Kind::Prodigy
+           : t == OptimizerType::ScheduleFreeAdamW ? Kind::ScheduleFreeAdamW
                                            : Kind::AdamW;
   fill_from_keys(cfg, {
       {o.betas, "train.optimizer.betas"},
@@ -109,6 +110,9 @@ OptimizerOptions optimizer_options_for(const config::Config& cfg) {
       {o.use_bias_correction, "train.optimizer.use_bias_correction"},
       {o.safeguard_warmup, "train.optimizer.safeguard_warmup"},
       {o.slice_p, "train.optimizer.slice_p"},
+      {o.warmup_steps, "train.optimizer.warmup_steps"},
+      {o.r, "train.optimizer.r"},
+      {o.weight_lr_power, "train.optimizer.weight_lr_power"},
   });
   return o;
 }

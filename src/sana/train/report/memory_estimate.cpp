@@ -79,7 +79,7 @@ void add_mirrors(const parallel::ShardPlan& plan, std::vector<RankState>& ranks)
 
 // What the optimizer keeps per parameter besides AdamW's flat moments: the step count, and
 // each kind's moments (Lion's one, AdamW8bit's codes, CAME's and Adafactor's factored
-// statistics, Prodigy's moments and its copies of the global numbers).
+// statistics, Prodigy's and ScheduleFreeAdamW's state and their copies of the global numbers).
 double state_of_parameter(const OptimizerOptions& o, const EightBitState& eight_bit, const torch::Tensor& p) {
   const auto s = p.sizes();
   const auto n = static_cast<double>(p.numel());
@@ -94,6 +94,7 @@ double state_of_parameter(const OptimizerOptions& o, const EightBitState& eight_
     const double sliced = std::ceil(n / static_cast<double>(o.slice_p));
     bytes += 4 * 8 + 4 * n * (o.betas.at(0) > 0 ? 2 : 1) + 2 * 4 * sliced;
   }
+  if (o.type == OptimizerOptions::Kind::ScheduleFreeAdamW) bytes += 3 * 8 + 2 * 4 * n;  // k, lr_max, the weight sum; z, v
   if (o.type == OptimizerOptions::Kind::AdamW8bit) {  // two moments: uint8 codes and an fp32 absmax per 256, or fp32
     const double blocks = std::ceil(n / static_cast<double>(AdamW8bit::kBlock));
     bytes += p.numel() >= o.min_8bit_size ? 2 * (n + 4 * blocks) : 8 * n;
