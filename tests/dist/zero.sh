@@ -139,5 +139,7 @@ resumed_chain() {  # OPTIMIZER STAGE-ON-3 ARGS...
 }
 resumed_chain Lion 0 --train.optimizer.lr=1e-4
 resumed_chain Adafactor 0 --train.optimizer.relative_step=false --train.optimizer.lr=1e-4 --train.optimizer.betas=[0.9]
-resumed_chain Prodigy 1
+# d_coef 1e3: the step size d grows past d0 within the 10 steps, so that its sums over the shards
+# decide the weights (without their all-reduce the chain's weights differ; at the default d stays d0).
+resumed_chain Prodigy 1 --train.optimizer.d_coef=1e3
 finish
