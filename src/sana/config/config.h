@@ -171,7 +171,7 @@ struct OptimizerConfig {
   double weight_decay = 0.03;
   // Empty means "the optimizer's own default" (AdamW: 2 betas, 1 eps; CAME: 3 and 2; Lion:
   // lion-pytorch's 2 betas (0.9, 0.99) and no eps; Adafactor: no beta1 and 2 eps; Prodigy:
-  // 2 betas and 1 eps, a third beta its beta3);
+  // 2 betas and 1 eps, a third beta its beta3; ScheduleFreeAdamW: 2 betas and 1 eps);
   // the loader fills them in so that --print-config shows what will run.
   std::vector<double> betas;
   std::vector<double> eps;

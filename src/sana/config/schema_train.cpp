@@ -51,12 +51,12 @@ void describe_optimizer(std::vector<Field>& f, OptimizerConfig& opt) {
   o.add("lr", opt.lr, "peak learning rate").above(0).commonly_used();
   o.add("weight_decay", opt.weight_decay, "decoupled weight decay").at_least(0);
   o.add("betas", opt.betas,
-        "AdamW, AdamW8bit, Lion: 2 values; CAME, CAME8bit: 3; Adafactor: none or beta1; Prodigy: 2, or 3 with "
+        "AdamW, AdamW8bit, Lion, ScheduleFreeAdamW: 2 values; CAME, CAME8bit: 3; Adafactor: none or beta1; Prodigy: 2, or 3 with "
         "beta3 (default: the optimizer's)")
       .at_least(0)
       .at_most(0.999999999);
   o.add("eps", opt.eps,
-        "AdamW, AdamW8bit, Prodigy: 1 value; CAME, Adafactor: 2; Lion: none (default: the optimizer's)")
+        "AdamW, AdamW8bit, Prodigy, ScheduleFreeAdamW: 1 value; CAME, Adafactor: 2; Lion: none (default: the optimizer's)")
       .above(0);
   o.add("block_size", opt.block_size, "CAME8bit: rows per quantization block").at_least(1);
   o.add("min_8bit_size", opt.min_8bit_size,
